@@ -1,0 +1,1 @@
+"""analysis: command-line entry points that verify the paper numerically and draw its figures."""

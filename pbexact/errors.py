@@ -1,0 +1,96 @@
+"""Input checks shared by the exact core, pbscale and the command-line tools.
+
+Every check raises :class:`PBInputError`, whose message names the problem and the fix in one line;
+the command-line tools turn it into ``error: ...`` and exit code 2.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+#: Largest enumeration the exact core accepts, in bytes of working memory.
+ENUMERATION_MEMORY_LIMIT = 4 * 2**30
+#: Largest d whose 2^d-vertex table the exact core tabulates.
+MAX_TABLE_D = 26
+
+
+class PBInputError(ValueError):
+    """Bad input to a pbnn function: the message names the problem and the fix."""
+
+
+def check_d(d: int, limit: int = MAX_TABLE_D) -> int:
+    if not isinstance(d, (int, np.integer)) or isinstance(d, bool) or d < 1:
+        raise PBInputError(f"d must be a positive integer, got {d!r}")
+    if d > limit:
+        need = 2**d * 8
+        raise PBInputError(
+            f"d={d} is too large to tabulate: a table of 2^{d} float64 values needs "
+            f"{format_bytes(need)}; the limit is d={limit}"
+        )
+    return int(d)
+
+
+def check_n(n: int, estimator: str = "", minimum: int = 1) -> int:
+    """n samples; LOORF and ARMS need ``minimum=2`` (leave-one-out and pairwise copula)."""
+    if not isinstance(n, (int, np.integer)) or isinstance(n, bool) or n < 1:
+        raise PBInputError(f"n must be a positive integer number of samples, got {n!r}")
+    if n < minimum:
+        who = f"{estimator} " if estimator else ""
+        raise PBInputError(
+            f"{who}needs n >= {minimum} samples, got n={n}; use n >= {minimum} "
+            "or REINFORCE, which works with n=1"
+        )
+    return int(n)
+
+
+def check_theta(theta: Any, d: int | None = None) -> np.ndarray:
+    """Probabilities theta in [0, 1], shape (..., d); returns a float64 array."""
+    arr = np.asarray(theta, dtype=np.float64)
+    if arr.ndim == 0:
+        arr = arr[None]
+    if not np.all(np.isfinite(arr)):
+        raise PBInputError("theta contains NaN or inf; every theta_i must be a number in [0, 1]")
+    bad = (arr < 0) | (arr > 1)
+    if np.any(bad):
+        raise PBInputError(
+            f"theta must lie in [0, 1]; got {arr[bad].ravel()[0]!r} "
+            "(clip it, or pass logits through a parametrization)"
+        )
+    if d is not None and arr.shape[-1] != d:
+        raise PBInputError(f"theta has {arr.shape[-1]} entries but the problem has d={d}")
+    return arr
+
+
+def check_table(J: Any, d: int | None = None) -> np.ndarray:
+    """A J table of 2^d finite values, indexed by h (z_i is bit i-1 of h, `sec:pb_basics`)."""
+    arr = np.asarray(J, dtype=np.float64)
+    if arr.ndim != 1:
+        raise PBInputError(f"a J table must be one-dimensional, got shape {arr.shape}")
+    size = arr.shape[0]
+    if size < 2 or size & (size - 1):
+        raise PBInputError(
+            f"a J table must have 2^d entries, got {size}; pad or trim it to a power of two"
+        )
+    table_d = size.bit_length() - 1
+    if d is not None and table_d != d:
+        raise PBInputError(f"the J table has {size} = 2^{table_d} entries, but d={d} needs {2**d}")
+    if not np.all(np.isfinite(arr)):
+        where = int(np.flatnonzero(~np.isfinite(arr))[0])
+        raise PBInputError(f"the J table has a NaN or inf at h={where}; every J(z) must be finite")
+    return arr
+
+
+def format_bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"):
+        if n < 1024 or unit == "EiB":
+            return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
+        n /= 1024
+    return f"{n:.1f} EiB"  # pragma: no cover
+
+
+def multiset_count(num_items: int, n: int) -> int:
+    """Number of n-multisets of ``num_items`` items, C(num_items - 1 + n, n) (`eq:n_multisets`)."""
+    return math.comb(num_items - 1 + n, n)

@@ -1,0 +1,122 @@
+"""The multilinear polynomial of a J table and its exact expectation and gradient.
+
+A J table has 2^d entries indexed by h (z_i is bit i-1 of h). Every function here is exact,
+costs O(2^d) or O(d 2^d), and accepts a batch of thetas of shape (..., d).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .errors import check_table, check_theta
+
+
+def _contract(table: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """sum_h table[..., h] prod_i (a_i if bit i of h is 0 else b_i); a, b of shape (..., d).
+
+    Consumes the lowest bit first, so each step is one O(2^d) pass.
+    """
+    d = a.shape[-1]
+    batch = np.broadcast_shapes(table.shape[:-1], a.shape[:-1])
+    t = np.broadcast_to(table, batch + table.shape[-1:])
+    for i in range(d):
+        t = t.reshape(batch + (-1, 2))
+        t = t[..., 0] * a[..., i, None] + t[..., 1] * b[..., i, None]
+    return t[..., 0]
+
+
+def vertex_probabilities(theta: np.ndarray) -> np.ndarray:
+    """p_theta(zeta_h) for every h (`eq:reinforce_p`), shape (..., 2^d)."""
+    theta = check_theta(theta)
+    p = np.ones(theta.shape[:-1] + (1,))
+    for i in range(theta.shape[-1]):
+        t = theta[..., i, None]
+        p = np.concatenate([p * (1 - t), p * t], axis=-1)
+    return p
+
+
+def expected_loss(J: np.ndarray, theta: np.ndarray) -> np.ndarray:
+    """E_{z ~ Bern(theta)}[J(z)] = P_J(theta) (`eq:equivalence`), shape (...)."""
+    theta = check_theta(theta)
+    J = check_table(J, theta.shape[-1])
+    return _contract(J, 1 - theta, theta)
+
+
+def multilinear_value(J: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """P_J(x) in the literal form of `eq:multi_poly`, sum_h prod_i x_i^z_i (1-x_i)^(1-z_i) J_h,
+    for any real x (not only [0, 1]), shape (...)."""
+    x = np.asarray(x, dtype=np.float64)
+    J = check_table(J, x.shape[-1])
+    return _contract(J, 1 - x, x)
+
+
+def moebius_weights(J: np.ndarray) -> np.ndarray:
+    """Subset weights w_S of `eq:multi_poly_set`, indexed by the bitmask of S, shape (2^d,).
+
+    Fast Moebius transform, O(d 2^d): w_S = sum_{T subset S} (-1)^{|S|-|T|} J(1_T).
+    """
+    w = check_table(J).copy()
+    d = w.shape[0].bit_length() - 1
+    for i in range(d):
+        v = w.reshape(-1, 2, 2**i)
+        v[:, 1, :] -= v[:, 0, :]
+    return w
+
+
+def moebius_value(w: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """P_J(x) = sum_S w_S prod_{i in S} x_i (`eq:multi_poly_set`), shape (...)."""
+    x = np.asarray(x, dtype=np.float64)
+    return _contract(np.asarray(w, dtype=np.float64), np.ones_like(x), x)
+
+
+def moebius_gradient(w: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """d P_J / d x_i = sum_{S containing i} w_S prod_{j in S, j != i} x_j, shape (..., d)."""
+    x = np.asarray(x, dtype=np.float64)
+    d = x.shape[-1]
+    out = []
+    for i in range(d):
+        a = np.ones_like(x)
+        b = x.copy()
+        a[..., i] = 0.0  # drop subsets without i
+        b[..., i] = 1.0  # differentiate x_i out of those with it
+        out.append(_contract(np.asarray(w, dtype=np.float64), a, b))
+    return np.stack(out, axis=-1)
+
+
+def true_gradient(J: np.ndarray, theta: np.ndarray) -> np.ndarray:
+    """grad_theta E[J] (`eq:true_as_avg`): component i is E[J(z_i=1) - J(z_i=0)] over the other
+    coordinates, shape (..., d). Exact also where theta_i is 0 or 1."""
+    theta = check_theta(theta)
+    d = theta.shape[-1]
+    J = check_table(J, d)
+    out = []
+    for i in range(d):
+        v = J.reshape(-1, 2, 2**i)
+        diff = (v[:, 1, :] - v[:, 0, :]).reshape(-1)
+        rest = np.delete(theta, i, axis=-1)
+        if d == 1:
+            out.append(np.broadcast_to(diff[0], theta.shape[:-1]).astype(np.float64))
+        else:
+            out.append(_contract(diff, 1 - rest, rest))
+    return np.stack(out, axis=-1)
+
+
+def flipped_expectation(J: np.ndarray, theta: np.ndarray) -> np.ndarray:
+    """beta*_i = E_theta[J(z_1, ..., 1 - z_i, ..., z_d)] (`thm:bStarTwo`), shape (..., d):
+    the expected loss with theta_i replaced by 1 - theta_i."""
+    theta = check_theta(theta)
+    J = check_table(J, theta.shape[-1])
+    out = []
+    for i in range(theta.shape[-1]):
+        t = theta.copy()
+        t[..., i] = 1 - t[..., i]
+        out.append(_contract(J, 1 - t, t))
+    return np.stack(out, axis=-1)
+
+
+def entropy(theta: np.ndarray) -> np.ndarray:
+    """Entropy of p_theta in nats, sum_i H(theta_i), shape (...)."""
+    theta = check_theta(theta)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        h = -(theta * np.log(theta) + (1 - theta) * np.log1p(-theta))
+    return np.nan_to_num(h, nan=0.0).sum(-1)

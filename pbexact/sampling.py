@@ -1,0 +1,94 @@
+"""Samplers for the estimators: iid Bernoulli and the ARMS Dirichlet copula, in both the
+original (`alg:orig_arms`) and the iterative (`alg:iter_dir`) form.
+
+The transforms from uniforms to copula values are array-agnostic (numpy or torch); the numpy
+drivers below take an explicit ``numpy.random.Generator`` so that the same seed gives the same
+numbers.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .arrays import namespace
+from .copula import arms_bits
+from .errors import check_n, check_theta
+
+Array = Any
+
+
+def copula_from_uniforms(u: Array) -> Array:
+    """`alg:orig_arms`: iid uniforms u of shape (..., n, d) -> copula uniforms u~, same shape:
+    d^(s) = log u^(s) / sum_s' log u^(s'), u~ = 1 - (1 - d)^(n-1)."""
+    n = u.shape[-2]
+    log_u = namespace(u).log(u)
+    dirichlet = log_u / log_u.sum(-2)[..., None, :]
+    return 1 - (1 - dirichlet) ** (n - 1)
+
+
+class IterativeDirichletCopula:
+    """`alg:iter_dir` for d dimensions at once: draws the n copula uniforms one by one (or in
+    chunks) with O(d) state, given the Gamma(n, 1) totals of shape (d,) and, per draw, uniforms.
+
+    After s draws the remainder R is the sum of the n - s exponentials not yet drawn; the next one
+    is E = R (1 - U^(1/(n-s))) (`eq:arms_iter_app_cond_sample`), and the last takes all of R.
+    """
+
+    def __init__(self, total: Array, n: int) -> None:
+        self.n = check_n(n, "ARMS", 2)
+        self.total = total
+        self.remaining = total * 1.0
+        self.drawn = 0
+
+    def next(self, u: Array) -> Array:
+        """Copula uniforms u~ for the next k samples from uniforms u of shape (k, d); shape (k, d)."""
+        rows = []
+        for row in range(u.shape[0]):
+            s = self.drawn + 1
+            if s > self.n:
+                raise ValueError(f"all n={self.n} copula samples were already drawn")
+            if s < self.n:
+                e = self.remaining * (1 - u[row] ** (1.0 / (self.n - s)))
+            else:
+                e = self.remaining
+            self.remaining = self.remaining - e
+            self.drawn = s
+            rows.append(1 - (1 - e / self.total) ** (self.n - 1))
+        return namespace(u).stack(rows)
+
+
+def sample_bernoulli(theta: np.ndarray, size: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
+    """z ~ prod_i Bern(theta_i), shape size + (d,), float64 (`eq:reinforce_p`)."""
+    theta = check_theta(theta)
+    return (rng.random(size + theta.shape) < theta) * 1.0
+
+
+def sample_arms(
+    theta: np.ndarray, n: int, size: tuple[int, ...], rng: np.random.Generator
+) -> np.ndarray:
+    """z~ from the Dirichlet copula (`alg:orig_arms`), shape size + (n, d)."""
+    theta = check_theta(theta)
+    n = check_n(n, "ARMS", 2)
+    u = rng.random(size + (n,) + theta.shape)
+    u = np.maximum(u, np.finfo(np.float64).tiny)  # log(0) would break the normalization
+    return arms_bits(copula_from_uniforms(u), theta)
+
+
+def sample_arms_iterative(theta: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray:
+    """z~ from the iterative Dirichlet copula (`alg:iter_dir`), shape (n, d)."""
+    theta = check_theta(theta)
+    sampler = IterativeDirichletCopula(rng.gamma(n, 1.0, size=theta.shape), n)
+    return arms_bits(sampler.next(rng.random((n,) + theta.shape)), theta)
+
+
+def vertex_index(z: Array) -> Array:
+    """h = sum_i 2^(i-1) z_i (`sec:pb_basics`) for z of shape (..., d)."""
+    d = z.shape[-1]
+    weights = 2 ** np.arange(d, dtype=np.int64)
+    if isinstance(z, np.ndarray):
+        return z.astype(np.int64) @ weights
+    import torch
+
+    return z.to(torch.int64) @ torch.as_tensor(weights, device=z.device)

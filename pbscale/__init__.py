@@ -1,0 +1,1 @@
+"""pbscale: the estimators of pbexact on masked torch networks (CPU or GPU)."""
