@@ -84,11 +84,14 @@ def check_table(J: Any, d: int | None = None) -> np.ndarray:
 
 
 def format_bytes(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"):
-        if n < 1024 or unit == "EiB":
+    """Human-readable size: '3.0 GiB', or '2.9e+25 bytes' past the binary prefixes."""
+    if n >= 1024**6:
+        return f"{n:.2g} bytes"
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
+        if n < 1024:
             return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
         n /= 1024
-    return f"{n:.1f} EiB"  # pragma: no cover
+    return f"{n:.1f} EiB"
 
 
 def multiset_count(num_items: int, n: int) -> int:

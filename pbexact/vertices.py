@@ -61,9 +61,9 @@ def enumeration_bytes(num_items: int, n: int, per_entry: int = 8) -> int:
     return multiset_count(num_items, n) * n * per_entry
 
 
-def multisets(num_items: int, n: int) -> np.ndarray:
-    """All n-multisets of range(num_items) as sorted rows, shape (C(num_items-1+n, n), n)
-    (`eq:n_multisets`); 3,876 rows for the 16 vertices of d=4 and n=4."""
+def check_enumeration(num_items: int, n: int) -> None:
+    """Raise PBInputError, with the memory it would need, if the n-multisets of ``num_items``
+    vertices are too many to enumerate."""
     if n < 1 or num_items < 1:
         raise PBInputError(f"multisets need n >= 1 and at least one item, got n={n}")
     need = enumeration_bytes(num_items, n)
@@ -71,8 +71,14 @@ def multisets(num_items: int, n: int) -> np.ndarray:
         raise PBInputError(
             f"enumerating the {multiset_count(num_items, n):.3g} {n}-multisets of {num_items} "
             f"vertices needs about {format_bytes(need)}, over the limit of "
-            f"{format_bytes(ENUMERATION_MEMORY_LIMIT)}; use --method mc (or closed)"
+            f"{format_bytes(ENUMERATION_MEMORY_LIMIT)}; use --method mc (Monte Carlo) instead"
         )
+
+
+def multisets(num_items: int, n: int) -> np.ndarray:
+    """All n-multisets of range(num_items) as sorted rows, shape (C(num_items-1+n, n), n)
+    (`eq:n_multisets`); 3,876 rows for the 16 vertices of d=4 and n=4."""
+    check_enumeration(num_items, n)
     return _multisets_kernel(num_items, n, multiset_count(num_items, n))
 
 

@@ -1,0 +1,63 @@
+"""What every `python -m analysis.*` entry point shares: one-line errors and atomic writes."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import sys
+import tempfile
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from pbexact.errors import PBInputError
+
+
+def run(main: Callable[[Sequence[str] | None], int | None], argv: Sequence[str] | None = None) -> int:
+    """Call ``main``; bad input becomes ``error: ...`` on stderr and exit code 2."""
+    try:
+        return int(main(argv) or 0)
+    except PBInputError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
+    """Write to a temporary file beside ``path`` and rename it over: a reader never sees half a
+    file and an interrupted write leaves the old one intact."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def atomic_write_text(path: str | Path, text: str) -> Path:
+    return atomic_write_bytes(path, text.encode())
+
+
+def write_csv(path: str | Path, header: Sequence[str], rows: Iterable[Sequence[Any]]) -> Path:
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(header)
+    writer.writerows(rows)
+    return atomic_write_text(path, buf.getvalue())
+
+
+def write_json(path: str | Path, obj: Any) -> Path:
+    return atomic_write_text(path, json.dumps(obj, indent=2) + "\n")
+
+
+def save_figure(fig: Any, paths: Iterable[str | Path]) -> list[Path]:
+    """Save a matplotlib figure as PNG to each path, atomically."""
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=130, bbox_inches="tight")
+    return [atomic_write_bytes(p, buf.getvalue()) for p in paths]
