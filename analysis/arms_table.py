@@ -49,8 +49,10 @@ def table_text(n: int, rows: list[dict]) -> str:
         for j, p in enumerate(row["pieces"]):
             head = label if j == 0 else ""
             close = "]" if p["hi"] == 1 else ")"
-            lines.append(f"{head:<{2 * n + 2}} {str(p['lo']):>5} <= c {'<' if close == ')' else '<='} "
-                         f"{str(p['hi']):<5} {p['expr']}")
+            rel = "<" if close == ")" else "<="
+            lines.append(
+                f"{head:<{2 * n + 2}} {str(p['lo']):>5} <= c {rel} {str(p['hi']):<5} {p['expr']}"
+            )
     return "\n".join(lines)
 
 
@@ -66,7 +68,8 @@ def table_latex(n: int, rows: list[dict]) -> str:
         cases = []
         for p in row["pieces"]:
             rel = r"\leq" if p["hi"] == 1 else "<"
-            cases.append(f"{sp.latex(p['expr'])} & {sp.latex(p['lo'])} \\leq c {rel} {sp.latex(p['hi'])}")
+            lo, hi = sp.latex(p["lo"]), sp.latex(p["hi"])
+            cases.append(f"{sp.latex(p['expr'])} & {lo} \\leq c {rel} {hi}")
         body = r" \\ ".join(cases)
         label = multiset_label(n, row["ones"]).replace("{", r"\{").replace("}", r"\}")
         out.append(f"${label}$ & $f(c) = \\begin{{cases}} {body} \\end{{cases}}$ \\\\")

@@ -15,7 +15,9 @@ from typing import Any
 from pbexact.errors import PBInputError
 
 
-def run(main: Callable[[Sequence[str] | None], int | None], argv: Sequence[str] | None = None) -> int:
+def run(
+    main: Callable[[Sequence[str] | None], int | None], argv: Sequence[str] | None = None
+) -> int:
     """Call ``main``; bad input becomes ``error: ...`` on stderr and exit code 2."""
     try:
         return int(main(argv) or 0)

@@ -1,5 +1,5 @@
-"""Exact estimator variances along the true-gradient trajectory (`sec:microworld_compare_estimators`,
-`fig:microworld_variance`).
+"""Exact estimator variances along the true-gradient trajectory
+(`sec:microworld_compare_estimators`, `fig:microworld_variance`).
 
 From theta = 0.5 (sigmoid logits r = 0), follow the exact gradient of E[J] with SGD; at every
 logged step compute the variance of REINFORCE, LOORF, ARMS and beta* (summed over the d logits),
@@ -73,7 +73,11 @@ def variance_trajectory(
         theta = param.theta(r)
         if step % log_every == 0 or step == steps:
             moments = moments_at(J, r, n, method, rng, draws)
-            row = {"step": step, "loss": float(expected_loss(J, theta)), "entropy": float(entropy(theta))}
+            row = {
+                "step": step,
+                "loss": float(expected_loss(J, theta)),
+                "entropy": float(entropy(theta)),
+            }
             row.update({f"var_{k}": moments[k].total_variance for k in ESTIMATORS})
             row.update({f"theta_{i + 1}": float(t) for i, t in enumerate(theta)})
             rows.append(row)
@@ -129,7 +133,7 @@ def build_parser() -> argparse.ArgumentParser:
         "estimator draws per logged step",
     )
     p.add_argument("--draws", type=int, default=10_000, help="estimator draws per step for mc")
-    p.add_argument("--out", type=Path, default=Path("results"), help="output folder (default results/)")
+    p.add_argument("--out", type=Path, default=Path("results"), help="output folder")
     p.add_argument("--figures", type=Path, default=FIGURES_DIR, help="where figures are copied")
     return p
 

@@ -56,7 +56,8 @@ def ordered_pattern_probability(c: np.ndarray, n: int, below: int) -> np.ndarray
     sum_t (-1)^t C(below, t) (1 - (n - below + t) c)_+^(n-1)."""
     total = np.zeros_like(c)
     for t in range(below + 1):
-        total = total + (-1) ** t * math.comb(below, t) * _upper_tail(c, np.float64(n - below + t), n)
+        tail = _upper_tail(c, np.float64(n - below + t), n)
+        total = total + (-1) ** t * math.comb(below, t) * tail
     return total
 
 
@@ -91,7 +92,9 @@ def joint_one_probability(theta: np.ndarray, n: int, m: int) -> np.ndarray:
     upper = theta > 0.5
     c_up = dirichlet_threshold(theta, n)
     c_lo = dirichlet_threshold(1 - theta, n)
-    up = sum((-1) ** t * math.comb(m, t) * _upper_tail(c_up, np.float64(t), n) for t in range(m + 1))
+    up = sum(
+        (-1) ** t * math.comb(m, t) * _upper_tail(c_up, np.float64(t), n) for t in range(m + 1)
+    )
     lo = _upper_tail(c_lo, np.float64(m), n)
     return np.where(upper, up, lo)
 

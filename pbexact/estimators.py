@@ -97,7 +97,8 @@ class LoorfAccumulator:
 
     J_hat <- (m / (m+k)) J_hat + (1 / (m+k)) sum J,
     Lambda <- (max(m-1, 1) / max(m+k-1, 1)) Lambda + (1 / max(m+k-1, 1)) sum (.),
-    for Lambda_s (sum of scores) and Lambda_Js (sum of J times score); g = Lambda_Js - Lambda_s J_hat.
+    for Lambda_s (sum of scores) and Lambda_Js (sum of J times score);
+    g = Lambda_Js - Lambda_s J_hat.
     """
 
     def __init__(self) -> None:

@@ -188,7 +188,8 @@ class Escort(Parametrization):
         t = self.theta(r)
         inside = _interior(t)
         c = self.power * t * (1 - t)
-        return xp.where(self.expand(inside), _concat([c / _safe(a, inside), -c / _safe(b, inside)]), 0.0)
+        grad = _concat([c / _safe(a, inside), -c / _safe(b, inside)])
+        return xp.where(self.expand(inside), grad, 0.0)
 
     def score(self, z: Array, r: Array) -> Array:
         xp = arrays.namespace(r)

@@ -43,7 +43,7 @@ class IterativeDirichletCopula:
         self.drawn = 0
 
     def next(self, u: Array) -> Array:
-        """Copula uniforms u~ for the next k samples from uniforms u of shape (k, d); shape (k, d)."""
+        """Copula uniforms u~ of the next k samples, from uniforms u of shape (k, d); (k, d)."""
         rows = []
         for row in range(u.shape[0]):
             s = self.drawn + 1
@@ -59,7 +59,9 @@ class IterativeDirichletCopula:
         return namespace(u).stack(rows)
 
 
-def sample_bernoulli(theta: np.ndarray, size: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
+def sample_bernoulli(
+    theta: np.ndarray, size: tuple[int, ...], rng: np.random.Generator
+) -> np.ndarray:
     """z ~ prod_i Bern(theta_i), shape size + (d,), float64 (`eq:reinforce_p`)."""
     theta = check_theta(theta)
     return (rng.random(size + theta.shape) < theta) * 1.0
