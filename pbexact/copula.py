@@ -13,6 +13,7 @@ inclusion-exclusion. It depends only on how many samples are 1 (exchangeability)
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -40,9 +41,12 @@ def arms_correlation(theta: Array, n: int) -> Array:
 
 
 def arms_bits(u_tilde: Array, theta: Array) -> Array:
-    """z~ from copula uniforms u~ of shape (..., n, d) and theta of shape (d,) (`alg:orig_arms`)."""
+    """z~ from copula uniforms u~ of shape (..., n, d) and theta of shape (d,) or (..., d)
+    (`alg:orig_arms`); a batch of thetas gets its own n samples: theta is broadcast over the
+    sample axis."""
     xp = arrays.namespace(u_tilde)
-    return xp.where(theta > 0.5, u_tilde <= theta, 1 - u_tilde <= theta) * 1.0
+    t = theta[..., None, :]
+    return xp.where(t > 0.5, u_tilde <= t, 1 - u_tilde <= t) * 1.0
 
 
 def _upper_tail(c: np.ndarray, count: np.ndarray, n: int) -> np.ndarray:
@@ -50,15 +54,28 @@ def _upper_tail(c: np.ndarray, count: np.ndarray, n: int) -> np.ndarray:
     return np.clip(1 - count * c, 0.0, None) ** (n - 1)
 
 
+@lru_cache(maxsize=64)
+def _inclusion_exclusion_matrix(n: int) -> np.ndarray:
+    """A[below, j] = (-1)^t C(below, t) for j = n - below + t: row ``below`` combines the upper
+    tails (1 - j c)_+^(n-1), j = 0..n, into one ordered pattern's probability."""
+    A = np.zeros((n + 1, n + 1))
+    for below in range(n + 1):
+        for t in range(below + 1):
+            A[below, n - below + t] = (-1) ** t * math.comb(below, t)
+    return A
+
+
 def ordered_pattern_probability(c: np.ndarray, n: int, below: int) -> np.ndarray:
     """P(d^(s) < c for `below` given samples and d^(s) > c for the other n - below), by
     inclusion-exclusion over the `below` samples:
     sum_t (-1)^t C(below, t) (1 - (n - below + t) c)_+^(n-1)."""
-    total = np.zeros_like(c)
-    for t in range(below + 1):
-        tail = _upper_tail(c, np.float64(n - below + t), n)
-        total = total + (-1) ** t * math.comb(below, t) * tail
-    return total
+    return _all_patterns(np.asarray(c, dtype=np.float64), n)[..., below]
+
+
+def _all_patterns(c: np.ndarray, n: int) -> np.ndarray:
+    """ordered_pattern_probability for below = 0..n at once, shape c.shape + (n+1,)."""
+    tails = _upper_tail(c[..., None], np.arange(n + 1, dtype=np.float64), n)
+    return tails @ _inclusion_exclusion_matrix(n).T
 
 
 def pattern_probabilities(theta: np.ndarray, n: int) -> np.ndarray:
@@ -71,14 +88,11 @@ def pattern_probabilities(theta: np.ndarray, n: int) -> np.ndarray:
     """
     n = check_n(n, "ARMS", 2)
     theta = check_theta(theta)
-    upper = theta > 0.5
-    c = np.where(upper, dirichlet_threshold(theta, n), dirichlet_threshold(1 - theta, n))
-    out = np.empty(theta.shape + (n + 1,))
-    for k in range(n + 1):
-        # upper branch: ones are d < c; lower branch: ones are d > c, i.e. zeros are d < c
-        out[..., k] = np.where(
-            upper, ordered_pattern_probability(c, n, k), ordered_pattern_probability(c, n, n - k)
-        )
+    upper = (theta > 0.5)[..., None]
+    c = np.where(upper[..., 0], dirichlet_threshold(theta, n), dirichlet_threshold(1 - theta, n))
+    f = _all_patterns(c, n)
+    # upper branch: ones are d < c; lower branch: ones are d > c, i.e. zeros are d < c
+    out = np.where(upper, f, f[..., ::-1])
     return np.clip(out, 0.0, None)  # only round-off can make a term negative
 
 

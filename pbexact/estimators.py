@@ -31,16 +31,28 @@ def check_estimator(name: str, n: int | None = None) -> str:
     return name
 
 
+def sample_sum(w: Array, S: Array) -> Array:
+    """sum_s w^(s) S^(s) for weights w (..., n) and scores S (..., n, P): shape (..., P).
+
+    Every estimator below touches the scores only through this sum, so it is linear in them; an
+    ``S`` with a ``weighted_sum(w)`` method (pbexact.variance's scores looked up at vertices)
+    supplies its own faster evaluation of the same sum.
+    """
+    if hasattr(S, "weighted_sum"):
+        return S.weighted_sum(w)
+    return (w[..., None, :] @ S)[..., 0, :]
+
+
 def reinforce(J: Array, S: Array) -> Array:
     """(1/n) sum_s J(z^(s)) S^(s)  (`eq:reinforce`)."""
-    return (J[..., None] * S).sum(-2) / J.shape[-1]
+    return sample_sum(J, S) / J.shape[-1]
 
 
 def baseline(J: Array, S: Array, beta: Array) -> Array:
     """(1/n) sum_s (J(z^(s)) - beta) S^(s) with a constant baseline per parameter, beta of shape
     (..., P) (`eq:bstar_thm_estimator`; beta = beta* of `thm:bStarTwo` gives the beta* estimator).
     """
-    return ((J[..., None] - beta[..., None, :]) * S).sum(-2) / J.shape[-1]
+    return (sample_sum(J, S) - beta * sample_sum(J * 0 + 1, S)) / J.shape[-1]
 
 
 def loorf(J: Array, S: Array) -> Array:
@@ -48,7 +60,7 @@ def loorf(J: Array, S: Array) -> Array:
     n = J.shape[-1]
     check_n(n, "LOORF", 2)
     centered = J - J.sum(-1)[..., None] / n
-    return (centered[..., None] * S).sum(-2) / (n - 1)
+    return sample_sum(centered, S) / (n - 1)
 
 
 def arms(J: Array, S: Array, rho: Array) -> Array:
@@ -65,7 +77,7 @@ class ReinforceAccumulator:
         self.g: Array = None
 
     def update(self, J: Array, S: Array) -> None:
-        self._add((J[..., None] * S).sum(-2), J.shape[-1])
+        self._add(sample_sum(J, S), J.shape[-1])
 
     def _add(self, chunk_sum: Array, k: int) -> None:
         m = self.count
@@ -89,7 +101,7 @@ class BaselineAccumulator(ReinforceAccumulator):
         self.beta = beta
 
     def update(self, J: Array, S: Array) -> None:
-        self._add(((J[..., None] - self.beta[..., None, :]) * S).sum(-2), J.shape[-1])
+        self._add(sample_sum(J, S) - self.beta * sample_sum(J * 0 + 1, S), J.shape[-1])
 
 
 class LoorfAccumulator:
@@ -112,7 +124,7 @@ class LoorfAccumulator:
         m = self.count
         sum_j = J.sum(-1)
         sum_s = S.sum(-2)
-        sum_js = (J[..., None] * S).sum(-2)
+        sum_js = sample_sum(J, S)
         old, new = max(m - 1, 1), max(m + k - 1, 1)
         if self.j_mean is None:
             self.j_mean = sum_j / k

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
+import numba
 import numpy as np
 
 from . import estimators as est
@@ -49,10 +50,38 @@ def _enumeration(d: int, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return ms, counts, ones
 
 
-def _extra(
+@numba.njit(cache=True)
+def _vertex_weighted_sum(w: np.ndarray, idx: np.ndarray, scores: np.ndarray) -> np.ndarray:
+    rows, n = idx.shape
+    out = np.zeros((rows, scores.shape[1]))
+    for m in range(rows):
+        for s in range(n):
+            wm = w[m, s]
+            row = scores[idx[m, s]]
+            for p in range(row.shape[0]):
+                out[m, p] += wm * row[p]
+    return out
+
+
+class VertexScores:
+    """The scores of a batch of multisets, S[m, s] = scores[idx[m, s]], never materialized:
+    ``weighted_sum(w)`` = sum_s w[m, s] scores[idx[m, s]] in one Numba pass, shape (rows, P).
+    The estimators reach the scores only through this sum (`pbexact.estimators.sample_sum`)."""
+
+    def __init__(self, idx: np.ndarray, scores: np.ndarray) -> None:
+        self.idx = np.ascontiguousarray(idx)
+        self.scores = np.ascontiguousarray(scores, dtype=np.float64)
+
+    def weighted_sum(self, w: np.ndarray) -> np.ndarray:
+        w = np.ascontiguousarray(np.broadcast_to(w, self.idx.shape), dtype=np.float64)
+        return _vertex_weighted_sum(w, self.idx, self.scores)
+
+
+def estimator_extra(
     name: str, J: np.ndarray, theta: np.ndarray, n: int, param: Parametrization
 ) -> np.ndarray | None:
-    """The per-parameter constant an estimator needs: rho for ARMS, beta* for beta*."""
+    """The per-parameter constant an estimator needs, shape (..., P) for theta of shape (..., d):
+    rho for ARMS, beta* for beta*; None for the others."""
     if name == "arms":
         return param.expand(arms_correlation(theta, n))
     if name == "betastar":
@@ -60,7 +89,11 @@ def _extra(
     return None
 
 
-def _estimates(name: str, J: np.ndarray, S: np.ndarray, extra: np.ndarray | None) -> np.ndarray:
+def apply_estimator(
+    name: str, J: np.ndarray, S: np.ndarray, extra: np.ndarray | None
+) -> np.ndarray:
+    """The estimate of ``name`` from losses J (..., n), scores S (..., n, P) and its constant
+    ``extra`` (..., P) from :func:`estimator_extra`; shape (..., P)."""
     if name == "reinforce":
         return est.reinforce(J, S)
     if name == "loorf":
@@ -91,22 +124,27 @@ def exact_moments(
     scores = param.score(verts, r)  # (2^d, P)
     grad = param.chain(true_gradient(J, theta), r)
     p_vertex = vertex_probabilities(theta)
-    extras = {name: _extra(name, J, theta, n, param) for name in estimators}
+    extras = {name: estimator_extra(name, J, theta, n, param) for name in estimators}
     q = pattern_probabilities(theta, n) if "arms" in estimators else None
     rows = max(1, CHUNK_ENTRIES // (n * scores.shape[-1]))
     first = {name: np.zeros_like(grad) for name in estimators}
     second = {name: np.zeros_like(grad) for name in estimators}
     for start in range(0, ms.shape[0], rows):
         idx = ms[start : start + rows]
-        Jm, Sm = J[idx], scores[idx]
-        iid_prob = counts[start : start + rows] * np.prod(p_vertex[idx], axis=1)
+        weight = counts[start : start + rows]
+        Jm, Sm = J[idx], VertexScores(idx, scores)
+        # a product of n (or d) vectors beats a reduce over a short axis
+        iid_prob = weight.copy()
+        for s in range(n):
+            iid_prob *= p_vertex[idx[:, s]]
+        if q is not None:
+            arms_prob = weight.copy()
+            k = ones[start : start + rows]
+            for i in range(d):
+                arms_prob *= q[i, k[:, i]]
         for name in estimators:
-            if name == "arms":
-                k = ones[start : start + rows]
-                prob = counts[start : start + rows] * np.prod(q[np.arange(d), k], axis=1)
-            else:
-                prob = iid_prob
-            g = _estimates(name, Jm, Sm, extras.get(name))
+            prob = arms_prob if name == "arms" else iid_prob
+            g = apply_estimator(name, Jm, Sm, extras.get(name))
             first[name] += prob @ g
             second[name] += prob @ (g * g)
     return {
@@ -135,7 +173,7 @@ def sample_estimates(
     else:
         z = sample_bernoulli(theta, (draws, n), rng)
     S = param.score(z, r)
-    return _estimates(name, J[vertex_index(z)], S, _extra(name, J, theta, n, param))
+    return apply_estimator(name, J[vertex_index(z)], S, estimator_extra(name, J, theta, n, param))
 
 
 def mc_moments(
