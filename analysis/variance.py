@@ -155,7 +155,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             desc=f"{bench} d={d} n={args.n}",
         )
         stem = f"{bench}_d{d}_n{args.n}_variance"
-        write_csv(args.out / f"{stem}.csv", list(rows[0]), [list(r.values()) for r in rows])
+        for folder in (args.out, args.figures):  # the figure's data sits next to it
+            write_csv(folder / f"{stem}.csv", list(rows[0]), [list(r.values()) for r in rows])
         fig = plot_variances(rows, f"{bench}, d={d}, n={args.n} ({args.method})")
         save_figure(fig, [args.out / f"{stem}.png", args.figures / f"{stem}.png"])
         last = rows[-1]
