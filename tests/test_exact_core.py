@@ -339,3 +339,21 @@ def test_bad_input_is_named():
         get_parametrization("tanh")
     with pytest.raises(PBInputError, match="unknown estimator"):
         est.check_estimator("rebar")
+
+
+def test_theta_one_half_takes_the_lower_branch_everywhere():
+    """theta = 0.5 exactly: z~ = 1[1 - u~ <= theta], so with n=4 and c = F^{-1}(0.5) ~ 0.206 all
+    four samples can be 1 (every d > c) but never all 0 (every d < c is impossible)."""
+    from pbexact.copula import arms_bits
+    from pbexact.sampling import sample_arms
+
+    q = pattern_probabilities(np.array([0.5]), 4)[0]
+    assert q[0] < 1e-15 and q[4] > 1e-3  # q[0] is zero up to inclusion-exclusion round-off
+    z = sample_arms(np.array([0.5]), 4, (20_000,), np.random.default_rng(5))
+    ones = z.sum(1)[:, 0]
+    assert (ones == 0).sum() == 0 and (ones == 4).sum() > 0
+    # the bit map itself: u~ = 0.5 is a 1 under the lower branch (1 - 0.5 <= 0.5)
+    assert arms_bits(np.array([[0.5]]), np.array([0.5]))[0, 0] == 1.0
+    assert arms_correlation(np.array([0.5]), 4)[0] == pytest.approx(
+        (max(0.0, 2 * 0.5 ** (1 / 3) - 1) ** 3 - 0.25) / 0.25
+    )
