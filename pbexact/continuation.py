@@ -93,41 +93,43 @@ def exponential_schedule(num_temperatures: int, final: float = 1 / 200) -> np.nd
 
 @dataclass(frozen=True)
 class CPRun:
-    """One run of `alg:cp_alg`; arrays have one entry per gradient step (after the step)."""
+    """Runs of `alg:cp_alg`; arrays have shape (steps,) + shape of x0, one entry per gradient
+    step (after the step)."""
 
     x: np.ndarray
-    tau: np.ndarray
+    tau: np.ndarray  # shape (steps,)
     z_relaxed: np.ndarray  # sigmoid(x / tau)
     loss_discrete: np.ndarray  # J(1[x > 0]), what the paper plots
 
 
 def run_cp(
     J: PiecewiseFunction,
-    x0: float,
+    x0: float | np.ndarray,
     lr: float,
     taus: np.ndarray,
     iters_per_temperature: int = 100,
 ) -> CPRun:
     """`alg:cp_alg` with H(x, tau) = d/dx J(sigmoid(x / tau)) (`eq:sigmoid_cp`): for each tau,
     ``iters_per_temperature`` steps of gradient descent x <- x - lr J'(z) z (1 - z) / tau, warm
-    started from the previous temperature's x."""
+    started from the previous temperature's x. An array x0 runs independent starts at once."""
     if iters_per_temperature < 1:
-        raise PBInputError(f"need at least one iteration per temperature, got {iters_per_temperature}")
+        raise PBInputError(
+            f"need at least one iteration per temperature, got {iters_per_temperature}"
+        )
     if not np.isfinite(lr) or lr <= 0:
         raise PBInputError(f"the learning rate must be positive, got {lr}")
-    x = float(x0)
-    xs, ts, zs = [], [], []
+    x = np.array(x0, dtype=np.float64)
+    xs, ts = [], []
     for tau in np.asarray(taus, dtype=np.float64):
         for _ in range(iters_per_temperature):
-            z = float(sigmoid(x / tau))
-            x -= lr * float(J.derivative(z)) * z * (1 - z) / tau
+            z = sigmoid(x / tau)
+            x = x - lr * J.derivative(z) * z * (1 - z) / tau
             xs.append(x)
             ts.append(tau)
-            zs.append(float(sigmoid(x / tau)))
-    xs_arr = np.array(xs)
+    xs_arr, ts_arr = np.array(xs), np.array(ts)
     return CPRun(
         x=xs_arr,
-        tau=np.array(ts),
-        z_relaxed=np.array(zs),
+        tau=ts_arr,
+        z_relaxed=sigmoid(xs_arr / ts_arr.reshape((-1,) + (1,) * x.ndim)),
         loss_discrete=J((xs_arr > 0) * 1.0),
     )

@@ -1,0 +1,146 @@
+"""`python -m analysis.theorems` at small sizes: every check passes on the paper's formulas and
+fails on a deliberately wrong one. Fixed seeds; tolerances are the checks' own."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from analysis import theorems as th
+from pbexact.copula import arms_correlation
+from pbexact.polynomial import flipped_expectation, multilinear_value
+from pbexact.vertices import permutation_counts
+
+
+def rng(seed: int = 0) -> np.random.Generator:
+    return np.random.default_rng(seed)
+
+
+def test_equivalence_passes_and_fails_on_a_perturbed_form():
+    assert th.check_equivalence(rng(), 30, 5).passed
+    bad = {"perturbed": lambda J, t: multilinear_value(J, t) + 1e-6 * np.abs(J).max()}
+    assert not th.check_equivalence(rng(), 30, 5, forms=bad).passed
+
+
+def test_equivalence_mc_passes_and_fails_on_a_biased_polynomial():
+    assert th.check_equivalence_mc(rng(), 5, 4, 4000).passed
+    biased = lambda J, t: multilinear_value(J, t) + 0.2 * np.abs(J).max()  # noqa: E731
+    assert not th.check_equivalence_mc(rng(), 5, 4, 4000, polynomial=biased).passed
+
+
+def test_hessian_symbolic_passes_and_fails_on_a_squared_variable():
+    assert th.check_multilinear_hessian_symbolic(rng(), 6, 3).passed
+
+    def squared(J, xs):
+        return th.sympy_multilinear(J, xs) + xs[0] ** 2  # not multilinear
+
+    res = th.check_multilinear_hessian_symbolic(rng(), 6, 3, builder=squared)
+    assert not res.passed and res.detail["failures"]["multilinear"] == 6
+
+
+def test_hessian_numeric_passes_and_fails_on_a_squared_variable():
+    assert th.check_multilinear_hessian_numeric(rng(), 20, 5).passed
+
+    def squared(J, x):
+        return multilinear_value(J, x) + 0.01 * np.abs(J).max() * x[..., 0] ** 2
+
+    assert not th.check_multilinear_hessian_numeric(rng(), 20, 5, function=squared).passed
+
+
+def test_bstar_passes_and_fails_on_perturbed_formulas():
+    one, two = th.check_bstar(rng(), 4, 3, 3)
+    assert one.passed and two.passed
+    shifted = lambda J, t: flipped_expectation(J, t) + 1e-3 * np.abs(J).max()  # noqa: E731
+    one, two = th.check_bstar(rng(), 4, 3, 3, closed_form=shifted)
+    assert one.passed and not two.passed
+
+    def unsquared(theta, i):  # p * score instead of p * score^2: not the Fisher integrand
+        score = th.get_parametrization("direct").score(th.vertices(theta.size), theta)[:, i]
+        q = th.vertex_probabilities(theta) * np.abs(score)
+        return q / q.sum()
+
+    one, _ = th.check_bstar(rng(), 4, 3, 3, q_builder=unsquared)
+    assert not one.passed
+
+
+def test_mc_bad_gen_2_passes_and_fails_on_a_wrong_threshold():
+    res = th.check_mc_bad_gen_2(rng(), 15, 4)
+    assert res.passed and res.detail["near_equality"] > 0 and res.detail["exact_equalities"] > 0
+
+    def all_coordinates(d, p_star, M0, dM):  # prod over every j, including i
+        return np.full(d, M0 - dM / (d * np.prod(p_star)))
+
+    assert not th.check_mc_bad_gen_2(rng(), 15, 4, threshold=all_coordinates).passed
+
+
+def test_cor_mc_bad_gen_2_passes_and_fails_on_a_wrong_table():
+    res = th.check_cor_mc_bad_gen_2(10, 0.25)
+    assert res.passed
+    assert res.detail["c_fit"] == pytest.approx(4 / 3, rel=1e-9)
+    assert res.detail["binding_from_d"] == 9
+
+    def undivided(d, z_star, m, M0, dM):  # steps of dM instead of dM / d
+        return th.mc_bad_gen_table(d, z_star, m, M0, dM * d)
+
+    assert not th.check_cor_mc_bad_gen_2(10, 0.25, table=undivided).passed
+
+
+def test_ex_mc_bad_gen_1_passes_and_fails_off_the_saddle():
+    res = th.check_ex_mc_bad_gen_1(rng(), 40, steps=300)
+    assert res.passed
+    assert res.detail["escaped_fraction"]["reinforce_shifted"] == 0.0
+    tilted = th.MC_BAD_GEN_1 + np.array([0.0, 0.0, 0.0, 0.3])
+    assert not th.check_ex_mc_bad_gen_1(rng(), 40, steps=300, J=tilted).passed
+
+
+def test_arms_iterative_passes_and_fails_on_a_wrong_exponent():
+    assert th.check_arms_iterative(rng(), 4000, ns=(2, 4)).passed
+
+    def fixed_exponent(total, u, n):  # U^(1/(n-1)) at every step, not U^(1/(n-s))
+        remaining, rows = total * 1.0, []
+        for s in range(1, n + 1):
+            e = remaining * (1 - u[s - 1] ** (1.0 / (n - 1))) if s < n else remaining
+            remaining = remaining - e
+            rows.append(1 - (1 - e / total) ** (n - 1))
+        return np.stack(rows)
+
+    assert not th.check_arms_iterative(rng(), 4000, ns=(2, 4), sampler=fixed_exponent).passed
+
+
+def test_arms_correlation_and_unbiasedness_fail_on_a_wrong_rho():
+    assert th.check_arms_correlation(rng(), 10, 6).passed
+    assert th.check_arms_unbiased(rng(), 6, 3, 3).passed
+    wrong = lambda theta, n: arms_correlation(theta, n) * 0.99  # noqa: E731
+    assert not th.check_arms_correlation(rng(), 10, 6, rho=wrong).passed
+    assert not th.check_arms_unbiased(rng(), 6, 3, 3, rho=wrong).passed
+
+
+def test_multisets_pass_and_fail_on_wrong_counts():
+    assert th.check_multisets(rng(), 2, 3).passed
+    assert not th.check_multisets(rng(), 2, 3, count=lambda k, n: math.comb(k + n, n)).passed
+    plus_one = lambda ms: permutation_counts(ms) + 1  # noqa: E731
+    assert not th.check_multisets(rng(), 2, 3, orderings=plus_one).passed
+
+
+def test_cli_writes_tables_and_exits_zero(tmp_path, capsys):
+    argv = ["--instances", "4", "--max-d", "3", "--max-n", "3", "--samples", "2000",
+            "--cor-max-d", "8", "--runs", "30", "--no-progress", "--out", str(tmp_path)]
+    assert th.main(argv) == 0
+    rows = json.loads((tmp_path / "theorems.json").read_text())
+    labels = {r["label"] for r in rows}
+    assert {"eq:equivalence", "thm:multilinear_hessian", "thm:bStarOne", "thm:bStarTwo",
+            "thm:mc_bad_gen_2", "cor:mc_bad_gen_2", "ex:mc_bad_gen_1", "sec:arms_iter_proof",
+            "alg:orig_arms", "eq:n_multisets"} <= labels
+    assert all({"label", "check", "worst", "passed"} <= set(r) for r in rows)
+    assert all(r["passed"] for r in rows)
+    assert "| label |" in (tmp_path / "theorems.md").read_text()
+    assert "cor:mc_bad_gen_2" in capsys.readouterr().out
+
+
+def test_cli_bad_input_is_one_line_and_exit_2(capsys):
+    assert th.run(th.main, ["--epsilon", "1.5"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1
