@@ -6,6 +6,10 @@ logged step compute the variance of REINFORCE, LOORF, ARMS and beta* (summed ove
 the entropy of p_theta and the expected loss.
 
     python -m analysis.variance --d 4 --n 4
+    python -m analysis.variance --d 10 --n 10      # exact, by the closed form
+
+--method auto (the default) enumerates multisets where they are few and uses the closed form
+(`pbexact.closed_form`) otherwise; both are exact. Monte Carlo runs only when asked (--method mc).
 """
 
 from __future__ import annotations
@@ -19,14 +23,17 @@ from tqdm import tqdm
 
 from analysis.cli import run, save_figure, write_csv
 from pbexact.benchmarks import BENCHMARKS, benchmark_table
-from pbexact.errors import PBInputError, check_d
+from pbexact.closed_form import MAX_CLOSED_FORM_D, closed_form_moments
+from pbexact.errors import PBInputError, check_d, multiset_count
 from pbexact.estimators import ESTIMATORS, check_estimator
 from pbexact.parametrizations import Sigmoid
 from pbexact.polynomial import entropy, expected_loss, true_gradient
 from pbexact.variance import EstimatorMoments, exact_moments, mc_moments
 from pbexact.vertices import check_enumeration
 
-METHODS = ("enumerate", "mc")
+METHODS = ("auto", "enumerate", "closed", "mc")
+#: auto enumerates up to this many multisets (the paper's d=4, n=4 has 3,876), else closed form.
+AUTO_ENUMERATION_LIMIT = 10_000
 FIGURES_DIR = Path(__file__).resolve().parent.parent / "figures"
 
 
@@ -34,17 +41,31 @@ def moments_at(
     J: np.ndarray, r: np.ndarray, n: int, method: str, rng: np.random.Generator, draws: int
 ) -> dict[str, EstimatorMoments]:
     """Every estimator's moments at sigmoid logits r by the chosen method."""
+    if method == "auto":
+        method = resolve_method(method, int(np.log2(len(J))), n)
     if method == "enumerate":
         return exact_moments(J, r, n, "sigmoid")
+    if method == "closed":
+        return closed_form_moments(J, r, n, "sigmoid")
     if method == "mc":
         return mc_moments(J, r, n, draws, rng, "sigmoid")
     raise PBInputError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
 
 
+def resolve_method(method: str, d: int, n: int) -> str:
+    """The method ``auto`` stands for at this size; any other method unchanged."""
+    if method != "auto":
+        return method
+    return "enumerate" if multiset_count(2**d, n) <= AUTO_ENUMERATION_LIMIT else "closed"
+
+
 def check_method(method: str, d: int, n: int) -> None:
     """Fail before any work if the method cannot run at this size."""
+    method = resolve_method(method, d, n)
     if method == "enumerate":
         check_enumeration(2**d, n)
+    elif method == "closed":
+        check_d(d, limit=MAX_CLOSED_FORM_D)
     elif method not in METHODS:
         raise PBInputError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
 
@@ -55,7 +76,7 @@ def variance_trajectory(
     steps: int = 10_000,
     log_every: int = 100,
     lr: float = 0.1,
-    method: str = "enumerate",
+    method: str = "auto",
     draws: int = 10_000,
     seed: int = 0,
     desc: str = "",
@@ -65,6 +86,7 @@ def variance_trajectory(
     for name in ESTIMATORS:
         check_estimator(name, n)
     check_method(method, d, n)
+    method = resolve_method(method, d, n)
     param = Sigmoid()
     rng = np.random.default_rng(seed)
     r = np.zeros(d)
@@ -128,9 +150,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--method",
         choices=METHODS,
-        default="enumerate",
-        help="enumerate: exact, over all n-multisets; mc: the paper's estimate from --draws "
-        "estimator draws per logged step",
+        default="auto",
+        help="enumerate: exact, over all n-multisets; closed: exact, closed form (any n, "
+        "d <= 20); auto (default): enumerate up to "
+        f"{AUTO_ENUMERATION_LIMIT:,} multisets, else closed; mc: the paper's estimate from "
+        "--draws estimator draws per logged step",
     )
     p.add_argument("--draws", type=int, default=10_000, help="estimator draws per step for mc")
     p.add_argument("--out", type=Path, default=Path("results"), help="output folder")
@@ -157,7 +181,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         stem = f"{bench}_d{d}_n{args.n}_variance"
         for folder in (args.out, args.figures):  # the figure's data sits next to it
             write_csv(folder / f"{stem}.csv", list(rows[0]), [list(r.values()) for r in rows])
-        fig = plot_variances(rows, f"{bench}, d={d}, n={args.n} ({args.method})")
+        method = resolve_method(args.method, d, args.n)
+        fig = plot_variances(rows, f"{bench}, d={d}, n={args.n} ({method})")
         save_figure(fig, [args.out / f"{stem}.png", args.figures / f"{stem}.png"])
         last = rows[-1]
         print(

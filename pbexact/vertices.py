@@ -71,7 +71,7 @@ def check_enumeration(num_items: int, n: int) -> None:
         raise PBInputError(
             f"enumerating the {multiset_count(num_items, n):.3g} {n}-multisets of {num_items} "
             f"vertices needs about {format_bytes(need)}, over the limit of "
-            f"{format_bytes(ENUMERATION_MEMORY_LIMIT)}; use --method mc (Monte Carlo) instead"
+            f"{format_bytes(ENUMERATION_MEMORY_LIMIT)}; use --method closed (exact) or mc"
         )
 
 

@@ -49,14 +49,15 @@ def test_variance_cli_mc_is_close_to_exact(tmp_path):
 @pytest.mark.parametrize(
     "args,message",
     [
-        (["--d", "10", "--n", "10"], "--method mc"),
+        (["--d", "10", "--n", "10", "--method", "enumerate"], "--method closed"),
         (["--n", "1"], "needs n >= 2"),
         (["--d", "40"], "too large"),
         (["--log-every", "0"], "--log-every"),
     ],
 )
 def test_variance_cli_bad_input_is_one_line_exit_2(args, message, tmp_path):
-    cmd = [sys.executable, "-m", "analysis.variance", *args, "--out", str(tmp_path)]
+    cmd = [sys.executable, "-m", "analysis.variance", *args, "--out", str(tmp_path),
+           "--figures", str(tmp_path)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2
     err = proc.stderr.strip().splitlines()

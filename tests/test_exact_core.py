@@ -333,7 +333,7 @@ def test_bad_input_is_named():
         exact_moments(np.zeros(4), np.zeros(2), 1, "sigmoid", ("loorf",))
     with pytest.raises(PBInputError, match="ARMS needs n >= 2"):
         exact_moments(np.zeros(4), np.zeros(2), 1, "sigmoid", ("arms",))
-    with pytest.raises(PBInputError, match=r"needs about .* over the limit .* --method mc"):
+    with pytest.raises(PBInputError, match=r"needs about .* over the limit .* --method closed"):
         multisets(2**10, 10)
     with pytest.raises(PBInputError, match="unknown parametrization"):
         get_parametrization("tanh")

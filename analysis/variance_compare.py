@@ -1,0 +1,126 @@
+"""The paper's d=10 variance figure (`fig:microworld_variance`, `sec:microworld_compare_estimators`)
+exactly, beside the Monte Carlo estimate the paper drew it from (`sec:app_true_var`: 10,000
+estimator draws per logged step), on the same trajectory.
+
+Left panel: the exact variances (closed form, `pbexact.closed_form`) as lines and the MC estimates
+as dots; right panel: the MC estimate's relative error, MC / exact - 1, i.e. the noise the paper's
+figure carried.
+
+    python -m analysis.variance_compare --d 10 --n 10
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from analysis.cli import run, save_figure, write_csv
+from analysis.variance import FIGURES_DIR, variance_trajectory
+from pbexact.benchmarks import BENCHMARKS, benchmark_table
+from pbexact.errors import PBInputError, check_d
+from pbexact.estimators import ESTIMATORS, check_estimator
+
+LABELS = {"reinforce": "REINFORCE", "loorf": "LOORF", "arms": "ARMS", "betastar": r"$\beta^*$"}
+
+
+def compare_rows(
+    exact: list[dict[str, float]], mc: list[dict[str, float]]
+) -> list[dict[str, float]]:
+    """Rows ``step, var_<estimator> (exact), mc_<estimator>, relerr_<estimator>``."""
+    rows = []
+    for e, m in zip(exact, mc):
+        row = {"step": e["step"]}
+        for k in ESTIMATORS:
+            row[f"var_{k}"] = e[f"var_{k}"]
+            row[f"mc_{k}"] = m[f"var_{k}"]
+            row[f"relerr_{k}"] = m[f"var_{k}"] / e[f"var_{k}"] - 1 if e[f"var_{k}"] > 0 else np.nan
+        rows.append(row)
+    return rows
+
+
+def plot_compare(rows: list[dict[str, float]], title: str, draws: int):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    steps = np.array([row["step"] for row in rows])
+    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(11, 4.0))
+    for i, k in enumerate(ESTIMATORS):
+        color = f"C{i}"
+        exact = np.array([row[f"var_{k}"] for row in rows])
+        mc = np.array([row[f"mc_{k}"] for row in rows])
+        ax.plot(steps, np.where(exact > 0, exact, np.nan), color=color, label=f"{LABELS[k]} exact")
+        ax.plot(steps, np.where(mc > 0, mc, np.nan), ".", color=color, ms=3,
+                label=f"{LABELS[k]} MC")
+        ax2.plot(steps, 100 * np.array([row[f"relerr_{k}"] for row in rows]), ".-", color=color,
+                 ms=3, lw=0.6, label=LABELS[k])
+    ax.set_yscale("log")
+    ax.set_xlabel("step")
+    ax.set_ylabel("variance (sum over logits)")
+    ax.legend(fontsize=7, ncol=2, loc="best")
+    # mean(g^2) - grad^2 can come out <= 0 when the variance is far below grad^2 (beta* late on)
+    ax.text(0.01, 0.01, "MC estimates <= 0 are not drawn (log axis); they show as -100% right",
+            transform=ax.transAxes, fontsize=7, va="bottom")
+    ax.set_title(title)
+    ax2.axhline(0, color="k", lw=0.6)
+    ax2.set_xlabel("step")
+    ax2.set_ylabel(f"MC ({draws:,} draws) / exact - 1  (%)")
+    ax2.legend(fontsize=7, loc="best")
+    ax2.set_title("noise of the Monte Carlo estimate")
+    fig.tight_layout()
+    return fig
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m analysis.variance_compare",
+        description="Exact (closed-form) estimator variances along the true-gradient trajectory "
+        "beside the paper's Monte Carlo estimate (fig:microworld_variance).",
+    )
+    p.add_argument("--d", type=int, default=10, help="number of bits (default 10)")
+    p.add_argument("--n", type=int, default=10, help="samples per estimate (default 10)")
+    p.add_argument("--benchmark", choices=(*BENCHMARKS, "all"), default="all")
+    p.add_argument("--steps", type=int, default=10_000, help="SGD steps (default 10,000)")
+    p.add_argument("--log-every", type=int, default=100, help="steps between logged points")
+    p.add_argument("--lr", type=float, default=0.1, help="SGD learning rate (default 0.1)")
+    p.add_argument("--draws", type=int, default=10_000, help="MC estimator draws per step")
+    p.add_argument("--seed", type=int, default=0, help="seed of the benchmark instance and of MC")
+    p.add_argument("--out", type=Path, default=Path("results"), help="output folder")
+    p.add_argument("--figures", type=Path, default=FIGURES_DIR, help="where figures are copied")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    d = check_d(args.d, limit=20)
+    if args.steps < 0 or args.log_every < 1 or args.draws < 1:
+        raise PBInputError("--steps must be >= 0, --log-every >= 1 and --draws >= 1")
+    for name in ESTIMATORS:
+        check_estimator(name, args.n)
+    names = BENCHMARKS if args.benchmark == "all" else (args.benchmark,)
+    for bench in names:
+        J = benchmark_table(bench, d, args.seed)
+        common = dict(steps=args.steps, log_every=args.log_every, lr=args.lr, seed=args.seed)
+        exact = variance_trajectory(J, args.n, method="closed", desc=f"{bench} exact", **common)
+        mc = variance_trajectory(J, args.n, method="mc", draws=args.draws, desc=f"{bench} MC",
+                                 **common)
+        rows = compare_rows(exact, mc)
+        stem = f"{bench}_d{d}_n{args.n}_variance_exact_vs_mc"
+        for folder in (args.out, args.figures):
+            write_csv(folder / f"{stem}.csv", list(rows[0]), [list(r.values()) for r in rows])
+        fig = plot_compare(rows, f"{bench}, d={d}, n={args.n}: exact vs MC", args.draws)
+        save_figure(fig, [args.out / f"{stem}.png", args.figures / f"{stem}.png"])
+        print(f"{bench}: |MC / exact - 1| over {len(rows)} logged steps (median, max):")
+        for k in ESTIMATORS:
+            err = np.abs([row[f"relerr_{k}"] for row in rows])
+            print(f"  {k:9s} {100 * np.nanmedian(err):6.2f}%  {100 * np.nanmax(err):6.2f}%")
+        print(f"  wrote {args.out / (stem + '.csv')} and {args.out / (stem + '.png')}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(run(main))
