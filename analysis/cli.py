@@ -26,6 +26,39 @@ def run(
         return 2
 
 
+def read_table(path: str | Path) -> Any:
+    """A J table from a CSV file with columns ``h, J`` (as ``analysis.variance`` writes them),
+    rows in any order; every h in 0..2^d-1 exactly once. Returns a float64 array (2^d,)."""
+    import numpy as np
+
+    from pbexact.errors import check_table
+
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise PBInputError(f"cannot read the J table {path}: {exc.strerror}") from None
+    rows = list(csv.reader(io.StringIO(text)))
+    if not rows or [c.strip() for c in rows[0]] != ["h", "J"]:
+        raise PBInputError(f"corrupt J table {path}: the first line must be the header 'h,J'")
+    values: dict[int, float] = {}
+    for line, row in enumerate(rows[1:], start=2):
+        if not row:
+            continue
+        try:
+            h, j = int(row[0]), float(row[1])
+        except (ValueError, IndexError):
+            raise PBInputError(
+                f"corrupt J table {path}, line {line}: expected 'h,J' numbers, got {row!r}"
+            ) from None
+        if h in values or h < 0:
+            raise PBInputError(f"corrupt J table {path}, line {line}: h={h} repeated or < 0")
+        values[h] = j
+    if sorted(values) != list(range(len(values))):
+        raise PBInputError(f"corrupt J table {path}: the h column must cover 0..{len(values) - 1}")
+    return check_table(np.array([values[h] for h in range(len(values))]))
+
+
 def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
     """Write to a temporary file beside ``path`` and rename it over: a reader never sees half a
     file and an interrupted write leaves the old one intact."""

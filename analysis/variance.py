@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from analysis.cli import run, save_figure, write_csv
+from analysis.cli import read_table, run, save_figure, write_csv
 from pbexact.benchmarks import BENCHMARKS, benchmark_table
 from pbexact.closed_form import MAX_CLOSED_FORM_D, closed_form_moments
 from pbexact.errors import PBInputError, check_d, multiset_count
@@ -140,9 +140,16 @@ def build_parser() -> argparse.ArgumentParser:
         description="Exact estimator variances along the true-gradient trajectory "
         "(fig:microworld_variance): sigmoid, SGD from theta = 0.5.",
     )
-    p.add_argument("--d", type=int, default=4, help="number of bits (default 4)")
+    p.add_argument("--d", type=int, default=None, help="number of bits (default 4)")
     p.add_argument("--n", type=int, default=4, help="samples per estimate (default 4)")
     p.add_argument("--benchmark", choices=(*BENCHMARKS, "all"), default="all")
+    p.add_argument(
+        "--table",
+        type=Path,
+        default=None,
+        help="a J table CSV with columns h,J (as written to DIR/B_d{d}_table.csv) to study "
+        "instead of the benchmarks; d is read from its length",
+    )
     p.add_argument("--steps", type=int, default=10_000, help="SGD steps (default 10,000)")
     p.add_argument("--log-every", type=int, default=100, help="steps between logged points")
     p.add_argument("--lr", type=float, default=0.1, help="SGD learning rate (default 0.1)")
@@ -164,16 +171,26 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    d = check_d(args.d, limit=20)
+    tables: dict[str, np.ndarray] = {}
+    if args.table is not None:
+        J = read_table(args.table)
+        table_d = len(J).bit_length() - 1
+        if args.d is not None and args.d != table_d:
+            raise PBInputError(f"--d {args.d} does not match the table's 2^{table_d} entries")
+        args.d = table_d
+        tables[args.table.stem] = J
+    d = check_d(4 if args.d is None else args.d, limit=20)
     if args.steps < 0 or args.log_every < 1 or args.draws < 1:
         raise PBInputError("--steps must be >= 0, --log-every >= 1 and --draws >= 1")
     for name in ESTIMATORS:
         check_estimator(name, args.n)
     check_method(args.method, d, args.n)
-    names = BENCHMARKS if args.benchmark == "all" else (args.benchmark,)
-    for bench in names:
-        J = benchmark_table(bench, d, args.seed)
-        write_csv(args.out / f"{bench}_d{d}_table.csv", ["h", "J"], enumerate(J.tolist()))
+    if not tables:
+        names = BENCHMARKS if args.benchmark == "all" else (args.benchmark,)
+        for bench in names:
+            tables[bench] = benchmark_table(bench, d, args.seed)
+            write_csv(args.out / f"{bench}_d{d}_table.csv", ["h", "J"], enumerate(tables[bench]))
+    for bench, J in tables.items():
         rows = variance_trajectory(
             J, args.n, args.steps, args.log_every, args.lr, args.method, args.draws, args.seed,
             desc=f"{bench} d={d} n={args.n}",

@@ -65,6 +65,40 @@ def test_variance_cli_bad_input_is_one_line_exit_2(args, message, tmp_path):
     assert "Traceback" not in proc.stderr
 
 
+@pytest.mark.parametrize(
+    "content,message",
+    [
+        ("h,J\n0,1.0\n1,nan\n", "NaN or inf at h=1"),
+        ("h,J\n0,1.0\n1,2.0\n2,3.0\n", "2^d entries"),
+        ("h,J\n0,1.0\n1,abc\n", "line 3"),
+        ("z,loss\n0,1.0\n1,2.0\n", "header"),
+        ("h,J\n0,1.0\n2,2.0\n", "cover 0..1"),
+    ],
+)
+def test_variance_cli_rejects_bad_tables(content, message, tmp_path, capsys):
+    table = tmp_path / "mine.csv"
+    table.write_text(content)
+    from analysis.cli import run
+
+    assert run(variance.main, ["--table", str(table), "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error:") and message in err and "\n" not in err
+
+
+def test_variance_cli_studies_a_given_table(tmp_path):
+    table = tmp_path / "quad.csv"
+    J = [(0 - 0.49) ** 2, (1 - 0.49) ** 2]
+    table.write_text("h,J\n" + "".join(f"{h},{j!r}\n" for h, j in enumerate(J)))
+    args = ["--table", str(table), "--n", "4", "--steps", "0", "--out", str(tmp_path),
+            "--figures", str(tmp_path)]
+    assert variance.main(args) == 0
+    with open(tmp_path / "quad_d1_n4_variance.csv") as fh:
+        row = next(csv.DictReader(fh))
+    # the d=1 reference values at theta = 0.5 (exact-core issue)
+    assert float(row["var_loorf"]) == pytest.approx(4.1667e-6, rel=1e-4)
+    assert float(row["var_arms"]) == pytest.approx(6.0780e-7, rel=1e-4)
+
+
 def test_arms_table_json(tmp_path):
     out = tmp_path / "t.json"
     assert arms_table.main(["--n", "4", "--json", str(out), "--latex"]) == 0
