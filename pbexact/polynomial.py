@@ -12,15 +12,14 @@ from .errors import check_table, check_theta
 
 
 def _contract(table: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """sum_h table[..., h] prod_i (a_i if bit i of h is 0 else b_i); a, b of shape (..., d).
+    """sum_h table[h] prod_i (a_i if bit i of h is 0 else b_i); a, b of shape (..., d) batch.
 
-    Consumes the lowest bit first, so each step is one O(2^d) pass.
+    Consumes the lowest bit first, so each step is one pass over what is left: O(2^d) per batch
+    entry, and the batch broadcasts in the first step without copying the table.
     """
-    d = a.shape[-1]
-    batch = np.broadcast_shapes(table.shape[:-1], a.shape[:-1])
-    t = np.broadcast_to(table, batch + table.shape[-1:])
-    for i in range(d):
-        t = t.reshape(batch + (-1, 2))
+    t = table
+    for i in range(a.shape[-1]):
+        t = t.reshape(t.shape[:-1] + (-1, 2))
         t = t[..., 0] * a[..., i, None] + t[..., 1] * b[..., i, None]
     return t[..., 0]
 
@@ -89,16 +88,12 @@ def true_gradient(J: np.ndarray, theta: np.ndarray) -> np.ndarray:
     theta = check_theta(theta)
     d = theta.shape[-1]
     J = check_table(J, d)
-    out = []
+    out = np.empty(theta.shape)
     for i in range(d):
         v = J.reshape(-1, 2, 2**i)
-        diff = (v[:, 1, :] - v[:, 0, :]).reshape(-1)
         rest = np.delete(theta, i, axis=-1)
-        if d == 1:
-            out.append(np.broadcast_to(diff[0], theta.shape[:-1]).astype(np.float64))
-        else:
-            out.append(_contract(diff, 1 - rest, rest))
-    return np.stack(out, axis=-1)
+        out[..., i] = _contract((v[:, 1, :] - v[:, 0, :]).reshape(-1), 1 - rest, rest)
+    return out
 
 
 def flipped_expectation(J: np.ndarray, theta: np.ndarray) -> np.ndarray:
@@ -106,12 +101,12 @@ def flipped_expectation(J: np.ndarray, theta: np.ndarray) -> np.ndarray:
     the expected loss with theta_i replaced by 1 - theta_i."""
     theta = check_theta(theta)
     J = check_table(J, theta.shape[-1])
-    out = []
+    out = np.empty(theta.shape)
     for i in range(theta.shape[-1]):
         t = theta.copy()
         t[..., i] = 1 - t[..., i]
-        out.append(_contract(J, 1 - t, t))
-    return np.stack(out, axis=-1)
+        out[..., i] = _contract(J, 1 - t, t)
+    return out
 
 
 def entropy(theta: np.ndarray) -> np.ndarray:

@@ -73,7 +73,9 @@ class VertexScores:
         self.scores = np.ascontiguousarray(scores, dtype=np.float64)
 
     def weighted_sum(self, w: np.ndarray) -> np.ndarray:
-        w = np.ascontiguousarray(np.broadcast_to(w, self.idx.shape), dtype=np.float64)
+        if w.shape != self.idx.shape:
+            w = np.broadcast_to(w, self.idx.shape)
+        w = np.ascontiguousarray(w, dtype=np.float64)
         return _vertex_weighted_sum(w, self.idx, self.scores)
 
 
@@ -132,7 +134,8 @@ def exact_moments(
     for start in range(0, ms.shape[0], rows):
         idx = ms[start : start + rows]
         weight = counts[start : start + rows]
-        Jm, Sm = J[idx], VertexScores(idx, scores)
+        # column-major: the estimators' sums over the n samples then run across rows at once
+        Jm, Sm = np.asfortranarray(J[idx]), VertexScores(idx, scores)
         # a product of n (or d) vectors beats a reduce over a short axis
         iid_prob = weight.copy()
         for s in range(n):
