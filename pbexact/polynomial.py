@@ -97,16 +97,13 @@ def true_gradient(J: np.ndarray, theta: np.ndarray) -> np.ndarray:
 
 
 def flipped_expectation(J: np.ndarray, theta: np.ndarray) -> np.ndarray:
-    """beta*_i = E_theta[J(z_1, ..., 1 - z_i, ..., z_d)] (`thm:bStarTwo`), shape (..., d):
-    the expected loss with theta_i replaced by 1 - theta_i."""
+    """beta*_i = E_theta[J(z_1, ..., 1 - z_i, ..., z_d)] (`thm:bStarTwo`), shape (..., d).
+
+    With A_i = E[J | z_i = 1] and B_i = E[J | z_i = 0], E[J] = theta_i A_i + (1 - theta_i) B_i and
+    the flipped expectation is (1 - theta_i) A_i + theta_i B_i = E[J] + (1 - 2 theta_i) dE/dtheta_i.
+    """
     theta = check_theta(theta)
-    J = check_table(J, theta.shape[-1])
-    out = np.empty(theta.shape)
-    for i in range(theta.shape[-1]):
-        t = theta.copy()
-        t[..., i] = 1 - t[..., i]
-        out[..., i] = _contract(J, 1 - t, t)
-    return out
+    return expected_loss(J, theta)[..., None] + (1 - 2 * theta) * true_gradient(J, theta)
 
 
 def entropy(theta: np.ndarray) -> np.ndarray:
