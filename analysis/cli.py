@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import csv
 import io
-import json
-import os
 import sys
-import tempfile
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 from pbexact.errors import PBInputError
+from pbexact.io import atomic_write_bytes, atomic_write_text, write_csv, write_json
+
+__all__ = [
+    "atomic_write_bytes", "atomic_write_text", "read_table", "run", "save_figure", "write_csv",
+    "write_json",
+]
 
 
 def run(
@@ -57,38 +60,6 @@ def read_table(path: str | Path) -> Any:
     if sorted(values) != list(range(len(values))):
         raise PBInputError(f"corrupt J table {path}: the h column must cover 0..{len(values) - 1}")
     return check_table(np.array([values[h] for h in range(len(values))]))
-
-
-def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
-    """Write to a temporary file beside ``path`` and rename it over: a reader never sees half a
-    file and an interrupted write leaves the old one intact."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
-
-
-def atomic_write_text(path: str | Path, text: str) -> Path:
-    return atomic_write_bytes(path, text.encode())
-
-
-def write_csv(path: str | Path, header: Sequence[str], rows: Iterable[Sequence[Any]]) -> Path:
-    buf = io.StringIO()
-    writer = csv.writer(buf, lineterminator="\n")
-    writer.writerow(header)
-    writer.writerows(rows)
-    return atomic_write_text(path, buf.getvalue())
-
-
-def write_json(path: str | Path, obj: Any) -> Path:
-    return atomic_write_text(path, json.dumps(obj, indent=2) + "\n")
 
 
 def save_figure(fig: Any, paths: Iterable[str | Path]) -> list[Path]:

@@ -19,7 +19,6 @@ supplies f for a masked network, and the microworld (NNLoss) can supply its own.
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -201,7 +200,7 @@ def dense_regularizer(r: torch.Tensor, theta_fn: Callable[[torch.Tensor], torch.
     rr = r.detach().requires_grad_(True)
     value = lam * theta_fn(rr).sum()
     (grad,) = torch.autograd.grad(value, rr)
-    return float(value), grad
+    return float(value.detach()), grad
 
 
 # ---------------------------------------------------------------------------------------------
@@ -249,7 +248,8 @@ class HybridControl(nn.Module):
     batch dimensions (e.g. (seeds, 1) for vectorized microworld runs).
     """
 
-    def __init__(self, kind: str, d: int, shape: tuple[int, ...] = (), hidden: int = 10) -> None:
+    def __init__(self, kind: str, d: int, shape: tuple[int, ...] = (), hidden: int = 10,
+                 generator: torch.Generator | None = None) -> None:
         super().__init__()
         if kind not in ("rebar", "relax"):
             raise PBInputError(f"unknown control kind {kind!r}; choose rebar or relax")
@@ -258,6 +258,13 @@ class HybridControl(nn.Module):
         self.eta = nn.Parameter(torch.ones(shape)) if kind == "rebar" else None
         self.net = (nn.Sequential(nn.Linear(d, hidden), nn.Tanh(), nn.Linear(hidden, 1))
                     if kind == "relax" else None)
+        if self.net is not None and generator is not None:
+            # nn.Linear's default init from an explicit generator: same seed, same network
+            with torch.no_grad():
+                for p in self.net.parameters():
+                    fan_in = p.shape[-1] if p.dim() == 2 else hidden if p.numel() == 1 else d
+                    bound = 1 / math.sqrt(fan_in)
+                    p.copy_((torch.rand(p.shape, generator=generator) * 2 - 1) * bound)
 
     def relax(self, z: torch.Tensor) -> torch.Tensor:
         return torch.sigmoid(z / self.log_tau.exp()[..., None])
@@ -310,3 +317,196 @@ def _grad_pair(c_z: torch.Tensor, c_zt: torch.Tensor, r: torch.Tensor):
     (d_cz,) = torch.autograd.grad(c_z.sum(), r, create_graph=True, retain_graph=True)
     (d_czt,) = torch.autograd.grad(c_zt.sum(), r, create_graph=True, retain_graph=True)
     return d_cz, d_czt
+
+
+# ---------------------------------------------------------------------------------------------
+# One optimizer over mask logits for every method
+
+
+@dataclass
+class MethodConfig:
+    """A mask-optimization method and its hyperparameters (validated before training)."""
+
+    method: str = "loorf"
+    n: int = 10
+    param: str = "sigmoid"
+    lr: float = 0.1
+    optimizer: str = "rmsprop"
+    seed: int = 0
+    chunk: int | None = None
+    lam: float = 0.0
+    cp_final_tau: float = 1 / 200
+    cp_every: int = 100
+
+    def validate(self) -> MethodConfig:
+        """Raise :class:`PBInputError` on the first bad setting."""
+        if self.method not in METHODS:
+            raise PBInputError(
+                f"unknown method {self.method!r}; choose one of {', '.join(METHODS)}"
+            )
+        if self.param not in PARAMETRIZATIONS:
+            raise PBInputError(
+                f"unknown parametrization {self.param!r}; "
+                f"choose one of {', '.join(PARAMETRIZATIONS)}"
+            )
+        if self.method not in MC_METHODS and self.param != "sigmoid":
+            raise PBInputError(
+                f"{self.method.upper()} is defined for the sigmoid parametrization only; "
+                "use --param sigmoid (other parametrizations: reinforce, loorf, arms)"
+            )
+        if self.method != "cp":
+            check_n(self.n, self.method.upper(), METHOD_MIN_SAMPLES[self.method])
+        if not (isinstance(self.lr, (int, float)) and math.isfinite(self.lr) and self.lr > 0):
+            raise PBInputError(f"the learning rate must be a positive number, got lr={self.lr}")
+        if self.optimizer not in OPTIMIZERS:
+            raise PBInputError(
+                f"unknown optimizer {self.optimizer!r}; choose one of {', '.join(OPTIMIZERS)}"
+            )
+        if self.chunk is not None and (not isinstance(self.chunk, int) or self.chunk < 1):
+            raise PBInputError(f"chunk must be a positive integer (or omitted), got {self.chunk}")
+        if not self.lam >= 0:
+            raise PBInputError(f"the regularization weight must be >= 0, got lam={self.lam}")
+        if not 0 < self.cp_final_tau <= 1 or self.cp_every < 1:
+            raise PBInputError("CP needs 0 < final tau <= 1 and a schedule period >= 1")
+        return self
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+class MaskTrainer:
+    """Mask logits r of shape (P,) and one optimizer step per call of :meth:`step`.
+
+    theta starts at 0.5 for every weight (`sec:app_maskednnregression`): r = logits(0.5) of the
+    parametrization, and r = 0 for CP (sigmoid(0 / tau) = 0.5).
+    """
+
+    def __init__(self, config: MethodConfig, d: int, total_steps: int,
+                 device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32,
+                 bytes_per_sample: int | None = None) -> None:
+        self.config = config.validate()
+        self.d = d
+        self.total_steps = max(int(total_steps), 1)
+        self.device = torch.device(device)
+        self.param = get_parametrization(config.param)
+        if config.method == "cp":
+            r0 = torch.zeros(d, dtype=torch.float64)
+        else:
+            r0 = self.param.logits(torch.full((d,), 0.5, dtype=torch.float64))
+        self.r = nn.Parameter(r0.to(device=self.device, dtype=dtype))
+        opt_cls = torch.optim.RMSprop if config.optimizer == "rmsprop" else torch.optim.SGD
+        self.opt = opt_cls([self.r], lr=config.lr)
+        self.generator = torch.Generator(device=self.device)
+        self.generator.manual_seed(config.seed)
+        self.control: HybridControl | None = None
+        self.control_opts: list[torch.optim.Optimizer] = []
+        if config.method in ("rebar", "relax"):
+            init_gen = torch.Generator().manual_seed(config.seed)
+            self.control = HybridControl(config.method, d, generator=init_gen).to(
+                device=self.device, dtype=dtype)
+            scalars = self.control.scalar_parameters()
+            self.control_opts.append(torch.optim.Adam(scalars, lr=config.lr))
+            if self.control.net is not None:
+                # `sec:app_microworld_hypers`: the RELAX network uses Adam, lr 1, weight decay 1e-3
+                self.control_opts.append(
+                    torch.optim.Adam(self.control.surrogate_parameters(), lr=1.0, weight_decay=1e-3)
+                )
+        if config.chunk is not None:
+            self.chunk = min(config.chunk, config.n)
+        else:
+            per_sample = bytes_per_sample or 16 * d
+            self.chunk = auto_chunk(config.n, per_sample, self.device)
+        self.step_count = 0
+
+    @property
+    def method(self) -> str:
+        return self.config.method
+
+    def theta(self) -> torch.Tensor:
+        """Mask probabilities, shape (d,) (CP: its hard mask)."""
+        with torch.no_grad():
+            return cp_hard_mask(self.r) if self.method == "cp" else self.param.theta(self.r)
+
+    def tau(self) -> float:
+        c = self.config
+        return cp_temperature(self.step_count, self.total_steps, c.cp_final_tau, c.cp_every)
+
+    def _uniforms(self, n: int) -> torch.Tensor:
+        return torch.rand((n, self.d), generator=self.generator, dtype=self.r.dtype,
+                          device=self.device)
+
+    def gradient(self, f: BatchedLoss) -> Estimate:
+        """This step's gradient estimate over r (P,) and training loss, without updating r."""
+        c = self.config
+        if self.method in MC_METHODS:
+            est = mc_gradient(f, self.r, self.param, self.method, c.n, self.generator, self.chunk)
+            theta_fn = self.param.theta
+        elif self.method == "cp":
+            tau = self.tau()
+            rr = self.r.detach().requires_grad_(True)
+            out = f(torch.stack([torch.sigmoid(rr / tau), cp_hard_mask(rr.detach())]))
+            (grad,) = torch.autograd.grad(out[0], rr)
+            # the training loss CP reports is that of 1[r > 0], as the paper does
+            est = Estimate(grad, float(out[1].detach()))
+
+            def theta_fn(x: torch.Tensor) -> torch.Tensor:
+                return torch.sigmoid(x / tau)
+        elif self.method == "st":
+            est = straight_through(f, self.r, self._uniforms(c.n))
+            theta_fn = torch.sigmoid
+        else:
+            est, var = rebar_relax(f, self.r, self._uniforms(c.n), self._uniforms(c.n),
+                                   self.control)
+            for opt in self.control_opts:
+                opt.zero_grad()
+            params = self.control.scalar_parameters() + self.control.surrogate_parameters()
+            grads = torch.autograd.grad(var, params, allow_unused=True)
+            for p, g in zip(params, grads):
+                p.grad = g
+            for opt in self.control_opts:
+                opt.step()
+            theta_fn = torch.sigmoid
+        if c.lam > 0:
+            _, reg_grad = dense_regularizer(self.r, theta_fn, c.lam)
+            est.grad = est.grad + reg_grad
+        return est
+
+    def step(self, f: BatchedLoss) -> float:
+        """One optimizer step on r with this method's gradient of E[f]; returns the training loss
+        (mean sampled loss; CP: loss of its hard mask)."""
+        est = self.gradient(f)
+        self.opt.zero_grad()
+        self.r.grad = est.grad.to(self.r.dtype)
+        self.opt.step()
+        with torch.no_grad():
+            self.r.copy_(self.param.project(self.r))
+        self.step_count += 1
+        return est.loss
+
+    def sample_masks(self, k: int) -> torch.Tensor:
+        """k masks (k, d) from the current distribution (CP: its hard mask k times)."""
+        if self.method == "cp":
+            return cp_hard_mask(self.r.detach()).expand(k, self.d)
+        return BernoulliSampler(self.theta(), self.generator).next(k)
+
+    def state_dict(self) -> dict:
+        return {
+            "r": self.r.detach().cpu(),
+            "opt": self.opt.state_dict(),
+            "generator": self.generator.get_state(),
+            "step_count": self.step_count,
+            "control": self.control.state_dict() if self.control is not None else None,
+            "control_opts": [o.state_dict() for o in self.control_opts],
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        with torch.no_grad():
+            self.r.copy_(state["r"].to(self.r.device))
+        self.opt.load_state_dict(state["opt"])
+        self.generator.set_state(state["generator"])
+        self.step_count = int(state["step_count"])
+        if self.control is not None:
+            self.control.load_state_dict(state["control"])
+        for o, s in zip(self.control_opts, state["control_opts"]):
+            o.load_state_dict(s)
+

@@ -1,0 +1,101 @@
+"""Time per optimization step on MaskedNNRegression (d = 8,050, batch 100): chunked-batched
+evaluation (vmap over k masks at once, `alg:iter_loorf` accumulators across chunks) against a
+Python loop over samples (one forward per mask, the per-sample recursion), in the same run, for
+n in {10, 100, 1000}; plus peak memory of one step. Goal: >= 5x at n = 100 on a 2-core CPU.
+
+    python -m benchmarks.bench_pbscale [--device cpu] [--estimator loorf] [--out figures]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from pbscale import io
+from pbscale.masks import mean_absolute_error
+from pbscale.memory import peak_memory
+from pbscale.methods import MaskTrainer, MethodConfig
+from pbscale.regression import BATCH, make_problem
+
+REPEATS = {10: 30, 100: 10, 1000: 3}
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--estimator", default="loorf", choices=["reinforce", "loorf", "arms"])
+    ap.add_argument("--ns", default="10,100,1000")
+    ap.add_argument("--out", default="figures")
+    ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    dev = torch.device(args.device)
+    prob = make_problem(0, dev)
+    idx = torch.arange(BATCH, device=dev)
+    x, y = prob.x_train[idx], prob.y_train[idx]
+    batched = prob.batch_loss(idx)
+
+    def looped(z: torch.Tensor) -> torch.Tensor:
+        # one plain forward per mask: no vmap, the per-sample loop the chunking replaces
+        return torch.stack([mean_absolute_error(prob.masked.forward_one(zs, x)[None], y)[0]
+                            for zs in z])
+
+    def sync() -> None:
+        if dev.type == "cuda":
+            torch.cuda.synchronize(dev)
+
+    def trainer(n: int, mode: str) -> tuple[MaskTrainer, object]:
+        chunk = {"loop": 1, "batched": None, "one_shot": n}[mode]
+        cfg = MethodConfig(method=args.estimator, n=n, chunk=chunk)
+        tr = MaskTrainer(cfg, prob.d, 1000, dev, bytes_per_sample=prob.bytes_per_sample())
+        return tr, looped if mode == "loop" else batched
+
+    if args.child:  # one fresh process per memory measurement: no earlier step's pools
+        n_str, mode = args.child.split(",")
+        tr, f = trainer(int(n_str), mode)
+        print(json.dumps({"peak": peak_memory(lambda: tr.step(f), dev), "chunk": tr.chunk}))
+        return
+
+    rows = []
+    for n in (int(v) for v in args.ns.split(",")):
+        res: dict = {"n": n, "estimator": args.estimator, "device": str(dev),
+                     "threads": torch.get_num_threads()}
+        pair = {mode: trainer(n, mode) for mode in ("batched", "loop")}
+        times: dict[str, list[float]] = {"batched": [], "loop": []}
+        for rep in range(REPEATS.get(n, 3) + 1):
+            for mode, (tr, f) in pair.items():  # interleaved: both see the same machine load
+                sync()
+                t = time.perf_counter()
+                tr.step(f)
+                sync()
+                if rep:  # the first is warm-up
+                    times[mode].append(time.perf_counter() - t)
+        for mode in ("batched", "loop"):
+            res[f"{mode}_ms"] = 1e3 * statistics.median(times[mode])
+        res["speedup"] = res["loop_ms"] / res["batched_ms"]
+        for mode in ("batched", "loop", "one_shot"):
+            child = subprocess.run(
+                [sys.executable, "-m", "benchmarks.bench_pbscale", "--device", str(dev),
+                 "--estimator", args.estimator, "--child", f"{n},{mode}"],
+                capture_output=True, text=True, check=True)
+            got = json.loads(child.stdout.strip().splitlines()[-1])
+            res[f"{mode}_peak_mib"] = (got["peak"] or 0) / 2**20
+            res[f"{mode}_chunk"] = got["chunk"]
+        rows.append(res)
+        print(f"n={n:5d} chunk={res['batched_chunk']:4d}  batched {res['batched_ms']:9.2f} ms  "
+              f"loop {res['loop_ms']:9.2f} ms  speedup {res['speedup']:5.2f}x  "
+              f"peak MiB: batched {res['batched_peak_mib']:7.1f} loop {res['loop_peak_mib']:7.1f} "
+              f"one-shot (k=n) {res['one_shot_peak_mib']:7.1f}", flush=True)
+    out = Path(args.out)
+    io.write_csv(out / f"bench_pbscale_{dev.type}.csv", rows)
+    print(f"wrote {out / f'bench_pbscale_{dev.type}.csv'}")
+
+
+if __name__ == "__main__":
+    main()

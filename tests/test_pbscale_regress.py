@@ -1,0 +1,157 @@
+"""pbscale end to end: bad input fails before training, runs are deterministic and resume
+exactly, CP's schedule, the regularizer, and peak memory that does not grow with n."""
+
+from __future__ import annotations
+
+import math
+import os
+
+import pytest
+import torch
+
+from pbexact.errors import PBInputError
+from pbscale import io, regress
+from pbscale import methods as M
+from pbscale.masks import MaskedModule
+from pbscale.memory import peak_memory
+from pbscale.regression import BACKBONE_HIDDEN, make_problem, mlp
+
+
+def tiny_problem():
+    return make_problem(0, n_train=300, n_valid=100, backbone_hidden=(6, 6),
+                        target_hidden=(12, 12))
+
+
+def test_full_size_problem_has_the_papers_d():
+    net = mlp((10, *BACKBONE_HIDDEN, 1))
+    assert MaskedModule(net).d == 8050
+
+
+def test_data_is_fixed_by_data_seed():
+    a, b, c = tiny_problem(), tiny_problem(), make_problem(1, n_train=300, n_valid=100,
+                                                           backbone_hidden=(6, 6),
+                                                           target_hidden=(12, 12))
+    assert torch.equal(a.x_train, b.x_train) and torch.equal(a.y_valid, b.y_valid)
+    assert not torch.equal(a.y_train, c.y_train)
+    assert float(a.y_train.min()) == 0.0 and float(a.y_train.max()) == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize(
+    "kwargs, words",
+    [
+        ({"method": "loorf", "n": 1}, "n >= 2"),
+        ({"method": "arms", "n": 1}, "n >= 2"),
+        ({"lr": -0.1}, "learning rate"),
+        ({"method": "adam"}, "unknown method"),
+        ({"param": "tanh"}, "unknown parametrization"),
+        ({"method": "st", "param": "escort"}, "sigmoid"),
+        ({"optimizer": "adam"}, "unknown optimizer"),
+    ],
+)
+def test_bad_method_settings(kwargs, words):
+    with pytest.raises(PBInputError, match=words):
+        M.MethodConfig(**kwargs).validate()
+
+
+def test_mask_over_missing_tensor():
+    with pytest.raises(PBInputError, match="no such parameter"):
+        MaskedModule(mlp((3, 4, 1)), names=["0.weight", "7.weight"])
+
+
+def test_cli_errors_before_training(tmp_path, capsys):
+    rc = regress.main(["--method", "loorf", "--n", "1", "--out", str(tmp_path), "--quiet"])
+    assert rc == 2
+    assert capsys.readouterr().err.startswith("error: LOORF needs n >= 2")
+    assert not any(tmp_path.iterdir())  # nothing was trained or written
+    assert regress.main(["--lr", "-1", "--out", str(tmp_path), "--quiet"]) == 2
+    assert regress.main(["--method", "foo", "--out", str(tmp_path), "--quiet"]) == 2
+
+
+@pytest.mark.parametrize("method", ["loorf", "arms", "cp", "st", "rebar", "relax"])
+def test_every_method_trains_and_is_deterministic(tmp_path, method):
+    prob = tiny_problem()
+    cfg = M.MethodConfig(method=method, n=4, chunk=3, seed=5)
+    rows = []
+    for sub in ("a", "b"):
+        folder = regress.train(cfg, epochs=2, out=tmp_path / sub, device="cpu", progress=False,
+                               problem=prob)
+        rows.append(io.read_csv(folder / "history.csv"))
+    assert len(rows[0]) == 3  # the initial evaluation and two epochs
+    for ra, rb in zip(*rows):
+        for key in ("train_loss", "val_loss", "val_loss_chosen", "theta_mean"):
+            a, b = ra[key], rb[key]
+            assert (math.isnan(a) and math.isnan(b)) or a == b
+    assert all(0 <= r["val_loss_chosen"] <= 1 for r in rows[0])
+
+
+def test_interrupted_run_resumes_exactly(tmp_path, monkeypatch):
+    prob = tiny_problem()
+    cfg = M.MethodConfig(method="arms", n=3, seed=1)
+    whole = regress.train(cfg, epochs=3, out=tmp_path / "whole", device="cpu", progress=False,
+                          problem=prob)
+    calls = {"k": 0}
+    real_step = M.MaskTrainer.step
+
+    def failing_step(self, f):
+        calls["k"] += 1
+        if calls["k"] == 5:  # epoch 2 of 3 steps each
+            raise KeyboardInterrupt
+        return real_step(self, f)
+
+    monkeypatch.setattr(M.MaskTrainer, "step", failing_step)
+    with pytest.raises(KeyboardInterrupt):
+        regress.train(cfg, epochs=3, out=tmp_path / "cut", device="cpu", progress=False,
+                      problem=prob)
+    monkeypatch.setattr(M.MaskTrainer, "step", real_step)
+    folder = tmp_path / "cut" / regress.run_name(cfg)
+    assert not (folder / "summary.json").exists()
+    assert len(io.read_csv(folder / "history.csv")) == 2
+    regress.train(cfg, epochs=3, out=tmp_path / "cut", device="cpu", progress=False, problem=prob)
+    def rows(path):
+        drop = ("train_seconds", "val_seconds")
+        return [{k: v for k, v in r.items() if k not in drop} for r in io.read_csv(path)]
+
+    assert str(rows(folder / "history.csv")) == str(rows(whole / "history.csv"))
+    assert not [p for p in os.listdir(folder) if p.endswith(".tmp")]
+
+
+def test_rerun_with_other_config_in_same_folder_is_refused(tmp_path):
+    prob = tiny_problem()
+    cfg = M.MethodConfig(method="loorf", n=2)
+    regress.train(cfg, epochs=1, out=tmp_path, device="cpu", progress=False, problem=prob)
+    with pytest.raises(PBInputError, match="another configuration"):
+        regress.train(cfg, epochs=2, out=tmp_path, device="cpu", progress=False, problem=prob)
+
+
+def test_cp_temperature_schedule():
+    taus = [M.cp_temperature(t, 1000) for t in range(1000)]
+    assert taus[0] == 1.0 and taus[99] == 1.0 and taus[100] < 1.0
+    assert taus[-1] == pytest.approx(1 / 200)
+    assert all(a >= b for a, b in zip(taus, taus[1:]))
+    assert len(set(taus)) == 10  # updated every 100 iterations
+
+
+def test_dense_regularizer_closed_form():
+    r = torch.linspace(-2, 2, 5, dtype=torch.float64)
+    value, grad = M.dense_regularizer(r, torch.sigmoid, 0.3)
+    t = torch.sigmoid(r)
+    assert value == pytest.approx(0.3 * float(t.sum()))
+    torch.testing.assert_close(grad, 0.3 * t * (1 - t))
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/clear_refs"), reason="needs Linux /proc")
+def test_peak_memory_does_not_grow_with_n():
+    prob = make_problem(0, n_train=200, n_valid=10, target_hidden=(8, 8))  # d = 8,050
+    f = prob.batch_loss(torch.arange(100))
+    param = M.get_parametrization("sigmoid")
+    r = torch.zeros(prob.d)
+    gen = torch.Generator().manual_seed(0)
+
+    def grow(n, chunk):
+        return peak_memory(lambda: M.mc_gradient(f, r, param, "loorf", n, gen, chunk))
+
+    grow(64, 8), grow(256, 256)  # warm up allocator pools
+    small, large = grow(16, 8), grow(1024, 8)
+    one_shot = grow(1024, 1024)
+    assert one_shot - small > 100 * 2**20  # the meter sees O(n d) when there is one
+    assert large - small < 20 * 2**20
