@@ -70,10 +70,12 @@ def sample_bernoulli(
 def sample_arms(
     theta: np.ndarray, n: int, size: tuple[int, ...], rng: np.random.Generator
 ) -> np.ndarray:
-    """z~ from the Dirichlet copula (`alg:orig_arms`), shape size + (n, d)."""
+    """z~ from the Dirichlet copula (`alg:orig_arms`) for theta of shape (..., d), shape
+    size + (...) + (n, d): each theta of a batch gets its own n copula samples (for theta of shape
+    (d,) the draws are the same as without a batch)."""
     theta = check_theta(theta)
     n = check_n(n, "ARMS", 2)
-    u = rng.random(size + (n,) + theta.shape)
+    u = rng.random(size + theta.shape[:-1] + (n,) + theta.shape[-1:])
     u = np.maximum(u, np.finfo(np.float64).tiny)  # log(0) would break the normalization
     return arms_bits(copula_from_uniforms(u), theta)
 
