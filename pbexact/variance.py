@@ -74,9 +74,8 @@ class VertexScores:
 
     def weighted_sum(self, w: np.ndarray) -> np.ndarray:
         if w.shape != self.idx.shape:
-            w = np.broadcast_to(w, self.idx.shape)
-        w = np.ascontiguousarray(w, dtype=np.float64)
-        return _vertex_weighted_sum(w, self.idx, self.scores)
+            w = np.ascontiguousarray(np.broadcast_to(w, self.idx.shape))
+        return _vertex_weighted_sum(w.astype(np.float64, copy=False), self.idx, self.scores)
 
 
 def estimator_extra(
