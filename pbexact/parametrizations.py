@@ -94,7 +94,10 @@ class Sigmoid(Parametrization):
 
     def score(self, z: Array, r: Array) -> Array:
         t = self.theta(r)
-        return arrays.namespace(t).where(_interior(t), z - t, 0.0)
+        inside = _interior(t)
+        if bool(inside.all()):  # the usual case: the where below would change nothing
+            return z - t
+        return arrays.namespace(t).where(inside, z - t, 0.0)
 
 
 class Cosine(Parametrization):

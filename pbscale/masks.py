@@ -7,6 +7,13 @@ order given (row-major within a tensor). :meth:`MaskedModule.forward` runs a bat
 O(k d) plus activations), which is how the n samples of one step are evaluated in chunks
 (`alg:iter_loorf`, `alg:iter_arms`). Masks may be soft (values in [0, 1]) so that CP and the
 hybrid estimators can differentiate through them.
+
+When the module is a plain ``nn.Sequential`` of Linear layers (only their weights masked),
+BatchNorm1d layers that always use batch statistics, and elementwise activations, and the input
+is (B, features), :meth:`MaskedModule.forward` takes a fast path that computes the same function
+(to float rounding) with batched matrix products over the k masks and BatchNorm statistics per
+mask, in place on cached buffers when nothing needs gradients; any other module goes through the
+generic vmap path (:meth:`MaskedModule.forward_vmap`).
 """
 
 from __future__ import annotations
@@ -17,11 +24,17 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import nn
 from torch.func import functional_call, vmap
+from torch.nn import functional as F
 
 from pbexact.errors import PBInputError
 
 #: Loss of the network output against targets per mask: (k, B, ...) outputs -> (k,) losses.
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+#: Elementwise activations the fast path applies as they are (any tensor layout is fine).
+_ELEMENTWISE = (nn.ReLU, nn.LeakyReLU, nn.Tanh, nn.Sigmoid, nn.ELU, nn.GELU, nn.SiLU,
+                nn.Softplus, nn.Identity)
 
 
 def mean_absolute_error(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -60,6 +73,9 @@ class MaskedModule:
         self.shapes = [tuple(self.base[k].shape) for k in names]
         self.sizes = [math.prod(s) for s in self.shapes]
         self.d = sum(self.sizes)
+        self._plan = self._fast_plan()
+        self._flat_cache: tuple | None = None
+        self._scratch: dict = {}
 
     @property
     def device(self) -> torch.device:
@@ -74,7 +90,62 @@ class MaskedModule:
         self.module.to(device=device, dtype=dtype)
         self.base = {k: p.detach() for k, p in self.module.named_parameters()}
         self.buffers = {k: b for k, b in self.module.named_buffers()}
+        self._plan = self._fast_plan()
+        self._flat_cache = None
+        self._scratch = {}
         return self
+
+    def _fast_plan(self) -> list[tuple] | None:
+        """The layers of a Sequential the fast path can run, or None (then vmap is used).
+
+        Each entry: ("linear", offset into z or None, weight name, bias name or None),
+        ("bn", module) or ("act", module)."""
+        if type(self.module) is not nn.Sequential:
+            return None
+        offsets, pos = {}, 0
+        for k, size in zip(self.names, self.sizes):
+            offsets[k] = pos
+            pos += size
+        plan: list[tuple] = []
+        covered = set()
+        for name, m in self.module.named_children():
+            if type(m) is nn.Linear:
+                w = f"{name}.weight"
+                b = f"{name}.bias" if m.bias is not None else None
+                if w not in self.base or (b is not None and (b in offsets or b not in self.base)):
+                    return None  # tied (shared) parameters or a masked bias: generic path
+                plan.append(("linear", offsets.get(w), w, b))
+                covered.add(w)
+            elif type(m) is nn.BatchNorm1d:
+                if m.running_mean is not None or any(f"{name}.{p}" in offsets
+                                                     for p in ("weight", "bias")):
+                    return None  # running statistics (or masked BN parameters): generic path
+                plan.append(("bn", m))
+            elif type(m) in _ELEMENTWISE:
+                plan.append(("act", m))
+            else:
+                return None
+        if set(self.names) - covered or not plan or plan[0][0] != "linear":
+            return None
+        return plan
+
+    def _workspace(self, name: str, shape: tuple, like: torch.Tensor) -> torch.Tensor:
+        """A cached scratch tensor (reused across calls: a fresh large buffer costs page faults
+        on every call); only for intermediates that never leave :meth:`_forward_fast_inplace`."""
+        key = (name, tuple(shape), like.dtype, like.device)
+        buf = self._scratch.get(key)
+        if buf is None:
+            self._scratch = {k: v for k, v in self._scratch.items() if k[0] != name}
+            buf = self._scratch[key] = torch.empty(shape, dtype=like.dtype, device=like.device)
+        return buf
+
+    def _flat_base(self) -> torch.Tensor:
+        """The masked weights flattened and concatenated in mask order, shape (d,) (cached)."""
+        ids = tuple((self.base[k].data_ptr(), self.base[k]._version) for k in self.names)
+        if self._flat_cache is None or self._flat_cache[0] != ids:
+            flat = torch.cat([self.base[k].reshape(-1) for k in self.names])
+            self._flat_cache = (ids, flat)
+        return self._flat_cache[1]
 
     def split(self, z: torch.Tensor) -> dict[str, torch.Tensor]:
         """Flat masks (..., d) -> {name: mask of shape (..., *weight.shape)}."""
@@ -92,7 +163,113 @@ class MaskedModule:
         """Outputs of the network under each of k masks: z (k, d), x (B, ...) -> (k, B, ...)."""
         if z.dim() != 2 or z.shape[-1] != self.d:
             raise PBInputError(f"masks must have shape (k, {self.d}), got {tuple(z.shape)}")
+        if (self._plan is not None and x.dim() == 2 and x.shape[0] > 1 and z.shape[0] > 0
+                and z.dtype == self.dtype and x.dtype == self.dtype):
+            return self._forward_fast(z, x)
+        return self.forward_vmap(z, x)
+
+    def forward_vmap(self, z: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """:meth:`forward` by ``vmap`` over ``functional_call``: works for any module."""
+        if z.dim() != 2 or z.shape[-1] != self.d:
+            raise PBInputError(f"masks must have shape (k, {self.d}), got {tuple(z.shape)}")
         return vmap(self._single, in_dims=(0, None))(self.split(z), x)
+
+    def _forward_fast(self, z: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """:meth:`forward` for a Sequential of Linear / BatchNorm1d / activations (see _fast_plan).
+
+        Without autograd: :meth:`_forward_fast_inplace`. With it (soft masks that require grad),
+        out of place: a Linear is one batched product over the k masks, giving (k, B, out), and
+        ``F.batch_norm`` runs on the activations laid out as (B, k * features), whose columns it
+        normalizes over the B points, i.e. with each mask's own batch statistics."""
+        if not (torch.is_grad_enabled() and (z.requires_grad or x.requires_grad)):
+            return self._forward_fast_inplace(z, x)
+        k, B = z.shape[0], x.shape[0]
+        w_all = z * self._flat_base()  # (k, d) masked weights; views per layer below
+        h = None
+        kfirst = False  # h is (k, B, features) if kfirst else (B, k, features)
+        for step in self._plan:
+            kind = step[0]
+            if kind == "linear":
+                _, off, wname, bname = step
+                base = self.base[wname]
+                out_f, in_f = base.shape
+                if off is None:
+                    w = base.expand(k, out_f, in_f)
+                else:
+                    w = w_all[:, off : off + out_f * in_f].view(k, out_f, in_f)
+                if h is None:  # the input is shared by every mask: one matrix product
+                    h = (x @ w.reshape(k * out_f, in_f).t()).view(B, k, out_f)
+                    kfirst = False
+                else:
+                    h = torch.bmm(h if kfirst else h.transpose(0, 1), w.transpose(1, 2))
+                    kfirst = True
+                if bname is not None:
+                    h = h + self.base[bname]
+            elif kind == "bn":
+                m = step[1]
+                C = h.shape[2]
+                if kfirst:
+                    h = h.transpose(0, 1).contiguous()
+                    kfirst = False
+                weight = bias = None
+                if m.affine:
+                    weight, bias = m.weight.detach().repeat(k), m.bias.detach().repeat(k)
+                h = F.batch_norm(h.reshape(B, k * C), None, None, weight, bias, True, 0.0,
+                                 m.eps).view(B, k, C)
+            else:
+                h = step[1](h)
+        return h if kfirst else h.transpose(0, 1)
+
+    def _forward_fast_inplace(self, z: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """:meth:`_forward_fast` without autograd: activations laid out as (k, features, B), so a
+        Linear is W (k, out, in) @ h and BatchNorm1d reduces over the contiguous last dimension
+        (two-pass mean and biased variance, as ``F.batch_norm``), all in place."""
+        k, B = z.shape[0], x.shape[0]
+        w_all = torch.mul(z, self._flat_base(), out=self._workspace("w", z.shape, z))
+        h = None  # (k, features, B)
+        n_linear = sum(step[0] == "linear" for step in self._plan)
+        seen = 0
+        for step in self._plan:
+            kind = step[0]
+            if kind == "linear":
+                _, off, wname, bname = step
+                base = self.base[wname]
+                out_f, in_f = base.shape
+                if off is None:
+                    w = base.expand(k, out_f, in_f)
+                else:
+                    w = w_all[:, off : off + out_f * in_f].view(k, out_f, in_f)
+                seen += 1
+                # activations ping-pong between two cached buffers; the output is a fresh tensor
+                out = (None if seen == n_linear
+                       else self._workspace(f"h{seen % 2}", (k, out_f, B), x))
+                if h is None:  # the input is shared by every mask: one matrix product
+                    w2 = w.reshape(k * out_f, in_f)
+                    h = (torch.mm(w2, x.t()) if out is None
+                         else torch.mm(w2, x.t(), out=out.view(k * out_f, B))).view(k, out_f, B)
+                else:
+                    h = torch.bmm(w, h) if out is None else torch.bmm(w, h, out=out)
+                if bname is not None:
+                    h.add_(self.base[bname][:, None])
+            elif kind == "bn":
+                m = step[1]
+                h.sub_(h.mean(-1, keepdim=True))
+                var = torch.linalg.vector_norm(h, dim=-1, keepdim=True).square_().div_(B)
+                h.mul_(var.add_(m.eps).rsqrt_())
+                if m.affine:
+                    h.mul_(m.weight.detach()[:, None]).add_(m.bias.detach()[:, None])
+            else:
+                m = step[1]
+                if type(m) is nn.LeakyReLU:
+                    h = F.leaky_relu_(h, m.negative_slope)
+                elif type(m) is nn.ReLU:
+                    h = h.relu_()
+                else:
+                    h = m(h)
+        ptr = h.untyped_storage().data_ptr()
+        if any(ptr == b.untyped_storage().data_ptr() for b in self._scratch.values()):
+            h = h.clone()  # the Sequential ends after its last Linear: never return scratch
+        return h.transpose(1, 2)
 
     def forward_one(self, z: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         """Output under one mask z (d,) without vmap (the per-sample loop of the benchmark)."""

@@ -76,16 +76,39 @@ def standard_gamma(alpha: float, shape: tuple[int, ...], generator: torch.Genera
 
 
 class BernoulliSampler:
-    """z ~ prod_i Bern(theta_i) (`eq:reinforce_p`), k at a time: z = 1[u < theta]."""
+    """z ~ prod_i Bern(theta_i) (`eq:reinforce_p`), k at a time: z = 1[u < theta].
+
+    For float32 theta on the CPU, u = m / 2^24 with m uniform on {0, ..., 2^24 - 1} (the
+    resolution of torch.rand in float32), m being 24 bits of each 32-bit half of ``random_()``
+    int64 draws (uniform on [0, 2^63 - 1]), which the CPU generator makes faster than float
+    uniforms; u < theta is tested as m < theta 2^24, exact in float32. Elsewhere u comes from
+    torch.rand. Either way the samples depend only on the generator's state.
+    """
+
+    _BITS = 24
 
     def __init__(self, theta: torch.Tensor, generator: torch.Generator) -> None:
         self.theta = theta
         self.generator = generator
+        self._scaled: torch.Tensor | None = None
+        if theta.dtype == torch.float32 and theta.device.type == "cpu":
+            self._scaled = theta * float(1 << self._BITS)  # exact: a power-of-two scaling
 
     def next(self, k: int) -> torch.Tensor:
-        u = torch.rand((k,) + tuple(self.theta.shape), generator=self.generator,
-                       dtype=self.theta.dtype, device=self.theta.device)
-        return (u < self.theta).to(self.theta.dtype)
+        shape = (k,) + tuple(self.theta.shape)
+        if self._scaled is None:
+            u = torch.rand(shape, generator=self.generator, dtype=self.theta.dtype,
+                           device=self.theta.device)
+            return torch.lt(u, self.theta, out=u)  # 1[u < theta] over u, in theta's dtype
+        total = math.prod(shape)
+        words = torch.empty(((total + 1) // 2,), dtype=torch.int64)
+        words.random_(generator=self.generator)
+        m = words.view(torch.int32)[:total].view(shape).bitwise_and_((1 << self._BITS) - 1)
+        # m as float32 (exact: m < 2^24) over the same memory: an elementwise in-place cast,
+        # which spares a fresh (k, d) buffer (a fresh buffer costs more than the cast itself)
+        u = words.view(torch.float32)[:total].view(shape)
+        u.copy_(m)
+        return torch.lt(u, self._scaled, out=u)
 
 
 class CopulaSampler:
@@ -179,15 +202,39 @@ def mc_gradient(f: BatchedLoss, r: torch.Tensor, param: Parametrization, estimat
         else:
             acc = LoorfAccumulator() if estimator == "loorf" else ReinforceAccumulator()
             sampler = sampler or BernoulliSampler(theta, generator)
+        affine = None
+        if param.logits_per_bit == 1:
+            # the score is affine in z, S = a + z b: a = score(0), b = score(1) - score(0)
+            zero = torch.zeros_like(r)
+            a = param.score(zero, r)
+            affine = (a, param.score(zero + 1, r) - a)
         total, done = 0.0, 0
         while done < n:
             k = min(chunk, n - done)
             z = sampler.next(k)
             J = f(z).to(r.dtype)
-            acc.update(J, param.score(z, r))
+            acc.update(J, _AffineScores(z.to(r.dtype), *affine) if affine is not None
+                       else param.score(z, r))
             total += float(J.sum())
             done += k
         return Estimate(acc.value(), total / n)
+
+
+class _AffineScores:
+    """The scores S = a + z b (k, P) of k samples z (k, d), P = d, kept unmaterialized: the
+    pbexact accumulators only take their sum over samples and weighted sums
+    (`pbexact.estimators.sample_sum`), which are sum(z) b + k a and (w z) b + sum(w) a."""
+
+    def __init__(self, z: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None:
+        self.z, self.a, self.b = z, a, b
+
+    def sum(self, dim: int) -> torch.Tensor:
+        if dim not in (-2, 0):
+            raise ValueError("affine scores are summed over samples only")
+        return self.z.sum(0) * self.b + self.z.shape[0] * self.a
+
+    def weighted_sum(self, w: torch.Tensor) -> torch.Tensor:
+        return (w @ self.z) * self.b + w.sum(-1) * self.a
 
 
 def dense_regularizer(r: torch.Tensor, theta_fn: Callable[[torch.Tensor], torch.Tensor],

@@ -171,3 +171,22 @@ def test_standard_gamma_moments_and_seed():
     assert x.var().item() == pytest.approx(5.0, rel=0.03)
     again = standard_gamma(5.0, (200000,), torch.Generator().manual_seed(0), torch.float64)
     assert torch.equal(x, again)
+
+
+@pytest.mark.parametrize("name", ["sigmoid", "cosine", "direct"])
+def test_unmaterialized_affine_scores_match_the_scores(name):
+    from pbscale.methods import _AffineScores
+
+    param = get_parametrization(name)
+    gen = torch.Generator().manual_seed(0)
+    r = param.logits(torch.rand(9, generator=gen, dtype=torch.float64) * 0.8 + 0.1)
+    if name == "direct":
+        r[:2] = torch.tensor([0.0, 1.0], dtype=torch.float64)  # theta 0 and 1: score 0 there
+    z = (torch.rand(7, 9, generator=gen, dtype=torch.float64) < 0.5).double()
+    w = torch.randn(7, generator=gen, dtype=torch.float64)
+    zero = torch.zeros_like(r)
+    a = param.score(zero, r)
+    lazy = _AffineScores(z, a, param.score(zero + 1, r) - a)
+    S = param.score(z, r)
+    torch.testing.assert_close(lazy.sum(-2), S.sum(-2), rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(lazy.weighted_sum(w), w @ S, rtol=1e-12, atol=1e-12)
