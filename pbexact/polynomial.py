@@ -26,11 +26,19 @@ def _contract(table: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 def vertex_probabilities(theta: np.ndarray) -> np.ndarray:
     """p_theta(zeta_h) for every h (`eq:reinforce_p`), shape (..., 2^d)."""
-    theta = check_theta(theta)
-    p = np.ones(theta.shape[:-1] + (1,))
-    for i in range(theta.shape[-1]):
-        t = theta[..., i, None]
-        p = np.concatenate([p * (1 - t), p * t], axis=-1)
+    return np.moveaxis(_vertex_major_probabilities(check_theta(theta)), 0, -1)
+
+
+def _vertex_major_probabilities(theta: np.ndarray) -> np.ndarray:
+    """p_theta(zeta_h) laid out (2^d, ...): each doubling step writes whole contiguous blocks."""
+    d = theta.shape[-1]
+    p = np.empty((2**d,) + theta.shape[:-1])
+    p[0] = 1.0
+    for i in range(d):
+        half = 2**i
+        t = theta[..., i]
+        np.multiply(p[:half], t, out=p[half : 2 * half])
+        p[:half] *= 1 - t
     return p
 
 
@@ -82,14 +90,39 @@ def moebius_gradient(w: np.ndarray, x: np.ndarray) -> np.ndarray:
     return np.stack(out, axis=-1)
 
 
+#: Up to this d the gradient is one matrix product with a (d, 2^d) difference table; beyond, the
+#: table would be too large and d contractions of O(2^d) each are used instead.
+_TABLE_GRADIENT_MAX_D = 14
+
+
 def true_gradient(J: np.ndarray, theta: np.ndarray) -> np.ndarray:
     """grad_theta E[J] (`eq:true_as_avg`): component i is E[J(z_i=1) - J(z_i=0)] over the other
     coordinates, shape (..., d). Exact also where theta_i is 0 or 1."""
     theta = check_theta(theta)
     d = theta.shape[-1]
     J = check_table(J, d)
+    if d <= _TABLE_GRADIENT_MAX_D:
+        return _gradient_by_table(J, theta)
+    return _gradient_by_contraction(J, theta)
+
+
+def _gradient_by_table(J: np.ndarray, theta: np.ndarray) -> np.ndarray:
+    """sum_h p_theta(h) (J(h with bit i set) - J(h with bit i clear)): the difference does not
+    depend on z_i, so weighting it by p_theta(h) marginalizes z_i out."""
+    d = theta.shape[-1]
+    h = np.arange(2**d)
+    bits = (1 << np.arange(d))[:, None]
+    diff = J[h | bits] - J[h & ~bits]  # (d, 2^d)
+    p = _vertex_major_probabilities(theta)
+    grad = diff @ p.reshape(2**d, -1)  # (d, batch)
+    return np.moveaxis(grad.reshape((d,) + theta.shape[:-1]), 0, -1)
+
+
+def _gradient_by_contraction(J: np.ndarray, theta: np.ndarray) -> np.ndarray:
+    """The same gradient with O(2^d) memory: for each i, contract the difference table of the
+    other d - 1 coordinates."""
     out = np.empty(theta.shape)
-    for i in range(d):
+    for i in range(theta.shape[-1]):
         v = J.reshape(-1, 2, 2**i)
         rest = np.delete(theta, i, axis=-1)
         out[..., i] = _contract((v[:, 1, :] - v[:, 0, :]).reshape(-1), 1 - rest, rest)

@@ -85,6 +85,17 @@ def test_gradient_against_finite_differences_and_moebius_form():
                                atol=1e-12)
 
 
+@pytest.mark.parametrize("d", [1, 4, 9])
+def test_gradient_by_table_equals_gradient_by_contraction(d):
+    from pbexact.polynomial import _gradient_by_contraction, _gradient_by_table
+
+    J = RNG.normal(size=2**d)
+    theta = RNG.uniform(size=(3, 5, d))
+    theta[0, 0] = np.round(theta[0, 0])  # faces of the cube too
+    np.testing.assert_allclose(_gradient_by_table(J, theta), _gradient_by_contraction(J, theta),
+                               atol=1e-12)
+
+
 @pytest.mark.parametrize("name", list(PARAMETRIZATIONS))
 def test_parametrization_chain_rule_and_inverse(name):
     param = get_parametrization(name)
