@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from . import arrays
 from .errors import PBInputError, check_n
 
 Array = Any
@@ -52,7 +53,7 @@ def baseline(J: Array, S: Array, beta: Array) -> Array:
     """(1/n) sum_s (J(z^(s)) - beta) S^(s) with a constant baseline per parameter, beta of shape
     (..., P) (`eq:bstar_thm_estimator`; beta = beta* of `thm:bStarTwo` gives the beta* estimator).
     """
-    return (sample_sum(J, S) - beta * sample_sum(J * 0 + 1, S)) / J.shape[-1]
+    return (sample_sum(J, S) - beta * sample_sum(arrays.namespace(J).ones_like(J), S)) / J.shape[-1]
 
 
 def loorf(J: Array, S: Array) -> Array:
@@ -101,7 +102,8 @@ class BaselineAccumulator(ReinforceAccumulator):
         self.beta = beta
 
     def update(self, J: Array, S: Array) -> None:
-        self._add(sample_sum(J, S) - self.beta * sample_sum(J * 0 + 1, S), J.shape[-1])
+        ones = arrays.namespace(J).ones_like(J)
+        self._add(sample_sum(J, S) - self.beta * sample_sum(ones, S), J.shape[-1])
 
 
 class LoorfAccumulator:

@@ -143,7 +143,7 @@ class Direct(Parametrization):
         return theta * 1.0
 
     def dtheta_dr(self, r: Array) -> Array:
-        return (r == r) * 1.0
+        return arrays.namespace(r).ones_like(r)
 
     def score(self, z: Array, r: Array) -> Array:
         t = self.theta(r)
@@ -183,7 +183,7 @@ class Escort(Parametrization):
 
     def logits(self, theta: Array) -> Array:
         a = (theta / (1 - theta)) ** (1.0 / self.power)
-        return _concat([a, a * 0 + 1.0])
+        return _concat([a, arrays.namespace(a).ones_like(a)])
 
     def dtheta_dr(self, r: Array) -> Array:
         xp = arrays.namespace(r)
