@@ -10,6 +10,11 @@ import numpy as np
 
 from .errors import check_table, check_theta
 
+#: Up to this d, E[J] and its gradient are products with the 2^d vertex probabilities (and a
+#: (d, 2^d) difference table); beyond, those tables would be large and O(2^d)-memory contractions
+#: are used instead.
+_TABLE_GRADIENT_MAX_D = 14
+
 
 def _contract(table: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """sum_h table[h] prod_i (a_i if bit i of h is 0 else b_i); a, b of shape (..., d) batch.
@@ -45,7 +50,11 @@ def _vertex_major_probabilities(theta: np.ndarray) -> np.ndarray:
 def expected_loss(J: np.ndarray, theta: np.ndarray) -> np.ndarray:
     """E_{z ~ Bern(theta)}[J(z)] = P_J(theta) (`eq:equivalence`), shape (...)."""
     theta = check_theta(theta)
-    J = check_table(J, theta.shape[-1])
+    d = theta.shape[-1]
+    J = check_table(J, d)
+    if d <= _TABLE_GRADIENT_MAX_D:  # one product with the vertex probabilities
+        p = _vertex_major_probabilities(theta)
+        return (J @ p.reshape(2**d, -1)).reshape(theta.shape[:-1])
     return _contract(J, 1 - theta, theta)
 
 
@@ -88,11 +97,6 @@ def moebius_gradient(w: np.ndarray, x: np.ndarray) -> np.ndarray:
         b[..., i] = 1.0  # differentiate x_i out of those with it
         out.append(_contract(np.asarray(w, dtype=np.float64), a, b))
     return np.stack(out, axis=-1)
-
-
-#: Up to this d the gradient is one matrix product with a (d, 2^d) difference table; beyond, the
-#: table would be too large and d contractions of O(2^d) each are used instead.
-_TABLE_GRADIENT_MAX_D = 14
 
 
 def true_gradient(J: np.ndarray, theta: np.ndarray) -> np.ndarray:

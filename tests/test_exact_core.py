@@ -368,3 +368,14 @@ def test_theta_one_half_takes_the_lower_branch_everywhere():
     assert arms_correlation(np.array([0.5]), 4)[0] == pytest.approx(
         (max(0.0, 2 * 0.5 ** (1 / 3) - 1) ** 3 - 0.25) / 0.25
     )
+
+
+def test_large_d_takes_the_contraction_path_and_agrees():
+    """d = 15 is past the table path's limit: E[J] and the gradient by O(2^d)-memory contractions
+    agree with the subset (Moebius) form."""
+    d = 15
+    J = RNG.normal(size=2**d)
+    theta = RNG.uniform(size=(2, d))
+    w = moebius_weights(J)
+    np.testing.assert_allclose(expected_loss(J, theta), moebius_value(w, theta), rtol=1e-9)
+    np.testing.assert_allclose(true_gradient(J, theta), moebius_gradient(w, theta), atol=1e-9)
