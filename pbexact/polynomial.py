@@ -52,7 +52,9 @@ def expected_loss(J: np.ndarray, theta: np.ndarray) -> np.ndarray:
     theta = check_theta(theta)
     d = theta.shape[-1]
     J = check_table(J, d)
-    if d <= _TABLE_GRADIENT_MAX_D:  # one product with the vertex probabilities
+    if d <= _TABLE_GRADIENT_MAX_D and theta.ndim > 1:
+        # for a batch of thetas one product with the vertex probabilities is faster; for a single
+        # theta the contraction is
         p = _vertex_major_probabilities(theta)
         return (J @ p.reshape(2**d, -1)).reshape(theta.shape[:-1])
     return _contract(J, 1 - theta, theta)
