@@ -7,6 +7,7 @@ from math import comb
 
 import numpy as np
 import pytest
+from _reference import D1_TABLE, D1_VARIANCES
 
 from pbexact.benchmarks import benchmark_table
 from pbexact.closed_form import closed_form_moments, pair_kernels, subset_patterns
@@ -108,22 +109,11 @@ def test_pair_kernels_match_dense_bilinear_form() -> None:
                 assert np.isclose(kern[i, a, b], want, rtol=1e-12)
 
 
-# exact-core issue: d=1, J(z) = (z - 0.49)^2, variance w.r.t. the sigmoid logit
-REFERENCE = {
-    0.5: {("reinforce", 1): 1.56375e-2, ("loorf", 2): 2.5e-5, ("loorf", 4): 4.1667e-6,
-          ("loorf", 10): 5.5556e-7, ("arms", 2): 0.0, ("arms", 4): 6.0780e-7,
-          ("arms", 10): 1.2868e-7},
-    0.3: {("reinforce", 1): 1.355903e-2, ("loorf", 2): 2.436e-5, ("loorf", 4): 6.3e-6,
-          ("loorf", 10): 1.736e-6, ("arms", 2): 1.176e-5, ("arms", 4): 9.2906e-7,
-          ("arms", 10): 5.2314e-7},
-}
-
-
-@pytest.mark.parametrize("theta", list(REFERENCE))
+@pytest.mark.parametrize("theta", list(D1_VARIANCES))
 def test_d1_reference_values(theta: float) -> None:
-    J = (np.array([0.0, 1.0]) - 0.49) ** 2
+    J = np.array(D1_TABLE)
     r = get_parametrization("sigmoid").logits(np.array([theta]))
-    for (name, n), want in REFERENCE[theta].items():
+    for (name, n), want in D1_VARIANCES[theta].items():
         got = closed_form_moments(J, r, n, "sigmoid", (name,))[name].variance[0]
         # the references carry 4-7 significant digits
         assert got == pytest.approx(want, rel=5e-4, abs=1e-15), (name, n, got)

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import sympy as sp
 import torch
+from _reference import D1_TABLE, D1_VARIANCES
 
 from analysis import arms_table, variance
 from pbexact.benchmarks import NNLoss, benchmark_table, exponential_tabular_loss
@@ -87,7 +88,7 @@ def test_variance_cli_rejects_bad_tables(content, message, tmp_path, capsys):
 
 def test_variance_cli_studies_a_given_table(tmp_path):
     table = tmp_path / "quad.csv"
-    J = [(0 - 0.49) ** 2, (1 - 0.49) ** 2]
+    J = D1_TABLE
     table.write_text("h,J\n" + "".join(f"{h},{j!r}\n" for h, j in enumerate(J)))
     args = ["--table", str(table), "--n", "4", "--steps", "0", "--out", str(tmp_path),
             "--figures", str(tmp_path)]
@@ -95,8 +96,8 @@ def test_variance_cli_studies_a_given_table(tmp_path):
     with open(tmp_path / "quad_d1_n4_variance.csv") as fh:
         row = next(csv.DictReader(fh))
     # the d=1 reference values at theta = 0.5 (exact-core issue)
-    assert float(row["var_loorf"]) == pytest.approx(4.1667e-6, rel=1e-4)
-    assert float(row["var_arms"]) == pytest.approx(6.0780e-7, rel=1e-4)
+    assert float(row["var_loorf"]) == pytest.approx(D1_VARIANCES[0.5][("loorf", 4)], rel=1e-4)
+    assert float(row["var_arms"]) == pytest.approx(D1_VARIANCES[0.5][("arms", 4)], rel=1e-4)
 
 
 def test_arms_table_json(tmp_path):

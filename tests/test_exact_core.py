@@ -8,6 +8,7 @@ import math
 
 import numpy as np
 import pytest
+from _reference import D1_TABLE, D1_VARIANCES
 
 from pbexact import estimators as est
 from pbexact.copula import arms_correlation, pattern_probabilities
@@ -157,17 +158,8 @@ def test_every_estimator_is_unbiased_by_enumeration(d, n, name):
 
 
 def test_d1_reference_values():
-    # J(z) = (z - 0.49)^2, sigmoid logit, variance of the estimated derivative
-    J = np.array([0.49**2, 0.51**2])
-    ref = {
-        0.5: {("reinforce", 1): 1.56375e-2, ("loorf", 2): 2.5e-5, ("loorf", 4): 4.1667e-6,
-              ("loorf", 10): 5.5556e-7, ("arms", 2): 0.0, ("arms", 4): 6.0780e-7,
-              ("arms", 10): 1.2868e-7},
-        0.3: {("reinforce", 1): 1.355903e-2, ("loorf", 2): 2.436e-5, ("loorf", 4): 6.3e-6,
-              ("loorf", 10): 1.736e-6, ("arms", 2): 1.176e-5, ("arms", 4): 9.2906e-7,
-              ("arms", 10): 5.2314e-7},
-    }
-    for theta, values in ref.items():
+    J = np.array(D1_TABLE)
+    for theta, values in D1_VARIANCES.items():
         r = np.array([math.log(theta / (1 - theta))])
         for (name, n), want in values.items():
             got = exact_moments(J, r, n, "sigmoid", (name,))[name].variance[0]
