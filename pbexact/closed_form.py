@@ -43,7 +43,7 @@ from . import estimators as est
 from .copula import _upper_tail, arms_correlation, dirichlet_threshold
 from .errors import PBInputError, check_n, check_table, check_theta
 from .parametrizations import Parametrization, get_parametrization
-from .polynomial import _contract
+from .polynomial import expected_loss
 from .variance import EstimatorMoments
 
 #: Largest d accepted: the method needs a few 2^d float64 tables at once.
@@ -58,10 +58,8 @@ def score_coefficients(
     Read off the parametrization's own score at z = 0 and z = 1, so every row of
     `tab:alternative_param` (and any future one whose score is affine in its bit) plugs in.
     """
-    a = param.score(np.zeros(d), r)
-    b = param.score(np.ones(d), r) - a
-    bit = param.expand(np.arange(d))
-    return a, b, bit
+    a, b = param.affine_score(r)
+    return a, b, param.expand(np.arange(d))
 
 
 @numba.njit(cache=True)
@@ -295,7 +293,7 @@ def closed_form_moments(
         est.check_estimator(name, n)
 
     a, b, bit = score_coefficients(param, r, d)
-    mu = float(_contract(J, 1 - theta, theta))
+    mu = float(expected_loss(J, theta))
     Jc = J - mu  # LOORF, ARMS and beta* do not see a constant shift of J
     p = np.stack([1 - theta, theta], axis=-1)[bit]  # (P, 2): P(z_bit = 0), P(z_bit = 1)
     s = a[:, None] + b[:, None] * np.arange(2)  # (P, 2): score at z_bit = 0, 1

@@ -60,6 +60,13 @@ class Parametrization:
         """grad_r log p(z; theta(r)) for z of shape (..., d), shape (..., P)."""
         raise NotImplementedError
 
+    def affine_score(self, r: Array) -> tuple[Array, Array]:
+        """(a, b), each of the shape of r, with score(z, r)_p = a_p + b_p z_bit(p): every score of
+        the table is affine in its own bit, so it is read off at z = 0 and z = 1."""
+        zero = arrays.zeros_like(self.theta(r))
+        a = self.score(zero, r)
+        return a, self.score(zero + 1, r) - a
+
     def expand(self, v: Array) -> Array:
         """A per-bit quantity (rho, beta*) repeated for each logit of the bit, shape (..., P)."""
         return v if self.logits_per_bit == 1 else _concat([v] * self.logits_per_bit)

@@ -204,10 +204,7 @@ def mc_gradient(f: BatchedLoss, r: torch.Tensor, param: Parametrization, estimat
             sampler = sampler or BernoulliSampler(theta, generator)
         affine = None
         if param.logits_per_bit == 1:
-            # the score is affine in z, S = a + z b: a = score(0), b = score(1) - score(0)
-            zero = torch.zeros_like(r)
-            a = param.score(zero, r)
-            affine = (a, param.score(zero + 1, r) - a)
+            affine = param.affine_score(r)  # S = a + z b, never built in full
         total, done = 0.0, 0
         while done < n:
             k = min(chunk, n - done)
