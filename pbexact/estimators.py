@@ -2,15 +2,17 @@
 
 Every estimator takes the n losses ``J`` of shape (..., n) and the n scores
 ``S = grad_r log p(z^(s); theta(r))`` of shape (..., n, P) and returns a gradient estimate of
-shape (..., P); leading dimensions batch independent estimates (the exact variance enumerates
-every multiset at once this way). The iterative accumulators (`alg:iter_reinforce`,
-`alg:iter_loorf`, `alg:iter_arms`) take the samples in chunks of any size k >= 1 with memory
-O(P), and equal the batch forms on the same samples to round-off; k = 1 is the paper's
-per-sample recursion.
+shape (..., P); leading dimensions batch independent estimates. Each is defined once, as a
+:class:`LinearEstimate` (sample weights from the losses, per-parameter constants); the batch
+functions evaluate it on scores, and the exact variance evaluates it on every multiset of
+vertices. The iterative accumulators (`alg:iter_reinforce`, `alg:iter_loorf`, `alg:iter_arms`)
+take the samples in chunks of any size k >= 1 with memory O(P), and equal the batch forms on the
+same samples to round-off; k = 1 is the paper's per-sample recursion.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from . import arrays
@@ -36,7 +38,7 @@ def sample_sum(w: Array, S: Array) -> Array:
     """sum_s w^(s) S^(s) for weights w (..., n) and scores S (..., n, P): shape (..., P).
 
     Every estimator below touches the scores only through this sum, so it is linear in them; an
-    ``S`` with a ``weighted_sum(w)`` method (pbexact.variance's scores looked up at vertices)
+    ``S`` with a ``weighted_sum(w)`` method (pbscale's affine scores, never built in full)
     supplies its own faster evaluation of the same sum.
     """
     if hasattr(S, "weighted_sum"):
@@ -44,30 +46,106 @@ def sample_sum(w: Array, S: Array) -> Array:
     return (w[..., None, :] @ S)[..., 0, :]
 
 
-def reinforce(J: Array, S: Array) -> Array:
-    """(1/n) sum_s J(z^(s)) S^(s)  (`eq:reinforce`)."""
-    return sample_sum(J, S) / J.shape[-1]
+@dataclass(frozen=True)
+class LinearEstimate:
+    """An estimate from n samples in the form every estimator here takes:
+
+        g_p = (sum_s (J^(s) - center) S^(s)_p - baseline_p sum_s S^(s)_p) / (norm divisor_p),
+
+    with the losses J^(s) (``losses``, (..., n)), a ``center`` (scalar or (...,)) shared by the
+    n samples of one estimate, a per-parameter ``baseline`` and ``divisor`` (scalars or
+    (..., P)) and a number ``norm``. In terms of the sums U = sum_s J^(s) S^(s) and
+    B = sum_s S^(s) it is (U - (center + baseline) B) / (norm divisor), which lets the exact
+    variance (`pbexact.variance`) share U and B between estimators. :meth:`evaluate` follows the
+    formula as written (losses centered before the sum over samples, the division last).
+    """
+
+    losses: Array
+    norm: int
+    center: Array | float = 0.0
+    baseline: Array | float = 0.0
+    divisor: Array | float = 1.0
+
+    def evaluate(self, S: Array) -> Array:
+        """The estimate from scores S (..., n, P): shape (..., P)."""
+        centered = self.losses
+        if hasattr(self.center, "shape"):
+            centered = self.losses - self.center[..., None]
+        elif self.center != 0.0:
+            centered = self.losses - self.center
+        g = sample_sum(centered, S)
+        if not _is_scalar(self.baseline, 0.0):
+            ones = arrays.namespace(self.losses).ones_like(self.losses)
+            g = g - self.baseline * sample_sum(ones, S)
+        g = g / self.norm
+        if not _is_scalar(self.divisor, 1.0):
+            g = g / self.divisor
+        return g
 
 
-def baseline(J: Array, S: Array, beta: Array) -> Array:
+def _is_scalar(x: Array | float, value: float) -> bool:
+    return isinstance(x, float) and x == value
+
+
+def reinforce_form(J: Array) -> LinearEstimate:
+    """REINFORCE, (1/n) sum_s J(z^(s)) S^(s)  (`eq:reinforce`), from losses J (..., n)."""
+    return LinearEstimate(J, J.shape[-1])
+
+
+def baseline_form(J: Array, beta: Array) -> LinearEstimate:
     """(1/n) sum_s (J(z^(s)) - beta) S^(s) with a constant baseline per parameter, beta of shape
     (..., P) (`eq:bstar_thm_estimator`; beta = beta* of `thm:bStarTwo` gives the beta* estimator).
     """
-    return (sample_sum(J, S) - beta * sample_sum(arrays.namespace(J).ones_like(J), S)) / J.shape[-1]
+    return LinearEstimate(J, J.shape[-1], baseline=beta)
+
+
+def loorf_form(J: Array) -> LinearEstimate:
+    """LOORF, (1/(n-1)) sum_s (J(z^(s)) - mean_s' J(z^(s'))) S^(s)  (`eq:loorf`), n >= 2."""
+    n = J.shape[-1]
+    check_n(n, "LOORF", 2)
+    return LinearEstimate(J, n - 1, center=J.sum(-1) / n)
+
+
+def arms_form(J: Array, rho: Array) -> LinearEstimate:
+    """ARMS: LOORF on Dirichlet-copula samples divided by 1 - rho (`alg:orig_arms`), rho of
+    shape (..., P) (per bit, expanded to the bit's logits), n >= 2."""
+    loorf = loorf_form(J)
+    return LinearEstimate(J, loorf.norm, loorf.center, divisor=1 - rho)
+
+
+def linear_estimate(name: str, J: Array, extra: Array | None = None) -> LinearEstimate:
+    """The estimator ``name`` on losses J (..., n); ``extra`` is rho for ARMS, beta for beta*."""
+    check_estimator(name)
+    if name == "reinforce":
+        return reinforce_form(J)
+    if name == "loorf":
+        return loorf_form(J)
+    if extra is None:
+        raise PBInputError(f"{name} needs its per-parameter constant (rho or beta)")
+    if name == "arms":
+        return arms_form(J, extra)
+    return baseline_form(J, extra)
+
+
+def reinforce(J: Array, S: Array) -> Array:
+    """REINFORCE from losses J (..., n) and scores S (..., n, P), shape (..., P); see
+    :func:`reinforce_form`."""
+    return reinforce_form(J).evaluate(S)
+
+
+def baseline(J: Array, S: Array, beta: Array) -> Array:
+    """The constant-baseline estimator, shape (..., P); see :func:`baseline_form`."""
+    return baseline_form(J, beta).evaluate(S)
 
 
 def loorf(J: Array, S: Array) -> Array:
-    """(1/(n-1)) sum_s (J(z^(s)) - mean_s' J(z^(s'))) S^(s)  (`eq:loorf`), n >= 2."""
-    n = J.shape[-1]
-    check_n(n, "LOORF", 2)
-    centered = J - J.sum(-1)[..., None] / n
-    return sample_sum(centered, S) / (n - 1)
+    """LOORF, shape (..., P); see :func:`loorf_form`."""
+    return loorf_form(J).evaluate(S)
 
 
 def arms(J: Array, S: Array, rho: Array) -> Array:
-    """LOORF on Dirichlet-copula samples divided by 1 - rho (`alg:orig_arms`), rho of shape
-    (..., P) (per bit, expanded to the bit's logits), n >= 2."""
-    return loorf(J, S) / (1 - rho)
+    """ARMS on copula samples, shape (..., P); see :func:`arms_form`."""
+    return arms_form(J, rho).evaluate(S)
 
 
 class ReinforceAccumulator:

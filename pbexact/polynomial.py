@@ -135,14 +135,19 @@ def _gradient_by_contraction(J: np.ndarray, theta: np.ndarray) -> np.ndarray:
     return out
 
 
-def flipped_expectation(J: np.ndarray, theta: np.ndarray) -> np.ndarray:
+def flipped_expectation(
+    J: np.ndarray, theta: np.ndarray, gradient: np.ndarray | None = None
+) -> np.ndarray:
     """beta*_i = E_theta[J(z_1, ..., 1 - z_i, ..., z_d)] (`thm:bStarTwo`), shape (..., d).
 
     With A_i = E[J | z_i = 1] and B_i = E[J | z_i = 0], E[J] = theta_i A_i + (1 - theta_i) B_i and
     the flipped expectation is (1 - theta_i) A_i + theta_i B_i = E[J] + (1 - 2 theta_i) dE/dtheta_i.
+    ``gradient``: :func:`true_gradient` at theta, where the caller already has it.
     """
     theta = check_theta(theta)
-    return expected_loss(J, theta)[..., None] + (1 - 2 * theta) * true_gradient(J, theta)
+    if gradient is None:
+        gradient = true_gradient(J, theta)
+    return expected_loss(J, theta)[..., None] + (1 - 2 * theta) * gradient
 
 
 def entropy(theta: np.ndarray) -> np.ndarray:

@@ -11,6 +11,7 @@ import pytest
 from _reference import D1_TABLE, D1_VARIANCES
 
 from pbexact import estimators as est
+from pbexact import variance
 from pbexact.copula import arms_correlation, pattern_probabilities
 from pbexact.errors import PBInputError, check_table, check_theta
 from pbexact.parametrizations import PARAMETRIZATIONS, get_parametrization
@@ -183,6 +184,38 @@ def test_enumerated_variance_matches_monte_carlo(name):
         se = sq.std(ddof=1) / math.sqrt(draws)
         assert abs(sq.mean() - m.total_variance) < 4 * se, est_name
 
+
+
+@pytest.mark.parametrize("offset", [0.0, 1e3])
+@pytest.mark.parametrize("name", ["sigmoid", "escort"])
+def test_shared_sums_equal_estimates_on_materialized_scores(name, offset, monkeypatch):
+    """exact_moments (multiset sums U, B shared by the estimators, several chunks) against each
+    estimator evaluated on every multiset's scores built in full, weighted by the multiset's
+    probability; the offset moves J far from 0, where U and B nearly cancel."""
+    monkeypatch.setattr(variance, "CHUNK_ENTRIES", 500)
+    param = get_parametrization(name)
+    d, n = 3, 3
+    J = RNG.normal(size=2**d) + offset
+    r = _random_logits(param, d)
+    theta = param.theta(r)
+    ms = multisets(2**d, n)
+    counts = permutation_counts(ms)
+    S = param.score(vertices(d)[ms], r)  # (multisets, n, P)
+    iid = counts * vertex_probabilities(theta)[ms].prod(1)
+    q = pattern_probabilities(theta, n)
+    ones = vertices(d)[ms].sum(1).astype(int)  # (multisets, d)
+    copula = counts * q[np.arange(d), ones].prod(1)
+    got = exact_moments(J, r, n, param)
+    for est_name in est.ESTIMATORS:
+        g = variance.apply_estimator(
+            est_name, J[ms], S, variance.estimator_extra(est_name, J, theta, n, param)
+        )
+        prob = copula if est_name == "arms" else iid
+        scale = (prob @ g**2).max()
+        np.testing.assert_allclose(got[est_name].mean, prob @ g, atol=1e-12 * scale**0.5)
+        np.testing.assert_allclose(
+            got[est_name].variance + got[est_name].mean ** 2, prob @ g**2, atol=1e-11 * scale
+        )
 
 def test_iterative_forms_equal_batch_forms():
     n, P = 9, 5
