@@ -121,7 +121,11 @@ def linear_estimate(name: str, J: Array, extra: Array | None = None) -> LinearEs
     if name == "loorf":
         return loorf_form(J)
     if extra is None:
-        raise PBInputError(f"{name} needs its per-parameter constant (rho or beta)")
+        what = "rho" if name == "arms" else "beta"
+        raise PBInputError(
+            f"{name} needs its per-parameter constant {what}; "
+            "pbexact.variance.estimator_extra computes it"
+        )
     if name == "arms":
         return arms_form(J, extra)
     return baseline_form(J, extra)

@@ -375,6 +375,16 @@ def test_bad_input_is_named():
         get_parametrization("tanh")
     with pytest.raises(PBInputError, match="unknown estimator"):
         est.check_estimator("rebar")
+    with pytest.raises(PBInputError, match="constant rho; .*estimator_extra"):
+        est.linear_estimate("arms", np.zeros((2, 3)))
+    # the fast paths of the checks: NaN fails both bounds; a sum that overflows is no NaN
+    with pytest.raises(PBInputError, match="NaN or inf"):
+        check_theta([0.2, np.nan])
+    with pytest.raises(PBInputError, match="got -0.1"):
+        check_theta([0.3, -0.1])
+    with pytest.raises(PBInputError, match="theta has 2 entries"):
+        check_theta([0.3, 0.1], d=3)
+    np.testing.assert_array_equal(check_table([1e308, 1e308]), [1e308, 1e308])
 
 
 def test_theta_one_half_takes_the_lower_branch_everywhere():
