@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -184,6 +185,43 @@ def test_enumerated_variance_matches_monte_carlo(name):
         se = sq.std(ddof=1) / math.sqrt(draws)
         assert abs(sq.mean() - m.total_variance) < 4 * se, est_name
 
+
+
+@pytest.mark.parametrize("offset", [0, 1000])
+def test_enumeration_against_exact_rational_arithmetic(offset):
+    """Variances of REINFORCE, LOORF and beta* (sigmoid logits, d=2, n=3) against a loop over all
+    ordered sample tuples in exact fractions; J and theta are dyadic, so float64 holds them
+    exactly and every difference is the implementation's rounding."""
+    d, n = 2, 3
+    Jq = [Fraction(int(k), 1024) + offset for k in RNG.integers(-2048, 2048, size=2**d)]
+    th = [Fraction(int(k), 128) for k in RNG.integers(8, 120, size=d)]
+    bits = [[(h >> i) & 1 for i in range(d)] for h in range(2**d)]
+    p = [math.prod(th[i] if b[i] else 1 - th[i] for i in range(d)) for b in bits]
+    expected = sum(ph * j for ph, j in zip(p, Jq))
+    # d E / d r_i for sigmoid logits: E[J (z_i - theta_i)]
+    grad = [sum(p[h] * Jq[h] * (bits[h][i] - th[i]) for h in range(2**d)) for i in range(d)]
+    beta = [expected + (1 - 2 * th[i]) * grad[i] / (th[i] * (1 - th[i])) for i in range(d)]
+    second = {k: [Fraction(0)] * d for k in ("reinforce", "loorf", "betastar")}
+    for tup in itertools.product(range(2**d), repeat=n):
+        prob = math.prod(p[h] for h in tup)
+        js = [Jq[h] for h in tup]
+        mean = sum(js) / n
+        for i in range(d):
+            s = [bits[h][i] - th[i] for h in tup]
+            for name, g in (
+                ("reinforce", sum(j * si for j, si in zip(js, s)) / n),
+                ("loorf", sum((j - mean) * si for j, si in zip(js, s)) / (n - 1)),
+                ("betastar", sum((j - beta[i]) * si for j, si in zip(js, s)) / n),
+            ):
+                second[name][i] += prob * g * g
+    theta = np.array([float(t) for t in th])
+    got = exact_moments(
+        np.array([float(j) for j in Jq]), np.log(theta / (1 - theta)), n, "sigmoid",
+        tuple(second),
+    )
+    for name, sq in second.items():
+        want = np.array([float(sq[i] - grad[i] ** 2) for i in range(d)])
+        np.testing.assert_allclose(got[name].variance, want, rtol=1e-11, err_msg=name)
 
 
 @pytest.mark.parametrize("offset", [0.0, 1e3])
