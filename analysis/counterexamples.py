@@ -32,6 +32,7 @@ from tqdm import tqdm  # noqa: E402
 
 from analysis.cli import atomic_write_text, run, save_figure, write_csv  # noqa: E402
 from analysis.theorems import (  # noqa: E402
+    check_corollary_sizes,
     corollary_fit,
     first_binding_d,
     mc_bad_gen_table,
@@ -445,10 +446,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.iters < 1:
         raise PBInputError("--iters must be at least 1")
-    if not 2 <= args.cor_max_d <= 24:
-        raise PBInputError("--cor-max-d must be in 2..24 (a 2^d table per d)")
-    if not 0 < args.epsilon < 1:
-        raise PBInputError(f"--epsilon must be in (0, 1), got {args.epsilon}")
+    check_corollary_sizes(args.cor_max_d, args.epsilon)
     report = build_all(args.out, args.only, args.temperatures, args.final_tau, args.iters,
                        args.cor_max_d, args.epsilon, progress=not args.no_progress)
     for name, numbers in report.items():

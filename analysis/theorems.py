@@ -505,6 +505,14 @@ def corollary_fit(
     )
 
 
+def check_corollary_sizes(cor_max_d: int, epsilon: float) -> None:
+    """The command-line sizes of the `cor:mc_bad_gen_2` study: d up to 24 and 0 < epsilon < 1."""
+    if not 2 <= cor_max_d <= 24:
+        raise PBInputError("--cor-max-d must be in 2..24 (a 2^d table per d)")
+    if not 0 < epsilon < 1:
+        raise PBInputError(f"--epsilon must be in (0, 1), got {epsilon}")
+
+
 def first_binding_d(epsilon: float, limit: int = 10_000) -> int | None:
     """Smallest d at which the bound of `cor:mc_bad_gen_2` (M0 = 0, dM = 1) falls below the
     second-lowest value M0 - dM, i.e. (1 - epsilon)^-(d-1) / d > 1: before it, every m that keeps
@@ -823,10 +831,7 @@ class Sizes:
                 raise PBInputError(f"--{name.replace('_', '-')} must be at least 1")
         if self.max_n < 2:
             raise PBInputError("--max-n must be at least 2 (ARMS needs n >= 2)")
-        if not 2 <= self.cor_max_d <= 24:
-            raise PBInputError("--cor-max-d must be in 2..24 (a 2^d table per d)")
-        if not 0 < self.epsilon < 1:
-            raise PBInputError(f"--epsilon must be in (0, 1), got {self.epsilon}")
+        check_corollary_sizes(self.cor_max_d, self.epsilon)
         if self.max_d > 16:
             raise PBInputError("--max-d above 16 would tabulate 2^d values per instance; use <= 16")
         return self

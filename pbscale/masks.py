@@ -190,13 +190,9 @@ class MaskedModule:
         for step in self._plan:
             kind = step[0]
             if kind == "linear":
-                _, off, wname, bname = step
-                base = self.base[wname]
-                out_f, in_f = base.shape
-                if off is None:
-                    w = base.expand(k, out_f, in_f)
-                else:
-                    w = w_all[:, off : off + out_f * in_f].view(k, out_f, in_f)
+                bname = step[3]
+                w = self._linear_weight(step, w_all, k)
+                out_f, in_f = w.shape[1:]
                 if h is None:  # the input is shared by every mask: one matrix product
                     h = (x @ w.reshape(k * out_f, in_f).t()).view(B, k, out_f)
                     kfirst = False
@@ -220,6 +216,16 @@ class MaskedModule:
                 h = step[1](h)
         return h if kfirst else h.transpose(0, 1)
 
+    def _linear_weight(self, step: tuple, w_all: torch.Tensor, k: int) -> torch.Tensor:
+        """The (k, out, in) weights of a ``linear`` plan step: its slice of the masked flat
+        weights ``w_all`` (k, d), or the unmasked base weight shared by all k masks."""
+        _, off, wname, _ = step
+        base = self.base[wname]
+        out_f, in_f = base.shape
+        if off is None:
+            return base.expand(k, out_f, in_f)
+        return w_all[:, off : off + out_f * in_f].view(k, out_f, in_f)
+
     def _forward_fast_inplace(self, z: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         """:meth:`_forward_fast` without autograd: activations laid out as (k, features, B), so a
         Linear is W (k, out, in) @ h and BatchNorm1d reduces over the contiguous last dimension
@@ -232,13 +238,9 @@ class MaskedModule:
         for step in self._plan:
             kind = step[0]
             if kind == "linear":
-                _, off, wname, bname = step
-                base = self.base[wname]
-                out_f, in_f = base.shape
-                if off is None:
-                    w = base.expand(k, out_f, in_f)
-                else:
-                    w = w_all[:, off : off + out_f * in_f].view(k, out_f, in_f)
+                bname = step[3]
+                w = self._linear_weight(step, w_all, k)
+                out_f, in_f = w.shape[1:]
                 seen += 1
                 # activations ping-pong between two cached buffers; the output is a fresh tensor
                 out = (None if seen == n_linear

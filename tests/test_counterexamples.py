@@ -81,3 +81,12 @@ def test_cli_unknown_figure_is_exit_2(tmp_path, capsys):
     assert ce.run(ce.main, ["--out", str(tmp_path), "--only", "nope"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: unknown figure") and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("args,words", [
+    (["--epsilon", "1.5"], "--epsilon must be in (0, 1)"),
+    (["--cor-max-d", "30"], "--cor-max-d must be in 2..24"),
+])
+def test_cli_bad_corollary_sizes_are_exit_2(tmp_path, capsys, args, words):
+    assert ce.run(ce.main, ["--out", str(tmp_path), *args]) == 2
+    assert capsys.readouterr().err.startswith(f"error: {words}")
