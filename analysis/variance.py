@@ -100,7 +100,7 @@ def variance_trajectory(
     rng = np.random.default_rng(seed)
     r = np.zeros(d)
     rows = []
-    for step in tqdm(range(steps + 1), desc=desc, leave=False, mininterval=0.5):
+    for step in tqdm(range(steps + 1), desc=desc, leave=False, mininterval=0.5, disable=not desc):
         theta = param.theta(r)
         if step % log_every == 0 or step == steps:
             moments = moments_at(J, r, n, method, rng, draws)

@@ -268,3 +268,39 @@ def test_disarm_trains_through_the_method_config():
         trainer.step(f)
     theta = trainer.theta()
     assert float((theta - target).abs().max()) < 0.1, theta
+
+
+def test_disarm_at_n2_is_arms_at_n2():
+    """With n = 2 the Dirichlet copula is antithetic (u~_2 = 1 - u~_1), so ARMS and DisARM are one
+    estimator: their exact moments agree, ARMS's by multiset enumeration with the copula law and
+    DisARM's by pair enumeration with the antithetic law (two separate code paths)."""
+    for name in ("sigmoid", "escort"):
+        param = get_parametrization(name)
+        J = RNG.normal(size=16)
+        r = param.logits(RNG.uniform(0.05, 0.95, size=4))
+        got = exact_moments(J, r, 2, param, ("arms", "disarm"))
+        np.testing.assert_allclose(got["disarm"].mean, got["arms"].mean, rtol=1e-10, atol=1e-14)
+        np.testing.assert_allclose(got["disarm"].variance, got["arms"].variance, rtol=1e-10,
+                                   atol=1e-14)
+        assert got["disarm"].total_variance > 0
+
+
+def test_variance_table_cli(tmp_path, capsys):
+    from analysis import variance_table
+
+    argv = ["--d", "3", "--n", "2", "4", "--steps", "20", "--log-every", "10",
+            "--benchmark", "exponential", "--out", str(tmp_path)]
+    assert variance_table.main(argv) == 0
+    import csv
+
+    with open(tmp_path / "variance_table_disarm.csv") as fh:
+        rows = list(csv.DictReader(fh))
+    assert [(r["n"], r["other"]) for r in rows] == [("2", "loorf"), ("2", "arms"),
+                                                    ("4", "loorf"), ("4", "arms")]
+    # n = 2: DisARM is ARMS (ratio 1, never lower beyond round-off)
+    assert float(rows[1]["ratio_step0"]) == pytest.approx(1.0, rel=1e-9)
+    assert float(rows[1]["lower_fraction"]) == 0.0
+    from analysis.cli import run
+
+    assert run(variance_table.main, ["--n", "3", "--out", str(tmp_path)]) == 2
+    assert "n must be even" in capsys.readouterr().err
