@@ -27,6 +27,7 @@ from typing import Any
 from . import arrays
 from .copula import antithetic_correlation, arms_correlation
 from .errors import PBInputError, check_n
+from .polynomial import flipped_expectation
 
 Array = Any
 
@@ -74,7 +75,9 @@ class EstimatorSpec:
 
     def norm(self, n: int) -> int:
         """The number the centered sum is divided by: n, n - 1 (leave-one-out) or n/2 pairs."""
-        return {"none": n, "mean": n - 1, "pair": n // 2}[self.center]
+        if self.center == "mean":
+            return n - 1
+        return n // 2 if self.center == "pair" else n
 
     def constant_of(self, theta: Array, n: int, param: Any, J: Array | None = None,
                     gradient: Array | None = None) -> Array | None:
@@ -87,8 +90,6 @@ class EstimatorSpec:
         if self.constant == "beta":
             if J is None:
                 raise PBInputError(f"{self.name} needs the J table for its baseline beta*")
-            from .polynomial import flipped_expectation
-
             return param.expand(flipped_expectation(J, theta, gradient))
         if self.law == "copula":
             return param.expand(arms_correlation(theta, n))
@@ -102,9 +103,11 @@ class EstimatorSpec:
         return self.linear(J.shape[-1], J.sum(-1) if self.center == "mean" else None, extra, J)
 
     def linear(self, n: int, sum_j: Array | None, extra: Array | None,
-               losses: Array | None = None) -> LinearEstimate:
-        """The linear form from n, sum J (only the "mean" center reads it) and the constant."""
-        self.check_n(n)
+               losses: Array | None = None, check: bool = True) -> LinearEstimate:
+        """The linear form from n, sum J (only the "mean" center reads it) and the constant;
+        ``check=False`` skips validating n (callers in a loop that validated it once)."""
+        if check:
+            self.check_n(n)
         if self.constant is not None and extra is None:
             what = "rho" if self.constant == "rho" else "beta"
             raise PBInputError(

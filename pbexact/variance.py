@@ -105,28 +105,31 @@ def exact_moments(
         name: _pair_moments(J, r, n, param, name, estimator_extra(name, J, theta, n, param), grad)
         for name in pairs
     }
-    out.update(_multiset_moments(J, r, n, param, tuple(k for k in estimators if k not in pairs),
-                                 grad_theta, grad))
+    out.update(_multiset_moments(J, r, theta, n, param,
+                                 tuple(k for k in estimators if k not in pairs), grad_theta, grad))
     return {name: out[name] for name in estimators}
 
 
 def _multiset_moments(
     J: np.ndarray,
     r: np.ndarray,
+    theta: np.ndarray,
     n: int,
     param: Parametrization,
     estimators: tuple[str, ...],
     grad_theta: np.ndarray,
     grad: np.ndarray,
 ) -> dict[str, EstimatorMoments]:
-    """Moments of the iid and copula estimators by enumerating the n-multisets of vertices."""
+    """Moments of the iid and copula estimators by enumerating the n-multisets of vertices;
+    theta = param.theta(r) (d,)."""
     if not estimators:
         return {}
-    theta = param.theta(r)
     d = theta.shape[-1]
     ms, counts, ones = _enumeration(d, n)
     scores = param.score(vertices(d), r)  # (2^d, P)
-    laws = {name: est.get_estimator(name).law for name in estimators}
+    specs = {name: est.get_estimator(name) for name in estimators}
+    laws = {name: spec.law for name, spec in specs.items()}
+    mean_centered = any(spec.center == "mean" for spec in specs.values())
     for name, law in laws.items():
         if law not in ("iid", "copula"):
             raise PBInputError(f"{name}: multisets are enumerated for iid and copula samples only")
@@ -155,8 +158,9 @@ def _multiset_moments(
         if arms_table is not None:
             arms_prob = _product_of_lookups(weight, ones[start : start + rows], arms_table)
         shift = np.empty(weight.shape)
+        sum_j = losses.sum(-1) if mean_centered else None  # shared by LOORF and ARMS
         for name in estimators:
-            form = est.linear_estimate(name, losses, extras[name])
+            form = specs[name].linear(n, sum_j, extras[name], losses, check=False)
             shift[:] = c - form.center
             coef[0], coef[1] = 1 / (form.norm * form.divisor), form.baseline
             prob = arms_prob if laws[name] == "copula" else iid_prob
