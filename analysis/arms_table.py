@@ -17,6 +17,7 @@ import sympy as sp
 
 from analysis.cli import run, write_json
 from pbexact.copula import symbolic_pattern_table
+from pbexact.errors import ArgumentParser
 
 
 def multiset_label(n: int, ones: int) -> str:
@@ -78,7 +79,7 @@ def table_latex(n: int, rows: list[dict]) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = ArgumentParser(
         prog="python -m analysis.arms_table",
         description="Symbolic ARMS Dirichlet-copula probabilities (tab:integral_closed) for any n.",
     )

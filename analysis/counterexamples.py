@@ -18,7 +18,6 @@ Figures (paper label -> file stem):
 
 from __future__ import annotations
 
-import argparse
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -45,7 +44,7 @@ from pbexact.continuation import (  # noqa: E402
     run_cp,
     sigmoid,
 )
-from pbexact.errors import PBInputError  # noqa: E402
+from pbexact.errors import ArgumentParser, PBInputError  # noqa: E402
 from pbexact.polynomial import expected_loss, true_gradient, vertex_probabilities  # noqa: E402
 from pbexact.vertices import vertices  # noqa: E402
 
@@ -424,7 +423,7 @@ def build_all(out: Path, only: Sequence[str] | None, temperatures: int, final_ta
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="python -m analysis.counterexamples",
         description="Redraw the paper's counter-examples and illustrations as PNG + CSV.",
     )

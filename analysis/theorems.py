@@ -13,7 +13,6 @@ input.
 
 from __future__ import annotations
 
-import argparse
 import itertools
 import math
 import sys
@@ -30,7 +29,7 @@ from tqdm import tqdm
 from analysis.cli import atomic_write_text, run, write_json
 from pbexact import estimators as est
 from pbexact.copula import arms_correlation, joint_one_probability, pattern_probabilities
-from pbexact.errors import PBInputError
+from pbexact.errors import ArgumentParser, PBInputError
 from pbexact.parametrizations import get_parametrization
 from pbexact.polynomial import (
     expected_loss,
@@ -903,7 +902,7 @@ def _cor_fit_table(result: CheckResult) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="python -m analysis.theorems",
         description="Check every analytical claim of the paper numerically on random instances; "
         "exit 1 if any check fails.",

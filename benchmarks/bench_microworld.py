@@ -11,7 +11,6 @@ as the experiments do. Goal: at least 20x for the exact-core estimators. Timings
 
 from __future__ import annotations
 
-import argparse
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -23,6 +22,7 @@ from analysis.cli import write_json
 from analysis.microworld_hybrid import run_torch
 from analysis.microworld_runs import run_exact
 from pbexact.benchmarks import NNLoss
+from pbexact.errors import ArgumentParser
 
 CASES = (
     ("reinforce", 1, "exact"), ("loorf", 10, "exact"), ("arms", 10, "exact"),
@@ -41,7 +41,7 @@ def best_time(fn: Callable[[], object], repeats: int) -> float:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m benchmarks.bench_microworld",
+    p = ArgumentParser(prog="python -m benchmarks.bench_microworld",
                                 description=__doc__.splitlines()[0])
     p.add_argument("--d", type=int, default=10)
     p.add_argument("--seeds", type=int, default=100)

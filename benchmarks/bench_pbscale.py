@@ -18,6 +18,7 @@ from pathlib import Path
 
 import torch
 
+from pbexact.errors import ArgumentParser
 from pbscale import io
 from pbscale.masks import mean_absolute_error
 from pbscale.memory import peak_memory
@@ -28,7 +29,7 @@ REPEATS = {10: 30, 100: 10, 1000: 3}
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--estimator", default="loorf", choices=["reinforce", "loorf", "arms"])
     ap.add_argument("--ns", default="10,100,1000")

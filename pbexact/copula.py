@@ -25,18 +25,62 @@ Array = Any
 
 
 def dirichlet_threshold(theta: Array, n: int) -> Array:
-    """c = F^{-1}(theta) = 1 - (1 - theta)^(1/(n-1)), the Dirichlet level of u~ = theta."""
-    return 1 - (1 - theta) ** (1.0 / (n - 1))
+    """c = F^{-1}(theta) = 1 - (1 - theta)^(1/(n-1)), the Dirichlet level of u~ = theta, computed
+    as -expm1(log1p(-theta) / (n-1)) so that small theta and large n do not cancel."""
+    xp = arrays.namespace(theta)
+    return -xp.expm1(xp.log1p(-theta) / (n - 1))
+
+
+def branch_side(theta: Array) -> tuple[Array, Array]:
+    """(upper, m): the branch (theta > 0.5) and the probability m = 1 - theta (upper) or theta
+    (lower) that one sample lies beyond the branch's threshold: (1 - c)^(n-1) = m exactly."""
+    xp = arrays.namespace(theta)
+    upper = theta > 0.5
+    return upper, xp.where(upper, 1 - theta, theta)
+
+
+def branch_threshold(m: Array, n: int) -> Array:
+    """The branch's threshold c = 1 - m^(1/(n-1)) (upper: F^{-1}(theta); lower:
+    F^{-1}(1 - theta)), as -expm1(log(m) / (n-1)): no 1 - (1 - theta) cancellation at tiny theta,
+    none at theta = 1 - 1e-16, and accurate for large n. m = 0 gives c = 1."""
+    xp = arrays.namespace(m)
+    with np.errstate(divide="ignore"):
+        return -xp.expm1(xp.log(m) / (n - 1))
+
+
+def upper_tails(theta: Array, n: int, count: int) -> tuple[Array, Array]:
+    """(upper, tails): tails[..., t] = P(t given samples all have d > c) = (1 - t c)_+^(n-1) for
+    t = 0..count, shape theta.shape + (count+1,), numpy only.
+
+    Computed without cancellation: t = 0 is 1, t = 1 is m (`branch_side`) exactly, and t >= 2
+    (nonzero only for c < 1/2, where c is accurate) is exp((n-1) log1p(-t c))."""
+    theta = np.asarray(theta, dtype=np.float64)
+    upper, m = branch_side(theta)
+    c = branch_threshold(m, n)[..., None]
+    t = np.arange(count + 1, dtype=np.float64)
+    inside = t * c < 1
+    with np.errstate(divide="ignore", invalid="ignore"):
+        far = np.exp((n - 1) * np.log1p(-np.where(inside, t * c, 0.0)))
+    tails = np.where(inside, far, 0.0)
+    tails[..., 0] = 1.0
+    if count >= 1:
+        tails[..., 1] = m
+    return upper, tails
 
 
 def arms_correlation(theta: Array, n: int) -> Array:
     """rho_i = Corr(z~^(s)_i, z~^(s')_i), s != s' (`alg:orig_arms`); 0 where theta_i is 0 or 1
-    (the samples are then constant and their score is zero). numpy or torch, shape of theta."""
+    (the samples are then constant and their score is zero). numpy or torch, shape of theta.
+
+    P(both samples beyond c) = (1 - 2c)_+^(n-1), by exp((n-1) log1p(-2c)) (`upper_tails`)."""
     xp = arrays.namespace(theta)
-    m = xp.where(theta > 0.5, 1 - theta, theta)  # the branch's "theta" in the paper's formula
+    _, m = branch_side(theta)  # the branch's "theta" in the paper's formula
     inside = (theta > 0) & (theta < 1)
     var = xp.where(inside, theta * (1 - theta), 1.0)
-    both = xp.clip(2 * m ** (1.0 / (n - 1)) - 1, 0.0, None) ** (n - 1)
+    c = branch_threshold(xp.where(inside, m, 0.5), n)
+    near = c < 0.5
+    with np.errstate(divide="ignore", invalid="ignore"):
+        both = xp.where(near, xp.exp((n - 1) * xp.log1p(-2 * xp.where(near, c, 0.0))), 0.0)
     return xp.where(inside, (both - m**2) / var, 0.0)
 
 
@@ -47,11 +91,6 @@ def arms_bits(u_tilde: Array, theta: Array) -> Array:
     xp = arrays.namespace(u_tilde)
     t = theta[..., None, :]
     return xp.where(t > 0.5, u_tilde <= t, 1 - u_tilde <= t) * 1.0
-
-
-def _upper_tail(c: np.ndarray, count: np.ndarray, n: int) -> np.ndarray:
-    """P(d^(s) > c for `count` given samples) = (1 - count c)_+^(n-1)."""
-    return np.clip(1 - count * c, 0.0, None) ** (n - 1)
 
 
 @lru_cache(maxsize=64)
@@ -65,19 +104,6 @@ def _inclusion_exclusion_matrix(n: int) -> np.ndarray:
     return A
 
 
-def ordered_pattern_probability(c: np.ndarray, n: int, below: int) -> np.ndarray:
-    """P(d^(s) < c for `below` given samples and d^(s) > c for the other n - below), by
-    inclusion-exclusion over the `below` samples:
-    sum_t (-1)^t C(below, t) (1 - (n - below + t) c)_+^(n-1)."""
-    return _all_patterns(np.asarray(c, dtype=np.float64), n)[..., below]
-
-
-def _all_patterns(c: np.ndarray, n: int) -> np.ndarray:
-    """ordered_pattern_probability for below = 0..n at once, shape c.shape + (n+1,)."""
-    tails = _upper_tail(c[..., None], np.arange(n + 1, dtype=np.float64), n)
-    return tails @ _inclusion_exclusion_matrix(n).T
-
-
 def pattern_probabilities(theta: np.ndarray, n: int) -> np.ndarray:
     """q[..., i, k]: probability of one given ordered assignment of bits to the n ARMS samples in
     dimension i with k ones, k = 0..n, shape (..., d, n+1). Each row satisfies
@@ -88,9 +114,10 @@ def pattern_probabilities(theta: np.ndarray, n: int) -> np.ndarray:
     """
     n = check_n(n, "ARMS", 2)
     theta = check_theta(theta)
-    upper = (theta > 0.5)[..., None]
-    c = np.where(upper[..., 0], dirichlet_threshold(theta, n), dirichlet_threshold(1 - theta, n))
-    f = _all_patterns(c, n)
+    upper, tails = upper_tails(theta, n, n)
+    upper = upper[..., None]
+    # patterns by the number of samples below c, sum_t (-1)^t C(below, t) tails[n - below + t]
+    f = tails @ _inclusion_exclusion_matrix(n).T
     # upper branch: ones are d < c; lower branch: ones are d > c, i.e. zeros are d < c
     out = np.where(upper, f, f[..., ::-1])
     return np.clip(out, 0.0, None)  # only round-off can make a term negative
@@ -103,14 +130,9 @@ def joint_one_probability(theta: np.ndarray, n: int, m: int) -> np.ndarray:
     lower branch: P(all m of d > c') = (1 - m c')_+^(n-1).
     """
     theta = check_theta(theta)
-    upper = theta > 0.5
-    c_up = dirichlet_threshold(theta, n)
-    c_lo = dirichlet_threshold(1 - theta, n)
-    up = sum(
-        (-1) ** t * math.comb(m, t) * _upper_tail(c_up, np.float64(t), n) for t in range(m + 1)
-    )
-    lo = _upper_tail(c_lo, np.float64(m), n)
-    return np.where(upper, up, lo)
+    upper, tails = upper_tails(theta, n, m)
+    up = sum((-1) ** t * math.comb(m, t) * tails[..., t] for t in range(m + 1))
+    return np.where(upper, up, tails[..., m])
 
 
 def symbolic_pattern_table(n: int) -> list[dict]:

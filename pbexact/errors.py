@@ -6,8 +6,10 @@ the command-line tools turn it into ``error: ...`` and exit code 2.
 
 from __future__ import annotations
 
+import argparse
 import math
-from typing import Any
+import sys
+from typing import Any, NoReturn
 
 import numpy as np
 
@@ -129,9 +131,16 @@ def check_finite_values(values: Any, what: str, cause: str) -> None:
 
 
 def _argparse_error(message: str) -> Exception:
-    import argparse
-
     return argparse.ArgumentTypeError(message)
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse's parser whose usage errors are one line, ``error: ... (see PROG --help)``, exit
+    code 2, like the :class:`PBInputError` messages of every tool."""
+
+    def error(self, message: str) -> NoReturn:
+        print(f"error: {message} (see {self.prog} --help)", file=sys.stderr)
+        raise SystemExit(2)
 
 
 def _parse_int(text: str) -> int:

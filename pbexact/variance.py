@@ -91,6 +91,7 @@ def exact_moments(
     """Exact mean and variance of each estimator at logits r (shape (P,)) by enumerating every
     n-multiset of the 2^d vertices; the variance uses E[g] = the true gradient."""
     param = get_parametrization(parametrization)
+    param.check_exact(r)
     r = np.asarray(r, dtype=np.float64)
     theta = param.theta(r)
     d = theta.shape[-1]

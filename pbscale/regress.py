@@ -22,7 +22,14 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from pbexact.errors import PBInputError, nonneg_float, nonneg_int, positive_float, positive_int
+from pbexact.errors import (
+    ArgumentParser,
+    PBInputError,
+    nonneg_float,
+    nonneg_int,
+    positive_float,
+    positive_int,
+)
 from pbexact.io import check_out_dir
 
 from . import io
@@ -167,7 +174,7 @@ def train(cfg: MethodConfig, epochs: int = 300, out: str | Path = DEFAULT_OUT,
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = ArgumentParser(
         prog="python -m pbscale.regress",
         description="Optimize a binary weight mask of the MaskedNNRegression backbone "
         "(sec:app_maskednnregression, d = 8,050) with one method; writes a resumable run folder.",
