@@ -13,13 +13,14 @@ inclusion-exclusion. It depends only on how many samples are 1 (exchangeability)
 from __future__ import annotations
 
 import math
+import sys
 from functools import lru_cache
 from typing import Any
 
 import numpy as np
 
 from . import arrays
-from .errors import check_n, check_theta
+from .errors import PBInputError, check_n, check_theta
 
 Array = Any
 
@@ -135,33 +136,47 @@ def joint_one_probability(theta: np.ndarray, n: int, m: int) -> np.ndarray:
     return np.where(upper, up, tails[..., m])
 
 
-def symbolic_pattern_table(n: int) -> list[dict]:
-    """The ARMS copula table of `tab:integral_closed` for any n >= 2, in sympy.
+#: Largest n of the symbolic table: (n+1) rows of up to n pieces, each a factored polynomial of
+#: degree n-1 (n = 20 takes about 11 s; the time grows faster than n^3).
+MAX_SYMBOLIC_N = 20
+
+
+def symbolic_pattern_table(n: int, progress: bool = False) -> list[dict]:
+    """The ARMS copula table of `tab:integral_closed` for any 2 <= n <= MAX_SYMBOLIC_N, in sympy.
 
     Rows by k = number of samples with z = 1 (d < c); each row is a list of pieces
     (lo, hi, polynomial in c) on the break points 0, 1/n, 1/(n-1), ..., 1/2, 1, adjacent equal
     pieces merged. This is the upper branch (theta > 0.5) in the variable c = F^{-1}(theta); the
-    lower branch reads row n - k at c = F^{-1}(1 - theta) (the table's caption).
+    lower branch reads row n - k at c = F^{-1}(1 - theta) (the table's caption). Polynomials are
+    summed as sympy Polys over QQ (exact) and factored for display; ``progress`` shows a bar.
     """
     import sympy as sp
+    from tqdm import tqdm
 
     n = check_n(n, "ARMS", 2)
+    if n > MAX_SYMBOLIC_N:
+        raise PBInputError(
+            f"the symbolic ARMS table goes up to n={MAX_SYMBOLIC_N} (n={MAX_SYMBOLIC_N} takes "
+            f"about 11 s and the time grows faster than n^3), got n={n}; use a smaller n"
+        )
     c = sp.Symbol("c")
     breaks = [sp.Integer(0)] + [sp.Rational(1, m) for m in range(n, 1, -1)] + [sp.Integer(1)]
+    powers = {j: sp.Poly(1 - j * c, c, domain="QQ") ** (n - 1) for j in range(n + 1)}
     rows = []
-    for k in range(n + 1):
+    for k in tqdm(range(n + 1), desc=f"ARMS table n={n}", unit="row", disable=not progress,
+                  file=sys.stderr):
         pieces: list[dict] = []
         for lo, hi in zip(breaks[:-1], breaks[1:]):
             # on (lo, hi), (1 - j c) > 0 iff j < 1/c, i.e. j * hi <= 1
-            expr = sum(
-                (-1) ** t * sp.binomial(k, t) * (1 - (n - k + t) * c) ** (n - 1)
-                for t in range(k + 1)
-                if (n - k + t) * hi <= 1
-            )
-            expr = sp.factor(sp.expand(sp.sympify(expr)))
-            if pieces and sp.expand(pieces[-1]["expr"] - expr) == 0:
+            poly = sp.Poly(0, c, domain="QQ")
+            for t in range(k + 1):
+                if (n - k + t) * hi <= 1:
+                    poly += (-1) ** t * math.comb(k, t) * powers[n - k + t]
+            if pieces and pieces[-1]["poly"] == poly:
                 pieces[-1]["hi"] = hi
             else:
-                pieces.append({"lo": lo, "hi": hi, "expr": expr})
+                pieces.append({"lo": lo, "hi": hi, "poly": poly})
+        for piece in pieces:
+            piece["expr"] = sp.factor(piece.pop("poly").as_expr())
         rows.append({"ones": k, "pieces": pieces})
     return rows
