@@ -23,7 +23,7 @@ from tqdm import tqdm
 
 from analysis.cli import output_folders, read_table, run, save_figure, write_csv
 from pbexact.benchmarks import BENCHMARKS, benchmark_table
-from pbexact.closed_form import MAX_CLOSED_FORM_D, closed_form_moments
+from pbexact.closed_form import MAX_CLOSED_FORM_D, check_closed_form_size, closed_form_moments
 from pbexact.errors import (
     ArgumentParser,
     PBInputError,
@@ -75,6 +75,7 @@ def check_method(method: str, d: int, n: int) -> None:
         check_enumeration(2**d, n)
     elif method == "closed":
         check_d(d, limit=MAX_CLOSED_FORM_D)
+        check_closed_form_size(d, n)
     elif method not in METHODS:
         raise PBInputError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
 

@@ -270,6 +270,20 @@ def _j_indicators(
     return same, cross
 
 
+def check_closed_form_size(d: int, n: int, estimators: tuple[str, ...] = est.ESTIMATORS) -> None:
+    """The sizes the closed form accepts: d <= MAX_CLOSED_FORM_D, and n <= MAX_ARMS_CLOSED_FORM_N
+    when ARMS is asked for (its accurate range); the API and the CLIs call this one check."""
+    if d > MAX_CLOSED_FORM_D:
+        raise PBInputError(f"closed-form variances go up to d={MAX_CLOSED_FORM_D}, got d={d}")
+    n = check_n(n)
+    if "arms" in estimators and n > MAX_ARMS_CLOSED_FORM_N:
+        raise PBInputError(
+            f"the closed-form ARMS variance is accurate up to n={MAX_ARMS_CLOSED_FORM_N:,} "
+            f"(float64 cancellation between sample pairs beyond), got n={n:,}; use a smaller n "
+            "or leave ARMS out of the estimators"
+        )
+
+
 def closed_form_moments(
     J: np.ndarray,
     r: np.ndarray,
@@ -290,16 +304,8 @@ def closed_form_moments(
     theta = check_theta(param.theta(r))
     param.check_exact(r)
     d = theta.shape[-1]
-    if d > MAX_CLOSED_FORM_D:
-        raise PBInputError(f"closed-form variances go up to d={MAX_CLOSED_FORM_D}, got d={d}")
+    check_closed_form_size(d, n, estimators)
     J = check_table(J, d)
-    n = check_n(n)
-    if "arms" in estimators and n > MAX_ARMS_CLOSED_FORM_N:
-        raise PBInputError(
-            f"the closed-form ARMS variance is accurate up to n={MAX_ARMS_CLOSED_FORM_N:,} "
-            f"(float64 cancellation between sample pairs beyond), got n={n:,}; use a smaller n "
-            "or leave ARMS out of the estimators"
-        )
     for name in estimators:
         est.check_estimator(name, n)
 

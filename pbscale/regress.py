@@ -150,6 +150,11 @@ def train(cfg: MethodConfig, epochs: int = 300, out: str | Path = DEFAULT_OUT,
         if dev.type == "cuda":
             torch.cuda.synchronize(dev)
         t1 = time.perf_counter()
+        if not bool(torch.isfinite(trainer.r).all()):
+            raise PBInputError(
+                f"the mask logits became NaN or inf in epoch {epoch + 1}: the learning rate "
+                f"{cfg.lr:g} is too large for --optimizer {cfg.optimizer}; lower --lr"
+            )
         val = validate(problem, trainer)
         t2 = time.perf_counter()
         history.append({"epoch": epoch + 1, "train_loss": sum(losses) / len(losses), **val,

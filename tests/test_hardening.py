@@ -336,3 +336,206 @@ def test_closed_form_d_limit_is_the_same_in_api_cli_and_readme():
         capture_output=True, text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert proc.returncode == 2 and f"the limit is d={MAX_CLOSED_FORM_D}" in proc.stderr
     assert not Path("/nonexistent-never-written").exists()
+
+
+# ------------------------------------------- one-line errors, exit code 2, before any work
+
+
+def _call(module: str, argv: list[str]) -> int:
+    """Run a tool's main in-process as its ``__main__`` would: PBInputError -> 2, argparse's
+    errors -> SystemExit(2)."""
+    import importlib
+
+    from analysis.cli import run
+
+    mod = importlib.import_module(module)
+    try:
+        if module in ("pbscale.regress", "analysis.regression"):
+            return int(mod.main(argv) or 0)  # these catch PBInputError themselves
+        return run(mod.main, argv)
+    except SystemExit as exc:
+        return int(exc.code or 0)
+
+
+def _bad_cases(tmp: Path) -> list[tuple[str, list[str], str]]:
+    afile = tmp / "a_file"
+    binary = tmp / "table.bin"
+    return [
+        # learning rates: zero, negative, NaN, infinite, in every tool that takes one
+        ("analysis.variance", ["--lr", "0"], "--lr: must be a number > 0"),
+        ("analysis.variance", ["--lr", "-0.1"], "--lr: must be a number > 0"),
+        ("analysis.variance", ["--lr", "nan"], "--lr: must be a finite number"),
+        ("analysis.variance", ["--lr", "inf"], "--lr: must be a finite number"),
+        ("analysis.variance_compare", ["--lr", "0"], "--lr"),
+        ("analysis.microworld", ["estimators", "--lrs", "0.1", "-1"], "--lrs"),
+        ("analysis.microworld", ["params", "--lrs", "nan"], "--lrs"),
+        ("pbscale.regress", ["--lr", "nan"], "--lr"),
+        ("pbscale.regress", ["--lr", "0"], "--lr"),
+        ("pbscale.regress", ["--lam", "inf"], "--lam"),
+        ("pbscale.regress", ["--lam", "-1"], "--lam"),
+        ("analysis.counterexamples", ["--final-tau", "0"], "--final-tau"),
+        ("analysis.counterexamples", ["--final-tau", "2"], "--final-tau"),
+        ("analysis.theorems", ["--epsilon", "inf"], "--epsilon"),
+        # seeds and instances
+        ("analysis.variance", ["--seed", "-1"], "--seed: must be an integer >= 0"),
+        ("analysis.microworld", ["estimators", "--seed", "-3"], "--seed"),
+        ("analysis.microworld", ["estimators", "--instance", "-1"], "--instance"),
+        ("analysis.theorems", ["--seed", "-1"], "--seed"),
+        ("pbscale.regress", ["--seed", "-1"], "--seed"),
+        ("pbscale.regress", ["--data-seed", "-1"], "--data-seed"),
+        # lists and counts
+        ("analysis.regression", ["--ns", "2,x"], "--ns"),
+        ("analysis.regression", ["--ns", "0,10"], "--ns"),
+        ("analysis.regression", ["--ns", ""], "--ns"),
+        ("analysis.regression", ["--seeds", "0"], "--seeds"),
+        ("analysis.regression", ["--seeds", "two"], "--seeds"),
+        ("analysis.variance", ["--steps", "-1"], "--steps"),
+        ("analysis.microworld", ["estimators", "--steps", "0"], "--steps"),
+        ("analysis.counterexamples", ["--iters", "0"], "--iters"),
+        ("benchmarks.bench_microworld", ["--steps", "0"], "--steps"),
+        ("benchmarks.bench_microworld", ["--repeats", "0"], "--repeats"),
+        ("benchmarks.bench_microworld", ["--bogus"], "unrecognized arguments"),
+        ("benchmarks.bench_pbscale", ["--ns", "1"], "n >= 2"),
+        ("benchmarks.bench_pbscale", ["--bogus"], "unrecognized arguments"),
+        ("benchmarks.bench_closed_form", ["--bogus"], "unrecognized arguments"),
+        ("benchmarks.bench_variance", ["--bogus"], "unrecognized arguments"),
+        # a --table that is not text
+        ("analysis.variance", ["--table", str(binary)], "not a text file"),
+        # sizes beyond what the method handles
+        ("analysis.arms_table", ["--n", "40"], "goes up to n=20"),
+        ("analysis.variance", ["--d", "21", "--method", "closed"], "the limit is d=20"),
+        ("analysis.variance", ["--n", "1000001", "--d", "3", "--method", "closed"],
+         "accurate up to n=1,000,000"),
+        # output paths: a file, under a file, not creatable
+        ("analysis.variance", ["--out", str(afile)], "is a file"),
+        ("analysis.variance", ["--out", str(afile / "sub")], "lies under the file"),
+        ("analysis.variance", ["--figures", str(afile)], "--figures"),
+        ("analysis.variance_compare", ["--out", str(afile)], "is a file"),
+        ("analysis.microworld", ["estimators", "--out", str(afile)], "is a file"),
+        ("analysis.microworld", ["estimators", "--figures", str(afile / "x")], "--figures"),
+        ("analysis.counterexamples", ["--out", str(afile)], "is a file"),
+        ("analysis.theorems", ["--out", str(afile)], "is a file"),
+        ("analysis.arms_table", ["--json", str(tmp)], "is a folder"),
+        ("analysis.arms_table", ["--json", str(afile / "t.json")], "is a file, not a folder"),
+        ("analysis.regression", ["--collect", "--fig-dir", str(afile)], "is a file"),
+        ("pbscale.regress", ["--out", str(afile)], "is a file"),
+        ("benchmarks.bench_microworld", ["--out", str(afile)], "is a file"),
+        ("analysis.variance", ["--out", "/proc/version/x"], "--out"),
+        ("analysis.variance", ["--out", "/proc/pbnn-not-creatable"], "cannot be created"),
+    ]
+
+
+def test_every_bad_input_is_one_line_exit_2_before_any_work(tmp_path, capsys):
+    (tmp_path / "a_file").write_text("keep me")
+    (tmp_path / "table.bin").write_bytes(b"\x89PNG\r\n\x1a\n\xff\xfe\x00\x00")
+    before = sorted(p.name for p in tmp_path.iterdir())
+    for module, argv, words in _bad_cases(tmp_path):
+        capsys.readouterr()
+        rc = _call(module, argv)
+        err = capsys.readouterr().err
+        assert rc == 2, (module, argv, rc, err)
+        lines = err.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("error: "), (module, argv, err)
+        assert words in lines[0], (module, argv, lines[0])
+    # nothing was computed or written: the folder is as it was, the file untouched
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
+    assert (tmp_path / "a_file").read_text() == "keep me"
+
+
+def test_exit_codes_of_the_theorems_tool(tmp_path, monkeypatch):
+    """2 for bad input, 1 for a failed check, 0 otherwise."""
+    import analysis.theorems as th
+
+    small = ["--instances", "5", "--max-d", "3", "--samples", "2000", "--cor-max-d", "4",
+             "--runs", "5", "--no-progress"]
+    assert _call("analysis.theorems", ["--max-n", "1", *small]) == 2
+    failing = th.CheckResult("eq:equivalence", "forced failure", "-", 1.0, 0.1, "error", False)
+    monkeypatch.setattr(th, "run_all", lambda *a, **k: [failing, *_cor_only(th)])
+    assert _call("analysis.theorems", small) == 1
+    passing = th.CheckResult("eq:equivalence", "forced pass", "-", 0.0, 0.1, "error", True)
+    monkeypatch.setattr(th, "run_all", lambda *a, **k: [passing, *_cor_only(th)])
+    assert _call("analysis.theorems", small) == 0
+
+
+def _cor_only(th):
+    return [th.check_cor_mc_bad_gen_2(4, 0.25)]
+
+
+def test_runaway_learning_rate_names_its_cause():
+    from analysis.variance import variance_trajectory
+
+    J = np.random.default_rng(0).normal(size=8) * 1e300
+    with pytest.raises(PBInputError, match="the learning rate 1e\\+10 is too large"):
+        variance_trajectory(J, 3, steps=50, log_every=10, lr=1e10, method="enumerate")
+    with pytest.raises(PBInputError, match="learning rate"):
+        variance_trajectory(J, 3, steps=5, lr=float("nan"))
+
+
+# ---------------------------------------------------- nothing written where the user did not ask
+
+
+def _snapshot(folder: Path) -> dict[str, tuple[int, int]]:
+    return {p.name: (p.stat().st_mtime_ns, p.stat().st_size) for p in folder.iterdir()}
+
+
+def test_tools_write_under_out_only_unless_figures_is_named(tmp_path, monkeypatch):
+    figures = ROOT / "figures"
+    before = _snapshot(figures)
+    monkeypatch.chdir(tmp_path)  # a relative default (results/) lands here, not in the repo
+    out = tmp_path / "out"
+    assert _call("analysis.variance", ["--d", "3", "--n", "3", "--steps", "4", "--log-every",
+                                       "2", "--lr", "0.5", "--out", str(out)]) == 0
+    assert _call("analysis.variance_compare", ["--d", "3", "--n", "3", "--steps", "2",
+                                               "--draws", "50", "--benchmark", "nnloss",
+                                               "--out", str(out)]) == 0
+    assert _call("analysis.microworld", ["estimators", "--d", "3", "--seeds", "2", "--steps",
+                                         "3", "--out", str(out)]) == 0
+    assert _call("analysis.counterexamples", ["--only", "sig_per_temp", "--no-progress"]) == 0
+    assert _snapshot(figures) == before  # the committed figures were not touched
+    assert (out / "exponential_d3_n3_variance.png").exists()
+    assert (out / "microworld_estimators_d3.png").exists()
+    assert (tmp_path / "results" / "sig_per_temp.png").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "results"]
+    # --figures DIR adds the copies there
+    fig = tmp_path / "fig"
+    assert _call("analysis.variance", ["--d", "3", "--n", "3", "--steps", "2", "--benchmark",
+                                       "nnloss", "--out", str(out), "--figures", str(fig)]) == 0
+    assert sorted(p.name for p in fig.iterdir()) == ["nnloss_d3_n3_variance.csv",
+                                                      "nnloss_d3_n3_variance.png"]
+
+
+def test_microworld_refuses_to_mix_runs_and_replot_a_mix(tmp_path, capsys):
+    out = tmp_path / "res"
+    base = ["estimators", "--d", "3", "--seeds", "2", "--out", str(out)]
+    assert _call("analysis.microworld", [*base, "--steps", "3"]) == 0
+    files = _snapshot(out)
+    # another run with other settings on top of it: refused before any work
+    capsys.readouterr()
+    assert _call("analysis.microworld", [*base, "--steps", "5"]) == 2
+    assert "other settings (steps = 3, asked 5)" in capsys.readouterr().err
+    assert _snapshot(out) == files
+    # the same settings rerun fine, and replot works (steps are not needed to replot)
+    assert _call("analysis.microworld", [*base, "--steps", "3"]) == 0
+    assert _call("analysis.microworld", [*base, "--replot"]) == 0
+    # simulate a run killed after its first CSV on top of an older run with other settings
+    other = tmp_path / "other"
+    assert _call("analysis.microworld", ["estimators", "--d", "3", "--seeds", "3", "--steps",
+                                         "4", "--out", str(other)]) == 0
+    for suffix in (".csv", "_settings.json"):
+        name = f"microworld_estimators_nnloss_d3{suffix}"
+        (out / name).write_bytes((other / name).read_bytes())
+    capsys.readouterr()
+    assert _call("analysis.microworld", [*base, "--replot"]) == 2
+    assert "mixes results of two runs" in capsys.readouterr().err
+    # a replot asking for other figure-defining settings is refused too
+    assert _call("analysis.microworld", [*base, "--replot", "--instance", "1"]) == 2
+    # results without recorded settings (an older version's folder) are refused
+    (out / "microworld_estimators_nnloss_d3_settings.json").unlink()
+    assert _call("analysis.microworld", [*base, "--replot"]) == 2
+    assert _call("analysis.microworld", [*base, "--steps", "3"]) == 2
+    # a damaged results CSV is a one-line error
+    (other / "microworld_estimators_nnloss_d3.csv").write_text("record,method\ncurve,x\n")
+    capsys.readouterr()
+    assert _call("analysis.microworld", ["estimators", "--d", "3", "--seeds", "3", "--steps",
+                                         "4", "--out", str(other), "--replot"]) == 2
+    assert "damaged results file" in capsys.readouterr().err
