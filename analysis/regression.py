@@ -23,8 +23,8 @@ from pathlib import Path
 
 import numpy as np
 
-from pbexact.errors import ArgumentParser, positive_int, positive_int_list
-from pbexact.io import PBInputError, check_out_dir
+from pbexact.errors import ArgumentParser, PBInputError, positive_int, positive_int_list
+from pbexact.io import check_out_dir
 from pbscale import io
 from pbscale.methods import MethodConfig
 from pbscale.regress import resolve_device, run_name, set_threads, train
@@ -59,8 +59,14 @@ def plan(which: str, ns: list[int], seeds: int) -> list[tuple[str, str, MethodCo
 def load_history(folder: Path) -> dict[str, np.ndarray] | None:
     if not (folder / "summary.json").exists():
         return None
-    rows = io.read_csv(folder / "history.csv")
-    return {k: np.array([float(r[k]) for r in rows]) for k in ("epoch", "val_loss_chosen")}
+    try:
+        rows = io.read_csv(folder / "history.csv")
+        out = {k: np.array([float(r[k]) for r in rows]) for k in ("epoch", "val_loss_chosen")}
+        if not rows:
+            raise ValueError
+    except (OSError, UnicodeDecodeError, KeyError, TypeError, ValueError):
+        raise PBInputError(f"damaged run file {folder / 'history.csv'}; {io.DAMAGED_FIX}") from None
+    return out
 
 
 def select(runs: dict[str, list[dict]]) -> tuple[str, list[dict]]:

@@ -43,7 +43,6 @@ from pbexact.vertices import check_enumeration
 METHODS = ("auto", "enumerate", "closed", "mc")
 #: auto enumerates up to this many multisets (the paper's d=4, n=4 has 3,876), else closed form.
 AUTO_ENUMERATION_LIMIT = 10_000
-FIGURES_DIR = Path(__file__).resolve().parent.parent / "figures"  # only with --figures figures
 
 
 def moments_at(

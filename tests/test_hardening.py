@@ -461,8 +461,13 @@ def _cor_only(th):
     return [th.check_cor_mc_bad_gen_2(4, 0.25)]
 
 
-def test_runaway_learning_rate_names_its_cause():
+def test_runaway_learning_rate_names_its_cause(tmp_path, capsys):
     from analysis.variance import variance_trajectory
+
+    argv = ["params", "--d", "3", "--seeds", "2", "--steps", "3", "--lrs", "1e308", "--out",
+            str(tmp_path)]
+    assert _call("analysis.microworld", argv) == 2
+    assert "the learning rate 1e+308 is too large" in capsys.readouterr().err
 
     J = np.random.default_rng(0).normal(size=8) * 1e300
     with pytest.raises(PBInputError, match="the learning rate 1e\\+10 is too large"):
