@@ -28,12 +28,15 @@ __all__ = [
 def run(
     main: Callable[[Sequence[str] | None], int | None], argv: Sequence[str] | None = None
 ) -> int:
-    """Call ``main``; bad input becomes ``error: ...`` on stderr and exit code 2."""
+    """Call ``main``; bad input becomes ``error: ...`` on stderr and exit code 2 (argparse's own
+    errors, already printed as one line by `pbexact.errors.ArgumentParser`, return their code)."""
     try:
         return int(main(argv) or 0)
     except PBInputError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
 
 
 def read_table(path: str | Path) -> Any:

@@ -11,6 +11,7 @@ name removes those whose process is gone.
 from __future__ import annotations
 
 import csv
+import glob
 import io
 import json
 import os
@@ -38,7 +39,7 @@ def remove_stale_temporaries(path: str | Path) -> list[Path]:
     path = Path(path)
     removed = []
     try:
-        candidates = list(path.parent.glob(f".{path.name}.*.tmp"))
+        candidates = list(path.parent.glob(f".{glob.escape(path.name)}.*.tmp"))
     except OSError:
         return removed
     for tmp in candidates:

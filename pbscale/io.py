@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -73,7 +74,9 @@ def load_checkpoint(path: str | Path, keys: tuple[str, ...] = ()) -> dict | None
     if not path.exists() and not path.is_symlink():
         return None
     try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
+        with warnings.catch_warnings():  # a foreign file's pickle protocol: refused below anyway
+            warnings.simplefilter("ignore", UserWarning)
+            state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception:  # truncated, random bytes, a folder, or a refused pickled object
         why = "is a folder" if path.is_dir() else (
             "unreadable, or holds objects other than tensors and numbers, which are refused")
