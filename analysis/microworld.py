@@ -512,8 +512,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not args.replot:
             write_json(settings_path(args.out / stem), settings)  # before the results it labels
             write_results(args.out / f"{stem}.csv", J, results, chosen)
-        if args.figures is not None:
-            write_figure_csv(args.out / f"{stem}.csv", args.figures / f"{stem}.csv")
+        for folder in folders[1:]:  # --figures, when named and not --out itself
+            write_figure_csv(args.out / f"{stem}.csv", folder / f"{stem}.csv")
         summary["benchmarks"][bench] = {
             "min_J": float(J.min()), "wall_s": time.perf_counter() - t0,
             "configs": summary_rows(results, chosen, J),
