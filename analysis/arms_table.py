@@ -15,8 +15,9 @@ from pathlib import Path
 
 import sympy as sp
 
-from analysis.cli import run, write_json
-from pbexact.copula import symbolic_pattern_table
+from analysis.cli import check_out_file, run, write_json
+from pbexact.copula import MAX_SYMBOLIC_N, symbolic_pattern_table
+from pbexact.errors import ArgumentParser
 
 
 def multiset_label(n: int, ones: int) -> str:
@@ -78,11 +79,12 @@ def table_latex(n: int, rows: list[dict]) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = ArgumentParser(
         prog="python -m analysis.arms_table",
         description="Symbolic ARMS Dirichlet-copula probabilities (tab:integral_closed) for any n.",
     )
-    p.add_argument("--n", type=int, default=4, help="number of samples, n >= 2 (default 4)")
+    p.add_argument("--n", type=int, default=4,
+                   help=f"number of samples, 2 <= n <= {MAX_SYMBOLIC_N} (default 4)")
     p.add_argument("--latex", action="store_true", help="also print the table as LaTeX")
     p.add_argument("--json", type=Path, default=None, help="write the table as JSON to FILE")
     return p
@@ -90,7 +92,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    rows = symbolic_pattern_table(args.n)
+    if args.json is not None:
+        check_out_file(args.json, "--json")
+    rows = symbolic_pattern_table(args.n, progress=args.n >= 10)
     print(table_text(args.n, rows))
     if args.latex:
         print()

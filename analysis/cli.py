@@ -10,23 +10,33 @@ from pathlib import Path
 from typing import Any
 
 from pbexact.errors import PBInputError
-from pbexact.io import atomic_write_bytes, atomic_write_text, write_csv, write_json
+from pbexact.io import (
+    atomic_write_bytes,
+    atomic_write_text,
+    check_out_dir,
+    check_out_file,
+    write_csv,
+    write_json,
+)
 
 __all__ = [
-    "atomic_write_bytes", "atomic_write_text", "read_table", "run", "save_figure", "write_csv",
-    "write_json",
+    "atomic_write_bytes", "atomic_write_text", "check_out_dir", "check_out_file",
+    "output_folders", "read_table", "run", "save_figure", "write_csv", "write_json",
 ]
 
 
 def run(
     main: Callable[[Sequence[str] | None], int | None], argv: Sequence[str] | None = None
 ) -> int:
-    """Call ``main``; bad input becomes ``error: ...`` on stderr and exit code 2."""
+    """Call ``main``; bad input becomes ``error: ...`` on stderr and exit code 2 (argparse's own
+    errors, already printed as one line by `pbexact.errors.ArgumentParser`, return their code)."""
     try:
         return int(main(argv) or 0)
     except PBInputError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
 
 
 def read_table(path: str | Path) -> Any:
@@ -41,6 +51,10 @@ def read_table(path: str | Path) -> Any:
         text = path.read_text()
     except OSError as exc:
         raise PBInputError(f"cannot read the J table {path}: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise PBInputError(
+            f"the J table {path} is not a text file; give a CSV with columns h,J"
+        ) from None
     rows = list(csv.reader(io.StringIO(text)))
     if not rows or [c.strip() for c in rows[0]] != ["h", "J"]:
         raise PBInputError(f"corrupt J table {path}: the first line must be the header 'h,J'")
@@ -60,6 +74,16 @@ def read_table(path: str | Path) -> Any:
     if sorted(values) != list(range(len(values))):
         raise PBInputError(f"corrupt J table {path}: the h column must cover 0..{len(values) - 1}")
     return check_table(np.array([values[h] for h in range(len(values))]))
+
+
+def output_folders(out: str | Path, figures: str | Path | None = None) -> list[Path]:
+    """The folders a tool writes to: ``--out``, and ``--figures`` only when the user named it
+    (nothing lands in the repository's figures/ unless asked). Both are checked before any work
+    (`pbexact.io.check_out_dir`)."""
+    folders = [check_out_dir(out, "--out")]
+    if figures is not None and Path(figures).resolve() != folders[0].resolve():
+        folders.append(check_out_dir(figures, "--figures"))
+    return folders
 
 
 def save_figure(fig: Any, paths: Iterable[str | Path]) -> list[Path]:

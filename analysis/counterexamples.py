@@ -1,7 +1,7 @@
 """The paper's counter-examples and illustrations, redrawn from code, each as a PNG in
-``figures/`` with its data as a CSV of the same stem.
+--out (``--out figures`` for the committed ones) with its data as a CSV of the same stem.
 
-    python -m analysis.counterexamples                    # every figure
+    python -m analysis.counterexamples --out figures      # every figure
     python -m analysis.counterexamples --only deceiving_piecewise_runs theta_dep_ill
 
 Figures (paper label -> file stem):
@@ -18,7 +18,6 @@ Figures (paper label -> file stem):
 
 from __future__ import annotations
 
-import argparse
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -45,11 +44,16 @@ from pbexact.continuation import (  # noqa: E402
     run_cp,
     sigmoid,
 )
-from pbexact.errors import PBInputError  # noqa: E402
+from pbexact.errors import (  # noqa: E402
+    ArgumentParser,
+    PBInputError,
+    positive_float,
+    positive_int,
+)
+from pbexact.io import check_out_dir  # noqa: E402
 from pbexact.polynomial import expected_loss, true_gradient, vertex_probabilities  # noqa: E402
 from pbexact.vertices import vertices  # noqa: E402
 
-FIGURES_DIR = Path(__file__).resolve().parent.parent / "figures"
 TAUS_SHOWN = (1.0, 0.5, 0.25, 0.1, 0.05)
 ALPHAS = (0.5, 0.1, 0.05, 0.01)
 
@@ -424,29 +428,33 @@ def build_all(out: Path, only: Sequence[str] | None, temperatures: int, final_ta
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="python -m analysis.counterexamples",
         description="Redraw the paper's counter-examples and illustrations as PNG + CSV.",
     )
-    parser.add_argument("--out", type=Path, default=FIGURES_DIR,
-                        help="output folder (default: figures/ of the repository)")
+    parser.add_argument("--out", type=Path, default=Path("results"),
+                        help="output folder (default results/; --out figures regenerates the "
+                        "committed figures)")
     parser.add_argument("--only", nargs="+", metavar="NAME",
                         help="draw only these (file stems, e.g. theta_dep_ill)")
-    parser.add_argument("--temperatures", type=int, default=10,
+    parser.add_argument("--temperatures", type=positive_int, default=10,
                         help="CP temperatures, exponential from 1 to --final-tau (default 10)")
-    parser.add_argument("--final-tau", type=float, default=1 / 200,
+    parser.add_argument("--final-tau", type=positive_float, default=1 / 200,
                         help="last CP temperature (default 1/200, as in the paper's appendix)")
-    parser.add_argument("--iters", type=int, default=100,
+    parser.add_argument("--iters", type=positive_int, default=100,
                         help="CP gradient steps per temperature (default 100, as in the paper)")
-    parser.add_argument("--cor-max-d", type=int, default=20,
+    parser.add_argument("--cor-max-d", type=positive_int, default=20,
                         help="cor:mc_bad_gen_2 for d = 2..this (default 20)")
-    parser.add_argument("--epsilon", type=float, default=0.25,
+    parser.add_argument("--epsilon", type=positive_float, default=0.25,
                         help="error epsilon of cor:mc_bad_gen_2 (default 0.25)")
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     args = parser.parse_args(argv)
     if args.iters < 1:
         raise PBInputError("--iters must be at least 1")
     check_corollary_sizes(args.cor_max_d, args.epsilon)
+    if args.final_tau > 1:
+        raise PBInputError(f"--final-tau must be in (0, 1], got {args.final_tau}")
+    check_out_dir(args.out)
     report = build_all(args.out, args.only, args.temperatures, args.final_tau, args.iters,
                        args.cor_max_d, args.epsilon, progress=not args.no_progress)
     for name, numbers in report.items():

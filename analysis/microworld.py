@@ -20,14 +20,20 @@ once: every seed would repeat the same trajectory.
 
 Outputs, per (experiment, benchmark): ``microworld_<exp>_<bench>_d<d>.csv`` in --out (rows
 ``curve``: step, mean, stderr at every logged step; rows ``final``: per-seed final loss and
-whether it found z*) and the same with the curve thinned to ~400 steps in --figures, the figure
+whether it found z*) and the same with the curve thinned to ~400 steps in --figures (only when
+given: ``--figures figures`` regenerates the committed ones), the figure
 ``microworld_<exp>_d<d>.png`` in both, and a JSON summary (final means, wall time) in --out.
+
+The settings of a run are recorded beside each results CSV (``..._settings.json``); a run on top
+of results with other settings, and a --replot of results whose settings differ from the command's
+or from each other, are refused (exit code 2) instead of mixing two runs.
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import json
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -37,7 +43,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from analysis.cli import run, save_figure, write_csv, write_json
+from analysis.cli import output_folders, run, save_figure, write_csv, write_json
 from analysis.microworld_hybrid import TORCH_METHODS, check_torch_method, run_torch
 from analysis.microworld_runs import (
     DETERMINISTIC,
@@ -47,11 +53,17 @@ from analysis.microworld_runs import (
     run_exact,
 )
 from pbexact.benchmarks import BENCHMARKS, NNLoss, benchmark_table
-from pbexact.errors import PBInputError, check_d
+from pbexact.errors import (
+    ArgumentParser,
+    PBInputError,
+    check_d,
+    nonneg_int,
+    positive_float,
+    positive_int,
+)
 from pbexact.estimators import REGISTRY
 
 EXPERIMENTS = ("estimators", "params", "approaches")
-FIGURES_DIR = Path(__file__).resolve().parent.parent / "figures"
 #: The approaches sweep picks lr by the mean loss from this iteration on.
 SELECT_FROM_STEP = 10
 LABELS = {
@@ -161,15 +173,22 @@ def load_results(path: Path) -> tuple[dict[Config, Trajectory], dict[Config, boo
     curves: dict[Config, list] = {}
     finals: dict[Config, list] = {}
     chosen: dict[Config, bool] = {}
-    with open(path, newline="") as fh:
-        for row in csv.DictReader(fh):
-            cfg = Config(row["method"], int(row["n"]), row["param"], float(row["lr"]))
-            chosen[cfg] = row["selected"] == "1"
-            if row["record"] == "curve":
-                curves.setdefault(cfg, []).append(
-                    (int(row["step"]), float(row["mean"]), float(row["stderr"])))
-            else:
-                finals.setdefault(cfg, []).append((float(row["value"]), row["found_z_star"] == "1"))
+    try:
+        with open(path, newline="") as fh:
+            for row in csv.DictReader(fh):
+                cfg = Config(row["method"], int(row["n"]), row["param"], float(row["lr"]))
+                chosen[cfg] = row["selected"] == "1"
+                if row["record"] == "curve":
+                    curves.setdefault(cfg, []).append(
+                        (int(row["step"]), float(row["mean"]), float(row["stderr"])))
+                else:
+                    finals.setdefault(cfg, []).append(
+                        (float(row["value"]), row["found_z_star"] == "1"))
+        if not curves or set(curves) != set(finals):
+            raise ValueError
+    except (OSError, UnicodeDecodeError, KeyError, TypeError, ValueError):
+        raise PBInputError(f"damaged results file {path}; run the experiment again or choose "
+                           "another --out") from None
     results = {}
     for cfg, rows in curves.items():
         steps, mean, se = (np.array(col) for col in zip(*rows))
@@ -177,6 +196,56 @@ def load_results(path: Path) -> tuple[dict[Config, Trajectory], dict[Config, boo
         results[cfg] = Trajectory(steps, mean, se, value, np.empty((value.size, 0)),
                                   {"found": found})
     return results, chosen
+
+
+#: Settings that change what a results CSV holds; --replot must match those marked True (it
+#: rebuilds the table, the configs and the figure from them), the others only across benchmarks.
+SETTINGS_REPLOT = {"experiment": True, "d": True, "instance": True, "lrs": True, "n": True,
+                   "seeds": False, "steps": False, "seed": False, "log_every": False}
+
+
+def run_settings(args: argparse.Namespace, d: int, lrs: list[float]) -> dict:
+    """The settings recorded beside each results CSV (see :data:`SETTINGS_REPLOT`)."""
+    return {"experiment": args.experiment, "d": d, "instance": args.instance,
+            "lrs": [float(x) for x in lrs], "n": args.n, "seeds": args.seeds,
+            "steps": args.steps, "seed": args.seed, "log_every": args.log_every}
+
+
+def settings_path(stem_path: Path) -> Path:
+    return stem_path.with_name(stem_path.name + "_settings.json")
+
+
+def check_settings(stem_path: Path, settings: dict, replot: bool) -> dict | None:
+    """Refuse results in --out recorded with other settings (a run on top of another, or a
+    --replot of a mix); results without recorded settings are refused too. Returns the recorded
+    settings (None when there are none yet)."""
+    csv_path = stem_path.with_name(stem_path.name + ".csv")
+    path = settings_path(stem_path)
+    if not path.exists():
+        if csv_path.exists() or replot:
+            raise PBInputError(
+                f"{csv_path} has no recorded settings ({path.name} is missing); delete it or "
+                "choose another --out" + ("" if not replot else ", then run the experiment")
+            )
+        return None
+    try:
+        with open(path) as fh:
+            old = json.load(fh)
+        if not isinstance(old, dict):
+            raise ValueError
+    except (OSError, UnicodeDecodeError, ValueError):
+        raise PBInputError(f"damaged settings file {path}; delete it with its results or "
+                           "choose another --out") from None
+    keys = [k for k, needed in SETTINGS_REPLOT.items() if needed or not replot]
+    diff = [k for k in keys if old.get(k) != settings[k]]
+    if diff:
+        k = diff[0]
+        raise PBInputError(
+            f"{csv_path.parent} holds results with other settings ({k} = {old.get(k)!r}, "
+            f"asked {settings[k]!r}); choose another --out, delete them"
+            + (", or replot with the recorded settings" if replot else "")
+        )
+    return old
 
 
 def write_results(path: Path, J: np.ndarray, results: dict[Config, Trajectory],
@@ -356,7 +425,7 @@ def plot_approaches(J: np.ndarray, results: dict, chosen: dict, d: int):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = ArgumentParser(
         prog="python -m analysis.microworld",
         description="Microworld optimization experiments of sec:microworld (exact expected loss "
         "along each trajectory, all seeds vectorized). Experiments: estimators "
@@ -365,22 +434,25 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("experiment", choices=EXPERIMENTS,
                    help="estimators, params (parametrizations) or approaches")
-    p.add_argument("--d", type=int, default=10, help="number of bits (default 10; paper: 4, 10)")
-    p.add_argument("--seeds", type=int, default=100, help="seeds per method (default 100)")
-    p.add_argument("--steps", type=int, default=10_000, help="SGD steps (default 10,000)")
+    p.add_argument("--d", type=positive_int, default=10,
+                   help="number of bits (default 10; paper: 4, 10)")
+    p.add_argument("--seeds", type=positive_int, default=100, help="seeds per method (default 100)")
+    p.add_argument("--steps", type=positive_int, default=10_000, help="SGD steps (default 10,000)")
     p.add_argument("--benchmark", choices=(*BENCHMARKS, "all"), default="all",
                    help="exponential, nnloss or all (default); approaches uses nnloss only")
-    p.add_argument("--lrs", type=float, nargs="+", default=None,
+    p.add_argument("--lrs", type=positive_float, nargs="+", default=None,
                    help="learning rates swept (default: 0.1 for estimators, 0.1 0.01 otherwise)")
-    p.add_argument("--n", type=int, default=1,
+    p.add_argument("--n", type=positive_int, default=1,
                    help="samples per step of REINFORCE, ST, REBAR, RELAX in approaches (default 1)")
-    p.add_argument("--seed", type=int, default=0, help="random seed of the runs (default 0)")
-    p.add_argument("--instance", type=int, default=0,
+    p.add_argument("--seed", type=nonneg_int, default=0, help="random seed of the runs (default 0)")
+    p.add_argument("--instance", type=nonneg_int, default=0,
                    help="seed of the benchmark instance, shared by all methods (default 0)")
-    p.add_argument("--log-every", type=int, default=1,
+    p.add_argument("--log-every", type=positive_int, default=1,
                    help="iterations between logged losses (default 1)")
     p.add_argument("--out", type=Path, default=Path("results"), help="output folder")
-    p.add_argument("--figures", type=Path, default=FIGURES_DIR, help="where figures are copied")
+    p.add_argument("--figures", type=Path, default=None,
+                   help="also copy figures and thinned CSVs here (--figures figures regenerates "
+                   "the committed ones; default: only --out)")
     p.add_argument("--replot", action="store_true",
                    help="redraw the figures from the results CSVs in --out without training")
     return p
@@ -403,6 +475,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             check_method(cfg.method, cfg.n)
     benches = benchmarks_for(args.experiment, args.benchmark)
+    if args.replot and not args.out.is_dir():
+        raise PBInputError(
+            f"--replot needs the results folder {args.out}; run the experiment first"
+        )
+    folders = output_folders(args.out, args.figures)
+    settings = run_settings(args, d, lrs)
+    recorded = [check_settings(args.out / f"microworld_{args.experiment}_{bench}_d{d}",
+                               settings, args.replot) for bench in benches]  # before any work
+    if args.replot and any(r != recorded[0] for r in recorded):
+        raise PBInputError(f"{args.out} mixes results of two runs (their settings differ); "
+                           "run the experiment again or choose another --out")
     # small tensors: one thread avoids the synchronization cost of two
     torch.set_num_threads(1)
     start = time.perf_counter()
@@ -428,8 +511,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             chosen = select(args.experiment, results)
         per_bench[bench] = (J, results, chosen)
         if not args.replot:
+            write_json(settings_path(args.out / stem), settings)  # before the results it labels
             write_results(args.out / f"{stem}.csv", J, results, chosen)
-        write_figure_csv(args.out / f"{stem}.csv", args.figures / f"{stem}.csv")
+        for folder in folders[1:]:  # --figures, when named and not --out itself
+            write_figure_csv(args.out / f"{stem}.csv", folder / f"{stem}.csv")
         summary["benchmarks"][bench] = {
             "min_J": float(J.min()), "wall_s": time.perf_counter() - t0,
             "configs": summary_rows(results, chosen, J),
@@ -445,10 +530,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     else:
         figs.append(("microworld_grad", plot_approaches(*per_bench["nnloss"], d)))
     for name, fig in figs:
-        save_figure(fig, [args.out / f"{name}_d{d}.png", args.figures / f"{name}_d{d}.png"])
+        save_figure(fig, [folder / f"{name}_d{d}.png" for folder in folders])
     summary["wall_s"] = time.perf_counter() - start
     if args.replot:
-        print(f"replotted from {args.out}; figures in {args.figures}")
+        print(f"replotted from {args.out}; figures in {', '.join(map(str, folders))}")
         return 0
     write_json(args.out / f"microworld_{args.experiment}_d{d}_summary.json", summary)
     print(f"{args.experiment}, d={d}, {args.seeds} seeds, {args.steps} steps: "
@@ -463,7 +548,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                       f"  (mean from it. 10: {row['mean_from_10']:+.4f};"
                       f" found z*: {row['found_z_star']}/{row['seeds']})")
     print(f"  wrote {args.out}/microworld_{args.experiment}_*_d{d}.csv and figures in "
-          f"{args.figures}")
+          f"{', '.join(map(str, folders))}")
     return 0
 
 

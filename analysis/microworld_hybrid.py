@@ -159,6 +159,11 @@ def run_torch(
                 opt.step()
             grad = est.grad
         r = (r - lr * grad).detach()
+        if not bool(torch.isfinite(r).all()):
+            raise PBInputError(
+                f"the logits of {method} became NaN or inf at step {step + 1}: the learning rate "
+                f"{lr:g} is too large; lower --lrs"
+            )
     final_theta = cp_hard_mask(r) if method == "cp" else torch.sigmoid(r)
     return logger.trajectory(
         losses(r), final_theta.numpy(), method=method, n=n if method != "cp" else 0,

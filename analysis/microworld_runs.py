@@ -168,6 +168,11 @@ def run_exact(
         if step == steps:
             break
         r = param.project(r - lr * exact_core_gradient(J, r, method, n, param, rng))
+        if not np.all(np.isfinite(r)):
+            raise PBInputError(
+                f"the logits of {method} ({param.name}) became NaN or inf at step {step + 1}: the "
+                f"learning rate {lr:g} is too large; lower --lrs"
+            )
     theta = param.theta(r)
     return logger.trajectory(
         expected_loss(J, theta), theta, method=method, n=n, param=param.name, lr=lr, seeds=seeds

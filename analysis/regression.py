@@ -16,7 +16,6 @@ the full sweep on a GPU is one command; ``--epochs``, ``--seeds`` and ``--ns`` s
 
 from __future__ import annotations
 
-import argparse
 import math
 import sys
 from collections import defaultdict
@@ -24,7 +23,8 @@ from pathlib import Path
 
 import numpy as np
 
-from pbexact.errors import PBInputError
+from pbexact.errors import ArgumentParser, PBInputError, positive_int, positive_int_list
+from pbexact.io import check_out_dir
 from pbscale import io
 from pbscale.methods import MethodConfig
 from pbscale.regress import resolve_device, run_name, set_threads, train
@@ -59,8 +59,14 @@ def plan(which: str, ns: list[int], seeds: int) -> list[tuple[str, str, MethodCo
 def load_history(folder: Path) -> dict[str, np.ndarray] | None:
     if not (folder / "summary.json").exists():
         return None
-    rows = io.read_csv(folder / "history.csv")
-    return {k: np.array([float(r[k]) for r in rows]) for k in ("epoch", "val_loss_chosen")}
+    try:
+        rows = io.read_csv(folder / "history.csv")
+        out = {k: np.array([float(r[k]) for r in rows]) for k in ("epoch", "val_loss_chosen")}
+        if not rows:
+            raise ValueError
+    except (OSError, UnicodeDecodeError, KeyError, TypeError, ValueError):
+        raise PBInputError(f"damaged run file {folder / 'history.csv'}; {io.DAMAGED_FIX}") from None
+    return out
 
 
 def select(runs: dict[str, list[dict]]) -> tuple[str, list[dict]]:
@@ -142,16 +148,19 @@ def draw(which: str, curves: dict, path: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m analysis.regression", description=__doc__)
+    ap = ArgumentParser(prog="python -m analysis.regression", description=__doc__)
     ap.add_argument("--figures", default=",".join(FIGURES), help="subset of est,param,approaches")
-    ap.add_argument("--epochs", type=int, default=300)
-    ap.add_argument("--seeds", type=int, default=10)
-    ap.add_argument("--ns", default="2,10,100,1000", help="n values of the estimator comparison")
+    ap.add_argument("--epochs", type=positive_int, default=300)
+    ap.add_argument("--seeds", type=positive_int, default=10)
+    ap.add_argument("--ns", type=positive_int_list, default=[2, 10, 100, 1000],
+                    help="n values of the estimator comparison (default 2,10,100,1000)")
     ap.add_argument("--out", default="runs/regression", help="folder of the runs")
-    ap.add_argument("--fig-dir", default="figures")
+    ap.add_argument("--fig-dir", default=None,
+                    help="where the figures go (default: --out; --fig-dir figures regenerates "
+                    "the committed ones)")
     ap.add_argument("--device", default="auto")
     ap.add_argument("--collect", action="store_true", help="only draw the finished runs")
-    ap.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    ap.add_argument("--threads", type=positive_int, default=None, help="torch CPU threads")
     args = ap.parse_args(argv)
     try:
         set_threads(args.threads)
@@ -159,12 +168,16 @@ def main(argv: list[str] | None = None) -> int:
         bad = [w for w in which if w not in FIGURES]
         if bad:
             raise PBInputError(f"unknown figure {bad[0]!r}; choose from {', '.join(FIGURES)}")
-        ns = [int(v) for v in args.ns.split(",")]
+        ns = args.ns
         items = {w: plan(w, ns, args.seeds) for w in which}
         for its in items.values():
             for _, _, cfg in its:
                 cfg.validate()
         out = Path(args.out) / f"epochs{args.epochs}"
+        fig_dir = check_out_dir(args.fig_dir if args.fig_dir is not None else args.out,
+                                "--fig-dir")
+        if not args.collect:
+            check_out_dir(out, "--out")
         if not args.collect:
             dev = resolve_device(args.device)
             problem = make_problem(0, dev)  # drawn once, shared by every run
@@ -178,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
             if not curves:
                 print(f"{w}: no finished runs in {out}", file=sys.stderr)
                 continue
-            path = Path(args.fig_dir) / f"maskednnregression_{w}.png"
+            path = fig_dir / f"maskednnregression_{w}.png"
             draw(w, curves, path)
             print(f"wrote {path}")
     except PBInputError as e:

@@ -13,7 +13,6 @@ input.
 
 from __future__ import annotations
 
-import argparse
 import itertools
 import math
 import sys
@@ -39,7 +38,15 @@ from pbexact.bad_generalization import (
     mc_bad_gen_threshold,
 )
 from pbexact.copula import arms_correlation, joint_one_probability, pattern_probabilities
-from pbexact.errors import PBInputError
+from pbexact.errors import (
+    ArgumentParser,
+    PBInputError,
+    int_at_least,
+    nonneg_int,
+    positive_float,
+    positive_int,
+)
+from pbexact.io import check_out_dir
 from pbexact.parametrizations import get_parametrization
 from pbexact.polynomial import (
     expected_loss,
@@ -730,6 +737,8 @@ class Sizes:
         for name in ("instances", "max_d", "samples", "runs"):
             if getattr(self, name) < 1:
                 raise PBInputError(f"--{name.replace('_', '-')} must be at least 1")
+        if self.seed < 0:
+            raise PBInputError(f"--seed must be >= 0, got {self.seed}")
         if self.max_n < 2:
             raise PBInputError("--max-n must be at least 2 (ARMS needs n >= 2)")
         check_corollary_sizes(self.cor_max_d, self.epsilon)
@@ -804,35 +813,38 @@ def _cor_fit_table(result: CheckResult) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="python -m analysis.theorems",
         description="Check every analytical claim of the paper numerically on random instances; "
         "exit 1 if any check fails.",
     )
     d = Sizes()
-    parser.add_argument("--instances", type=int, default=d.instances,
+    parser.add_argument("--instances", type=positive_int, default=d.instances,
                         help="random instances per check (default %(default)s; sympy and "
                         "enumeration-heavy checks use at most 40-60)")
-    parser.add_argument("--max-d", type=int, default=d.max_d,
+    parser.add_argument("--max-d", type=positive_int, default=d.max_d,
                         help="largest d of random tables (default %(default)s; sympy, beta* and "
                         "ARMS enumeration cap it at 4, thm:mc_bad_gen_2 at 6)")
-    parser.add_argument("--max-n", type=int, default=d.max_n,
+    parser.add_argument("--max-n", type=int_at_least(2), default=d.max_n,
                         help="largest number of samples n for enumerations (default %(default)s, "
                         "capped at 4)")
-    parser.add_argument("--samples", type=int, default=d.samples,
+    parser.add_argument("--samples", type=positive_int, default=d.samples,
                         help="Monte Carlo samples per statistical test (default %(default)s)")
-    parser.add_argument("--cor-max-d", type=int, default=d.cor_max_d,
+    parser.add_argument("--cor-max-d", type=positive_int, default=d.cor_max_d,
                         help="cor:mc_bad_gen_2 is computed for d=2..this (default %(default)s)")
-    parser.add_argument("--epsilon", type=float, default=d.epsilon,
+    parser.add_argument("--epsilon", type=positive_float, default=d.epsilon,
                         help="error epsilon of cor:mc_bad_gen_2 (default %(default)s)")
-    parser.add_argument("--runs", type=int, default=d.runs,
+    parser.add_argument("--runs", type=positive_int, default=d.runs,
                         help="REINFORCE runs for ex:mc_bad_gen_1 (default %(default)s)")
-    parser.add_argument("--seed", type=int, default=d.seed, help="random seed (default 0)")
+    parser.add_argument("--seed", type=nonneg_int, default=d.seed, help="random seed (default 0)")
     parser.add_argument("--out", type=Path, help="write DIR/theorems.json and DIR/theorems.md")
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     args = parser.parse_args(argv)
     sizes = Sizes(args.instances, args.max_d, args.max_n, args.samples, args.cor_max_d,
                   args.epsilon, args.runs, args.seed)
+    sizes.validate()
+    if args.out is not None:
+        check_out_dir(args.out)
     results = run_all(sizes, progress=not args.no_progress)
     print(format_table(results))
     cor = next(r for r in results if r.label == "cor:mc_bad_gen_2")

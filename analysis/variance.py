@@ -22,10 +22,19 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from analysis.cli import read_table, run, save_figure, write_csv
+from analysis.cli import output_folders, read_table, run, save_figure, write_csv
 from pbexact.benchmarks import BENCHMARKS, benchmark_table
-from pbexact.closed_form import MAX_CLOSED_FORM_D, closed_form_moments
-from pbexact.errors import PBInputError, check_d, multiset_count
+from pbexact.closed_form import MAX_CLOSED_FORM_D, check_closed_form_size, closed_form_moments
+from pbexact.errors import (
+    ArgumentParser,
+    PBInputError,
+    check_d,
+    check_learning_rate,
+    multiset_count,
+    nonneg_int,
+    positive_float,
+    positive_int,
+)
 from pbexact.estimators import ESTIMATORS, check_estimator, estimators_for, get_estimator
 from pbexact.parametrizations import Sigmoid
 from pbexact.polynomial import entropy, expected_loss, true_gradient
@@ -35,7 +44,6 @@ from pbexact.vertices import check_enumeration
 METHODS = ("auto", "enumerate", "closed", "mc")
 #: auto enumerates up to this many multisets (the paper's d=4, n=4 has 3,876), else closed form.
 AUTO_ENUMERATION_LIMIT = 10_000
-FIGURES_DIR = Path(__file__).resolve().parent.parent / "figures"
 
 
 def moments_at(
@@ -67,6 +75,7 @@ def check_method(method: str, d: int, n: int) -> None:
         check_enumeration(2**d, n)
     elif method == "closed":
         check_d(d, limit=MAX_CLOSED_FORM_D)
+        check_closed_form_size(d, n)
     elif method not in METHODS:
         raise PBInputError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
 
@@ -93,6 +102,7 @@ def variance_trajectory(
     one var column per registered estimator, None (a blank CSV cell) where it is not defined for
     this n (DisARM at odd n)."""
     d = int(np.log2(len(J)))
+    lr = check_learning_rate(lr)
     check_estimators(n)
     check_method(method, d, n)
     method = resolve_method(method, d, n)
@@ -114,6 +124,12 @@ def variance_trajectory(
             row.update({f"theta_{i + 1}": float(t) for i, t in enumerate(theta)})
             rows.append(row)
         r = r - lr * param.chain(true_gradient(J, theta), r)
+        if not np.all(np.isfinite(r)):
+            raise PBInputError(
+                f"the logits became NaN or inf at step {step + 1}: the learning rate {lr:g} is "
+                f"too large for the table's values (max |J| = {np.abs(J).max():.3g}); lower --lr "
+                "or rescale the table"
+            )
     return rows
 
 
@@ -146,13 +162,13 @@ def plot_variances(rows: list[dict[str, float]], title: str):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = ArgumentParser(
         prog="python -m analysis.variance",
         description="Exact estimator variances along the true-gradient trajectory "
         "(fig:microworld_variance): sigmoid, SGD from theta = 0.5.",
     )
-    p.add_argument("--d", type=int, default=None, help="number of bits (default 4)")
-    p.add_argument("--n", type=int, default=4, help="samples per estimate (default 4)")
+    p.add_argument("--d", type=positive_int, default=None, help="number of bits (default 4)")
+    p.add_argument("--n", type=positive_int, default=4, help="samples per estimate (default 4)")
     p.add_argument("--benchmark", choices=(*BENCHMARKS, "all"), default="all")
     p.add_argument(
         "--table",
@@ -161,22 +177,27 @@ def build_parser() -> argparse.ArgumentParser:
         help="a J table CSV with columns h,J (as written to DIR/B_d{d}_table.csv) to study "
         "instead of the benchmarks; d is read from its length",
     )
-    p.add_argument("--steps", type=int, default=10_000, help="SGD steps (default 10,000)")
-    p.add_argument("--log-every", type=int, default=100, help="steps between logged points")
-    p.add_argument("--lr", type=float, default=0.1, help="SGD learning rate (default 0.1)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the benchmark instance and of MC")
+    p.add_argument("--steps", type=nonneg_int, default=10_000, help="SGD steps (default 10,000)")
+    p.add_argument("--log-every", type=positive_int, default=100,
+                   help="steps between logged points")
+    p.add_argument("--lr", type=positive_float, default=0.1, help="SGD learning rate (default 0.1)")
+    p.add_argument("--seed", type=nonneg_int, default=0,
+                   help="seed of the benchmark instance and of MC")
     p.add_argument(
         "--method",
         choices=METHODS,
         default="auto",
         help="enumerate: exact, over all n-multisets; closed: exact, closed form (any n, "
-        "d <= 20); auto (default): enumerate up to "
+        f"d <= {MAX_CLOSED_FORM_D}); auto (default): enumerate up to "
         f"{AUTO_ENUMERATION_LIMIT:,} multisets, else closed; mc: the paper's estimate from "
         "--draws estimator draws per logged step",
     )
-    p.add_argument("--draws", type=int, default=10_000, help="estimator draws per step for mc")
+    p.add_argument("--draws", type=positive_int, default=10_000,
+                   help="estimator draws per step for mc")
     p.add_argument("--out", type=Path, default=Path("results"), help="output folder")
-    p.add_argument("--figures", type=Path, default=FIGURES_DIR, help="where figures are copied")
+    p.add_argument("--figures", type=Path, default=None,
+                   help="also copy figures and their CSVs here (the README's commands pass "
+                   "--figures figures to regenerate the committed ones; default: only --out)")
     return p
 
 
@@ -190,11 +211,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise PBInputError(f"--d {args.d} does not match the table's 2^{table_d} entries")
         args.d = table_d
         tables[args.table.stem] = J
-    d = check_d(4 if args.d is None else args.d, limit=20)
+    d = check_d(4 if args.d is None else args.d, limit=MAX_CLOSED_FORM_D)
     if args.steps < 0 or args.log_every < 1 or args.draws < 1:
         raise PBInputError("--steps must be >= 0, --log-every >= 1 and --draws >= 1")
     check_estimators(args.n)
     check_method(args.method, d, args.n)
+    folders = output_folders(args.out, args.figures)
     if not tables:
         names = BENCHMARKS if args.benchmark == "all" else (args.benchmark,)
         for bench in names:
@@ -206,11 +228,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             desc=f"{bench} d={d} n={args.n}",
         )
         stem = f"{bench}_d{d}_n{args.n}_variance"
-        for folder in (args.out, args.figures):  # the figure's data sits next to it
+        for folder in folders:  # the figure's data sits next to it
             write_csv(folder / f"{stem}.csv", list(rows[0]), [list(r.values()) for r in rows])
         method = resolve_method(args.method, d, args.n)
         fig = plot_variances(rows, f"{bench}, d={d}, n={args.n} ({method})")
-        save_figure(fig, [args.out / f"{stem}.png", args.figures / f"{stem}.png"])
+        save_figure(fig, [folder / f"{stem}.png" for folder in folders])
         last = rows[-1]
         print(
             f"{bench}: final E[J]={last['loss']:.4f}, entropy={last['entropy']:.3g}; variances at "

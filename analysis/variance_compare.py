@@ -17,10 +17,18 @@ from pathlib import Path
 
 import numpy as np
 
-from analysis.cli import run, save_figure, write_csv
-from analysis.variance import FIGURES_DIR, check_estimators, variance_trajectory
+from analysis.cli import output_folders, run, save_figure, write_csv
+from analysis.variance import check_estimators, variance_trajectory
 from pbexact.benchmarks import BENCHMARKS, benchmark_table
-from pbexact.errors import PBInputError, check_d
+from pbexact.closed_form import MAX_CLOSED_FORM_D
+from pbexact.errors import (
+    ArgumentParser,
+    PBInputError,
+    check_d,
+    nonneg_int,
+    positive_float,
+    positive_int,
+)
 from pbexact.estimators import ESTIMATORS, get_estimator
 
 
@@ -79,30 +87,34 @@ def plot_compare(rows: list[dict[str, float]], title: str, draws: int):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = ArgumentParser(
         prog="python -m analysis.variance_compare",
         description="Exact (closed-form) estimator variances along the true-gradient trajectory "
         "beside the paper's Monte Carlo estimate (fig:microworld_variance).",
     )
-    p.add_argument("--d", type=int, default=10, help="number of bits (default 10)")
-    p.add_argument("--n", type=int, default=10, help="samples per estimate (default 10)")
+    p.add_argument("--d", type=positive_int, default=10, help="number of bits (default 10)")
+    p.add_argument("--n", type=positive_int, default=10, help="samples per estimate (default 10)")
     p.add_argument("--benchmark", choices=(*BENCHMARKS, "all"), default="all")
-    p.add_argument("--steps", type=int, default=10_000, help="SGD steps (default 10,000)")
-    p.add_argument("--log-every", type=int, default=100, help="steps between logged points")
-    p.add_argument("--lr", type=float, default=0.1, help="SGD learning rate (default 0.1)")
-    p.add_argument("--draws", type=int, default=10_000, help="MC estimator draws per step")
-    p.add_argument("--seed", type=int, default=0, help="seed of the benchmark instance and of MC")
+    p.add_argument("--steps", type=nonneg_int, default=10_000, help="SGD steps (default 10,000)")
+    p.add_argument("--log-every", type=positive_int, default=100,
+                   help="steps between logged points")
+    p.add_argument("--lr", type=positive_float, default=0.1, help="SGD learning rate (default 0.1)")
+    p.add_argument("--draws", type=positive_int, default=10_000, help="MC estimator draws per step")
+    p.add_argument("--seed", type=nonneg_int, default=0,
+                   help="seed of the benchmark instance and of MC")
     p.add_argument("--out", type=Path, default=Path("results"), help="output folder")
-    p.add_argument("--figures", type=Path, default=FIGURES_DIR, help="where figures are copied")
+    p.add_argument("--figures", type=Path, default=None,
+                   help="also copy figures and their CSVs here (default: only --out)")
     return p
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    d = check_d(args.d, limit=20)
+    d = check_d(args.d, limit=MAX_CLOSED_FORM_D)
     if args.steps < 0 or args.log_every < 1 or args.draws < 1:
         raise PBInputError("--steps must be >= 0, --log-every >= 1 and --draws >= 1")
     check_estimators(args.n)
+    folders = output_folders(args.out, args.figures)
     names = BENCHMARKS if args.benchmark == "all" else (args.benchmark,)
     for bench in names:
         J = benchmark_table(bench, d, args.seed)
@@ -112,10 +124,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                                  **common)
         rows = compare_rows(exact, mc)
         stem = f"{bench}_d{d}_n{args.n}_variance_exact_vs_mc"
-        for folder in (args.out, args.figures):
+        for folder in folders:
             write_csv(folder / f"{stem}.csv", list(rows[0]), [list(r.values()) for r in rows])
         fig = plot_compare(rows, f"{bench}, d={d}, n={args.n}: exact vs MC", args.draws)
-        save_figure(fig, [args.out / f"{stem}.png", args.figures / f"{stem}.png"])
+        save_figure(fig, [folder / f"{stem}.png" for folder in folders])
         print(f"{bench}: |MC / exact - 1| over {len(rows)} logged steps (median, max):")
         for k in (k for k in ESTIMATORS if f"relerr_{k}" in rows[0]):
             err = np.abs([row[f"relerr_{k}"] for row in rows])

@@ -19,8 +19,10 @@ from collections.abc import Callable
 
 import numpy as np
 
+from analysis.cli import run
 from pbexact.benchmarks import BENCHMARKS, benchmark_table
 from pbexact.closed_form import closed_form_moments
+from pbexact.errors import ArgumentParser
 from pbexact.variance import mc_moments, sample_estimates
 
 #: The paper's four estimators: every timing below does the same work as before DisARM joined
@@ -115,11 +117,14 @@ def scaling() -> None:
     print(f"   fitted: time ~ n^{b:.3f}")
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    # no options: an unknown flag is an error, not silently ignored
+    ArgumentParser(prog="python -m benchmarks.bench_closed_form",
+                   description=__doc__.splitlines()[0]).parse_args(argv)
     compare_with_mc()
     large_d()
     scaling()
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(run(main))

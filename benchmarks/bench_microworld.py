@@ -11,7 +11,6 @@ as the experiments do. Goal: at least 20x for the exact-core estimators. Timings
 
 from __future__ import annotations
 
-import argparse
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -19,10 +18,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from analysis.cli import write_json
+from analysis.cli import run, write_json
 from analysis.microworld_hybrid import run_torch
 from analysis.microworld_runs import run_exact
 from pbexact.benchmarks import NNLoss
+from pbexact.errors import ArgumentParser, check_d, positive_int
+from pbexact.io import check_out_dir
 
 CASES = (
     ("reinforce", 1, "exact"), ("loorf", 10, "exact"), ("arms", 10, "exact"),
@@ -41,15 +42,19 @@ def best_time(fn: Callable[[], object], repeats: int) -> float:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m benchmarks.bench_microworld",
+    p = ArgumentParser(prog="python -m benchmarks.bench_microworld",
                                 description=__doc__.splitlines()[0])
-    p.add_argument("--d", type=int, default=10)
-    p.add_argument("--seeds", type=int, default=100)
-    p.add_argument("--steps", type=int, default=200, help="steps timed for the vectorized run")
-    p.add_argument("--loop-steps", type=int, default=30, help="steps timed per seed in the loop")
-    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--d", type=positive_int, default=10)
+    p.add_argument("--seeds", type=positive_int, default=100)
+    p.add_argument("--steps", type=positive_int, default=200,
+                   help="steps timed for the vectorized run")
+    p.add_argument("--loop-steps", type=positive_int, default=30,
+                   help="steps timed per seed in the loop")
+    p.add_argument("--repeats", type=positive_int, default=3)
     p.add_argument("--out", type=Path, default=Path("results"))
     args = p.parse_args(argv)
+    check_d(args.d, limit=16)
+    check_out_dir(args.out)
     torch.set_num_threads(1)
     net = NNLoss(args.d, 0)
     J = net.table()
@@ -83,4 +88,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run(main))

@@ -3,7 +3,9 @@ evaluation (vmap over k masks at once, `alg:iter_loorf` accumulators across chun
 Python loop over samples (one forward per mask, the per-sample recursion), in the same run, for
 n in {10, 100, 1000}; plus peak memory of one step. Goal: >= 5x at n = 100 on a 2-core CPU.
 
-    python -m benchmarks.bench_pbscale [--device cpu] [--estimator loorf] [--out figures]
+    python -m benchmarks.bench_pbscale [--device cpu] [--estimator loorf] [--out DIR]
+
+--out defaults to results/; --out figures updates the committed CSV.
 """
 
 from __future__ import annotations
@@ -18,24 +20,33 @@ from pathlib import Path
 
 import torch
 
+from analysis.cli import run
+from pbexact.errors import ArgumentParser, positive_int_list
+from pbexact.io import check_out_dir
 from pbscale import io
 from pbscale.masks import mean_absolute_error
 from pbscale.memory import peak_memory
 from pbscale.methods import MC_METHODS, MaskTrainer, MethodConfig
+from pbscale.regress import resolve_device
 from pbscale.regression import BATCH, make_problem
 
 REPEATS = {10: 30, 100: 10, 1000: 3}
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--estimator", default="loorf", choices=MC_METHODS)
-    ap.add_argument("--ns", default="10,100,1000")
-    ap.add_argument("--out", default="figures")
+    ap.add_argument("--ns", type=positive_int_list, default=[10, 100, 1000],
+                    help="sample counts n (default 10,100,1000)")
+    ap.add_argument("--out", default="results", help="folder of the CSV (default results)")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
-    dev = torch.device(args.device)
+    for n in args.ns:
+        MethodConfig(method=args.estimator, n=n).validate()
+    if not args.child:
+        check_out_dir(args.out)
+    dev = resolve_device(args.device)
     prob = make_problem(0, dev)
     idx = torch.arange(BATCH, device=dev)
     x, y = prob.x_train[idx], prob.y_train[idx]
@@ -63,7 +74,7 @@ def main(argv: list[str] | None = None) -> None:
         return
 
     rows = []
-    for n in (int(v) for v in args.ns.split(",")):
+    for n in args.ns:
         res: dict = {"n": n, "estimator": args.estimator, "device": str(dev),
                      "threads": torch.get_num_threads()}
         pair = {mode: trainer(n, mode) for mode in ("batched", "loop")}
@@ -98,4 +109,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(run(main))

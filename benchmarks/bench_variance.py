@@ -20,8 +20,10 @@ import time
 
 import numpy as np
 
+from analysis.cli import run
 from pbexact.benchmarks import exponential_tabular_loss
 from pbexact.copula import arms_correlation, pattern_probabilities
+from pbexact.errors import ArgumentParser
 from pbexact.polynomial import flipped_expectation, true_gradient
 from pbexact.variance import exact_moments
 
@@ -67,7 +69,10 @@ def best_time(fn, repeats: int) -> float:
     return best
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    # no options: an unknown flag is an error, not silently ignored
+    ArgumentParser(prog="python -m benchmarks.bench_variance",
+                   description=__doc__.splitlines()[0]).parse_args(argv)
     d, n = 4, 4
     J = exponential_tabular_loss(d, 0)
     theta = np.array([0.3, 0.5, 0.62, 0.9])
@@ -98,4 +103,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(run(main))

@@ -1,4 +1,4 @@
-"""Exact estimator variances in closed form, for any n and d up to 24 (`sec:app_true_var`).
+"""Exact estimator variances in closed form, for d up to 20 (`sec:app_true_var`).
 
 Multiset enumeration (`pbexact.variance.exact_moments`) costs C(2^d + n - 1, n) terms; here every
 variance comes from a few O(d 2^d) passes over the J table instead, with the same result to
@@ -44,19 +44,24 @@ import numpy as np
 
 from . import estimators as est
 from .copula import (
-    _upper_tail,
     antithetic_correlation,
     antithetic_pair_law,
     arms_correlation,
-    dirichlet_threshold,
+    upper_tails,
 )
 from .errors import PBInputError, check_n, check_table, check_theta
 from .parametrizations import Parametrization, get_parametrization
 from .polynomial import expected_loss
 from .variance import EstimatorMoments
 
-#: Largest d accepted: the method needs a few 2^d float64 tables at once.
-MAX_CLOSED_FORM_D = 24
+#: Largest d accepted (API, CLIs and README agree): a call at d = 20 takes about 0.25 s and a few
+#: 2^d float64 tables; the benchmark measures up to here.
+MAX_CLOSED_FORM_D = 20
+#: Largest n of the closed-form ARMS variance. Its absolute error is about float64 eps times
+#: E[g]^2 for any n (the disjoint-pair class cancels to O(1/n)), so for a variance of order 1/n
+#: the relative error grows like eps n: measured against 50-digit mpmath on random d = 2 tables,
+#: <= 4e-10 at n = 10^6, 2e-7 at 10^8, 1e-6 at 10^9 (tests/test_hardening.py).
+MAX_ARMS_CLOSED_FORM_N = 10**6
 
 
 def score_coefficients(
@@ -176,9 +181,7 @@ def subset_patterns(theta: np.ndarray, n: int, m: int) -> np.ndarray:
     most m = 4 terms, so it stays accurate for n in the thousands (unlike the all-n-samples
     pattern table, whose binomials grow with n).
     """
-    upper = theta > 0.5
-    c = np.where(upper, dirichlet_threshold(theta, n), dirichlet_threshold(1 - theta, n))
-    tails = _upper_tail(c[..., None], np.arange(m + 1.0), n)  # (d, m+1): t given samples > c
+    upper, tails = upper_tails(theta, n, m)  # (d, m+1): t given samples > c, no cancellation
     by_below = tails @ _inclusion_exclusion(m).T  # (d, m+1): patterns by # samples below c
     ones = _pattern_bits(m).sum(-1)
     out = np.where(upper[..., None], by_below[..., ones], by_below[..., m - ones])
@@ -275,6 +278,22 @@ def _j_indicators(
     return same, cross
 
 
+def check_closed_form_size(d: int, n: int, estimators: tuple[str, ...] = est.ESTIMATORS) -> None:
+    """The sizes the closed form accepts: d <= MAX_CLOSED_FORM_D, and n <= MAX_ARMS_CLOSED_FORM_N
+    when an estimator on the ARMS copula is asked for (its accurate range); the API and the CLIs
+    call this one check."""
+    if d > MAX_CLOSED_FORM_D:
+        raise PBInputError(f"closed-form variances go up to d={MAX_CLOSED_FORM_D}, got d={d}")
+    n = check_n(n)
+    copula = any(est.get_estimator(name).law == "copula" for name in estimators)
+    if copula and n > MAX_ARMS_CLOSED_FORM_N:
+        raise PBInputError(
+            f"the closed-form ARMS variance is accurate up to n={MAX_ARMS_CLOSED_FORM_N:,} "
+            f"(float64 cancellation between sample pairs beyond), got n={n:,}; use a smaller n "
+            "or leave ARMS out of the estimators"
+        )
+
+
 def closed_form_moments(
     J: np.ndarray,
     r: np.ndarray,
@@ -296,13 +315,13 @@ def closed_form_moments(
     if r.ndim != 1:
         raise PBInputError(f"closed-form moments take one logit vector, shape (P,), not {r.shape}")
     theta = check_theta(param.theta(r))
+    param.check_exact(r)
     d = theta.shape[-1]
-    if d > MAX_CLOSED_FORM_D:
-        raise PBInputError(f"closed-form variances go up to d={MAX_CLOSED_FORM_D}, got d={d}")
-    J = check_table(J, d)
     n = check_n(n)
     if estimators is None:
         estimators = est.estimators_for(n)
+    check_closed_form_size(d, n, estimators)
+    J = check_table(J, d)
     specs = [est.get_estimator(name) for name in estimators]
     for spec in specs:
         spec.check_n(n)
@@ -312,11 +331,16 @@ def closed_form_moments(
     mu = float(expected_loss(J, theta))
     Jc = J - mu  # LOORF, ARMS, DisARM and beta* do not see a constant shift of J
     p = np.stack([1 - theta, theta], axis=-1)[bit]  # (P, 2): P(z_bit = 0), P(z_bit = 1)
-    s = a[:, None] + b[:, None] * np.arange(2)  # (P, 2): score at z_bit = 0, 1
+    # (P, 2): score at z_bit = 0, 1, each evaluated directly: a + b loses every digit of s(1)
+    # when |a| is huge (direct parametrization at theta = 1 - 1e-16)
+    zero = np.zeros_like(theta)
+    s = np.stack([param.score(zero, r), param.score(zero + 1, r)], axis=-1)
     g1, g2 = bit_marginals(np.stack([Jc, Jc * Jc]), theta)[:, bit]  # (P, 2) each
     g = np.stack([np.ones_like(g1), g1, g2])  # G of the constant 1 is exactly 1
     # E[T s^k] for T = 1, Jc, Jc^2 and k = 0, 1, 2, shape (3, 3, P)
-    mom = np.einsum("pa,tpa,kpa->tkp", p, g, np.stack([np.ones_like(s), s, s * s]))
+    # p s^k as (p s) s: at theta = 1e-300 (direct) s = 1/theta and s * s alone would overflow
+    ps = p * s
+    mom = np.einsum("tpa,kpa->tkp", g, np.stack([p, ps, ps * s]))
     es, es2 = mom[0, 1], mom[0, 2]
     ejs, ejs2 = mom[1, 1], mom[1, 2]
     ej2, ej2s, ej2s2 = mom[2, 0], mom[2, 1], mom[2, 2]

@@ -13,30 +13,75 @@ inclusion-exclusion. It depends only on how many samples are 1 (exchangeability)
 from __future__ import annotations
 
 import math
+import sys
 from functools import lru_cache
 from typing import Any
 
 import numpy as np
 
 from . import arrays
-from .errors import check_n, check_theta
+from .errors import PBInputError, check_n, check_theta
 
 Array = Any
 
 
 def dirichlet_threshold(theta: Array, n: int) -> Array:
-    """c = F^{-1}(theta) = 1 - (1 - theta)^(1/(n-1)), the Dirichlet level of u~ = theta."""
-    return 1 - (1 - theta) ** (1.0 / (n - 1))
+    """c = F^{-1}(theta) = 1 - (1 - theta)^(1/(n-1)), the Dirichlet level of u~ = theta, computed
+    as -expm1(log1p(-theta) / (n-1)) so that small theta and large n do not cancel."""
+    xp = arrays.namespace(theta)
+    return -xp.expm1(xp.log1p(-theta) / (n - 1))
+
+
+def branch_side(theta: Array) -> tuple[Array, Array]:
+    """(upper, m): the branch (theta > 0.5) and the probability m = 1 - theta (upper) or theta
+    (lower) that one sample lies beyond the branch's threshold: (1 - c)^(n-1) = m exactly."""
+    xp = arrays.namespace(theta)
+    upper = theta > 0.5
+    return upper, xp.where(upper, 1 - theta, theta)
+
+
+def branch_threshold(m: Array, n: int) -> Array:
+    """The branch's threshold c = 1 - m^(1/(n-1)) (upper: F^{-1}(theta); lower:
+    F^{-1}(1 - theta)), as -expm1(log(m) / (n-1)): no 1 - (1 - theta) cancellation at tiny theta,
+    none at theta = 1 - 1e-16, and accurate for large n. m = 0 gives c = 1."""
+    xp = arrays.namespace(m)
+    with np.errstate(divide="ignore"):
+        return -xp.expm1(xp.log(m) / (n - 1))
+
+
+def upper_tails(theta: Array, n: int, count: int) -> tuple[Array, Array]:
+    """(upper, tails): tails[..., t] = P(t given samples all have d > c) = (1 - t c)_+^(n-1) for
+    t = 0..count, shape theta.shape + (count+1,), numpy only.
+
+    Computed without cancellation: t = 0 is 1, t = 1 is m (`branch_side`) exactly, and t >= 2
+    (nonzero only for c < 1/2, where c is accurate) is exp((n-1) log1p(-t c))."""
+    theta = np.asarray(theta, dtype=np.float64)
+    upper, m = branch_side(theta)
+    c = branch_threshold(m, n)[..., None]
+    t = np.arange(count + 1, dtype=np.float64)
+    inside = t * c < 1
+    with np.errstate(divide="ignore", invalid="ignore"):
+        far = np.exp((n - 1) * np.log1p(-np.where(inside, t * c, 0.0)))
+    tails = np.where(inside, far, 0.0)
+    tails[..., 0] = 1.0
+    if count >= 1:
+        tails[..., 1] = m
+    return upper, tails
 
 
 def arms_correlation(theta: Array, n: int) -> Array:
     """rho_i = Corr(z~^(s)_i, z~^(s')_i), s != s' (`alg:orig_arms`); 0 where theta_i is 0 or 1
-    (the samples are then constant and their score is zero). numpy or torch, shape of theta."""
+    (the samples are then constant and their score is zero). numpy or torch, shape of theta.
+
+    P(both samples beyond c) = (1 - 2c)_+^(n-1), by exp((n-1) log1p(-2c)) (`upper_tails`)."""
     xp = arrays.namespace(theta)
-    m = xp.where(theta > 0.5, 1 - theta, theta)  # the branch's "theta" in the paper's formula
+    _, m = branch_side(theta)  # the branch's "theta" in the paper's formula
     inside = (theta > 0) & (theta < 1)
     var = xp.where(inside, theta * (1 - theta), 1.0)
-    both = xp.clip(2 * m ** (1.0 / (n - 1)) - 1, 0.0, None) ** (n - 1)
+    c = branch_threshold(xp.where(inside, m, 0.5), n)
+    near = c < 0.5
+    with np.errstate(divide="ignore", invalid="ignore"):
+        both = xp.where(near, xp.exp((n - 1) * xp.log1p(-2 * xp.where(near, c, 0.0))), 0.0)
     return xp.where(inside, (both - m**2) / var, 0.0)
 
 
@@ -71,11 +116,6 @@ def arms_bits(u_tilde: Array, theta: Array) -> Array:
     return xp.where(t > 0.5, u_tilde <= t, 1 - u_tilde <= t) * 1.0
 
 
-def _upper_tail(c: np.ndarray, count: np.ndarray, n: int) -> np.ndarray:
-    """P(d^(s) > c for `count` given samples) = (1 - count c)_+^(n-1)."""
-    return np.clip(1 - count * c, 0.0, None) ** (n - 1)
-
-
 @lru_cache(maxsize=64)
 def _inclusion_exclusion_matrix(n: int) -> np.ndarray:
     """A[below, j] = (-1)^t C(below, t) for j = n - below + t: row ``below`` combines the upper
@@ -85,19 +125,6 @@ def _inclusion_exclusion_matrix(n: int) -> np.ndarray:
         for t in range(below + 1):
             A[below, n - below + t] = (-1) ** t * math.comb(below, t)
     return A
-
-
-def ordered_pattern_probability(c: np.ndarray, n: int, below: int) -> np.ndarray:
-    """P(d^(s) < c for `below` given samples and d^(s) > c for the other n - below), by
-    inclusion-exclusion over the `below` samples:
-    sum_t (-1)^t C(below, t) (1 - (n - below + t) c)_+^(n-1)."""
-    return _all_patterns(np.asarray(c, dtype=np.float64), n)[..., below]
-
-
-def _all_patterns(c: np.ndarray, n: int) -> np.ndarray:
-    """ordered_pattern_probability for below = 0..n at once, shape c.shape + (n+1,)."""
-    tails = _upper_tail(c[..., None], np.arange(n + 1, dtype=np.float64), n)
-    return tails @ _inclusion_exclusion_matrix(n).T
 
 
 def pattern_probabilities(theta: np.ndarray, n: int) -> np.ndarray:
@@ -110,9 +137,10 @@ def pattern_probabilities(theta: np.ndarray, n: int) -> np.ndarray:
     """
     n = check_n(n, "ARMS", 2)
     theta = check_theta(theta)
-    upper = (theta > 0.5)[..., None]
-    c = np.where(upper[..., 0], dirichlet_threshold(theta, n), dirichlet_threshold(1 - theta, n))
-    f = _all_patterns(c, n)
+    upper, tails = upper_tails(theta, n, n)
+    upper = upper[..., None]
+    # patterns by the number of samples below c, sum_t (-1)^t C(below, t) tails[n - below + t]
+    f = tails @ _inclusion_exclusion_matrix(n).T
     # upper branch: ones are d < c; lower branch: ones are d > c, i.e. zeros are d < c
     out = np.where(upper, f, f[..., ::-1])
     return np.clip(out, 0.0, None)  # only round-off can make a term negative
@@ -125,43 +153,52 @@ def joint_one_probability(theta: np.ndarray, n: int, m: int) -> np.ndarray:
     lower branch: P(all m of d > c') = (1 - m c')_+^(n-1).
     """
     theta = check_theta(theta)
-    upper = theta > 0.5
-    c_up = dirichlet_threshold(theta, n)
-    c_lo = dirichlet_threshold(1 - theta, n)
-    up = sum(
-        (-1) ** t * math.comb(m, t) * _upper_tail(c_up, np.float64(t), n) for t in range(m + 1)
-    )
-    lo = _upper_tail(c_lo, np.float64(m), n)
-    return np.where(upper, up, lo)
+    upper, tails = upper_tails(theta, n, m)
+    up = sum((-1) ** t * math.comb(m, t) * tails[..., t] for t in range(m + 1))
+    return np.where(upper, up, tails[..., m])
 
 
-def symbolic_pattern_table(n: int) -> list[dict]:
-    """The ARMS copula table of `tab:integral_closed` for any n >= 2, in sympy.
+#: Largest n of the symbolic table: (n+1) rows of up to n pieces, each a factored polynomial of
+#: degree n-1 (n = 20 takes about 11 s; the time grows faster than n^3).
+MAX_SYMBOLIC_N = 20
+
+
+def symbolic_pattern_table(n: int, progress: bool = False) -> list[dict]:
+    """The ARMS copula table of `tab:integral_closed` for any 2 <= n <= MAX_SYMBOLIC_N, in sympy.
 
     Rows by k = number of samples with z = 1 (d < c); each row is a list of pieces
     (lo, hi, polynomial in c) on the break points 0, 1/n, 1/(n-1), ..., 1/2, 1, adjacent equal
     pieces merged. This is the upper branch (theta > 0.5) in the variable c = F^{-1}(theta); the
-    lower branch reads row n - k at c = F^{-1}(1 - theta) (the table's caption).
+    lower branch reads row n - k at c = F^{-1}(1 - theta) (the table's caption). Polynomials are
+    summed as sympy Polys over QQ (exact) and factored for display; ``progress`` shows a bar.
     """
     import sympy as sp
+    from tqdm import tqdm
 
     n = check_n(n, "ARMS", 2)
+    if n > MAX_SYMBOLIC_N:
+        raise PBInputError(
+            f"the symbolic ARMS table goes up to n={MAX_SYMBOLIC_N} (n={MAX_SYMBOLIC_N} takes "
+            f"about 11 s and the time grows faster than n^3), got n={n}; use a smaller n"
+        )
     c = sp.Symbol("c")
     breaks = [sp.Integer(0)] + [sp.Rational(1, m) for m in range(n, 1, -1)] + [sp.Integer(1)]
+    powers = {j: sp.Poly(1 - j * c, c, domain="QQ") ** (n - 1) for j in range(n + 1)}
     rows = []
-    for k in range(n + 1):
+    for k in tqdm(range(n + 1), desc=f"ARMS table n={n}", unit="row", disable=not progress,
+                  file=sys.stderr):
         pieces: list[dict] = []
         for lo, hi in zip(breaks[:-1], breaks[1:]):
             # on (lo, hi), (1 - j c) > 0 iff j < 1/c, i.e. j * hi <= 1
-            expr = sum(
-                (-1) ** t * sp.binomial(k, t) * (1 - (n - k + t) * c) ** (n - 1)
-                for t in range(k + 1)
-                if (n - k + t) * hi <= 1
-            )
-            expr = sp.factor(sp.expand(sp.sympify(expr)))
-            if pieces and sp.expand(pieces[-1]["expr"] - expr) == 0:
+            poly = sp.Poly(0, c, domain="QQ")
+            for t in range(k + 1):
+                if (n - k + t) * hi <= 1:
+                    poly += (-1) ** t * math.comb(k, t) * powers[n - k + t]
+            if pieces and pieces[-1]["poly"] == poly:
                 pieces[-1]["hi"] = hi
             else:
-                pieces.append({"lo": lo, "hi": hi, "expr": expr})
+                pieces.append({"lo": lo, "hi": hi, "poly": poly})
+        for piece in pieces:
+            piece["expr"] = sp.factor(piece.pop("poly").as_expr())
         rows.append({"ones": k, "pieces": pieces})
     return rows

@@ -6,8 +6,10 @@ the command-line tools turn it into ``error: ...`` and exit code 2.
 
 from __future__ import annotations
 
+import argparse
 import math
-from typing import Any
+import sys
+from typing import Any, NoReturn
 
 import numpy as np
 
@@ -103,3 +105,110 @@ def format_bytes(n: float) -> str:
 def multiset_count(num_items: int, n: int) -> int:
     """Number of n-multisets of ``num_items`` items, C(num_items - 1 + n, n) (`eq:n_multisets`)."""
     return math.comb(num_items - 1 + n, n)
+
+
+def check_learning_rate(lr: Any, name: str = "learning rate") -> float:
+    """A learning rate must be a finite number > 0 (zero does nothing, a negative one ascends)."""
+    try:
+        value = float(lr)
+    except (TypeError, ValueError):
+        raise PBInputError(f"the {name} must be a number > 0, got {lr!r}") from None
+    if not (math.isfinite(value) and value > 0):
+        raise PBInputError(f"the {name} must be a finite number > 0, got {lr!r}")
+    return value
+
+
+def check_finite_values(values: Any, what: str, cause: str) -> None:
+    """Raise when a run produced NaN or inf, naming the likely ``cause`` rather than the symptom
+    (e.g. "the learning rate 1e+30 is too large")."""
+    arr = np.asarray(values, dtype=np.float64)
+    if not np.all(np.isfinite(arr)):
+        raise PBInputError(f"{what} became NaN or inf: {cause}")
+
+
+# --- argparse ``type=`` functions: a bad value becomes argparse's one-line error and exit code 2
+# (argparse turns ArgumentTypeError into "error: argument --x: <message>").
+
+
+def _argparse_error(message: str) -> Exception:
+    return argparse.ArgumentTypeError(message)
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse's parser whose usage errors are one line, ``error: ... (see PROG --help)``, exit
+    code 2, like the :class:`PBInputError` messages of every tool."""
+
+    def error(self, message: str) -> NoReturn:
+        print(f"error: {message} (see {self.prog} --help)", file=sys.stderr)
+        raise SystemExit(2)
+
+
+def _parse_int(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise _argparse_error(f"expected an integer, got {text!r}") from None
+
+
+def positive_int(text: str) -> int:
+    """argparse type: an integer >= 1."""
+    value = _parse_int(text)
+    if value < 1:
+        raise _argparse_error(f"must be a positive integer (>= 1), got {value}")
+    return value
+
+
+def nonneg_int(text: str) -> int:
+    """argparse type: an integer >= 0 (seeds, instance numbers)."""
+    value = _parse_int(text)
+    if value < 0:
+        raise _argparse_error(f"must be an integer >= 0, got {value}")
+    return value
+
+
+def _parse_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise _argparse_error(f"expected a number, got {text!r}") from None
+    if not math.isfinite(value):
+        raise _argparse_error(f"must be a finite number, got {text}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    """argparse type: a finite number > 0 (learning rates, temperatures)."""
+    value = _parse_float(text)
+    if value <= 0:
+        raise _argparse_error(f"must be a number > 0, got {text}")
+    return value
+
+
+def nonneg_float(text: str) -> float:
+    """argparse type: a finite number >= 0 (regularizer weights)."""
+    value = _parse_float(text)
+    if value < 0:
+        raise _argparse_error(f"must be a number >= 0, got {text}")
+    return value
+
+
+def positive_int_list(text: str) -> list[int]:
+    """argparse type: a comma-separated list of integers >= 1, e.g. ``2,10,100``."""
+    parts = [p.strip() for p in text.split(",")]
+    if not text.strip() or any(not p for p in parts):
+        raise _argparse_error(f"expected comma-separated positive integers like 2,10,100, "
+                              f"got {text!r}")
+    return [positive_int(p) for p in parts]
+
+
+def int_at_least(minimum: int) -> Any:
+    """argparse type factory: an integer >= ``minimum``."""
+
+    def parse(text: str) -> int:
+        value = _parse_int(text)
+        if value < minimum:
+            raise _argparse_error(f"must be an integer >= {minimum}, got {value}")
+        return value
+
+    parse.__name__ = f"int_at_least_{minimum}"
+    return parse

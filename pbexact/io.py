@@ -1,25 +1,67 @@
-"""Atomic writes shared by every tool that saves results (analysis, pbscale).
+"""Atomic writes shared by every tool that saves results (analysis, pbscale), and the checks of
+output paths that every tool makes before it computes anything.
 
-Each file is written to a temporary name in its folder, flushed to disk and moved into place with
-``os.replace``: a reader, or an interrupted run, sees the old file or the new one, never half.
+Each file is written to a temporary name ``.NAME.<pid>.<random>.tmp`` in its folder, flushed to
+disk and moved into place with ``os.replace``: a reader, or an interrupted run, sees the old file
+or the new one, never half. The file gets the mode a plain ``open`` would give it (0666 less the
+umask). A writer killed mid-write leaves its temporary file behind; the next write of the same
+name removes those whose process is gone.
 """
 
 from __future__ import annotations
 
 import csv
+import glob
 import io
 import json
 import os
-import tempfile
+import secrets
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
+
+from .errors import PBInputError
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError, ValueError):
+        return pid > 0  # someone else's live process (or a nonsense number: treat as alive)
+    return True
+
+
+def remove_stale_temporaries(path: str | Path) -> list[Path]:
+    """Delete ``.NAME.<pid>.<random>.tmp`` files beside ``path`` whose writer process is gone
+    (left by a writer killed mid-write); returns the removed paths."""
+    path = Path(path)
+    removed = []
+    try:
+        candidates = list(path.parent.glob(f".{glob.escape(path.name)}.*.tmp"))
+    except OSError:
+        return removed
+    for tmp in candidates:
+        middle = tmp.name[len(path.name) + 2 : -len(".tmp")].split(".")
+        if len(middle) != 2 or not middle[0].isdigit():
+            continue
+        if not _pid_alive(int(middle[0])):
+            try:
+                tmp.unlink()
+                removed.append(tmp)
+            except OSError:
+                pass
+    return removed
 
 
 def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    remove_stale_temporaries(path)
+    tmp = path.parent / f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+    # os.open with 0o666 applies the umask, as a plain open() does (mkstemp would force 0600)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
@@ -27,7 +69,7 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
             os.fsync(fh.fileno())
         os.replace(tmp, path)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
         raise
     return path
 
@@ -46,3 +88,45 @@ def write_csv(path: str | Path, header: Sequence[str], rows: Iterable[Sequence[A
     writer.writerow(header)
     writer.writerows(rows)
     return atomic_write_text(path, buf.getvalue())
+
+
+def _nearest_existing(path: Path) -> Path:
+    p = path
+    while not p.exists() and p != p.parent:
+        if p.is_symlink():  # a dangling link: its target's folder decides
+            break
+        p = p.parent
+    return p
+
+
+def check_out_dir(path: str | Path, flag: str = "--out") -> Path:
+    """Check, before any work, that ``path`` is a writable folder, creating it (the user named it)
+    if need be. Raises :class:`PBInputError` when it is a file, lies under a file, or cannot be
+    created or written."""
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise PBInputError(f"{flag} {path} is a file, not a folder; choose a folder")
+    base = _nearest_existing(path)
+    if base != path and not base.is_dir():
+        raise PBInputError(f"{flag} {path} lies under the file {base}; choose a folder")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise PBInputError(
+            f"{flag} {path} cannot be created ({exc.strerror}); choose another folder"
+        ) from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise PBInputError(f"{flag} {path} is not writable; choose another folder")
+    return path
+
+
+def check_out_file(path: str | Path, flag: str = "--json") -> Path:
+    """Check, before any work, that ``path`` can be written as a file (not a folder, not under a
+    file, in a writable folder)."""
+    path = Path(path)
+    if path.is_dir():
+        raise PBInputError(f"{flag} {path} is a folder; give a file name")
+    if path.exists() and not os.access(path, os.W_OK):
+        raise PBInputError(f"{flag} {path} cannot be written; choose another file")
+    check_out_dir(path.parent, flag=f"the folder of {flag}")
+    return path

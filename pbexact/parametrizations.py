@@ -12,6 +12,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import numpy as np
+
 from . import arrays
 from .errors import PBInputError
 
@@ -66,6 +68,10 @@ class Parametrization:
         zero = arrays.zeros_like(self.theta(r))
         a = self.score(zero, r)
         return a, self.score(zero + 1, r) - a
+
+    def check_exact(self, r: Array) -> None:
+        """Refuse logits the exact core cannot treat consistently (see :class:`Direct`); the
+        other rows accept every r."""
 
     def expand(self, v: Array) -> Array:
         """A per-bit quantity (rho, beta*) repeated for each logit of the bit, shape (..., P)."""
@@ -129,6 +135,10 @@ class Cosine(Parametrization):
         return xp.where(inside, s, 0.0)
 
 
+#: theta (1 - theta) below this makes the direct score 1/(theta (1 - theta)) overflow float64.
+DIRECT_MIN_SPREAD = 1.0 / np.finfo(np.float64).max
+
+
 class Direct(Parametrization):
     """theta = r, clamped to [eps, 1 - eps] after each update (`sec:alternative_parametr`).
 
@@ -160,6 +170,22 @@ class Direct(Parametrization):
 
     def project(self, r: Array) -> Array:
         return arrays.clip(r, self.eps, 1.0 - self.eps)
+
+    def check_exact(self, r: Array) -> None:
+        """Below its clamp the score (z - theta) / (theta (1 - theta)) grows like 1/theta; the
+        exact core (enumeration and closed form alike, which agree down to theta = 1e-305) refuses
+        a theta so close to 0 or 1 that 1 / (theta (1 - theta)) overflows float64 (theta below
+        about 5.6e-309, a subnormal), instead of returning NaN. theta = 0 or 1 exactly (score 0)
+        is accepted."""
+        t = np.asarray(self.theta(r), dtype=np.float64)
+        spread = t * (1 - t)
+        bad = (spread > 0) & (spread < DIRECT_MIN_SPREAD)
+        if np.any(bad):
+            raise PBInputError(
+                f"direct parametrization: theta={float(t[bad].ravel()[0])!r} is so close to 0 or "
+                "1 that its score 1/(theta (1 - theta)) overflows float64; clamp theta into "
+                "[eps, 1 - eps] (Direct.project, as every update does)"
+            )
 
     def __repr__(self) -> str:
         return f"Direct(eps={self.eps})"

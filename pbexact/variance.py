@@ -93,6 +93,7 @@ def exact_moments(
     (`_pair_moments`); the variance uses E[g] = the true gradient. ``estimators``: names of
     the registry (default: every one defined for this n)."""
     param = get_parametrization(parametrization)
+    param.check_exact(r)
     r = np.asarray(r, dtype=np.float64)
     theta = param.theta(r)
     d = theta.shape[-1]

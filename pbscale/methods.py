@@ -451,7 +451,7 @@ class MethodConfig:
             )
         if self.chunk is not None and (not isinstance(self.chunk, int) or self.chunk < 1):
             raise PBInputError(f"chunk must be a positive integer (or omitted), got {self.chunk}")
-        if not self.lam >= 0:
+        if not (math.isfinite(self.lam) and self.lam >= 0):
             raise PBInputError(f"the regularization weight must be >= 0, got lam={self.lam}")
         if not 0 < self.cp_final_tau <= 1 or self.cp_every < 1:
             raise PBInputError("CP needs 0 < final tau <= 1 and a schedule period >= 1")

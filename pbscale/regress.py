@@ -22,13 +22,23 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from pbexact.errors import PBInputError
+from pbexact.errors import (
+    ArgumentParser,
+    PBInputError,
+    nonneg_float,
+    nonneg_int,
+    positive_float,
+    positive_int,
+)
+from pbexact.io import check_out_dir
 
 from . import io
 from .methods import METHODS, OPTIMIZERS, MaskTrainer, MethodConfig
 from .regression import BATCH, SELECT_POINTS, VALID_MASKS, RegressionProblem, make_problem
 
 DEFAULT_OUT = "runs/regression"
+#: The files of a run folder (see the module docstring).
+RUN_FILES = ("config.json", "history.csv", "checkpoint.pt", "summary.json")
 
 
 def run_name(cfg: MethodConfig) -> str:
@@ -82,10 +92,18 @@ def train(cfg: MethodConfig, epochs: int = 300, out: str | Path = DEFAULT_OUT,
         raise PBInputError(f"epochs must be a positive integer, got {epochs!r}")
     dev = resolve_device(device)
     folder = Path(out) / run_name(cfg)
+    check_out_dir(Path(out))
+    for name in RUN_FILES:
+        if (folder / name).is_dir():
+            raise PBInputError(f"damaged run folder: {folder / name} is a folder, not a file; "
+                               f"{io.DAMAGED_FIX}")
     record = {"method": cfg.to_dict(), "epochs": epochs, "data_seed": data_seed,
               "device": str(dev)}
     if (folder / "config.json").exists():
         old = io.read_json(folder / "config.json")
+        if not isinstance(old, dict):
+            raise PBInputError(f"damaged run file {folder / 'config.json'} (not a JSON object); "
+                               f"{io.DAMAGED_FIX}")
         same = {k: old.get(k) for k in ("method", "epochs", "data_seed")}
         if same != {k: record[k] for k in same}:
             raise PBInputError(
@@ -105,10 +123,18 @@ def train(cfg: MethodConfig, epochs: int = 300, out: str | Path = DEFAULT_OUT,
     record["torch_threads"] = torch.get_num_threads()
     io.write_json(folder / "config.json", record)
 
-    state = io.load_checkpoint(folder / "checkpoint.pt")
+    state = io.load_checkpoint(folder / "checkpoint.pt", keys=("trainer", "history", "epoch"))
     if state is not None:
-        trainer.load_state_dict(state["trainer"])
-        history, start = state["history"], state["epoch"]
+        try:
+            trainer.load_state_dict(state["trainer"])
+            history, start = list(state["history"]), int(state["epoch"])
+            if not 0 <= start <= epochs or len(history) != start + 1:
+                raise ValueError
+        except (KeyError, TypeError, ValueError, IndexError, RuntimeError, AttributeError):
+            raise PBInputError(
+                f"damaged checkpoint {folder / 'checkpoint.pt'} (its contents do not fit this "
+                f"run); {io.DAMAGED_FIX}"
+            ) from None
     else:
         history = [{"epoch": 0, "train_loss": math.nan, **validate(problem, trainer),
                     "theta_mean": float(trainer.theta().mean()), "tau": _tau(trainer),
@@ -124,6 +150,11 @@ def train(cfg: MethodConfig, epochs: int = 300, out: str | Path = DEFAULT_OUT,
         if dev.type == "cuda":
             torch.cuda.synchronize(dev)
         t1 = time.perf_counter()
+        if not bool(torch.isfinite(trainer.r).all()):
+            raise PBInputError(
+                f"the mask logits became NaN or inf in epoch {epoch + 1}: the learning rate "
+                f"{cfg.lr:g} is too large for --optimizer {cfg.optimizer}; lower --lr"
+            )
         val = validate(problem, trainer)
         t2 = time.perf_counter()
         history.append({"epoch": epoch + 1, "train_loss": sum(losses) / len(losses), **val,
@@ -148,27 +179,29 @@ def train(cfg: MethodConfig, epochs: int = 300, out: str | Path = DEFAULT_OUT,
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = ArgumentParser(
         prog="python -m pbscale.regress",
         description="Optimize a binary weight mask of the MaskedNNRegression backbone "
         "(sec:app_maskednnregression, d = 8,050) with one method; writes a resumable run folder.",
     )
     p.add_argument("--method", default="loorf", help=f"one of {', '.join(METHODS)} (default loorf)")
-    p.add_argument("--n", type=int, default=10, help="samples per step (ignored by cp; default 10)")
+    p.add_argument("--n", type=positive_int, default=10,
+                   help="samples per step (ignored by cp; default 10)")
     p.add_argument("--param", default="sigmoid",
                    help="parametrization: sigmoid, cosine, direct, escort (default sigmoid)")
-    p.add_argument("--lr", type=float, default=0.1, help="learning rate (default 0.1)")
+    p.add_argument("--lr", type=positive_float, default=0.1, help="learning rate (default 0.1)")
     p.add_argument("--optimizer", default="rmsprop", help=f"one of {', '.join(OPTIMIZERS)}")
-    p.add_argument("--seed", type=int, default=0, help="method seed (sampling, batches)")
-    p.add_argument("--data-seed", type=int, default=0,
+    p.add_argument("--seed", type=nonneg_int, default=0, help="method seed (sampling, batches)")
+    p.add_argument("--data-seed", type=nonneg_int, default=0,
                    help="seed of data, target and backbone, shared by all runs (default 0)")
-    p.add_argument("--epochs", type=int, default=300, help="epochs of 100 steps (default 300)")
+    p.add_argument("--epochs", type=positive_int, default=300,
+                   help="epochs of 100 steps (default 300)")
     p.add_argument("--device", default="auto", help="cpu, cuda or auto (default auto)")
-    p.add_argument("--chunk", type=int, default=None,
+    p.add_argument("--chunk", type=positive_int, default=None,
                    help="samples evaluated at once (default: from free memory)")
-    p.add_argument("--lam", type=float, default=0.0, help="dense-mask regularizer weight")
+    p.add_argument("--lam", type=nonneg_float, default=0.0, help="dense-mask regularizer weight")
     p.add_argument("--out", default=DEFAULT_OUT, help=f"parent folder of runs ({DEFAULT_OUT})")
-    p.add_argument("--threads", type=int, default=None,
+    p.add_argument("--threads", type=positive_int, default=None,
                    help="torch CPU threads (default: torch's choice; 1 is fastest on a shared "
                    "2-core machine, see the README)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -176,17 +209,24 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as exc:  # argparse's own one-line errors (exit 2) and --help (exit 0)
+        return int(exc.code or 0)
     cfg = MethodConfig(method=args.method, n=args.n, param=args.param, lr=args.lr,
                        optimizer=args.optimizer, seed=args.seed, chunk=args.chunk, lam=args.lam)
     try:
         set_threads(args.threads)
         folder = train(cfg, epochs=args.epochs, out=args.out, device=args.device,
                        data_seed=args.data_seed, progress=not args.quiet)
+        summary = io.read_json(folder / "summary.json")
+        if not isinstance(summary, dict) or not {"final_val_loss_chosen", "seconds_per_epoch",
+                                                 "device"} <= set(summary):
+            raise PBInputError(f"damaged run file {folder / 'summary.json'} (entries missing); "
+                               f"{io.DAMAGED_FIX}")
     except PBInputError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    summary = io.read_json(folder / "summary.json")
     print(f"{folder}: final validation loss {summary['final_val_loss_chosen']:.4f}, "
           f"{summary['seconds_per_epoch']:.2f} s/epoch on {summary['device']}")
     return 0
