@@ -149,6 +149,9 @@ def run_unit(unit: Unit, settings: Settings, results: Path) -> tuple[Unit, float
             contextlib.redirect_stderr(log):
         microworld_main(argv)
     wall = time.perf_counter() - start
+    import matplotlib.pyplot as plt
+
+    plt.close("all")  # the microworld's figures, saved already
     write_json(folder / "unit.json", {"settings": settings.record(unit), "wall_s": wall,
                                       "argv": ["python", "-m", "analysis.microworld", *argv]})
     return unit, wall
@@ -522,8 +525,9 @@ def main(argv: Sequence[str] | None = None) -> int:
               [list(r.values()) for r in norm])
     for bench in BENCHMARKS:
         if any(r["benchmark"] == bench for r in norm):
-            save_figure(plot_final_losses(norm, bench, args.d),
-                        [out / f"final_loss_{bench}_d{args.d}.png"])
+            fig = plot_final_losses(norm, bench, args.d)
+            save_figure(fig, [out / f"final_loss_{bench}_d{args.d}.png"])
+            fig.clf()
     check = instance0_check(loaded, args.results, args.compare_with)
     write_csv(out / "instance0_check.csv",
               ["unit", "reference", "finals", "reference_finals", "common", "max_abs_diff",
