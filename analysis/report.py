@@ -527,7 +527,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if any(r["benchmark"] == bench for r in norm):
             fig = plot_final_losses(norm, bench, args.d)
             save_figure(fig, [out / f"final_loss_{bench}_d{args.d}.png"])
-            fig.clf()
+            import matplotlib.pyplot as plt
+
+            plt.close(fig)
     check = instance0_check(loaded, args.results, args.compare_with)
     write_csv(out / "instance0_check.csv",
               ["unit", "reference", "finals", "reference_finals", "common", "max_abs_diff",
