@@ -139,6 +139,7 @@ def run_unit(unit: Unit, settings: Settings, results: Path) -> tuple[Unit, float
 
     folder = unit_dir(results, unit)
     (folder / "unit.json").unlink(missing_ok=True)
+    shutil.rmtree(folder, ignore_errors=True)  # a stale or partial run of this unit
     folder.mkdir(parents=True, exist_ok=True)
     argv = [unit.experiment, "--benchmark", unit.benchmark, "--instance", str(unit.instance),
             "--d", str(unit.d), "--seeds", str(settings.seeds), "--steps", str(settings.steps),
