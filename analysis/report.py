@@ -314,8 +314,9 @@ def markdown_table(rows: list[dict], settings: Settings, instances: Sequence[int
         first = r["claim"] != last
         last = r["claim"]
         row, paper, crit = (r["row"], r["paper"], r["criterion"]) if first else ("", "", "")
+        on = f" (on {r['holds_on']})" if r["holds_on"] else ""
         lines.append(f"| {row} | {paper} | {crit} | {bench}, {r['d']} | "
-                     f"{r['holds']}/{r['instances']} | {r['fails']} | {r['noise']} | "
+                     f"{r['holds']}/{r['instances']}{on} | {r['fails']} | {r['noise']} | "
                      f"{r['instance0']}: {r['instance0_detail']} |")
     return head + "\n".join(lines) + "\n"
 
