@@ -264,12 +264,12 @@ def test_instance0_check_and_wrong_instance(quick, tmp_path):
 
 def test_parallel_units_give_the_same_numbers(quick, tmp_path):
     results, _ = quick
-    args = ["--experiments", "estimators", "--no-d4", "--instances", "0-1", "--seeds", "5",
+    args = ["--experiments", "estimators", "--no-d4", "--instances", "1", "--seeds", "5",
             "--steps", "50", "--jobs", "2", "--results", str(tmp_path / "r"),
             "--out", str(tmp_path / "o")]
     assert run(R.main, args) == 0
     for bench in R.BENCHMARKS:
-        for i in (0, 1):
+        for i in (1,):
             u = R.Unit("estimators", bench, i, 10)
             a = (R.unit_dir(results, u) / f"{u.stem}.csv").read_bytes()
             b = (R.unit_dir(tmp_path / "r", u) / f"{u.stem}.csv").read_bytes()
