@@ -49,18 +49,22 @@ BENCHMARKS = ("exponential", "nnloss")
 FIGURES_DIR = Path(__file__).resolve().parent.parent / "figures"
 #: Relative cost of one unit at the paper's scale (measured, d = 10 estimators = 1): the longest
 #: units are started first so that the parallel run ends soon after the longest one.
-COST = {("approaches", 10): 7.0, ("params", 10): 2.0, ("estimators", 10): 1.0,
-        ("approaches", 4): 5.0, ("estimators", 4): 0.5, ("params", 4): 1.0}
+COST = {("approaches", 10): 5.5, ("approaches", 4): 4.6, ("params", 10): 1.6,
+        ("estimators", 10): 1.0, ("params", 4): 0.8, ("estimators", 4): 0.4}
 QUICK = dict(instances=[0, 1], seeds=5, steps=50)
 
 HELP_TIMES = """\
-measured wall times (this project's shared 2-core development machine, one process per unit,
-see README "Do the conclusions survive other instances?"):
-  --quick (2 instances, 5 seeds, 50 steps, d=4 row included), --jobs 1: TO_MEASURE
-  one unit at full scale (d=10, 100 seeds, 10,000 steps): estimators ~37 s per benchmark,
-  params TO_MEASURE, approaches TO_MEASURE; d=4 units TO_MEASURE
-  full study (instances 0-9, both benchmarks, d=10 and the d=4 row): TO_MEASURE CPU-seconds
-  in all, about TO_MEASURE minutes of wall time with --jobs 16 on 16 cores (longest unit first)
+measured on this project's 2-core development machine (one process per unit; CPU seconds,
+which other jobs inflate less than wall time; README "Do the conclusions survive other
+instances?"):
+  --quick (2 instances, 5 seeds, 50 steps, d=4 row included, --jobs 1): about 25-30 CPU-s
+  (2-3 min of wall time while the machine ran ~10 other jobs)
+  one unit at the paper's scale (d=10, 100 seeds, 10,000 steps): estimators 33 CPU-s (37 s wall,
+  quiet machine) per benchmark, params ~70 s per benchmark, approaches ~240 s (NNLoss only);
+  d=4: estimators ~16 s per benchmark, approaches ~210 s
+  full study (instances 0-9, 80 units): about 7,200 CPU-s (2 h in one process); with --jobs 16
+  on 16 cores of this speed about 8 minutes (the longest unit is ~4 minutes). Interrupted runs
+  resume: finished units are reused, so the study can be run in several calls.
 """
 
 
@@ -390,7 +394,7 @@ def plot_final_losses(rows: list[dict], bench: str, d: int):
         ax.set_title(f"{exp}", fontsize=10)
         ax.axhline(0, color="k", lw=0.6, ls=":")
         ax.grid(alpha=0.3, axis="y")
-        ax.legend(fontsize=6, ncol=3, loc="upper center", bbox_to_anchor=(0.5, -0.14))
+        ax.legend(fontsize=6, ncol=3, loc="upper center", bbox_to_anchor=(0.5, -0.2))
     name = {"exponential": "ExponentialTabularLoss", "nnloss": "NNLoss"}[bench]
     fig.suptitle(f"{name}, d={d}: final mean loss per instance, normalized (0 = z*, 1 = start; "
                  "bars: 1 s.e.)", fontsize=11)
