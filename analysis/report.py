@@ -57,8 +57,8 @@ HELP_TIMES = """\
 measured on this project's 2-core development machine (one process per unit; CPU seconds,
 which other jobs inflate less than wall time; README "Do the conclusions survive other
 instances?"):
-  --quick (2 instances, 5 seeds, 50 steps, d=4 row included, --jobs 1): about 25-30 CPU-s
-  (2-3 min of wall time while the machine ran ~10 other jobs)
+  --quick (2 instances, 5 seeds, 50 steps, d=4 row included, --jobs 1): 21 CPU-s
+  (143 s of wall time while the machine ran at a load of 13)
   one unit at the paper's scale (d=10, 100 seeds, 10,000 steps): estimators 33 CPU-s (37 s wall,
   quiet machine) per benchmark, params ~70 s per benchmark, approaches ~240 s (NNLoss only);
   d=4: estimators ~16 s per benchmark, approaches ~210 s
