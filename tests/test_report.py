@@ -1,0 +1,278 @@
+"""Claims of tab:app_results_summ as predicates (analysis.claims) and the instance study's
+command line (analysis.report): synthetic results with known answers, then --quick end to end."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import shutil
+
+import numpy as np
+import pytest
+
+from analysis import claims as C
+from analysis import report as R
+from analysis.cli import run
+
+SEEDS = 100
+
+
+def cfg(method: str, n: int, mean: float, se: float, param: str = "sigmoid",
+        found: int = 0, seeds: int = SEEDS, curve=None) -> C.ConfigResult:
+    """A config whose per-seed finals have exactly this mean and standard error."""
+    if se == 0:
+        seeds = 1
+        final = np.array([mean])
+    else:
+        x = np.random.default_rng(len(method) + n).standard_normal(seeds)
+        x = (x - x.mean()) / (x.std(ddof=1) / math.sqrt(seeds))  # mean 0, s.e. 1
+        final = mean + se * x
+    flags = np.zeros(final.size, dtype=bool)
+    flags[:found] = True
+    steps = np.arange(0, 101, 10)
+    curve = np.linspace(0.0, mean, steps.size) if curve is None else np.asarray(curve)
+    return C.ConfigResult(method, n, param, 0.1, final, flags, steps, curve)
+
+
+def unit(experiment: str, configs, min_J: float = -10.0, d: int = 10) -> C.UnitResult:
+    return C.UnitResult(experiment, "nnloss", 0, d, min_J, 0.0, list(configs))
+
+
+def test_config_mean_and_stderr_are_the_requested_ones():
+    c = cfg("loorf", 4, -3.0, 0.25)
+    assert c.mean == pytest.approx(-3.0, abs=1e-12)
+    assert c.stderr == pytest.approx(0.25, rel=1e-12)
+    assert cfg("true", 0, -2.0, 0.0).stderr == 0.0
+
+
+def test_compare_uses_two_combined_standard_errors():
+    se = 0.1  # combined: 0.1 * sqrt(2)
+    edge = C.Z * math.hypot(se, se)
+    base = cfg("loorf", 4, 0.0, se)
+    assert C.compare(cfg("reinforce", 4, edge * 1.01, se), base) == 1
+    assert C.compare(cfg("reinforce", 4, edge * 0.99, se), base) == 0
+    assert C.compare(cfg("reinforce", 4, -edge * 0.99, se), base) == 0
+    assert C.compare(cfg("reinforce", 4, -edge * 1.01, se), base) == -1
+    # deterministic runs compare exactly
+    assert C.compare(cfg("true", 0, -1.0, 0.0), cfg("cp", 0, -1.0, 0.0)) == 0
+    assert C.compare(cfg("true", 0, -1.0, 0.0), cfg("cp", 0, -1.1, 0.0)) == 1
+
+
+def _estimators(reinforce_mean: float, se: float = 0.1, true_mean: float = -5.0,
+                true_found: int = 0, others=(-1.0, -1.0, -1.0)) -> C.UnitResult:
+    rows = [cfg("reinforce", k, reinforce_mean, se) for k in (1, 4, 10)]
+    for k in (4, 10):
+        rows += [cfg(m, k, v, se) for m, v in zip(("loorf", "arms", "betastar"), others)]
+    rows += [cfg("betastar", 1, others[2], se), cfg("true", 0, true_mean, 0.0, found=true_found)]
+    return unit("estimators", rows)
+
+
+def claim(key: str) -> C.Claim:
+    return next(c for c in C.CLAIMS if c.key == key)
+
+
+def test_reinforce_worst_holds_fails_and_within_noise():
+    f = claim("est_reinforce_worst_n4").evaluate
+    assert f(_estimators(0.0)).outcome == C.HOLDS  # 1.0 worse, 7 s.e.
+    assert f(_estimators(-2.0)).outcome == C.FAILS  # better by 7 s.e.
+    v = f(_estimators(-0.9))  # 0.1 worse: 0.7 s.e.
+    assert v.outcome == C.NOISE
+    assert v.values["z[reinforce n=4 - loorf n=4]"] == pytest.approx(0.1 / math.hypot(0.1, 0.1))
+    # worse than two of three but significantly better than ARMS: fails
+    assert f(_estimators(0.0, others=(-1.0, 1.0, -1.0))).outcome == C.FAILS
+    # worse than two of three, tied with the third: within noise
+    assert f(_estimators(0.0, others=(-1.0, 0.05, -1.0))).outcome == C.NOISE
+
+
+def test_similar_holds_and_fails():
+    f = claim("est_similar_n10").evaluate
+    assert f(_estimators(0.0, others=(-1.0, -1.1, -0.95))).outcome == C.HOLDS
+    assert f(_estimators(0.0, others=(-1.0, -1.5, -0.95))).outcome == C.FAILS
+
+
+def test_true_gradient_claims():
+    misses = claim("est_true_misses").evaluate
+    assert misses(_estimators(0.0, true_found=0)).outcome == C.HOLDS
+    assert misses(_estimators(0.0, true_found=1)).outcome == C.FAILS
+    beats = claim("est_true_beats_mc").evaluate
+    assert beats(_estimators(0.0, true_mean=-5.0)).outcome == C.HOLDS
+    assert beats(_estimators(0.0, true_mean=0.5)).outcome == C.FAILS
+    assert beats(_estimators(0.0, true_mean=-1.05)).outcome == C.NOISE
+
+
+def _params(fast_mean: float, fast_t: int = 20, slow_t: int = 80, found=None) -> C.UnitResult:
+    rows, steps = [], np.arange(0, 101, 10)
+    for k in (1, 4, 10):
+        m = "reinforce" if k == 1 else "loorf"
+        for p in ("sigmoid", "cosine", "direct", "escort"):
+            fast = p in C.FAST
+            t = fast_t if fast else slow_t
+            mean = fast_mean if fast else -1.0
+            curve = np.where(steps >= t, mean, 0.0)  # all the drop at iteration t
+            hits = (found or {}).get((k, p), 0)
+            rows.append(cfg(m, k, mean, 0.1, param=p, found=hits, curve=curve))
+    return unit("params", rows)
+
+
+def test_parametrization_claims():
+    fast = claim("par_fast_n10").evaluate
+    assert fast(_params(-1.0, 20, 80)).outcome == C.HOLDS
+    v = fast(_params(-1.0, 80, 20))
+    assert v.outcome == C.FAILS and v.values["iters90[direct]"] == 80.0
+    assert C.iterations_to_drop(cfg("loorf", 4, 1.0, 0.1, curve=[0.0, 1.0])) == math.inf
+    better = claim("par_sigmoid_better_n4").evaluate
+    assert better(_params(0.0)).outcome == C.HOLDS
+    assert better(_params(-2.0)).outcome == C.FAILS
+    assert better(_params(-0.95)).outcome == C.NOISE
+    only = claim("par_only_n1_finds").evaluate
+    assert only(_params(0.0, found={(1, "sigmoid"): 3})).outcome == C.HOLDS
+    assert only(_params(0.0, found={(1, "sigmoid"): 3, (10, "escort"): 1})).outcome == C.FAILS
+    assert only(_params(0.0)).outcome == C.FAILS  # nobody finds z*
+
+
+def _approaches(cp: float, st: float, rebar: float = -1.0, relax: float = -1.0,
+                found: int = 0) -> C.UnitResult:
+    rows = [cfg("reinforce", 1, -1.0, 0.1, found=found), cfg("st", 1, st, 0.1, found=found),
+            cfg("rebar", 1, rebar, 0.1, found=found), cfg("relax", 1, relax, 0.1, found=found),
+            cfg("cp", 0, cp, 0.0, found=min(found, 1)),
+            cfg("true", 0, -1.0, 0.0, found=min(found, 1))]
+    return unit("approaches", rows)
+
+
+def test_approaches_claims():
+    worst = claim("app_cp_st_worst").evaluate
+    assert worst(_approaches(0.0, 0.0)).outcome == C.HOLDS
+    assert worst(_approaches(0.0, -3.0)).outcome == C.FAILS
+    assert worst(_approaches(0.0, -0.9)).outcome == C.NOISE
+    help_ = claim("app_grad_no_help").evaluate
+    assert help_(_approaches(0.0, 0.0, rebar=-1.1)).outcome == C.HOLDS  # within noise
+    assert help_(_approaches(0.0, 0.0, relax=-2.0)).outcome == C.FAILS
+
+
+def test_d4_claims():
+    f = claim("d4_approaches_find").evaluate
+    assert f(_approaches(-1.0, -1.0, found=SEEDS)).outcome == C.HOLDS
+    v = f(_approaches(-1.0, -1.0, found=90))  # 90% of the MC seeds
+    assert v.outcome == C.FAILS and v.values["found_fraction[st n=1]"] == 0.9
+
+
+def test_every_claim_evaluates_on_a_unit_of_its_experiment():
+    units = {"estimators": _estimators(0.0), "params": _params(0.0),
+             "approaches": _approaches(0.0, 0.0)}
+    assert len({c.key for c in C.CLAIMS}) == len(C.CLAIMS)
+    for c in C.CLAIMS:
+        v = c.evaluate(units[c.experiment])
+        assert v.outcome in C.OUTCOMES, c.key
+        assert v.detail and c.criterion and c.paper
+
+
+def test_plan_units_and_instances():
+    units = R.plan_units(R.EXPERIMENTS, [0, 1], 10, True)
+    # per instance: estimators x2, params x2, approaches x1 at d=10; estimators x2 + approaches
+    # x1 at d=4
+    assert len(units) == 2 * (5 + 3)
+    assert R.parse_instances("0-3,7") == [0, 1, 2, 3, 7]
+    assert run(R.main, ["--instances", "a-b"]) == 2
+    assert run(R.main, ["--seeds", "1"]) == 2
+
+
+# ---------------------------------------------------------------------------------------------
+# End to end
+
+
+@pytest.fixture(scope="module")
+def quick(tmp_path_factory):
+    base = tmp_path_factory.mktemp("report")
+    results, out = base / "results", base / "out"
+    assert run(R.main, ["--quick", "--results", str(results), "--out", str(out)]) == 0
+    return results, out
+
+
+def _csv(path):
+    with open(path, newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+def test_quick_writes_every_table_and_figure(quick):
+    results, out = quick
+    rows = _csv(out / "agreement.csv")
+    expected = sum(len(c.benchmarks) for c in C.CLAIMS)
+    assert len(rows) == expected
+    for r in rows:
+        assert r["instances"] == "2"
+        assert int(r["holds"]) + int(r["fails"]) + int(r["noise"]) == 2
+        per = _csv(out / "claims" / f"{r['claim']}.csv")
+        mine = [p for p in per if p["benchmark"] == r["benchmark"]]
+        assert sorted(int(p["instance"]) for p in mine) == [0, 1]
+        assert sum(p["outcome"] == "holds" for p in mine) == int(r["holds"])
+    md = (out / "agreement.md").read_text()
+    assert md.count("\n| ") == expected + 2  # header, rule, one line per (claim, benchmark)
+    for bench in R.BENCHMARKS:
+        assert (out / f"final_loss_{bench}_d10.png").stat().st_size > 10_000
+    norm = _csv(out / "final_loss_d10.csv")
+    # normalized = (final - min J) / (E_0.5[J] - min J), recomputed from the J table
+    for r in norm[:5]:
+        J = R.instance_table(r["benchmark"], 10, int(r["instance"]))
+        want = (float(r["final_mean"]) - J.min()) / (J.mean() - J.min())
+        assert float(r["normalized"]) == pytest.approx(want, rel=1e-12)
+    assert len(_csv(out / "units.csv")) == 16
+    # quick runs are not at the committed scale: nothing to compare instance 0 with
+    assert _csv(out / "instance0_check.csv") == []
+
+
+def test_replot_reproduces_the_tables_and_settings_guard_reuse(quick, tmp_path):
+    results, out = quick
+    out2 = tmp_path / "out2"
+    assert run(R.main, ["--quick", "--replot", "--results", str(results),
+                        "--out", str(out2)]) == 0
+    for name in ("agreement.csv", "agreement.md", "final_loss_d10.csv"):
+        assert (out2 / name).read_text() == (out / name).read_text()
+    settings = R.Settings(5, 50, 0, 10)
+    u = R.Unit("estimators", "nnloss", 0, 10)
+    assert R.is_done(results, u, settings)
+    assert not R.is_done(results, u, R.Settings(5, 51, 0, 10))  # other steps: rerun
+    # --replot refuses results of other settings
+    assert run(R.main, ["--replot", "--instances", "0", "--seeds", "5", "--steps", "51",
+                        "--results", str(results), "--out", str(tmp_path / "o3")]) == 2
+
+
+def test_instance0_check_and_wrong_instance(quick, tmp_path):
+    results, _ = quick
+    u = R.Unit("estimators", "nnloss", 0, 10)
+    src = R.unit_dir(results, u) / f"{u.stem}.csv"
+    ref = tmp_path / "ref"
+    ref.mkdir()
+    shutil.copy(src, ref / src.name)
+    J0 = R.instance_table("nnloss", 10, 0)
+    loaded = {u: R.read_unit(src, u, J0)}
+    rows = R.instance0_check(loaded, results, ref)
+    assert rows[0][-1] == 1 and rows[0][5] == repr(0.0)
+    # a reference with one seed's final changed is reported as different
+    text = (ref / src.name).read_text().splitlines()
+    k = next(i for i, line in enumerate(text) if line.startswith("final,"))
+    parts = text[k].split(",")
+    parts[10] = repr(float(parts[10]) + 0.5)
+    text[k] = ",".join(parts)
+    (ref / src.name).write_text("\n".join(text) + "\n")
+    rows = R.instance0_check(loaded, results, ref)
+    assert rows[0][-1] == 0 and float(rows[0][5]) == pytest.approx(0.5)
+    # results read against another instance's J table are refused
+    with pytest.raises(R.PBInputError, match="does not start"):
+        R.read_unit(src, u, R.instance_table("nnloss", 10, 1))
+
+
+def test_parallel_units_give_the_same_numbers(quick, tmp_path):
+    results, _ = quick
+    args = ["--experiments", "estimators", "--no-d4", "--instances", "1", "--seeds", "5",
+            "--steps", "50", "--jobs", "2", "--results", str(tmp_path / "r"),
+            "--out", str(tmp_path / "o")]
+    assert run(R.main, args) == 0
+    for bench in R.BENCHMARKS:
+        for i in (1,):
+            u = R.Unit("estimators", bench, i, 10)
+            a = (R.unit_dir(results, u) / f"{u.stem}.csv").read_bytes()
+            b = (R.unit_dir(tmp_path / "r", u) / f"{u.stem}.csv").read_bytes()
+            assert a == b, u.name
+            rec = json.loads((R.unit_dir(tmp_path / "r", u) / "unit.json").read_text())
+            assert rec["settings"]["steps"] == 50
