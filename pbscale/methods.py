@@ -26,7 +26,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from pbexact.copula import arms_bits, arms_correlation
+from pbexact.copula import arms_correlation
 from pbexact.errors import PBInputError, check_n
 from pbexact.estimators import (
     MIN_SAMPLES,
@@ -35,7 +35,6 @@ from pbexact.estimators import (
     ReinforceAccumulator,
 )
 from pbexact.parametrizations import PARAMETRIZATIONS, Parametrization, get_parametrization
-from pbexact.sampling import IterativeDirichletCopula
 
 #: A batched loss: masks (..., d) -> losses (...).
 BatchedLoss = Callable[[torch.Tensor], torch.Tensor]
@@ -100,32 +99,123 @@ class BernoulliSampler:
             u = torch.rand(shape, generator=self.generator, dtype=self.theta.dtype,
                            device=self.theta.device)
             return torch.lt(u, self.theta, out=u)  # 1[u < theta] over u, in theta's dtype
-        total = math.prod(shape)
-        words = torch.empty(((total + 1) // 2,), dtype=torch.int64)
-        words.random_(generator=self.generator)
-        m = words.view(torch.int32)[:total].view(shape).bitwise_and_((1 << self._BITS) - 1)
-        # m as float32 (exact: m < 2^24) over the same memory: an elementwise in-place cast,
-        # which spares a fresh (k, d) buffer (a fresh buffer costs more than the cast itself)
-        u = words.view(torch.float32)[:total].view(shape)
-        u.copy_(m)
+        u = uniform_bits24(shape, self.generator)
         return torch.lt(u, self._scaled, out=u)
 
 
+def uniform_bits24(shape: tuple[int, ...], generator: torch.Generator) -> torch.Tensor:
+    """float32 m, uniform on {0, ..., 2^24 - 1}, of shape ``shape``, from a CPU generator: 24
+    bits of each 32-bit half of ``random_()`` int64 draws (uniform on [0, 2^63 - 1]), which
+    the CPU generator makes much faster than float uniforms (m / 2^24 is torch.rand's float32
+    resolution). The stream depends only on the number of values drawn (pairs of values per
+    int64 word)."""
+    total = math.prod(shape)
+    words = torch.empty(((total + 1) // 2,), dtype=torch.int64)
+    words.random_(generator=generator)
+    m = words.view(torch.int32)[:total].view(shape).bitwise_and_((1 << 24) - 1)
+    # m as float32 (exact: m < 2^24) over the same memory: an elementwise in-place cast,
+    # which spares a fresh (k, d) buffer (a fresh buffer costs more than the cast itself)
+    u = words.view(torch.float32)[:total].view(shape)
+    u.copy_(m)
+    return u
+
+
 class CopulaSampler:
-    """ARMS samples from the iterative Dirichlet copula (`alg:iter_dir`), k at a time, with
-    O(d) state: the Gamma(n, 1) totals are drawn once, then pbexact's sampler does the rest."""
+    """ARMS samples from the iterative Dirichlet copula (`alg:iter_dir`), k at a time, with O(d)
+    state, in theta's dtype and without any host synchronization (no data-dependent loop).
+
+    u~ depends on the Dirichlet fractions D_s = E_s / R_0 only, so the Gamma(n, 1) totals of
+    `alg:iter_dir` cancel and are not drawn: the fractions are a uniform stick-breaking,
+    Q_0 = 1, Q_s = Q_(s-1) U_s^(1/(n-s)) (Q_n = 0), D_s = Q_(s-1) - Q_s, the Q of a chunk a
+    running product over its rows. The bits of `alg:orig_arms`, z~ = 1[u~ <= theta]
+    (theta > 1/2) and 1[1 - u~ <= theta] (otherwise) with u~ = 1 - (1 - D)^(n-1), are threshold
+    tests on D: D <= 1 - (1 - theta)^(1/(n-1)) and D >= 1 - theta^(1/(n-1)), thresholds computed
+    once per step in float64 (d values); the sign of the test rides on Q. No power of a (k, d)
+    array is taken, so float32 keeps the tails (theta near 0 or 1); D has an absolute rounding
+    error of about 1e-7 (float32), which moves P(z~_i = 1) by at most about n 1e-7 (1 - theta_i)
+    (resp. theta_i).
+    """
 
     def __init__(self, theta: torch.Tensor, n: int, generator: torch.Generator) -> None:
         self.theta = theta
+        self.n = check_n(n, "ARMS", 2)
         self.generator = generator
-        total = standard_gamma(float(n), tuple(theta.shape), generator, torch.float64)
-        self.copula = IterativeDirichletCopula(total, n)
+        self.drawn = 0
+        t = theta.detach().double()
+        hi = t > 0.5
+        # c = 1 - x^(1/(n-1)) with x = 1 - theta (theta > 1/2) or theta
+        c = torch.expm1(torch.log(torch.where(hi, 1 - t, t)) / (n - 1)).neg_()
+        sign = torch.where(hi, 1.0, -1.0).to(torch.float64)
+        self._sign = sign.to(theta.dtype)
+        self._bound = (c * sign).to(theta.dtype)  # z = 1[sign D <= sign c]
+        self._q = self._sign.clone()  # sign Q of the last draw (sign times the stick left)
+
+    def _draw(self, k: int, bits: bool) -> torch.Tensor:
+        """The next k draws, s = drawn + 1, ..., drawn + k, shape (k, d): z~ if ``bits``, else
+        sign D_s (sign = +1 where theta > 1/2, -1 elsewhere). On the CPU the chunk is worked
+        through in blocks of rows that stay in cache (every step below is one pass over
+        memory, and the chunk is usually larger than the cache)."""
+        first = self.drawn + 1
+        if first + k - 1 > self.n:
+            raise PBInputError(f"all n={self.n} ARMS samples of this step were already drawn")
+        dev, dt = self.theta.device, self.theta.dtype
+        shape = (k,) + tuple(self.theta.shape)
+        rows = (k,) + (1,) * self.theta.dim()
+        s = torch.arange(first, first + k, device=dev, dtype=dt)
+        per_row = (self.n - s).clamp_min(1).reciprocal_().view(rows)  # 1 / (n - s)
+        cpu = dev.type == "cpu"
+        if dt == torch.float32 and cpu:
+            # U = m / 2^24, torch.rand's float32 grid (U = 0: log U = -inf, U^(1/(n-s)) = 0)
+            out = uniform_bits24(shape, self.generator).mul_(2.0**-24)
+        else:
+            out = torch.rand(shape, generator=self.generator, dtype=dt, device=dev)
+        block = max(1, _CACHE_ELEMENTS // max(self.theta.numel(), 1)) if cpu else k
+        for b0 in range(0, k, block):
+            b1 = min(b0 + block, k)
+            L = out[b0:b1].log_().mul_(per_row[b0:b1])  # log U^(1/(n-s))
+            if first + b1 - 1 == self.n:
+                L[-1] = -math.inf  # the last draw takes the whole remaining stick
+            q = torch.exp(L, out=_scratch(L.shape, L))
+            q[0].mul_(self._q)
+            if cpu:  # a row loop beats the CPU cumprod kernel along dim 0 (3x)
+                qs = q.unbind(0)
+                for i in range(1, b1 - b0):
+                    qs[i].mul_(qs[i - 1])
+            else:
+                q.cumprod_(0)  # sign Q_s
+            torch.sub(self._q, q[0], out=L[0])  # sign D_s = sign Q_(s-1) - sign Q_s, over L
+            if b1 - b0 > 1:
+                torch.sub(q[:-1], q[1:], out=L[1:])
+            self._q = q[-1].clone()
+            if bits:
+                torch.le(L, self._bound, out=L)
+        self.drawn = first + k - 1
+        return out
+
+    def fractions(self, k: int) -> torch.Tensor:
+        """The next k Dirichlet fractions D_s (k, d), s = drawn + 1, ..., drawn + k."""
+        return self._draw(k, bits=False).mul_(self._sign)
 
     def next(self, k: int) -> torch.Tensor:
-        u = torch.rand((k,) + tuple(self.theta.shape), generator=self.generator,
-                       dtype=torch.float64, device=self.theta.device)
-        # float64 for the copula arithmetic: (1 - E/R)^(n-1) loses the tail in float32 for large n
-        return arms_bits(self.copula.next(u), self.theta.double()).to(self.theta.dtype)
+        """z~ of the next k samples, (k, d), in theta's dtype."""
+        return self._draw(k, bits=True)
+
+
+#: Elements of a block of rows the CPU copula sampler works on at once (about 256 KiB float32).
+_CACHE_ELEMENTS = 1 << 16
+_SCRATCH: dict = {}
+
+
+def _scratch(shape: tuple[int, ...], like: torch.Tensor) -> torch.Tensor:
+    """One cached scratch tensor per process (the latest shape, dtype and device only): a fresh
+    (k, d) buffer per chunk costs page faults on the CPU that can exceed the arithmetic. Only
+    for intermediates that never leave the function that asks for them."""
+    key = (tuple(shape), like.dtype, like.device)
+    buf = _SCRATCH.get(key)
+    if buf is None:
+        _SCRATCH.clear()
+        buf = _SCRATCH[key] = torch.empty(shape, dtype=like.dtype, device=like.device)
+    return buf
 
 
 class FixedSampler:
