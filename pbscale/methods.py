@@ -26,6 +26,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from pbexact.continuation import CP_FINAL_TAU
 from pbexact.copula import arms_correlation
 from pbexact.errors import PBInputError, check_n
 from pbexact.estimators import (
@@ -341,7 +342,8 @@ def dense_regularizer(r: torch.Tensor, theta_fn: Callable[[torch.Tensor], torch.
 # CP (`sec:pb_application`, `sec:app_microworld_hypers`)
 
 
-def cp_temperature(step: int, total_steps: int, final: float = 1 / 200, every: int = 100) -> float:
+def cp_temperature(step: int, total_steps: int, final: float = CP_FINAL_TAU,
+                   every: int = 100) -> float:
     """tau at iteration ``step``: 1 at the start, multiplied by a constant every ``every``
     iterations so that the last update of training reaches ``final``."""
     updates = max((total_steps - 1) // every, 1)
@@ -469,7 +471,7 @@ class MethodConfig:
     seed: int = 0
     chunk: int | None = None
     lam: float = 0.0
-    cp_final_tau: float = 1 / 200
+    cp_final_tau: float = CP_FINAL_TAU
     cp_every: int = 100
 
     def validate(self) -> MethodConfig:
