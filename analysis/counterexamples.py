@@ -31,8 +31,8 @@ import numpy as np  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
 from analysis.cli import atomic_write_text, run, save_figure, write_csv  # noqa: E402
-from analysis.theorems import (  # noqa: E402
-    check_corollary_sizes,
+from analysis.theorems import check_corollary_sizes  # noqa: E402
+from pbexact.bad_generalization import (  # noqa: E402
     corollary_fit,
     first_binding_d,
     mc_bad_gen_table,
@@ -349,7 +349,7 @@ def fig_theta_dep_ill(out: Path) -> dict:
 
 def tab_mc_bad_gen_2(out: Path) -> dict:
     """`tab:mc_bad_gen_2`: J of `thm:mc_bad_gen_2` for d = 3 and z* = 1, from the code
-    (`analysis.theorems.mc_bad_gen_table`), with the symbolic entries read back from its
+    (`pbexact.bad_generalization.mc_bad_gen_table`), with the symbolic entries read back from its
     numbers."""
     import sympy as sp
 

@@ -14,7 +14,7 @@ import numpy as np
 
 from .arrays import namespace
 from .copula import arms_bits
-from .errors import check_n, check_theta
+from .errors import PBInputError, check_n, check_theta
 
 Array = Any
 
@@ -89,6 +89,37 @@ def sample_arms(
     u = rng.random(size + theta.shape[:-1] + (n,) + theta.shape[-1:])
     u = np.maximum(u, np.finfo(np.float64).tiny)  # log(0) would break the normalization
     return arms_bits(copula_from_uniforms(u), theta)
+
+
+def sample_antithetic(
+    theta: np.ndarray, n: int, size: tuple[int, ...], rng: np.random.Generator
+) -> np.ndarray:
+    """n/2 independent antithetic pairs (DisARM), interleaved: sample 2j is z = 1[u < theta] and
+    sample 2j + 1 is z~ = 1[1 - u < theta] for one u ~ U(0, 1)^d; theta of shape (..., d), shape
+    size + (...) + (n, d)."""
+    theta = check_theta(theta)
+    n = check_n(n, "DisARM", 2)
+    if n % 2:
+        raise PBInputError(f"antithetic pairs need an even number of samples, got n={n}")
+    u = rng.random(size + theta.shape[:-1] + (n // 2,) + theta.shape[-1:])
+    t = theta[..., None, :]
+    pairs = np.stack([u < t, 1 - u < t], axis=-2) * 1.0  # (..., n/2, 2, d)
+    return pairs.reshape(pairs.shape[:-3] + (n,) + theta.shape[-1:])
+
+
+def sample_law(
+    law: str, theta: np.ndarray, n: int, size: tuple[int, ...], rng: np.random.Generator
+) -> np.ndarray:
+    """The n samples of one estimate under an estimator's law (`pbexact.estimators.LAWS`) for
+    theta of shape (..., d), shape size + (...) + (n, d): iid Bernoulli, the ARMS copula or
+    antithetic pairs."""
+    if law == "copula":
+        return sample_arms(theta, n, size, rng)
+    if law == "antithetic":
+        return sample_antithetic(theta, n, size, rng)
+    if law == "iid":
+        return np.moveaxis(sample_bernoulli(theta, size + (n,), rng), len(size), -2)
+    raise PBInputError(f"unknown sampling law {law!r}; choose iid, copula or antithetic")
 
 
 def sample_arms_iterative(theta: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray:

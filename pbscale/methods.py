@@ -5,12 +5,15 @@ MC estimators it is only evaluated, for CP and the hybrid estimators it is diffe
 (soft masks in [0, 1]). Nothing here knows about ``nn.Module`` masking: :mod:`pbscale.masks`
 supplies f for a masked network, and the microworld (NNLoss) can supply its own.
 
-* MC (REINFORCE, LOORF, ARMS; `ch:monte_carlo`): the n samples of one step are drawn and
-  evaluated in chunks of k, combined with the iterative accumulators of pbexact
-  (`alg:iter_reinforce`, `alg:iter_loorf`, `alg:iter_arms`; ARMS with the iterative Dirichlet
-  copula of `alg:iter_dir`), so memory is O(k d) whatever n is and the gradient equals the
-  one-shot batch form on the same samples. Scores come from the pbexact parametrizations
-  (`tab:alternative_param`).
+* MC (every estimator of the pbexact registry that needs no J table: REINFORCE, LOORF, ARMS,
+  DisARM; `ch:monte_carlo`): the n samples of one step are drawn by the estimator's law and
+  evaluated in chunks of k, summed by pbexact's one accumulator (`SampleSums`: k, sum J,
+  U = sum J S, B = sum S) and finished by the estimator's linear form (`alg:iter_reinforce`,
+  `alg:iter_loorf`, `alg:iter_arms`; ARMS with the iterative Dirichlet copula of
+  `alg:iter_dir`), so memory is O(k d) whatever n is and the gradient equals the one-shot batch
+  form on the same samples. Scores come from the pbexact parametrizations' affine reading
+  (`tab:alternative_param`, `Parametrization.affine_score`), never as a (k, P) matrix.
+  :func:`mc_surrogate` gives the same estimate as a surrogate loss for autograd.
 * CP (`sec:pb_application`): f(sigmoid(r / tau)) with tau annealed exponentially from 1 to 1/200,
   updated every 100 iterations (`sec:app_microworld_hypers`); evaluated with 1[r > 0].
 * ST, REBAR, RELAX (`ch:other`), sigmoid parametrization only, as the paper uses them.
@@ -27,20 +30,15 @@ import torch
 from torch import nn
 
 from pbexact.continuation import CP_FINAL_TAU
-from pbexact.copula import arms_correlation
 from pbexact.errors import PBInputError, check_n
-from pbexact.estimators import (
-    MIN_SAMPLES,
-    ArmsAccumulator,
-    LoorfAccumulator,
-    ReinforceAccumulator,
-)
+from pbexact.estimators import MC_ESTIMATORS, MIN_SAMPLES, SampleSums, get_estimator
 from pbexact.parametrizations import PARAMETRIZATIONS, Parametrization, get_parametrization
 
 #: A batched loss: masks (..., d) -> losses (...).
 BatchedLoss = Callable[[torch.Tensor], torch.Tensor]
 
-MC_METHODS = ("reinforce", "loorf", "arms")
+#: The MC estimators of the registry that need no J table (`pbexact.estimators.REGISTRY`).
+MC_METHODS = MC_ESTIMATORS
 HYBRID_METHODS = ("st", "rebar", "relax")
 METHODS = MC_METHODS + ("cp",) + HYBRID_METHODS
 OPTIMIZERS = ("rmsprop", "sgd")
@@ -219,6 +217,32 @@ def _scratch(shape: tuple[int, ...], like: torch.Tensor) -> torch.Tensor:
     return buf
 
 
+class AntitheticSampler:
+    """DisARM's antithetic pairs, k at a time (k even), interleaved: sample 2j is
+    z = 1[u < theta] and sample 2j + 1 is z~ = 1[1 - u < theta] for one u ~ U(0, 1)^d
+    (`pbexact.sampling.sample_antithetic` in torch)."""
+
+    def __init__(self, theta: torch.Tensor, generator: torch.Generator) -> None:
+        self.theta = theta
+        self.generator = generator
+
+    def next(self, k: int) -> torch.Tensor:
+        if k % 2:
+            raise PBInputError(f"antithetic pairs come two at a time, asked for {k} samples")
+        u = torch.rand((k // 2,) + tuple(self.theta.shape), generator=self.generator,
+                       dtype=self.theta.dtype, device=self.theta.device)
+        pairs = torch.stack([u < self.theta, 1 - u < self.theta], 1).to(self.theta.dtype)
+        return pairs.reshape((k,) + tuple(self.theta.shape))
+
+
+#: The torch sampler of each law of `pbexact.estimators.LAWS`: (theta, n, generator) -> sampler.
+SAMPLERS: dict[str, Callable[[torch.Tensor, int, torch.Generator], Any]] = {
+    "iid": lambda theta, n, gen: BernoulliSampler(theta, gen),
+    "copula": lambda theta, n, gen: CopulaSampler(theta, n, gen),
+    "antithetic": lambda theta, n, gen: AntitheticSampler(theta, gen),
+}
+
+
 class FixedSampler:
     """Replays given samples (n, d) chunk by chunk (tests feed identical samples to pbexact)."""
 
@@ -275,54 +299,70 @@ class Estimate:
 def mc_gradient(f: BatchedLoss, r: torch.Tensor, param: Parametrization, estimator: str, n: int,
                 generator: torch.Generator | None = None, chunk: int | None = None,
                 sampler: Any = None) -> Estimate:
-    """REINFORCE / LOORF / ARMS estimate of grad_r E[J(z)] from n samples evaluated k = chunk at
-    a time (`alg:iter_loorf`, `alg:iter_arms`); r of shape (P,), f: (k, d) -> (k,).
+    """The estimate of grad_r E[J(z)] by a registered MC estimator (REINFORCE, LOORF, ARMS,
+    DisARM) from n samples evaluated k = chunk at a time (`alg:iter_loorf`, `alg:iter_arms`);
+    r of shape (P,), f: (k, d) -> (k,). Pair estimators (DisARM) take chunks of whole pairs
+    (an odd chunk is rounded down, at least 2).
 
-    ``sampler`` (an object with ``next(k) -> (k, d)``) replaces the default Bernoulli or copula
-    sampler, e.g. to replay given samples.
+    ``sampler`` (an object with ``next(k) -> (k, d)``) replaces the default sampler of the
+    estimator's law, e.g. to replay given samples.
     """
-    check_n(n, estimator.upper(), MIN_SAMPLES[estimator])
+    spec = get_estimator(estimator)
+    if spec.needs_table:
+        raise PBInputError(
+            f"{spec.text} needs the whole J table; pbscale runs {', '.join(MC_METHODS)}"
+        )
+    spec.check_n(n)
     chunk = n if chunk is None else max(1, min(int(chunk), n))
+    pairs = spec.center == "pair"
+    if pairs:
+        chunk = max(2, chunk - chunk % 2)
     with torch.no_grad():
         r = r.detach()
         theta = param.theta(r)
-        if estimator == "arms":
-            rho = param.expand(arms_correlation(theta, n))
-            acc: ReinforceAccumulator | LoorfAccumulator = ArmsAccumulator(rho)
-            sampler = sampler or CopulaSampler(theta, n, generator)
-        else:
-            acc = LoorfAccumulator() if estimator == "loorf" else ReinforceAccumulator()
-            sampler = sampler or BernoulliSampler(theta, generator)
-        affine = None
-        if param.logits_per_bit == 1:
-            affine = param.affine_score(r)  # S = a + z b, never built in full
+        extra = spec.constant_of(theta, n, param)
+        sampler = sampler or SAMPLERS[spec.law](theta, n, generator)
+        a, b = param.affine_score(r)  # S = a + z b, never built in full
+        sums = SampleSums(pairs=pairs)
         total, done = 0.0, 0
         while done < n:
             k = min(chunk, n - done)
-            z = sampler.next(k)
+            z = sampler.next(k).to(r.dtype)
             J = f(z).to(r.dtype)
-            acc.update(J, _AffineScores(z.to(r.dtype), *affine) if affine is not None
-                       else param.score(z, r))
+            sums.update_affine(J, z, a, b, param)
             total += float(J.sum())
             done += k
-        return Estimate(acc.value(), total / n)
+        return Estimate(sums.estimate(spec, extra), total / n)
 
 
-class _AffineScores:
-    """The scores S = a + z b (k, P) of k samples z (k, d), P = d, kept unmaterialized: the
-    pbexact accumulators only take their sum over samples and weighted sums
-    (`pbexact.estimators.sample_sum`), which are sum(z) b + k a and (w z) b + sum(w) a."""
+def surrogate_loss(g: torch.Tensor, r: torch.Tensor, value: torch.Tensor | float = 0.0
+                   ) -> torch.Tensor:
+    """A scalar whose value is ``value`` and whose autograd gradient in r is the estimate g
+    (shape of r), the convention of the field's estimator libraries:
 
-    def __init__(self, z: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None:
-        self.z, self.a, self.b = z, a, b
+        L(r) = value + sum_p g_p (r_p - stop_grad(r_p)),
 
-    def sum(self, dim: int) -> torch.Tensor:
-        if dim not in (-2, 0):
-            raise ValueError("affine scores are summed over samples only")
-        return self.z.sum(0) * self.b + self.z.shape[0] * self.a
+    so L = value and dL/dr = g exactly (g is detached: the estimate is a constant to autograd;
+    its dependence on r through the samples and the scores is already inside g). It composes:
+    L + R(r) backpropagates g + grad R, and through r into whatever produced r (a network that
+    outputs the logits, a shared parameter). Equivalent to the score-weighted log-probability
+    form sum_s w_s log p(z_s; theta(r)) with w_s the estimator's sample weights, except that it
+    also carries per-parameter constants (ARMS's 1 / (1 - rho), beta*) exactly.
+    """
+    return value + (g.detach() * (r - r.detach())).sum()
 
-    def weighted_sum(self, w: torch.Tensor) -> torch.Tensor:
-        return (w @ self.z) * self.b + w.sum(-1) * self.a
+
+def mc_surrogate(f: BatchedLoss, r: torch.Tensor, param: Parametrization, estimator: str, n: int,
+                 generator: torch.Generator | None = None, chunk: int | None = None,
+                 sampler: Any = None) -> tuple[torch.Tensor, Estimate]:
+    """:func:`mc_gradient` as a surrogate loss: (L, estimate) with L a 0-dim tensor whose value is
+    the mean sampled loss and whose autograd gradient in r equals ``estimate.grad`` exactly
+    (:func:`surrogate_loss`). r may require grad (then L.backward() writes the estimate into
+    r.grad, plus the gradient of anything added to L); the samples are drawn as by
+    :func:`mc_gradient`, so the same generator state gives the same estimate."""
+    est = mc_gradient(f, r, param, estimator, n, generator, chunk, sampler)
+    value = torch.tensor(est.loss, dtype=r.dtype, device=r.device)
+    return surrogate_loss(est.grad, r, value), est
 
 
 def dense_regularizer(r: torch.Tensor, theta_fn: Callable[[torch.Tensor], torch.Tensor],
@@ -488,9 +528,11 @@ class MethodConfig:
         if self.method not in MC_METHODS and self.param != "sigmoid":
             raise PBInputError(
                 f"{self.method.upper()} is defined for the sigmoid parametrization only; "
-                "use --param sigmoid (other parametrizations: reinforce, loorf, arms)"
+                f"use --param sigmoid (other parametrizations: {', '.join(MC_METHODS)})"
             )
-        if self.method != "cp":
+        if self.method in MC_METHODS:
+            get_estimator(self.method).check_n(self.n)
+        elif self.method != "cp":
             check_n(self.n, self.method.upper(), METHOD_MIN_SAMPLES[self.method])
         if not (isinstance(self.lr, (int, float)) and math.isfinite(self.lr) and self.lr > 0):
             raise PBInputError(f"the learning rate must be a positive number, got lr={self.lr}")

@@ -174,23 +174,28 @@ def test_standard_gamma_moments_and_seed():
     assert torch.equal(x, again)
 
 
-@pytest.mark.parametrize("name", ["sigmoid", "cosine", "direct"])
-def test_unmaterialized_affine_scores_match_the_scores(name):
-    from pbscale.methods import _AffineScores
-
+@pytest.mark.parametrize("pairs", [False, True])
+@pytest.mark.parametrize("name", PARAMS)
+def test_unmaterialized_affine_scores_match_the_scores(name, pairs):
+    """The accumulator's affine reading of the scores (never a (k, P) matrix, escort's two logits
+    included) gives the sums of the scores built in full."""
     param = get_parametrization(name)
     gen = torch.Generator().manual_seed(0)
-    r = param.logits(torch.rand(9, generator=gen, dtype=torch.float64) * 0.8 + 0.1)
+    d = 9
+    r = param.logits(torch.rand(d, generator=gen, dtype=torch.float64) * 0.8 + 0.1)
     if name == "direct":
         r[:2] = torch.tensor([0.0, 1.0], dtype=torch.float64)  # theta 0 and 1: score 0 there
-    z = (torch.rand(7, 9, generator=gen, dtype=torch.float64) < 0.5).double()
-    w = torch.randn(7, generator=gen, dtype=torch.float64)
-    zero = torch.zeros_like(r)
-    a = param.score(zero, r)
-    lazy = _AffineScores(z, a, param.score(zero + 1, r) - a)
-    S = param.score(z, r)
-    torch.testing.assert_close(lazy.sum(-2), S.sum(-2), rtol=1e-12, atol=1e-12)
-    torch.testing.assert_close(lazy.weighted_sum(w), w @ S, rtol=1e-12, atol=1e-12)
+    z = (torch.rand(8, d, generator=gen, dtype=torch.float64) < 0.5).double()
+    w = torch.randn(8, generator=gen, dtype=torch.float64)
+    a, b = param.affine_score(r)
+    lazy, full = E.SampleSums(pairs), E.SampleSums(pairs)
+    lazy.update_affine(w, z, a, b, param)
+    full.update(w, param.score(z, r))
+    torch.testing.assert_close(lazy.B, param.score(z, r).sum(-2), rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(lazy.U, full.U, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(lazy.B, full.B, rtol=1e-12, atol=1e-12)
+    if not pairs:
+        torch.testing.assert_close(lazy.U, w @ param.score(z, r), rtol=1e-12, atol=1e-12)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
