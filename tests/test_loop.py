@@ -251,3 +251,19 @@ def test_config_mismatch_is_refused_and_options_are_checked(tmp_path):
                        ({"epochs": 2, "mask_warmup": 0.5, "freeze_masks": 0.2}, "freeze")]:
         with pytest.raises(PBInputError, match=words):
             LoopConfig(**bad).validate()
+
+
+def test_microworld_sgd_loop_numpy_and_torch():
+    import numpy as np
+
+    from pbexact.sgd import sgd
+
+    seen = []
+    r = sgd(np.array([[4.0], [-2.0]]), lambda step, r: 2 * r, 0.25, 3,
+            project=lambda r: np.clip(r, -1.5, 10), log=lambda step, r: seen.append(step))
+    # r <- clip(r - 0.25 * 2 r) = clip(r / 2): 4 -> 2 -> 1 -> 0.5; -2 -> -1 -> -0.5 -> -0.25
+    np.testing.assert_allclose(r, [[0.5], [-0.25]])
+    assert seen == [0, 1, 2, 3]
+    t = sgd(torch.ones(3, requires_grad=True), lambda step, r: r * 0 + step, 1.0, range(3),
+            project=torch.Tensor.detach)
+    assert torch.equal(t, torch.tensor([0.0, 0.0, 0.0])) and not t.requires_grad
