@@ -37,6 +37,7 @@ from pbexact.bad_generalization import (  # noqa: E402
     mc_bad_gen_table,
 )
 from pbexact.continuation import (  # noqa: E402
+    CP_FINAL_TAU,
     DECEIVING_PIECEWISE,
     DECEIVING_SQUARED,
     exponential_schedule,
@@ -439,7 +440,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="draw only these (file stems, e.g. theta_dep_ill)")
     parser.add_argument("--temperatures", type=positive_int, default=10,
                         help="CP temperatures, exponential from 1 to --final-tau (default 10)")
-    parser.add_argument("--final-tau", type=positive_float, default=1 / 200,
+    parser.add_argument("--final-tau", type=positive_float, default=CP_FINAL_TAU,
                         help="last CP temperature (default 1/200, as in the paper's appendix)")
     parser.add_argument("--iters", type=positive_int, default=100,
                         help="CP gradient steps per temperature (default 100, as in the paper)")

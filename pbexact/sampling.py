@@ -43,20 +43,31 @@ class IterativeDirichletCopula:
         self.drawn = 0
 
     def next(self, u: Array) -> Array:
-        """Copula uniforms u~ of the next k samples, from uniforms u of shape (k, d); (k, d)."""
-        rows = []
-        for row in range(u.shape[0]):
-            s = self.drawn + 1
-            if s > self.n:
-                raise ValueError(f"all n={self.n} copula samples were already drawn")
-            if s < self.n:
-                e = self.remaining * (1 - u[row] ** (1.0 / (self.n - s)))
-            else:
-                e = self.remaining
-            self.remaining = self.remaining - e
-            self.drawn = s
-            rows.append(1 - (1 - e / self.total) ** (self.n - 1))
-        return namespace(u).stack(rows)
+        """Copula uniforms u~ of the next k samples, from uniforms u of shape (k, d); (k, d).
+
+        The remainders after each of the k draws are a cumulative product over the chunk,
+        R_s = R_(s-1) U_s^(1/(n-s)) (R_n = 0: the last draw takes all), so the chunk is computed
+        without a loop over its rows; E_s = R_(s-1) - R_s."""
+        k = u.shape[0]
+        first = self.drawn + 1
+        if first + k - 1 > self.n:
+            raise ValueError(f"all n={self.n} copula samples were already drawn")
+        xp = namespace(u)
+        s = np.arange(first, first + k)
+        expo = 1.0 / np.maximum(self.n - s, 1)
+        last = (s == self.n).astype(np.float64)
+        if xp is not np:
+            expo = xp.as_tensor(expo, dtype=u.dtype, device=u.device)
+            last = xp.as_tensor(last, dtype=u.dtype, device=u.device)
+        w = u ** expo[:, None] * (1 - last[:, None])  # U_s^(1/(n-s)), 0 for the last draw
+        cum = np.cumprod(w, axis=0) if xp is np else xp.cumprod(w, dim=0)
+        after = self.remaining * cum  # R_s, (k, d)
+        before = xp.concatenate([self.remaining[None], after[:-1]]) if xp is np else \
+            xp.cat([self.remaining[None], after[:-1]])
+        e = before - after
+        self.remaining = after[-1]
+        self.drawn = first + k - 1
+        return 1 - (1 - e / self.total) ** (self.n - 1)
 
 
 def sample_bernoulli(

@@ -29,11 +29,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from pbexact.copula import arms_bits
+from pbexact.continuation import CP_FINAL_TAU
 from pbexact.errors import PBInputError, check_n
 from pbexact.estimators import MC_ESTIMATORS, MIN_SAMPLES, SampleSums, get_estimator
 from pbexact.parametrizations import PARAMETRIZATIONS, Parametrization, get_parametrization
-from pbexact.sampling import IterativeDirichletCopula
 
 #: A batched loss: masks (..., d) -> losses (...).
 BatchedLoss = Callable[[torch.Tensor], torch.Tensor]
@@ -99,32 +98,123 @@ class BernoulliSampler:
             u = torch.rand(shape, generator=self.generator, dtype=self.theta.dtype,
                            device=self.theta.device)
             return torch.lt(u, self.theta, out=u)  # 1[u < theta] over u, in theta's dtype
-        total = math.prod(shape)
-        words = torch.empty(((total + 1) // 2,), dtype=torch.int64)
-        words.random_(generator=self.generator)
-        m = words.view(torch.int32)[:total].view(shape).bitwise_and_((1 << self._BITS) - 1)
-        # m as float32 (exact: m < 2^24) over the same memory: an elementwise in-place cast,
-        # which spares a fresh (k, d) buffer (a fresh buffer costs more than the cast itself)
-        u = words.view(torch.float32)[:total].view(shape)
-        u.copy_(m)
+        u = uniform_bits24(shape, self.generator)
         return torch.lt(u, self._scaled, out=u)
 
 
+def uniform_bits24(shape: tuple[int, ...], generator: torch.Generator) -> torch.Tensor:
+    """float32 m, uniform on {0, ..., 2^24 - 1}, of shape ``shape``, from a CPU generator: 24
+    bits of each 32-bit half of ``random_()`` int64 draws (uniform on [0, 2^63 - 1]), which
+    the CPU generator makes much faster than float uniforms (m / 2^24 is torch.rand's float32
+    resolution). The stream depends only on the number of values drawn (pairs of values per
+    int64 word)."""
+    total = math.prod(shape)
+    words = torch.empty(((total + 1) // 2,), dtype=torch.int64)
+    words.random_(generator=generator)
+    m = words.view(torch.int32)[:total].view(shape).bitwise_and_((1 << 24) - 1)
+    # m as float32 (exact: m < 2^24) over the same memory: an elementwise in-place cast,
+    # which spares a fresh (k, d) buffer (a fresh buffer costs more than the cast itself)
+    u = words.view(torch.float32)[:total].view(shape)
+    u.copy_(m)
+    return u
+
+
 class CopulaSampler:
-    """ARMS samples from the iterative Dirichlet copula (`alg:iter_dir`), k at a time, with
-    O(d) state: the Gamma(n, 1) totals are drawn once, then pbexact's sampler does the rest."""
+    """ARMS samples from the iterative Dirichlet copula (`alg:iter_dir`), k at a time, with O(d)
+    state, in theta's dtype and without any host synchronization (no data-dependent loop).
+
+    u~ depends on the Dirichlet fractions D_s = E_s / R_0 only, so the Gamma(n, 1) totals of
+    `alg:iter_dir` cancel and are not drawn: the fractions are a uniform stick-breaking,
+    Q_0 = 1, Q_s = Q_(s-1) U_s^(1/(n-s)) (Q_n = 0), D_s = Q_(s-1) - Q_s, the Q of a chunk a
+    running product over its rows. The bits of `alg:orig_arms`, z~ = 1[u~ <= theta]
+    (theta > 1/2) and 1[1 - u~ <= theta] (otherwise) with u~ = 1 - (1 - D)^(n-1), are threshold
+    tests on D: D <= 1 - (1 - theta)^(1/(n-1)) and D >= 1 - theta^(1/(n-1)), thresholds computed
+    once per step (d values, log and expm1); the sign of the test rides on Q. No power of a (k, d)
+    array is taken, so float32 keeps the tails (theta near 0 or 1); D has an absolute rounding
+    error of about 1e-7 (float32), which moves P(z~_i = 1) by at most about n 1e-7 (1 - theta_i)
+    (resp. theta_i).
+    """
 
     def __init__(self, theta: torch.Tensor, n: int, generator: torch.Generator) -> None:
         self.theta = theta
+        self.n = check_n(n, "ARMS", 2)
         self.generator = generator
-        total = standard_gamma(float(n), tuple(theta.shape), generator, torch.float64)
-        self.copula = IterativeDirichletCopula(total, n)
+        self.drawn = 0
+        t = theta.detach()
+        hi = t > 0.5
+        # c = 1 - x^(1/(n-1)) with x = 1 - theta (theta > 1/2) or theta, by log and expm1
+        # (relative error of a few ulps of theta's dtype, also for x near 0 or 1)
+        c = torch.where(hi, 1 - t, t).log_().mul_(1.0 / (n - 1)).expm1_().neg_()
+        self._sign = torch.where(hi, 1.0, -1.0).to(theta.dtype)
+        self._bound = c.mul_(self._sign)  # z = 1[sign D <= sign c]
+        self._q = self._sign.clone()  # sign Q of the last draw (sign times the stick left)
+
+    def _draw(self, k: int, bits: bool) -> torch.Tensor:
+        """The next k draws, s = drawn + 1, ..., drawn + k, shape (k, d): z~ if ``bits``, else
+        sign D_s (sign = +1 where theta > 1/2, -1 elsewhere). On the CPU the chunk is worked
+        through in blocks of rows that stay in cache (every step below is one pass over
+        memory, and the chunk is usually larger than the cache)."""
+        first = self.drawn + 1
+        if first + k - 1 > self.n:
+            raise PBInputError(f"all n={self.n} ARMS samples of this step were already drawn")
+        dev, dt = self.theta.device, self.theta.dtype
+        shape = (k,) + tuple(self.theta.shape)
+        rows = (k,) + (1,) * self.theta.dim()
+        s = torch.arange(first, first + k, device=dev, dtype=dt)
+        per_row = (self.n - s).clamp_min(1).reciprocal_().view(rows)  # 1 / (n - s)
+        cpu = dev.type == "cpu"
+        if dt == torch.float32 and cpu:
+            # U = m / 2^24, torch.rand's float32 grid (U = 0: log U = -inf, U^(1/(n-s)) = 0)
+            out = uniform_bits24(shape, self.generator).mul_(2.0**-24)
+        else:
+            out = torch.rand(shape, generator=self.generator, dtype=dt, device=dev)
+        block = max(1, _CACHE_ELEMENTS // max(self.theta.numel(), 1)) if cpu else k
+        for b0 in range(0, k, block):
+            b1 = min(b0 + block, k)
+            L = out[b0:b1].log_().mul_(per_row[b0:b1])  # log U^(1/(n-s))
+            if first + b1 - 1 == self.n:
+                L[-1] = -math.inf  # the last draw takes the whole remaining stick
+            q = torch.exp(L, out=_scratch(L.shape, L))
+            q[0].mul_(self._q)
+            if cpu:  # a row loop beats the CPU cumprod kernel along dim 0 (3x)
+                qs = q.unbind(0)
+                for i in range(1, b1 - b0):
+                    qs[i].mul_(qs[i - 1])
+            else:
+                q.cumprod_(0)  # sign Q_s
+            torch.sub(self._q, q[0], out=L[0])  # sign D_s = sign Q_(s-1) - sign Q_s, over L
+            if b1 - b0 > 1:
+                torch.sub(q[:-1], q[1:], out=L[1:])
+            self._q = q[-1].clone()
+            if bits:
+                torch.le(L, self._bound, out=L)
+        self.drawn = first + k - 1
+        return out
+
+    def fractions(self, k: int) -> torch.Tensor:
+        """The next k Dirichlet fractions D_s (k, d), s = drawn + 1, ..., drawn + k."""
+        return self._draw(k, bits=False).mul_(self._sign)
 
     def next(self, k: int) -> torch.Tensor:
-        u = torch.rand((k,) + tuple(self.theta.shape), generator=self.generator,
-                       dtype=torch.float64, device=self.theta.device)
-        # float64 for the copula arithmetic: (1 - E/R)^(n-1) loses the tail in float32 for large n
-        return arms_bits(self.copula.next(u), self.theta.double()).to(self.theta.dtype)
+        """z~ of the next k samples, (k, d), in theta's dtype."""
+        return self._draw(k, bits=True)
+
+
+#: Elements of a block of rows the CPU copula sampler works on at once (about 256 KiB float32).
+_CACHE_ELEMENTS = 1 << 16
+_SCRATCH: dict = {}
+
+
+def _scratch(shape: tuple[int, ...], like: torch.Tensor) -> torch.Tensor:
+    """One cached scratch tensor per process (the latest shape, dtype and device only): a fresh
+    (k, d) buffer per chunk costs page faults on the CPU that can exceed the arithmetic. Only
+    for intermediates that never leave the function that asks for them."""
+    key = (tuple(shape), like.dtype, like.device)
+    buf = _SCRATCH.get(key)
+    if buf is None:
+        _SCRATCH.clear()
+        buf = _SCRATCH[key] = torch.empty(shape, dtype=like.dtype, device=like.device)
+    return buf
 
 
 class AntitheticSampler:
@@ -292,7 +382,8 @@ def dense_regularizer(r: torch.Tensor, theta_fn: Callable[[torch.Tensor], torch.
 # CP (`sec:pb_application`, `sec:app_microworld_hypers`)
 
 
-def cp_temperature(step: int, total_steps: int, final: float = 1 / 200, every: int = 100) -> float:
+def cp_temperature(step: int, total_steps: int, final: float = CP_FINAL_TAU,
+                   every: int = 100) -> float:
     """tau at iteration ``step``: 1 at the start, multiplied by a constant every ``every``
     iterations so that the last update of training reaches ``final``."""
     updates = max((total_steps - 1) // every, 1)
@@ -404,6 +495,92 @@ def _grad_pair(c_z: torch.Tensor, c_zt: torch.Tensor, r: torch.Tensor):
     return d_cz, d_czt
 
 
+#: RELAX control network (`sec:app_microworld_hypers`): one tanh hidden layer of 10 units,
+#: Adam with lr 1 and weight decay 1e-3.
+RELAX_HIDDEN = 10
+RELAX_LR = 1.0
+RELAX_WEIGHT_DECAY = 1e-3
+
+
+class PerSeedMLP(nn.Module):
+    """d -> hidden (tanh) -> 1 with separate weights for each of ``seeds`` runs: input
+    (..., seeds, d), output (..., seeds, 1). Initialized like ``nn.Linear`` (uniform in
+    +-1/sqrt(fan_in)) from ``generator``, so it is reproducible."""
+
+    def __init__(self, seeds: int, d: int, hidden: int, generator: torch.Generator,
+                 dtype: torch.dtype = torch.float64) -> None:
+        super().__init__()
+
+        def uniform(shape: tuple[int, ...], fan_in: int) -> nn.Parameter:
+            bound = 1 / math.sqrt(fan_in)
+            u = torch.rand(shape, generator=generator, dtype=dtype)
+            return nn.Parameter((2 * u - 1) * bound)
+
+        self.w1 = uniform((seeds, d, hidden), d)
+        self.b1 = uniform((seeds, hidden), d)
+        self.w2 = uniform((seeds, hidden, 1), hidden)
+        self.b2 = uniform((seeds, 1), hidden)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.tanh(torch.einsum("...sd,sdh->...sh", x, self.w1) + self.b1)
+        return torch.einsum("...sh,sho->...so", h, self.w2) + self.b2
+
+
+class PerSeedControl(HybridControl):
+    """The REBAR/RELAX control with log tau and eta of shape (seeds,) and, for RELAX, a
+    :class:`PerSeedMLP` in place of the shared network, so no parameter couples two seeds
+    (vectorized microworld runs, r of shape (seeds, d)); float64."""
+
+    def __init__(self, kind: str, d: int, seeds: int, generator: torch.Generator) -> None:
+        super().__init__(kind, d, shape=(seeds,), hidden=RELAX_HIDDEN)
+        if self.net is not None:
+            self.net = PerSeedMLP(seeds, d, RELAX_HIDDEN, generator)
+        self.to(torch.float64)
+
+
+def make_control(kind: str, d: int, lr: float, generator: torch.Generator,
+                 seeds: int | None = None, device: torch.device | str | None = None,
+                 dtype: torch.dtype | None = None
+                 ) -> tuple[HybridControl, list[torch.optim.Optimizer]]:
+    """The REBAR/RELAX control and its optimizers (`sec:app_microworld_hypers`), set up here for
+    every loop: log tau and eta by Adam at the method's ``lr``, the RELAX network by Adam with
+    lr RELAX_LR and weight decay RELAX_WEIGHT_DECAY. ``seeds=None``: one shared control for
+    logits (d,) (:class:`HybridControl`, moved to device/dtype); else one per seed
+    (:class:`PerSeedControl`, float64)."""
+    if seeds is None:
+        control = HybridControl(kind, d, hidden=RELAX_HIDDEN, generator=generator).to(
+            device=device, dtype=dtype)
+    else:
+        control = PerSeedControl(kind, d, seeds, generator)
+    opts = [torch.optim.Adam(control.scalar_parameters(), lr=lr)]
+    if control.net is not None:
+        opts.append(torch.optim.Adam(control.surrogate_parameters(), lr=RELAX_LR,
+                                     weight_decay=RELAX_WEIGHT_DECAY))
+    return control, opts
+
+
+def hybrid_gradient(method: str, f: BatchedLoss, r: torch.Tensor,
+                    uniforms: Callable[[], torch.Tensor], control: HybridControl | None,
+                    control_opts: list[torch.optim.Optimizer]) -> Estimate:
+    """ST, REBAR or RELAX gradient over sigmoid logits r of shape (..., d) (leading dimensions
+    batch independent runs, e.g. the microworld's seeds), ``uniforms()`` giving (n, ..., d)
+    uniforms; REBAR/RELAX also take one optimizer step of their control on the variance proxy
+    (the one place the controls are trained)."""
+    if method == "st":
+        return straight_through(f, r, uniforms())
+    est, var = rebar_relax(f, r, uniforms(), uniforms(), control)
+    for opt in control_opts:
+        opt.zero_grad()
+    params = control.scalar_parameters() + control.surrogate_parameters()
+    # var sums the runs' own proxies, so each run's parameters get their own gradient
+    grads = torch.autograd.grad(var, params, allow_unused=True)
+    for p, g in zip(params, grads):
+        p.grad = g
+    for opt in control_opts:
+        opt.step()
+    return est
+
+
 # ---------------------------------------------------------------------------------------------
 # One optimizer over mask logits for every method
 
@@ -420,7 +597,7 @@ class MethodConfig:
     seed: int = 0
     chunk: int | None = None
     lam: float = 0.0
-    cp_final_tau: float = 1 / 200
+    cp_final_tau: float = CP_FINAL_TAU
     cp_every: int = 100
 
     def validate(self) -> MethodConfig:
@@ -489,15 +666,8 @@ class MaskTrainer:
         self.control_opts: list[torch.optim.Optimizer] = []
         if config.method in ("rebar", "relax"):
             init_gen = torch.Generator().manual_seed(config.seed)
-            self.control = HybridControl(config.method, d, generator=init_gen).to(
-                device=self.device, dtype=dtype)
-            scalars = self.control.scalar_parameters()
-            self.control_opts.append(torch.optim.Adam(scalars, lr=config.lr))
-            if self.control.net is not None:
-                # `sec:app_microworld_hypers`: the RELAX network uses Adam, lr 1, weight decay 1e-3
-                self.control_opts.append(
-                    torch.optim.Adam(self.control.surrogate_parameters(), lr=1.0, weight_decay=1e-3)
-                )
+            self.control, self.control_opts = make_control(
+                config.method, d, config.lr, init_gen, device=self.device, dtype=dtype)
         if config.chunk is not None:
             self.chunk = min(config.chunk, config.n)
         else:
@@ -522,53 +692,95 @@ class MaskTrainer:
         return torch.rand((n, self.d), generator=self.generator, dtype=self.r.dtype,
                           device=self.device)
 
-    def gradient(self, f: BatchedLoss) -> Estimate:
-        """This step's gradient estimate over r (P,) and training loss, without updating r."""
+    def gradient(self, f: BatchedLoss, record: list | None = None) -> Estimate:
+        """This step's gradient estimate over r (P,) and training loss, without updating r.
+
+        With ``record`` (a list), the losses the weights are trained on are appended to it with
+        their autograd graphs (MC: J of the n sampled masks, in chunks; CP: the relaxed loss);
+        the hybrid methods do not support it."""
         c = self.config
+        if record is not None and self.method in HYBRID_METHODS:
+            raise PBInputError(
+                f"{self.method.upper()} cannot train network weights; use an MC method or cp"
+            )
         if self.method in MC_METHODS:
-            est = mc_gradient(f, self.r, self.param, self.method, c.n, self.generator, self.chunk)
+            fn = f
+            if record is not None:
+                def fn(z: torch.Tensor) -> torch.Tensor:
+                    with torch.enable_grad():
+                        J = f(z)
+                    record.append(J)
+                    return J.detach()
+            est = mc_gradient(fn, self.r, self.param, self.method, c.n, self.generator,
+                              self.chunk)
             theta_fn = self.param.theta
         elif self.method == "cp":
             tau = self.tau()
             rr = self.r.detach().requires_grad_(True)
             out = f(torch.stack([torch.sigmoid(rr / tau), cp_hard_mask(rr.detach())]))
-            (grad,) = torch.autograd.grad(out[0], rr)
+            (grad,) = torch.autograd.grad(out[0], rr, retain_graph=record is not None)
+            if record is not None:
+                record.append(out[0])
             # the training loss CP reports is that of 1[r > 0], as the paper does
             est = Estimate(grad, float(out[1].detach()))
 
             def theta_fn(x: torch.Tensor) -> torch.Tensor:
                 return torch.sigmoid(x / tau)
-        elif self.method == "st":
-            est = straight_through(f, self.r, self._uniforms(c.n))
-            theta_fn = torch.sigmoid
         else:
-            est, var = rebar_relax(f, self.r, self._uniforms(c.n), self._uniforms(c.n),
-                                   self.control)
-            for opt in self.control_opts:
-                opt.zero_grad()
-            params = self.control.scalar_parameters() + self.control.surrogate_parameters()
-            grads = torch.autograd.grad(var, params, allow_unused=True)
-            for p, g in zip(params, grads):
-                p.grad = g
-            for opt in self.control_opts:
-                opt.step()
+            est = hybrid_gradient(self.method, f, self.r, lambda: self._uniforms(c.n),
+                                  self.control, self.control_opts)
             theta_fn = torch.sigmoid
         if c.lam > 0:
             _, reg_grad = dense_regularizer(self.r, theta_fn, c.lam)
             est.grad = est.grad + reg_grad
         return est
 
-    def step(self, f: BatchedLoss) -> float:
-        """One optimizer step on r with this method's gradient of E[f]; returns the training loss
-        (mean sampled loss; CP: loss of its hard mask)."""
-        est = self.gradient(f)
+    def surrogate(self, f: BatchedLoss, weights: bool = False) -> tuple[torch.Tensor, float]:
+        """This step's estimate as a surrogate loss (:func:`surrogate_loss`): a scalar whose
+        autograd gradient in r is the method's gradient estimate (with the dense regularizer),
+        and, with ``weights=True``, whose gradient in the network weights is that of the method's
+        loss on the weights (MC: the mean of J over the n sampled masks; CP: the relaxed loss),
+        so that one ``backward`` fills both. Returns (surrogate (), training loss)."""
+        record: list | None = [] if weights else None
+        est = self.gradient(f, record)
+        weight_loss: torch.Tensor | float = 0.0
+        if record:
+            weight_loss = (record[0] if self.method == "cp"
+                           else sum(J.sum() for J in record) / self.config.n)
+        return surrogate_loss(est.grad.to(self.r.dtype), self.r, weight_loss), est.loss
+
+    @property
+    def optimizers(self) -> list[torch.optim.Optimizer]:
+        """The optimizers over r (the learning-rate schedules of :mod:`pbscale.loop` act on
+        these; the REBAR/RELAX control optimizers keep their own rates)."""
+        return [self.opt]
+
+    def zero_grad(self) -> None:
         self.opt.zero_grad()
-        self.r.grad = est.grad.to(self.r.dtype)
+
+    def apply(self) -> None:
+        """The optimizer step on r from r.grad, then the parametrization's projection (the
+        direct parametrization's clamp to [eps, 1 - eps])."""
         self.opt.step()
         with torch.no_grad():
             self.r.copy_(self.param.project(self.r))
         self.step_count += 1
-        return est.loss
+
+    def step(self, f: BatchedLoss) -> float:
+        """One optimizer step on r with this method's gradient of E[f]; returns the training loss
+        (mean sampled loss; CP: loss of its hard mask)."""
+        self.zero_grad()
+        value, loss = self.surrogate(f)
+        value.backward()
+        self.apply()
+        return loss
+
+    def mode_mask(self) -> torch.Tensor:
+        """The most probable mask, 1[theta > 1/2] (CP: 1[r > 0]), shape (d,)."""
+        return (self.theta() > 0.5).to(self.r.dtype)
+
+    def config_dict(self) -> dict:
+        return self.config.to_dict()
 
     def sample_masks(self, k: int) -> torch.Tensor:
         """k masks (k, d) from the current distribution (CP: its hard mask k times)."""

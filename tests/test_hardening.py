@@ -50,7 +50,7 @@ def test_crafted_checkpoint_is_refused_without_running_it(tmp_path):
     (folder / "summary.json").unlink()  # so that the next call resumes from the checkpoint
     marker = tmp_path / "pwned"
     with open(folder / "checkpoint.pt", "wb") as fh:
-        torch.save({"trainer": _Boom(str(marker)), "history": [], "epoch": 0}, fh)
+        torch.save({"method": _Boom(str(marker)), "history": [], "epoch": 0}, fh)
     with pytest.raises(PBInputError, match="damaged checkpoint .*delete the run folder"):
         regress.train(cfg, epochs=1, out=tmp_path, device="cpu", progress=False, problem=prob)
     assert not marker.exists()  # the pickled call did not run
@@ -75,7 +75,7 @@ def test_our_checkpoints_load_with_weights_only(tmp_path):
         folder = regress.train(cfg, epochs=1, out=tmp_path, device="cpu", progress=False,
                                problem=prob)
         state = torch.load(folder / "checkpoint.pt", weights_only=True)
-        assert state["epoch"] == 1 and state["trainer"]["generator"].dtype == torch.uint8
+        assert state["epoch"] == 1 and state["generator"].dtype == torch.uint8
 
 
 @pytest.mark.parametrize("damage", ["truncated", "empty", "random", "wrong_key", "folder",
@@ -98,7 +98,7 @@ def test_damaged_checkpoint_is_a_one_line_error(tmp_path, damage, capsys):
         torch.save({"weights": torch.zeros(3)}, ckpt)
     elif damage == "bad_history":
         state = torch.load(ckpt, weights_only=True)
-        torch.save({**state, "trainer": {"r": torch.zeros(2)}}, ckpt)
+        torch.save({**state, "method": {"r": torch.zeros(2)}}, ckpt)
     else:
         ckpt.unlink()
         ckpt.mkdir()
@@ -114,7 +114,8 @@ def test_damaged_json_run_files_exit_2(tmp_path, name, damage, capsys, monkeypat
     args = ["--method", "loorf", "--n", "2", "--epochs", "1", "--out", str(tmp_path),
             "--device", "cpu", "--quiet"]
     assert regress.main(args) == 0
-    folder = tmp_path / regress.run_name(M.MethodConfig(method="loorf", n=2))
+    folder = regress.run_folder(M.MethodConfig(method="loorf", n=2), epochs=1, out=tmp_path,
+                              problem=prob)
     path = folder / name
     if damage == "truncated":
         path.write_text(path.read_text()[:10])
