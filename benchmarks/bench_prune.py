@@ -1,0 +1,325 @@
+"""Cost of one MC pruning step (ARMS, escort; `alg:iter_arms`) at n = 1, 10, 100 against a dense
+training step and a dense forward pass of the same network, measured in the same run, for
+LeNet-300-100 (MNIST-shaped batches) and ResNet-20 (CIFAR-shaped batches), synthetic data; plus
+the k-mask forward alone by :func:`pbscale.batched.forward_masked` (grouped convolutions) against
+``torch.func.vmap`` over ``functional_call`` and a loop over the masks, and the peak memory of
+each step.
+
+    python -m benchmarks.bench_prune [--device cpu|cuda] [--amp bf16] [--ns 1,10,100]
+        [--models lenet,resnet20] [--batch 128] [--chunk K] [--repeats R] [--channels-last]
+        [--out figures]
+
+Goals (`issue 12`): on a CPU an MC step at n costs at most 1.2 n dense forward passes and its
+peak memory is flat in n (n samples evaluated k = chunk at a time); on a GPU an n = 100 step of
+ResNet-20 at batch 128 costs at most 3 dense training steps. n = 1 uses REINFORCE (ARMS needs
+n >= 2). The MC step is :meth:`pbscale.methods.MaskTrainer.step` (sampling, the chunked forward
+passes, the iterative accumulator and the RMSprop update of the mask logits). Masked tensors: the
+models' rule (:meth:`pbscale.models.PrunableNet.masked_names`), for ResNet-20 with the 1x1
+shortcuts (270,256 weights, as the issue's H200 anchor). Writes ``OUT/bench_prune_<device>.csv``
+(``_bf16`` appended with ``--amp bf16``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+from torch import nn
+from torch.func import replace_all_batch_norm_modules_
+from torch.nn import functional as F
+
+from analysis.cli import run
+from pbexact.errors import PBInputError
+from pbscale import io
+from pbscale.batched import forward_masked, forward_masked_loop, masked_loss
+from pbscale.masks import MaskedModule
+from pbscale.memory import peak_memory
+from pbscale.methods import MaskTrainer, MethodConfig
+from pbscale.models import INPUT_SHAPES, MODELS, build_model
+
+BENCH_MODELS = ("lenet", "resnet20")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.bench_prune",
+                                description=__doc__.splitlines()[0])
+    p.add_argument("--device", default="cpu", help="cpu or cuda (default cpu)")
+    p.add_argument("--amp", default="none", help="none or bf16 (torch.autocast), default none")
+    p.add_argument("--ns", default="1,10,100", help="samples per MC step, comma-separated")
+    p.add_argument("--models", default=",".join(BENCH_MODELS),
+                   help=f"comma-separated, from {', '.join(BENCH_MODELS)}")
+    p.add_argument("--batch", type=int, default=128, help="batch size (default 128)")
+    p.add_argument("--chunk", type=int, default=None,
+                   help="masks per batched forward (default: 10 on cpu, the largest n on cuda)")
+    p.add_argument("--repeats", type=int, default=None,
+                   help="timed repetitions after one warm-up (default 3 on cpu, 10 on cuda)")
+    p.add_argument("--channels-last", action="store_true",
+                   help="channels-last activations for the convolutional model")
+    p.add_argument("--estimator", default="arms", help="MC estimator for n >= 2 (default arms)")
+    p.add_argument("--param", default="escort", help="parametrization (default escort)")
+    p.add_argument("--no-memory", action="store_true", help="skip the peak-memory runs")
+    p.add_argument("--out", default="figures", help="folder of the CSV (default figures)")
+    p.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    return p
+
+
+def _positive_ints(text: str, what: str) -> list[int]:
+    try:
+        vals = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise PBInputError(f"{what} must be comma-separated integers, got {text!r}") from None
+    if not vals or min(vals) < 1:
+        raise PBInputError(f"{what} must be positive integers, got {text!r}")
+    return vals
+
+
+def check_args(args: argparse.Namespace) -> argparse.Namespace:
+    """Validate every argument (PBInputError naming the problem) before any work."""
+    if args.device not in ("cpu", "cuda"):
+        raise PBInputError(f"--device must be cpu or cuda, got {args.device!r}")
+    if args.device == "cuda" and not torch.cuda.is_available():
+        raise PBInputError("--device cuda: no CUDA device is visible; use --device cpu")
+    if args.amp not in ("none", "bf16"):
+        raise PBInputError(f"--amp must be none or bf16, got {args.amp!r}")
+    args.ns = _positive_ints(args.ns, "--ns")
+    args.models = [m.strip() for m in args.models.split(",") if m.strip()]
+    bad = [m for m in args.models if m not in BENCH_MODELS]
+    if bad or not args.models:
+        raise PBInputError(f"unknown model {bad[0] if bad else ''!r} in --models; choose from "
+                           f"{', '.join(BENCH_MODELS)}")
+    if args.batch < 2:
+        raise PBInputError(f"--batch must be >= 2 (BatchNorm batch statistics), got {args.batch}")
+    if args.chunk is not None and args.chunk < 1:
+        raise PBInputError(f"--chunk must be a positive integer, got {args.chunk}")
+    if args.repeats is not None and args.repeats < 1:
+        raise PBInputError(f"--repeats must be a positive integer, got {args.repeats}")
+    for n in args.ns:  # the method's own checks (estimator, parametrization, n)
+        method_config(args, n).validate()
+    if args.chunk is None:
+        args.chunk = 10 if args.device == "cpu" else max(args.ns)
+    if args.repeats is None:
+        args.repeats = 3 if args.device == "cpu" else 10
+    return args
+
+
+def method_config(args: argparse.Namespace, n: int) -> MethodConfig:
+    estimator = args.estimator if n >= 2 else "reinforce"
+    chunk = None if args.chunk is None else min(args.chunk, n)
+    return MethodConfig(method=estimator, n=n, param=args.param, chunk=chunk, seed=0)
+
+
+class Setup:
+    """One model on the device with a synthetic batch, its masked layout, the batched loss and
+    a dense optimizer (SGD, Nesterov, as the joint-pruning weights)."""
+
+    def __init__(self, name: str, args: argparse.Namespace) -> None:
+        dev = torch.device(args.device)
+        self.dev = dev
+        self.amp = torch.bfloat16 if args.amp == "bf16" else None
+        self.channels_last = args.channels_last and name != "lenet"
+        net = build_model(name, seed=0).to(dev)
+        if self.channels_last:
+            net = net.to(memory_format=torch.channels_last)
+        self.net = net.train()
+        self.names = net.masked_names(mask_shortcuts=True)
+        self.layout = MaskedModule(net, self.names)
+        gen = torch.Generator(device=dev).manual_seed(0)
+        shape = INPUT_SHAPES[MODELS[name].dataset]
+        self.x = torch.randn((args.batch, *shape), generator=gen, device=dev)
+        if self.channels_last:
+            self.x = self.x.contiguous(memory_format=torch.channels_last)
+        self.y = torch.randint(0, 10, (args.batch,), generator=gen, device=dev)
+        self.f = masked_loss(net, self.x, self.y, self.names, amp=self.amp,
+                             channels_last=self.channels_last)
+        self.opt = torch.optim.SGD(net.parameters(), lr=0.1, momentum=0.9, nesterov=True,
+                                   weight_decay=1e-4)
+
+    def autocast(self):
+        return torch.autocast(self.dev.type, dtype=self.amp, enabled=self.amp is not None)
+
+    def dense_forward(self) -> None:
+        with torch.no_grad(), self.autocast():
+            self.net(self.x)
+
+    def dense_train(self) -> None:
+        self.opt.zero_grad(set_to_none=True)
+        with self.autocast():
+            loss = F.cross_entropy(self.net(self.x).float(), self.y)
+        loss.backward()
+        self.opt.step()
+
+    def trainer(self, args: argparse.Namespace, n: int) -> MaskTrainer:
+        return MaskTrainer(method_config(args, n), self.layout.d, 100, self.dev)
+
+
+def _time(fns: dict[str, Callable[[], object]], repeats: int, dev: torch.device
+          ) -> dict[str, list[float]]:
+    """Milliseconds of each function, interleaved (all see the same machine load), one warm-up."""
+    out: dict[str, list[float]] = {k: [] for k in fns}
+    for rep in range(repeats + 1):
+        for key, fn in fns.items():
+            if dev.type == "cuda":
+                torch.cuda.synchronize(dev)
+            t = time.perf_counter()
+            fn()
+            if dev.type == "cuda":
+                torch.cuda.synchronize(dev)
+            if rep:
+                out[key].append(1e3 * (time.perf_counter() - t))
+    return out
+
+
+def _peak(args: argparse.Namespace, model: str, what: str, n: int, setup: Setup | None) -> float:
+    """Peak memory (MiB) of one call: on cuda in this process (allocator counters), on cpu in a
+    fresh process (its resident-set growth; no earlier call's pools)."""
+    if args.no_memory:
+        return float("nan")
+    if args.device == "cuda":
+        fn = _step_fn(setup, args, what, n)
+        fn()  # allocator warm: the peak of a steady-state call
+        return (peak_memory(fn, setup.dev) or 0) / 2**20
+    cmd = [sys.executable, "-m", "benchmarks.bench_prune", "--child", f"{model},{what},{n}",
+           "--device", args.device, "--amp", args.amp, "--batch", str(args.batch),
+           "--chunk", str(args.chunk), "--estimator", args.estimator, "--param", args.param,
+           "--ns", ",".join(map(str, args.ns))]
+    if args.channels_last:
+        cmd.append("--channels-last")
+    res = subprocess.run(cmd, capture_output=True, text=True, check=True)
+    got = json.loads(res.stdout.strip().splitlines()[-1])["peak"]
+    return float("nan") if got is None else got / 2**20
+
+
+def _step_fn(setup: Setup, args: argparse.Namespace, what: str, n: int) -> Callable[[], object]:
+    if what == "mc_step":
+        tr = setup.trainer(args, n)
+        return lambda: tr.step(setup.f)
+    return setup.dense_train if what == "dense_train" else setup.dense_forward
+
+
+def forward_rows(setup: Setup, args: argparse.Namespace, model: str, base: dict,
+                 fwd_ms: float) -> list[dict]:
+    """The k-mask forward alone (no grad), k = the chunk: forward_masked, vmap over
+    functional_call (BatchNorm on batch statistics: running-stat tracking off in a copy, the
+    same function in training mode), the per-mask loop; and the maximum difference."""
+    k = args.chunk
+    gen = torch.Generator(device=setup.dev).manual_seed(1)
+    z = (torch.rand((k, setup.layout.d), generator=gen, device=setup.dev) < 0.5).float()
+    masks = setup.layout.split(z)
+    vnet = copy.deepcopy(setup.net)
+    replace_all_batch_norm_modules_(vnet)
+    vlayout = MaskedModule(vnet, setup.names)
+    x = setup.x
+    fns: dict[str, Callable[[], object]] = {
+        "fwd_fast": lambda: forward_masked(setup.net, masks, x, amp=setup.amp,
+                                           channels_last=setup.channels_last),
+        "fwd_vmap": lambda: vlayout.forward_vmap(z, x),
+        "fwd_loop": lambda: forward_masked_loop(setup.net, masks, x),
+    }
+    if setup.amp is not None:
+        def autocast(fn):
+            def g():
+                with setup.autocast():
+                    return fn()
+            return g
+        fns["fwd_vmap"] = autocast(fns["fwd_vmap"])
+        fns["fwd_loop"] = autocast(fns["fwd_loop"])
+    if type(setup.net) is nn.Sequential or isinstance(setup.net, nn.Sequential):
+        fns["fwd_mlp_fast"] = lambda: setup.layout.forward(z, x)  # MaskedModule's own fast path
+    with torch.no_grad():
+        fast = fns["fwd_fast"]().float()
+        ref = fns["fwd_loop"]().float()
+        diff = float((fast - ref).abs().max() / ref.abs().max().clamp_min(1e-30))
+        times = _time(fns, args.repeats, setup.dev)
+    rows = []
+    for what, ts in times.items():
+        med = statistics.median(ts)
+        rows.append({**base, "what": what, "n": k, "chunk": k, "estimator": "",
+                     "ms_median": med, "ms_min": min(ts), "ms_max": max(ts),
+                     "peak_mib": float("nan"), "per_dense_forward": med / (k * fwd_ms),
+                     "per_dense_train": float("nan"), "max_rel_diff": diff})
+    return rows
+
+
+def bench_model(model: str, args: argparse.Namespace) -> list[dict]:
+    setup = Setup(model, args)
+    base = {"model": model, "device": args.device,
+            "device_name": (torch.cuda.get_device_name(setup.dev) if args.device == "cuda"
+                            else "cpu"),
+            "threads": torch.get_num_threads(), "amp": args.amp,
+            "channels_last": setup.channels_last, "batch": args.batch, "d": setup.layout.d}
+    dense = _time({"dense_forward": setup.dense_forward, "dense_train": setup.dense_train},
+                  max(args.repeats, 5), setup.dev)
+    fwd_ms = statistics.median(dense["dense_forward"])
+    train_ms = statistics.median(dense["dense_train"])
+    print(f"{model}: d={setup.layout.d:,} masked weights, batch {args.batch}, {args.device} "
+          f"({base['device_name']}, {base['threads']} threads), amp {args.amp}; dense forward "
+          f"{fwd_ms:.2f} ms, dense training step {train_ms:.2f} ms", flush=True)
+    rows = []
+    for what in ("dense_forward", "dense_train"):
+        ts = dense[what]
+        med = statistics.median(ts)
+        rows.append({**base, "what": what, "n": 1, "chunk": 1, "estimator": "",
+                     "ms_median": med, "ms_min": min(ts), "ms_max": max(ts),
+                     "peak_mib": _peak(args, model, what, 1, setup),
+                     "per_dense_forward": med / fwd_ms, "per_dense_train": med / train_ms,
+                     "max_rel_diff": float("nan")})
+    for n in args.ns:
+        tr = setup.trainer(args, n)
+        ts = _time({"mc": lambda tr=tr: tr.step(setup.f)}, args.repeats, setup.dev)["mc"]
+        med = statistics.median(ts)
+        row = {**base, "what": "mc_step", "n": n, "chunk": tr.chunk, "estimator": tr.method,
+               "ms_median": med, "ms_min": min(ts), "ms_max": max(ts),
+               "peak_mib": _peak(args, model, "mc_step", n, setup),
+               "per_dense_forward": med / (n * fwd_ms), "per_dense_train": med / train_ms,
+               "max_rel_diff": float("nan")}
+        rows.append(row)
+        print(f"  MC step n={n:4d} ({tr.method}, chunk {tr.chunk:3d}): {med:10.2f} ms "
+              f"[{min(ts):.2f}-{max(ts):.2f}] = {row['per_dense_forward']:6.2f} x n dense "
+              f"forwards = {row['per_dense_train']:7.2f} dense training steps; peak "
+              f"{row['peak_mib']:8.1f} MiB", flush=True)
+    peaks = [r["peak_mib"] for r in rows]
+    print(f"  peak MiB: dense forward {peaks[0]:.1f}, dense training step {peaks[1]:.1f}",
+          flush=True)
+    frows = forward_rows(setup, args, model, base, fwd_ms)
+    rows += frows
+    by = {r["what"]: r for r in frows}
+    line = ", ".join(f"{w[4:]} {r['ms_median']:.2f} ms ({r['per_dense_forward']:.2f} x k dense "
+                     "forwards)" for w, r in by.items())
+    print(f"  forward of k={args.chunk} masks: {line}; fast/vmap speedup "
+          f"{by['fwd_vmap']['ms_median'] / by['fwd_fast']['ms_median']:.2f}x, fast/loop "
+          f"{by['fwd_loop']['ms_median'] / by['fwd_fast']['ms_median']:.2f}x; max relative "
+          f"difference fast vs loop {frows[0]['max_rel_diff']:.2e}", flush=True)
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = check_args(build_parser().parse_args(argv))
+    torch.manual_seed(0)
+    if args.device == "cuda":
+        torch.backends.cudnn.benchmark = True
+    if args.child:  # one peak-memory measurement in a fresh process
+        model, what, n = args.child.split(",")
+        setup = Setup(model, args)
+        fn = _step_fn(setup, args, what, int(n))
+        print(json.dumps({"peak": peak_memory(fn, setup.dev)}))
+        return 0
+    rows = []
+    for model in args.models:
+        rows += bench_model(model, args)
+    suffix = "" if args.amp == "none" else f"_{args.amp}"
+    path = Path(args.out) / f"bench_prune_{args.device}{suffix}.csv"
+    io.write_csv(path, rows)
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(run(main))
