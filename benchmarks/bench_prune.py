@@ -161,34 +161,51 @@ class Setup:
 
 
 def _time(fns: dict[str, Callable[[], object]], repeats: int, dev: torch.device
-          ) -> dict[str, list[float]]:
-    """Milliseconds of each function, interleaved (all see the same machine load), one warm-up."""
-    out: dict[str, list[float]] = {k: [] for k in fns}
+          ) -> dict[str, list[tuple[float, float]]]:
+    """(wall, CPU) milliseconds of each call, interleaved (all see the same machine load), after
+    one warm-up. The CPU time of this process is what a single-threaded run costs whatever else
+    shares the machine; on cuda it is not the GPU's time (NaN is recorded)."""
+    out: dict[str, list[tuple[float, float]]] = {k: [] for k in fns}
     for rep in range(repeats + 1):
         for key, fn in fns.items():
             if dev.type == "cuda":
                 torch.cuda.synchronize(dev)
-            t = time.perf_counter()
+            t, c = time.perf_counter(), time.process_time()
             fn()
             if dev.type == "cuda":
                 torch.cuda.synchronize(dev)
+            wall, cpu = time.perf_counter() - t, time.process_time() - c
             if rep:
-                out[key].append(1e3 * (time.perf_counter() - t))
+                out[key].append((1e3 * wall, 1e3 * cpu if dev.type == "cpu" else float("nan")))
     return out
 
 
-def _peak(args: argparse.Namespace, model: str, what: str, n: int, setup: Setup | None) -> float:
-    """Peak memory (MiB) of one call: on cuda in this process (allocator counters), on cpu in a
-    fresh process (its resident-set growth; no earlier call's pools)."""
+def _stats(ts: list[tuple[float, float]]) -> dict:
+    """Median, min and max wall time and the median CPU time, in ms."""
+    wall = [w for w, _ in ts]
+    return {"ms_median": statistics.median(wall), "ms_min": min(wall), "ms_max": max(wall),
+            "cpu_ms_median": statistics.median(c for _, c in ts)}
+
+
+def _peak(args: argparse.Namespace, model: str, what: str, n: int, setup: Setup,
+          chunk: int | None = None) -> float:
+    """Peak memory (MiB) of one call (``chunk`` overrides --chunk): on cuda in this process
+    (allocator counters), on cpu in a fresh process (its resident-set growth; no earlier call's
+    pools)."""
     if args.no_memory:
         return float("nan")
+    chunk = args.chunk if chunk is None else chunk
     if args.device == "cuda":
-        fn = _step_fn(setup, args, what, n)
-        fn()  # allocator warm: the peak of a steady-state call
-        return (peak_memory(fn, setup.dev) or 0) / 2**20
+        saved, args.chunk = args.chunk, chunk
+        try:
+            fn = _step_fn(setup, args, what, n)
+            fn()  # allocator warm: the peak of a steady-state call
+            return (peak_memory(fn, setup.dev) or 0) / 2**20
+        finally:
+            args.chunk = saved
     cmd = [sys.executable, "-m", "benchmarks.bench_prune", "--child", f"{model},{what},{n}",
            "--device", args.device, "--amp", args.amp, "--batch", str(args.batch),
-           "--chunk", str(args.chunk), "--estimator", args.estimator, "--param", args.param,
+           "--chunk", str(chunk), "--estimator", args.estimator, "--param", args.param,
            "--ns", ",".join(map(str, args.ns))]
     if args.channels_last:
         cmd.append("--channels-last")
@@ -205,7 +222,7 @@ def _step_fn(setup: Setup, args: argparse.Namespace, what: str, n: int) -> Calla
 
 
 def forward_rows(setup: Setup, args: argparse.Namespace, model: str, base: dict,
-                 fwd_ms: float) -> list[dict]:
+                 dense: dict) -> list[dict]:
     """The k-mask forward alone (no grad), k = the chunk: forward_masked, vmap over
     functional_call (BatchNorm on batch statistics: running-stat tracking off in a copy, the
     same function in training mode), the per-mask loop; and the maximum difference."""
@@ -240,12 +257,20 @@ def forward_rows(setup: Setup, args: argparse.Namespace, model: str, base: dict,
         times = _time(fns, args.repeats, setup.dev)
     rows = []
     for what, ts in times.items():
-        med = statistics.median(ts)
-        rows.append({**base, "what": what, "n": k, "chunk": k, "estimator": "",
-                     "ms_median": med, "ms_min": min(ts), "ms_max": max(ts),
-                     "peak_mib": float("nan"), "per_dense_forward": med / (k * fwd_ms),
-                     "per_dense_train": float("nan"), "max_rel_diff": diff})
+        st = _stats(ts)
+        rows.append({**base, "what": what, "n": k, "chunk": k, "estimator": "", **st,
+                     "peak_mib": float("nan"), "peak_one_shot_mib": float("nan"),
+                     **_ratios(st, k, dense), "max_rel_diff": diff})
     return rows
+
+
+def _ratios(st: dict, n: int, dense: dict) -> dict:
+    """Cost over n dense forwards and over one dense training step, by wall and CPU time."""
+    fwd, train = dense["dense_forward"], dense["dense_train"]
+    return {"per_dense_forward": st["ms_median"] / (n * fwd["ms_median"]),
+            "per_dense_train": st["ms_median"] / train["ms_median"],
+            "per_dense_forward_cpu": st["cpu_ms_median"] / (n * fwd["cpu_ms_median"]),
+            "per_dense_train_cpu": st["cpu_ms_median"] / train["cpu_ms_median"]}
 
 
 def bench_model(model: str, args: argparse.Namespace) -> list[dict]:
@@ -255,44 +280,44 @@ def bench_model(model: str, args: argparse.Namespace) -> list[dict]:
                             else "cpu"),
             "threads": torch.get_num_threads(), "amp": args.amp,
             "channels_last": setup.channels_last, "batch": args.batch, "d": setup.layout.d}
-    dense = _time({"dense_forward": setup.dense_forward, "dense_train": setup.dense_train},
-                  max(args.repeats, 5), setup.dev)
-    fwd_ms = statistics.median(dense["dense_forward"])
-    train_ms = statistics.median(dense["dense_train"])
+    dense_t = _time({"dense_forward": setup.dense_forward, "dense_train": setup.dense_train},
+                    max(args.repeats, 5), setup.dev)
+    dense = {what: _stats(ts) for what, ts in dense_t.items()}
+    fwd, train = dense["dense_forward"], dense["dense_train"]
     print(f"{model}: d={setup.layout.d:,} masked weights, batch {args.batch}, {args.device} "
           f"({base['device_name']}, {base['threads']} threads), amp {args.amp}; dense forward "
-          f"{fwd_ms:.2f} ms, dense training step {train_ms:.2f} ms", flush=True)
+          f"{fwd['ms_median']:.2f} ms (CPU time {fwd['cpu_ms_median']:.2f}), dense training step "
+          f"{train['ms_median']:.2f} ms (CPU time {train['cpu_ms_median']:.2f})", flush=True)
     rows = []
     for what in ("dense_forward", "dense_train"):
-        ts = dense[what]
-        med = statistics.median(ts)
-        rows.append({**base, "what": what, "n": 1, "chunk": 1, "estimator": "",
-                     "ms_median": med, "ms_min": min(ts), "ms_max": max(ts),
+        rows.append({**base, "what": what, "n": 1, "chunk": 1, "estimator": "", **dense[what],
                      "peak_mib": _peak(args, model, what, 1, setup),
-                     "per_dense_forward": med / fwd_ms, "per_dense_train": med / train_ms,
+                     "peak_one_shot_mib": float("nan"), **_ratios(dense[what], 1, dense),
                      "max_rel_diff": float("nan")})
     for n in args.ns:
         tr = setup.trainer(args, n)
-        ts = _time({"mc": lambda tr=tr: tr.step(setup.f)}, args.repeats, setup.dev)["mc"]
-        med = statistics.median(ts)
+        st = _stats(_time({"mc": lambda tr=tr: tr.step(setup.f)}, args.repeats, setup.dev)["mc"])
+        one_shot = (_peak(args, model, "mc_step", n, setup, chunk=n) if tr.chunk < n
+                    else float("nan"))
         row = {**base, "what": "mc_step", "n": n, "chunk": tr.chunk, "estimator": tr.method,
-               "ms_median": med, "ms_min": min(ts), "ms_max": max(ts),
-               "peak_mib": _peak(args, model, "mc_step", n, setup),
-               "per_dense_forward": med / (n * fwd_ms), "per_dense_train": med / train_ms,
+               **st, "peak_mib": _peak(args, model, "mc_step", n, setup),
+               "peak_one_shot_mib": one_shot, **_ratios(st, n, dense),
                "max_rel_diff": float("nan")}
         rows.append(row)
-        print(f"  MC step n={n:4d} ({tr.method}, chunk {tr.chunk:3d}): {med:10.2f} ms "
-              f"[{min(ts):.2f}-{max(ts):.2f}] = {row['per_dense_forward']:6.2f} x n dense "
-              f"forwards = {row['per_dense_train']:7.2f} dense training steps; peak "
-              f"{row['peak_mib']:8.1f} MiB", flush=True)
+        print(f"  MC step n={n:4d} ({tr.method}, chunk {tr.chunk:3d}): {st['ms_median']:10.2f} ms "
+              f"[{st['ms_min']:.2f}-{st['ms_max']:.2f}] = {row['per_dense_forward']:6.2f} x n "
+              f"dense forwards (CPU time: {row['per_dense_forward_cpu']:6.2f}) = "
+              f"{row['per_dense_train']:7.2f} dense training steps; peak "
+              f"{row['peak_mib']:8.1f} MiB (one-shot, chunk n: {one_shot:8.1f})", flush=True)
     peaks = [r["peak_mib"] for r in rows]
     print(f"  peak MiB: dense forward {peaks[0]:.1f}, dense training step {peaks[1]:.1f}",
           flush=True)
-    frows = forward_rows(setup, args, model, base, fwd_ms)
+    frows = forward_rows(setup, args, model, base, dense)
     rows += frows
     by = {r["what"]: r for r in frows}
     line = ", ".join(f"{w[4:]} {r['ms_median']:.2f} ms ({r['per_dense_forward']:.2f} x k dense "
-                     "forwards)" for w, r in by.items())
+                     f"forwards; CPU time {r['per_dense_forward_cpu']:.2f})"
+                     for w, r in by.items())
     print(f"  forward of k={args.chunk} masks: {line}; fast/vmap speedup "
           f"{by['fwd_vmap']['ms_median'] / by['fwd_fast']['ms_median']:.2f}x, fast/loop "
           f"{by['fwd_loop']['ms_median'] / by['fwd_fast']['ms_median']:.2f}x; max relative "
