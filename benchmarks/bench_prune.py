@@ -5,7 +5,7 @@ the k-mask forward alone by :func:`pbscale.batched.forward_masked` (grouped conv
 ``torch.func.vmap`` over ``functional_call`` and a loop over the masks, and the peak memory of
 each step.
 
-    python -m benchmarks.bench_prune [--device cpu|cuda] [--amp bf16] [--ns 1,10,100]
+    python -m benchmarks.bench_prune [--device cpu|cuda] [--amp none,bf16] [--ns 1,10,100]
         [--models lenet,resnet20] [--batch 128] [--chunk K] [--repeats R] [--channels-last]
         [--out figures]
 
@@ -16,7 +16,7 @@ n >= 2). The MC step is :meth:`pbscale.methods.MaskTrainer.step` (sampling, the 
 passes, the iterative accumulator and the RMSprop update of the mask logits). Masked tensors: the
 models' rule (:meth:`pbscale.models.PrunableNet.masked_names`), for ResNet-20 with the 1x1
 shortcuts (270,256 weights, as the issue's H200 anchor). Writes ``OUT/bench_prune_<device>.csv``
-(``_bf16`` appended with ``--amp bf16``).
+(one row per measurement; the ``amp`` column tells float32 from bf16).
 """
 
 from __future__ import annotations
@@ -52,7 +52,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m benchmarks.bench_prune",
                                 description=__doc__.splitlines()[0])
     p.add_argument("--device", default="cpu", help="cpu or cuda (default cpu)")
-    p.add_argument("--amp", default="none", help="none or bf16 (torch.autocast), default none")
+    p.add_argument("--amp", default="none",
+                   help="none, bf16 (torch.autocast) or none,bf16 for both; default none")
     p.add_argument("--ns", default="1,10,100", help="samples per MC step, comma-separated")
     p.add_argument("--models", default=",".join(BENCH_MODELS),
                    help=f"comma-separated, from {', '.join(BENCH_MODELS)}")
@@ -87,8 +88,10 @@ def check_args(args: argparse.Namespace) -> argparse.Namespace:
         raise PBInputError(f"--device must be cpu or cuda, got {args.device!r}")
     if args.device == "cuda" and not torch.cuda.is_available():
         raise PBInputError("--device cuda: no CUDA device is visible; use --device cpu")
-    if args.amp not in ("none", "bf16"):
-        raise PBInputError(f"--amp must be none or bf16, got {args.amp!r}")
+    args.amps = [a.strip() for a in args.amp.split(",") if a.strip()]
+    if not args.amps or any(a not in ("none", "bf16") for a in args.amps):
+        raise PBInputError(f"--amp must be none, bf16 or both (none,bf16), got {args.amp!r}")
+    args.amp = args.amps[0]
     args.ns = _positive_ints(args.ns, "--ns")
     args.models = [m.strip() for m in args.models.split(",") if m.strip()]
     bad = [m for m in args.models if m not in BENCH_MODELS]
@@ -337,10 +340,11 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps({"peak": peak_memory(fn, setup.dev)}))
         return 0
     rows = []
-    for model in args.models:
-        rows += bench_model(model, args)
-    suffix = "" if args.amp == "none" else f"_{args.amp}"
-    path = Path(args.out) / f"bench_prune_{args.device}{suffix}.csv"
+    for amp in args.amps:
+        args.amp = amp
+        for model in args.models:
+            rows += bench_model(model, args)
+    path = Path(args.out) / f"bench_prune_{args.device}.csv"
     io.write_csv(path, rows)
     print(f"wrote {path}")
     return 0

@@ -128,33 +128,60 @@ class CopulaSampler:
         u = torch.rand((k,) + tuple(self.theta.shape), generator=self.generator,
                        dtype=torch.float64, device=self.theta.device)
         # float64 for the copula arithmetic: (1 - E/R)^(n-1) loses the tail in float32 for large n
-        if self.theta.device.type == "cpu" and self.theta.dim() == 1:
-            return self._next_fused(u)
+        if self.theta.dim() == 1:
+            if self.theta.device.type == "cpu":
+                return self._next_fused(u)
+            return self._next_vectorized(u)
         return arms_bits(self.copula.next(u), self.theta.double()).to(self.theta.dtype)
 
-    def _next_fused(self, u: torch.Tensor) -> torch.Tensor:
-        """:meth:`next` on the CPU in one pass over the (k, d) uniforms (:func:`_copula_bits`):
-        the samples of pbexact's ``IterativeDirichletCopula.next`` and ``arms_bits``, whose state
-        (remainder, samples drawn) it advances. The test u~ <= theta on
-        u~ = 1 - (1 - E / total)^(n-1) is made on E / total against a threshold computed once
-        per bit (the same comparison up to rounding), so each sample costs one power, not two."""
+    def _thresholds(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Per bit: theta > 1/2, and the threshold t on E / total that decides the bit.
+        theta > 1/2: z = 1[u~ <= theta] = 1[E / total <= 1 - (1 - theta)^(1/(n-1))];
+        else z = 1[1 - u~ <= theta] = 1[E / total >= 1 - theta^(1/(n-1))], with
+        u~ = 1 - (1 - E / total)^(n-1) (`alg:orig_arms`): the same test up to rounding."""
+        if self._threshold is None:
+            t = self.theta.detach().double()
+            root = 1.0 / (self.copula.n - 1)
+            self._upper = (t > 0.5).contiguous()
+            self._threshold = torch.where(self._upper, 1 - (1 - t) ** root,
+                                          1 - t**root).contiguous()
+        return self._upper, self._threshold
+
+    def _next_vectorized(self, u: torch.Tensor) -> torch.Tensor:
+        """:meth:`next` for all k rows at once (a GPU runs a few kernels instead of k times
+        several): the remainder after sample s is R_s = R_{s0} prod_{j <= s} u_j^(1/(n-j)), a
+        cumulative sum of logarithms, E_s = R_{s-1} - R_s, the last sample taking all of R."""
         c = self.copula
         k = u.shape[0]
         if c.drawn + k > c.n:
             raise ValueError(f"all n={c.n} copula samples were already drawn")
-        if self._threshold is None:
-            t = self.theta.detach().double()
-            root = 1.0 / (c.n - 1)
-            # theta > 1/2: z = 1[u~ <= theta] = 1[E / total <= 1 - (1 - theta)^(1/(n-1))];
-            # else z = 1[1 - u~ <= theta] = 1[E / total >= 1 - theta^(1/(n-1))]
-            self._upper = (t > 0.5).contiguous()
-            self._threshold = torch.where(self._upper, 1 - (1 - t) ** root,
-                                          1 - t**root).contiguous()
-            c.total = c.total.contiguous()
-            c.remaining = c.remaining.contiguous()
+        upper, threshold = self._thresholds()
+        s = torch.arange(c.drawn + 1, c.drawn + k + 1, device=u.device,
+                         dtype=torch.float64)[:, None]
+        log_keep = torch.where(s < c.n, torch.log(u) / (c.n - s).clamp_min(1), -math.inf)
+        rem = torch.exp(torch.log(c.remaining) + torch.cumsum(log_keep, 0))  # R_s, (k, d)
+        e = torch.cat([c.remaining[None], rem[:-1]]) - rem
+        c.remaining = rem[-1]
+        c.drawn += k
+        frac = e / c.total
+        return torch.where(upper, frac <= threshold, frac >= threshold).to(self.theta.dtype)
+
+    def _next_fused(self, u: torch.Tensor) -> torch.Tensor:
+        """:meth:`next` on the CPU in one pass over the (k, d) uniforms (:func:`_copula_bits`):
+        the samples of pbexact's ``IterativeDirichletCopula.next`` and ``arms_bits``, whose state
+        (remainder, samples drawn) it advances. The bit is decided on E / total against a
+        threshold computed once per bit (:meth:`_thresholds`), so each sample costs one power,
+        not two."""
+        c = self.copula
+        k = u.shape[0]
+        if c.drawn + k > c.n:
+            raise ValueError(f"all n={c.n} copula samples were already drawn")
+        upper, threshold = self._thresholds()
+        c.total = c.total.contiguous()
+        c.remaining = c.remaining.contiguous()
         out = torch.empty(u.shape, dtype=self.theta.dtype)
-        _copula_bits(u.numpy(), c.remaining.numpy(), c.total.numpy(), self._threshold.numpy(),
-                     self._upper.numpy(), c.n, c.drawn, out.numpy())
+        _copula_bits(u.numpy(), c.remaining.numpy(), c.total.numpy(), threshold.numpy(),
+                     upper.numpy(), c.n, c.drawn, out.numpy())
         c.drawn += k
         return out
 

@@ -1,0 +1,52 @@
+"""benchmarks.bench_prune: argument errors exit 2 with one line; a tiny run writes every row."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from analysis.cli import run
+from benchmarks import bench_prune
+from pbscale import io
+
+
+@pytest.mark.parametrize("argv,match", [
+    (["--device", "gpu"], "--device must be cpu or cuda"),
+    (["--amp", "fp8"], "--amp must be"),
+    (["--ns", "1,x"], "comma-separated integers"),
+    (["--ns", "0"], "positive integers"),
+    (["--models", "alexnet"], "unknown model 'alexnet'"),
+    (["--batch", "1"], "--batch must be >= 2"),
+    (["--chunk", "0"], "--chunk must be a positive integer"),
+    (["--param", "nope"], "unknown parametrization"),
+])
+def test_bad_arguments_exit_2(argv, match, capsys, tmp_path):
+    assert run(bench_prune.main, argv + ["--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and match in err and "\n" not in err
+    assert not any(tmp_path.iterdir())  # nothing written
+
+
+def test_tiny_run_writes_every_measurement(tmp_path, capsys):
+    argv = ["--models", "lenet,resnet20", "--batch", "4", "--ns", "1,3", "--chunk", "2",
+            "--repeats", "1", "--no-memory", "--out", str(tmp_path)]
+    assert run(bench_prune.main, argv) == 0
+    rows = io.read_csv(tmp_path / "bench_prune_cpu.csv")
+    whats = {(r["model"], r["what"], int(r["n"])) for r in rows}
+    for model in ("lenet", "resnet20"):
+        for key in (("dense_forward", 1), ("dense_train", 1), ("mc_step", 1), ("mc_step", 3),
+                    ("fwd_fast", 2), ("fwd_vmap", 2), ("fwd_loop", 2)):
+            assert (model, *key) in whats
+    assert ("lenet", "fwd_mlp_fast", 2) in whats
+    for r in rows:
+        assert float(r["ms_median"]) > 0 and float(r["per_dense_forward"]) > 0
+        if r["what"] == "mc_step":
+            assert r["estimator"] == ("reinforce" if int(r["n"]) == 1 else "arms")
+            assert int(r["chunk"]) == min(2, int(r["n"]))
+        if r["what"].startswith("fwd_"):  # the fast forward agrees with the loop
+            assert float(r["max_rel_diff"]) < 1e-5
+    dense = [r for r in rows if r["what"] == "dense_forward"]
+    assert all(math.isclose(float(r["per_dense_forward"]), 1.0) for r in dense)
+    out = capsys.readouterr().out
+    assert "MC step n=   3 (arms, chunk   2)" in out and "fast/vmap speedup" in out
