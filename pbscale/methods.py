@@ -23,7 +23,6 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-import numba
 import torch
 from torch import nn
 
@@ -121,87 +120,12 @@ class CopulaSampler:
         self.generator = generator
         total = standard_gamma(float(n), tuple(theta.shape), generator, torch.float64)
         self.copula = IterativeDirichletCopula(total, n)
-        self._threshold: torch.Tensor | None = None
-        self._upper: torch.Tensor | None = None
 
     def next(self, k: int) -> torch.Tensor:
         u = torch.rand((k,) + tuple(self.theta.shape), generator=self.generator,
                        dtype=torch.float64, device=self.theta.device)
         # float64 for the copula arithmetic: (1 - E/R)^(n-1) loses the tail in float32 for large n
-        if self.theta.dim() == 1:
-            if self.theta.device.type == "cpu":
-                return self._next_fused(u)
-            return self._next_vectorized(u)
         return arms_bits(self.copula.next(u), self.theta.double()).to(self.theta.dtype)
-
-    def _thresholds(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """Per bit: theta > 1/2, and the threshold t on E / total that decides the bit.
-        theta > 1/2: z = 1[u~ <= theta] = 1[E / total <= 1 - (1 - theta)^(1/(n-1))];
-        else z = 1[1 - u~ <= theta] = 1[E / total >= 1 - theta^(1/(n-1))], with
-        u~ = 1 - (1 - E / total)^(n-1) (`alg:orig_arms`): the same test up to rounding."""
-        if self._threshold is None:
-            t = self.theta.detach().double()
-            root = 1.0 / (self.copula.n - 1)
-            self._upper = (t > 0.5).contiguous()
-            self._threshold = torch.where(self._upper, 1 - (1 - t) ** root,
-                                          1 - t**root).contiguous()
-        return self._upper, self._threshold
-
-    def _next_vectorized(self, u: torch.Tensor) -> torch.Tensor:
-        """:meth:`next` for all k rows at once (a GPU runs a few kernels instead of k times
-        several): the remainder after sample s is R_s = R_{s0} prod_{j <= s} u_j^(1/(n-j)), a
-        cumulative sum of logarithms, E_s = R_{s-1} - R_s, the last sample taking all of R."""
-        c = self.copula
-        k = u.shape[0]
-        if c.drawn + k > c.n:
-            raise ValueError(f"all n={c.n} copula samples were already drawn")
-        upper, threshold = self._thresholds()
-        s = torch.arange(c.drawn + 1, c.drawn + k + 1, device=u.device,
-                         dtype=torch.float64)[:, None]
-        log_keep = torch.where(s < c.n, torch.log(u) / (c.n - s).clamp_min(1), -math.inf)
-        rem = torch.exp(torch.log(c.remaining) + torch.cumsum(log_keep, 0))  # R_s, (k, d)
-        e = torch.cat([c.remaining[None], rem[:-1]]) - rem
-        c.remaining = rem[-1]
-        c.drawn += k
-        frac = e / c.total
-        return torch.where(upper, frac <= threshold, frac >= threshold).to(self.theta.dtype)
-
-    def _next_fused(self, u: torch.Tensor) -> torch.Tensor:
-        """:meth:`next` on the CPU in one pass over the (k, d) uniforms (:func:`_copula_bits`):
-        the samples of pbexact's ``IterativeDirichletCopula.next`` and ``arms_bits``, whose state
-        (remainder, samples drawn) it advances. The bit is decided on E / total against a
-        threshold computed once per bit (:meth:`_thresholds`), so each sample costs one power,
-        not two."""
-        c = self.copula
-        k = u.shape[0]
-        if c.drawn + k > c.n:
-            raise ValueError(f"all n={c.n} copula samples were already drawn")
-        upper, threshold = self._thresholds()
-        c.total = c.total.contiguous()
-        c.remaining = c.remaining.contiguous()
-        out = torch.empty(u.shape, dtype=self.theta.dtype)
-        _copula_bits(u.numpy(), c.remaining.numpy(), c.total.numpy(), threshold.numpy(),
-                     upper.numpy(), c.n, c.drawn, out.numpy())
-        c.drawn += k
-        return out
-
-
-@numba.njit(cache=True)
-def _copula_bits(u, remaining, total, threshold, upper, n, drawn, out):  # pragma: no cover
-    """`alg:iter_dir` and `alg:orig_arms`'s bits for k rows of uniforms u (k, d): row j is
-    sample s = drawn + j + 1, E = R (1 - u^(1/(n-s))) (the last takes all of R), R -= E, and
-    z = 1[E / total <= threshold] where ``upper`` (theta > 1/2), else 1[E / total >= threshold].
-    Updates ``remaining`` (d,) in place; writes z into ``out`` (k, d)."""
-    k, d = u.shape
-    for row in range(k):
-        s = drawn + row + 1
-        a = 1.0 / (n - s) if s < n else 0.0
-        for i in range(d):
-            rem = remaining[i]
-            e = rem * (1.0 - u[row, i] ** a) if s < n else rem
-            remaining[i] = rem - e
-            frac = e / total[i]
-            out[row, i] = (frac <= threshold[i]) if upper[i] else (frac >= threshold[i])
 
 
 class FixedSampler:
@@ -278,36 +202,36 @@ def mc_gradient(f: BatchedLoss, r: torch.Tensor, param: Parametrization, estimat
         else:
             acc = LoorfAccumulator() if estimator == "loorf" else ReinforceAccumulator()
             sampler = sampler or BernoulliSampler(theta, generator)
-        affine = param.affine_score(r)  # S = a + expand(z) b, never built in full
+        affine = None
+        if param.logits_per_bit == 1:
+            affine = param.affine_score(r)  # S = a + z b, never built in full
         total, done = 0.0, 0
         while done < n:
             k = min(chunk, n - done)
             z = sampler.next(k)
             J = f(z).to(r.dtype)
-            acc.update(J, _AffineScores(z.to(r.dtype), *affine, param.expand))
+            acc.update(J, _AffineScores(z.to(r.dtype), *affine) if affine is not None
+                       else param.score(z, r))
             total += float(J.sum())
             done += k
         return Estimate(acc.value(), total / n)
 
 
 class _AffineScores:
-    """The scores S = a + expand(z) b (k, P) of k samples z (k, d) kept unmaterialized, expand
-    repeating each bit for its logits (P = d, or 2d for escort): the pbexact accumulators only
-    take their sum over samples and weighted sums (`pbexact.estimators.sample_sum`), which are
-    expand(sum(z)) b + k a and expand(w z) b + sum(w) a."""
+    """The scores S = a + z b (k, P) of k samples z (k, d), P = d, kept unmaterialized: the
+    pbexact accumulators only take their sum over samples and weighted sums
+    (`pbexact.estimators.sample_sum`), which are sum(z) b + k a and (w z) b + sum(w) a."""
 
-    def __init__(self, z: torch.Tensor, a: torch.Tensor, b: torch.Tensor,
-                 expand: Callable[[torch.Tensor], torch.Tensor] | None = None) -> None:
+    def __init__(self, z: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None:
         self.z, self.a, self.b = z, a, b
-        self.expand = expand if expand is not None else (lambda v: v)
 
     def sum(self, dim: int) -> torch.Tensor:
         if dim not in (-2, 0):
             raise ValueError("affine scores are summed over samples only")
-        return self.expand(self.z.sum(0)) * self.b + self.z.shape[0] * self.a
+        return self.z.sum(0) * self.b + self.z.shape[0] * self.a
 
     def weighted_sum(self, w: torch.Tensor) -> torch.Tensor:
-        return self.expand(w @ self.z) * self.b + w.sum(-1) * self.a
+        return (w @ self.z) * self.b + w.sum(-1) * self.a
 
 
 def dense_regularizer(r: torch.Tensor, theta_fn: Callable[[torch.Tensor], torch.Tensor],

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from pbexact import estimators as E
-from pbexact.copula import arms_bits, arms_correlation
+from pbexact.copula import arms_correlation
 from pbexact.parametrizations import get_parametrization
 from pbexact.polynomial import true_gradient
 from pbexact.sampling import sample_arms, sample_bernoulli
@@ -190,74 +190,3 @@ def test_unmaterialized_affine_scores_match_the_scores(name):
     S = param.score(z, r)
     torch.testing.assert_close(lazy.sum(-2), S.sum(-2), rtol=1e-12, atol=1e-12)
     torch.testing.assert_close(lazy.weighted_sum(w), w @ S, rtol=1e-12, atol=1e-12)
-
-
-def test_unmaterialized_escort_scores_match_the_scores():
-    """Escort's two logits per bit: S = a + expand(z) b, P = 2d, summed without building S."""
-    from pbscale.methods import _AffineScores
-
-    param = get_parametrization("escort")
-    gen = torch.Generator().manual_seed(1)
-    r = param.logits(torch.rand(9, generator=gen, dtype=torch.float64) * 0.8 + 0.1)
-    r = r * (1 + 0.3 * torch.rand(18, generator=gen, dtype=torch.float64))  # b != 1 too
-    z = (torch.rand(7, 9, generator=gen, dtype=torch.float64) < 0.5).double()
-    w = torch.randn(7, generator=gen, dtype=torch.float64)
-    a, b = param.affine_score(r)
-    lazy = _AffineScores(z, a, b, param.expand)
-    S = param.score(z, r)
-    assert S.shape == (7, 18)
-    torch.testing.assert_close(lazy.sum(-2), S.sum(-2), rtol=1e-12, atol=1e-12)
-    torch.testing.assert_close(lazy.weighted_sum(w), w @ S, rtol=1e-12, atol=1e-12)
-
-
-@pytest.mark.parametrize("n,chunks", [(10, (3, 3, 4)), (2, (2,)), (7, (1,) * 7)])
-def test_fused_copula_sampler_equals_pbexact(n, chunks):
-    """The one-pass CPU copula sampler gives the bits of pbexact's IterativeDirichletCopula and
-    arms_bits on the same uniforms, chunk by chunk, and ends in the same state."""
-    from pbexact.sampling import IterativeDirichletCopula
-
-    gen = torch.Generator().manual_seed(5)
-    theta = torch.rand(50, generator=gen, dtype=torch.float64)
-    theta[:3] = torch.tensor([0.0, 1.0, 0.5], dtype=torch.float64)
-    for dtype in (torch.float64, torch.float32):
-        fast = CopulaSampler(theta.to(dtype), n, torch.Generator().manual_seed(9))
-        ref_gen = torch.Generator().manual_seed(9)
-        total = standard_gamma(float(n), (50,), ref_gen, torch.float64)
-        ref = IterativeDirichletCopula(total, n)
-        for k in chunks:
-            got = fast.next(k)
-            u = torch.rand((k, 50), generator=ref_gen, dtype=torch.float64)
-            want = arms_bits(ref.next(u), theta)
-            assert got.dtype == dtype
-            assert torch.equal(got.double(), want)
-        torch.testing.assert_close(fast.copula.remaining, ref.remaining, rtol=1e-12, atol=1e-12)
-        with pytest.raises(ValueError, match="already drawn"):
-            fast.next(1)
-
-
-def test_vectorized_copula_sampler_matches_pbexact():
-    """The all-rows-at-once copula (the GPU path; run here on the CPU) against pbexact on the
-    same uniforms: the same remainders to rounding, the same bits except within 1e-9 of a
-    threshold (none in practice), chunk by chunk."""
-    from pbexact.sampling import IterativeDirichletCopula
-
-    n, d = 12, 400
-    gen = torch.Generator().manual_seed(6)
-    theta = torch.rand(d, generator=gen, dtype=torch.float64)
-    sampler = CopulaSampler(theta, n, torch.Generator().manual_seed(2))
-    ref = IterativeDirichletCopula(sampler.copula.total.clone(), n)
-    upper, threshold = sampler._thresholds()
-    for k in (5, 1, 6):
-        u = torch.rand((k, d), generator=gen, dtype=torch.float64)
-        got = sampler._next_vectorized(u)
-        ut = ref.next(u)
-        want = arms_bits(ut, theta)
-        frac = 1 - (1 - ut) ** (1.0 / (n - 1))  # E / total recovered from u~
-        near = (frac - threshold).abs() < 1e-9
-        assert torch.equal(got[~near], want[~near])
-        assert int(near.sum()) <= 1
-        torch.testing.assert_close(sampler.copula.remaining, ref.remaining, rtol=1e-10,
-                                   atol=1e-12)
-    assert sampler.copula.drawn == n
-    with pytest.raises(ValueError, match="already drawn"):
-        sampler._next_vectorized(u[:1])
