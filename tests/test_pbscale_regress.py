@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import os
+import shutil
 
 import pytest
 import torch
@@ -89,20 +90,20 @@ def test_interrupted_run_resumes_exactly(tmp_path, monkeypatch):
     whole = regress.train(cfg, epochs=3, out=tmp_path / "whole", device="cpu", progress=False,
                           problem=prob)
     calls = {"k": 0}
-    real_step = M.MaskTrainer.step
+    real_step = M.MaskTrainer.surrogate
 
-    def failing_step(self, f):
+    def failing_step(self, f, weights=False):
         calls["k"] += 1
         if calls["k"] == 5:  # epoch 2 of 3 steps each
             raise KeyboardInterrupt
-        return real_step(self, f)
+        return real_step(self, f, weights)
 
-    monkeypatch.setattr(M.MaskTrainer, "step", failing_step)
+    monkeypatch.setattr(M.MaskTrainer, "surrogate", failing_step)
     with pytest.raises(KeyboardInterrupt):
         regress.train(cfg, epochs=3, out=tmp_path / "cut", device="cpu", progress=False,
                       problem=prob)
-    monkeypatch.setattr(M.MaskTrainer, "step", real_step)
-    folder = tmp_path / "cut" / regress.run_name(cfg)
+    monkeypatch.setattr(M.MaskTrainer, "surrogate", real_step)
+    folder = regress.run_folder(cfg, 3, tmp_path / "cut", problem=prob)
     assert not (folder / "summary.json").exists()
     assert len(io.read_csv(folder / "history.csv")) == 2
     regress.train(cfg, epochs=3, out=tmp_path / "cut", device="cpu", progress=False, problem=prob)
@@ -117,7 +118,13 @@ def test_interrupted_run_resumes_exactly(tmp_path, monkeypatch):
 def test_rerun_with_other_config_in_same_folder_is_refused(tmp_path):
     prob = tiny_problem()
     cfg = M.MethodConfig(method="loorf", n=2)
-    regress.train(cfg, epochs=1, out=tmp_path, device="cpu", progress=False, problem=prob)
+    first = regress.train(cfg, epochs=1, out=tmp_path, device="cpu", progress=False,
+                          problem=prob)
+    # the folder is named by a hash of the full configuration: another epoch count is another
+    # folder; a folder holding another configuration (here copied over) is refused
+    other = regress.run_folder(cfg, 2, tmp_path, problem=prob)
+    assert other != first and other.name.startswith(regress.run_name(cfg))
+    shutil.copytree(first, other)
     with pytest.raises(PBInputError, match="another configuration"):
         regress.train(cfg, epochs=2, out=tmp_path, device="cpu", progress=False, problem=prob)
 
@@ -242,3 +249,44 @@ def test_bernoulli_sampler_frequencies_edges_and_determinism():
         assert torch.equal(a, b)
     # odd k * d: the last int64 word is only half used
     assert M.BernoulliSampler(theta[:3], torch.Generator().manual_seed(0)).next(3).shape == (3, 3)
+
+
+def test_pinned_defaults_escort_power_direct_clamp_cp_final_tau():
+    # escort's default P = 4 (Mei et al.), as the README states
+    from pbexact.parametrizations import get_parametrization
+
+    assert get_parametrization("escort").power == 4.0
+    # the direct parametrization is clamped to [eps, 1 - eps] after every optimizer step
+    direct = get_parametrization("direct")
+    trainer = M.MaskTrainer(M.MethodConfig(method="loorf", n=2, param="direct", lr=10.0,
+                                           optimizer="sgd"), 6, 10)
+
+    trainer.r.grad = torch.tensor([1.0, -1, 1, -1, 0.01, -0.01])  # steps of -10, +10, ...
+    trainer.apply()
+    r = trainer.r.detach()
+    expected = torch.tensor([direct.eps, 1 - direct.eps] * 2 + [0.4, 0.6])
+    torch.testing.assert_close(r, expected)
+    # CP's final temperature 1/200 is defined once and is every schedule's default
+    import inspect
+
+    from analysis import counterexamples, microworld_hybrid
+    from pbexact import continuation
+
+    assert continuation.CP_FINAL_TAU == 1 / 200
+    for fn, arg in [(continuation.exponential_schedule, "final"),
+                    (M.cp_temperature, "final"),
+                    (microworld_hybrid.run_torch, "cp_final_tau")]:
+        assert inspect.signature(fn).parameters[arg].default is continuation.CP_FINAL_TAU
+    assert M.MethodConfig().cp_final_tau is continuation.CP_FINAL_TAU
+    # ... and written nowhere else in the code (as a value: = 1 / 200, default=0.005, ...)
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    literal = re.compile(r"[=(,]\s*(1\s*/\s*200|0\.005)\b")
+    places = [str(p.relative_to(root)) for pkg in ("pbexact", "pbscale", "analysis")
+              for p in (root / pkg).rglob("*.py") if literal.search(p.read_text())]
+    assert places == ["pbexact/continuation.py"], places
+    assert "default=CP_FINAL_TAU" in Path(counterexamples.__file__).read_text()
+    taus = continuation.exponential_schedule(5)
+    assert taus[0] == 1 and taus[-1] == continuation.CP_FINAL_TAU
