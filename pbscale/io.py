@@ -54,4 +54,4 @@ def load_checkpoint(path: str | Path) -> dict | None:
     if not path.exists():
         return None
     # our own checkpoints hold optimizer states and generator states (tensors, dicts, numbers)
-    return torch.load(path, map_location="cpu", weights_only=False)
+    return torch.load(path, map_location="cpu", weights_only=True)

@@ -14,6 +14,19 @@ is (B, features), :meth:`MaskedModule.forward` takes a fast path that computes t
 (to float rounding) with batched matrix products over the k masks and BatchNorm statistics per
 mask, in place on cached buffers when nothing needs gradients; any other module goes through the
 generic vmap path (:meth:`MaskedModule.forward_vmap`).
+
+Trainable networks: with ``train_weights=True`` (joint pruning) the network's parameters are
+used as they are, so the outputs are differentiable in the weights and a loss's ``backward``
+fills their ``.grad`` next to the mask logits' (the surrogate losses of :mod:`pbscale.methods`);
+with ``train_weights=False`` (supermask, the default) every parameter is a detached constant.
+A mask-to-weight hook ``weight_hook(name, weight, mask) -> masked weight`` (mask of shape
+(k, *weight.shape)) replaces the plain product w * z; :func:`rescaled_weight` is dynamic weight
+rescaling. BatchNorm with running statistics in training mode: each of the k masks normalizes
+with its own batch statistics, and the running statistics are updated once per forward call
+with the mean over the k masks of their batch statistics (the update is linear, so this is the
+mean of k per-mask updates); in eval mode all k masks use the running statistics. Dropout draws
+independent units per mask (``vmap(..., randomness="different")``, torch's global generator,
+which :mod:`pbscale.loop` seeds and checkpoints).
 """
 
 from __future__ import annotations
@@ -32,6 +45,9 @@ from pbexact.errors import PBInputError
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 
+#: A mask-to-weight hook: (parameter name, weight (*shape), masks (k, *shape)) -> (k, *shape).
+WeightHook = Callable[[str, torch.Tensor, torch.Tensor], torch.Tensor]
+
 #: Elementwise activations the fast path applies as they are (any tensor layout is fine).
 _ELEMENTWISE = (nn.ReLU, nn.LeakyReLU, nn.Tanh, nn.Sigmoid, nn.ELU, nn.GELU, nn.SiLU,
                 nn.Softplus, nn.Identity)
@@ -42,16 +58,35 @@ def mean_absolute_error(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return (out - y).abs().flatten(1).mean(1)
 
 
+def rescaled_weight(name: str, weight: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Dynamic weight rescaling, a mask-to-weight hook: w * z / mean(z) per mask and layer, the
+    mean taken over this tensor's mask and treated as a constant in the backward pass (detached);
+    an all-zero mask keeps scale 1 (its masked weights are all zero anyway).
+    weight (*shape), mask (k, *shape) -> (k, *shape)."""
+    dims = tuple(range(1, mask.dim()))
+    mean = mask.detach().mean(dim=dims, keepdim=True)
+    scale = torch.where(mean > 0, mean, torch.ones_like(mean))
+    return weight * mask / scale
+
+
+def plain_weight(name: str, weight: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """The default mask-to-weight map w * z: weight (*shape), mask (k, *shape) -> (k, *shape)."""
+    return weight * mask
+
+
 class MaskedModule:
-    """Masks over chosen weight tensors of ``module``; the rest of the network is fixed.
+    """Masks over chosen weight tensors of ``module``.
 
     ``names`` are parameter names as in ``module.named_parameters()``; by default every
     parameter whose name ends in ``weight`` and has at least two dimensions (the Linear and
-    convolution weights). Every parameter is detached: the network is a fixed backbone and
-    only the mask is optimized (`sec:app_maskednnregression`).
+    convolution weights). With ``train_weights=False`` (supermask, `sec:app_maskednnregression`)
+    every parameter is detached and only the mask is optimized; with ``train_weights=True``
+    (joint) the outputs carry the weights' autograd graph. ``weight_hook`` maps (name, w, z) to
+    the masked weight (default w * z; :func:`rescaled_weight` for dynamic weight rescaling).
     """
 
-    def __init__(self, module: nn.Module, names: Sequence[str] | None = None) -> None:
+    def __init__(self, module: nn.Module, names: Sequence[str] | None = None,
+                 train_weights: bool = False, weight_hook: WeightHook | None = None) -> None:
         params = dict(module.named_parameters())
         if names is None:
             names = [k for k, p in params.items() if k.endswith("weight") and p.dim() >= 2]
@@ -68,7 +103,9 @@ class MaskedModule:
             raise PBInputError("a weight tensor is listed twice in names; list each once")
         self.module = module
         self.names = names
-        self.base = {k: p.detach() for k, p in params.items()}
+        self.train_weights = bool(train_weights)
+        self.weight_hook = weight_hook
+        self.base = self._params()
         self.buffers = {k: b for k, b in module.named_buffers()}
         self.shapes = [tuple(self.base[k].shape) for k in names]
         self.sizes = [math.prod(s) for s in self.shapes]
@@ -88,12 +125,29 @@ class MaskedModule:
     def to(self, device: torch.device | str | None = None, dtype: torch.dtype | None = None):
         """Move (and cast) the module and the cached weights; returns self."""
         self.module.to(device=device, dtype=dtype)
-        self.base = {k: p.detach() for k, p in self.module.named_parameters()}
+        self.base = self._params()
         self.buffers = {k: b for k, b in self.module.named_buffers()}
         self._plan = self._fast_plan()
         self._flat_cache = None
         self._scratch = {}
         return self
+
+    def _params(self) -> dict[str, torch.Tensor]:
+        """The parameters as the forward uses them: detached unless the weights train."""
+        params = dict(self.module.named_parameters())
+        if self.train_weights:
+            return params
+        return {k: p.detach() for k, p in params.items()}
+
+    def _needs_graph(self) -> bool:
+        """Whether the forward must record autograd for the weights."""
+        return (self.train_weights and torch.is_grad_enabled()
+                and any(self.base[k].requires_grad for k in self.base))
+
+    def _bn_batched(self) -> bool:
+        """Whether a BatchNorm with running statistics is in training mode (per-mask copies)."""
+        return any(isinstance(m, nn.modules.batchnorm._BatchNorm) and m.training
+                   and m.running_mean is not None for m in self.module.modules())
 
     def _fast_plan(self) -> list[tuple] | None:
         """The layers of a Sequential the fast path can run, or None (then vmap is used).
@@ -141,6 +195,8 @@ class MaskedModule:
 
     def _flat_base(self) -> torch.Tensor:
         """The masked weights flattened and concatenated in mask order, shape (d,) (cached)."""
+        if self._needs_graph():  # a fresh graph every call
+            return torch.cat([self.base[k].reshape(-1) for k in self.names])
         ids = tuple((self.base[k].data_ptr(), self.base[k]._version) for k in self.names)
         if self._flat_cache is None or self._flat_cache[0] != ids:
             flat = torch.cat([self.base[k].reshape(-1) for k in self.names])
@@ -153,11 +209,15 @@ class MaskedModule:
         parts = torch.split(z, self.sizes, dim=-1)
         return {k: p.reshape(*lead, *s) for k, p, s in zip(self.names, parts, self.shapes)}
 
-    def _single(self, masks: dict[str, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
-        params = dict(self.base)
-        for k, m in masks.items():
-            params[k] = self.base[k] * m
-        return functional_call(self.module, {**params, **self.buffers}, (x,))
+    def masked_weights(self, z: torch.Tensor) -> dict[str, torch.Tensor]:
+        """{name: masked weight (k, *shape)} for masks z (k, d), through the weight hook."""
+        hook = self.weight_hook or plain_weight
+        return {k: hook(k, self.base[k], m) for k, m in self.split(z).items()}
+
+    def _single(self, weights: dict[str, torch.Tensor], x: torch.Tensor,
+                buffers: dict[str, torch.Tensor] | None = None) -> torch.Tensor:
+        params = {**self.base, **weights}
+        return functional_call(self.module, {**params, **(buffers or self.buffers)}, (x,))
 
     def forward(self, z: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         """Outputs of the network under each of k masks: z (k, d), x (B, ...) -> (k, B, ...)."""
@@ -172,7 +232,20 @@ class MaskedModule:
         """:meth:`forward` by ``vmap`` over ``functional_call``: works for any module."""
         if z.dim() != 2 or z.shape[-1] != self.d:
             raise PBInputError(f"masks must have shape (k, {self.d}), got {tuple(z.shape)}")
-        return vmap(self._single, in_dims=(0, None))(self.split(z), x)
+        weights = self.masked_weights(z)
+        if not self._bn_batched():
+            return vmap(self._single, in_dims=(0, None), randomness="different")(weights, x)
+        # per-mask copies of the buffers, updated in place by BatchNorm, then averaged back
+        k = z.shape[0]
+        copies = {n: b.expand(k, *b.shape).clone() for n, b in self.buffers.items()}
+        out = vmap(self._single, in_dims=(0, None, 0), randomness="different")(weights, x, copies)
+        with torch.no_grad():
+            for n, b in self.buffers.items():
+                if b.is_floating_point():
+                    b.copy_(copies[n].mean(0))
+                else:
+                    b.copy_(copies[n][0])  # num_batches_tracked: one step for all k masks
+        return out
 
     def _forward_fast(self, z: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         """:meth:`forward` for a Sequential of Linear / BatchNorm1d / activations (see _fast_plan).
@@ -181,10 +254,11 @@ class MaskedModule:
         out of place: a Linear is one batched product over the k masks, giving (k, B, out), and
         ``F.batch_norm`` runs on the activations laid out as (B, k * features), whose columns it
         normalizes over the B points, i.e. with each mask's own batch statistics."""
-        if not (torch.is_grad_enabled() and (z.requires_grad or x.requires_grad)):
+        if not (torch.is_grad_enabled() and (z.requires_grad or x.requires_grad)
+                or self._needs_graph()):
             return self._forward_fast_inplace(z, x)
         k, B = z.shape[0], x.shape[0]
-        w_all = z * self._flat_base()  # (k, d) masked weights; views per layer below
+        w_all = self._hooked(z) if self.weight_hook is not None else z * self._flat_base()
         h = None
         kfirst = False  # h is (k, B, features) if kfirst else (B, k, features)
         for step in self._plan:
@@ -209,12 +283,19 @@ class MaskedModule:
                     kfirst = False
                 weight = bias = None
                 if m.affine:
-                    weight, bias = m.weight.detach().repeat(k), m.bias.detach().repeat(k)
+                    mw, mb = ((m.weight, m.bias) if self.train_weights
+                              else (m.weight.detach(), m.bias.detach()))
+                    weight, bias = mw.repeat(k), mb.repeat(k)
                 h = F.batch_norm(h.reshape(B, k * C), None, None, weight, bias, True, 0.0,
                                  m.eps).view(B, k, C)
             else:
                 h = step[1](h)
         return h if kfirst else h.transpose(0, 1)
+
+    def _hooked(self, z: torch.Tensor) -> torch.Tensor:
+        """The hooked masked weights flattened in mask order, (k, d)."""
+        return torch.cat([w.reshape(z.shape[0], -1) for w in self.masked_weights(z).values()],
+                         dim=1)
 
     def _linear_weight(self, step: tuple, w_all: torch.Tensor, k: int) -> torch.Tensor:
         """The (k, out, in) weights of a ``linear`` plan step: its slice of the masked flat
@@ -231,7 +312,10 @@ class MaskedModule:
         Linear is W (k, out, in) @ h and BatchNorm1d reduces over the contiguous last dimension
         (two-pass mean and biased variance, as ``F.batch_norm``), all in place."""
         k, B = z.shape[0], x.shape[0]
-        w_all = torch.mul(z, self._flat_base(), out=self._workspace("w", z.shape, z))
+        if self.weight_hook is not None:
+            w_all = self._hooked(z)
+        else:
+            w_all = torch.mul(z, self._flat_base(), out=self._workspace("w", z.shape, z))
         h = None  # (k, features, B)
         n_linear = sum(step[0] == "linear" for step in self._plan)
         seen = 0
@@ -275,7 +359,7 @@ class MaskedModule:
 
     def forward_one(self, z: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         """Output under one mask z (d,) without vmap (the per-sample loop of the benchmark)."""
-        return self._single(self.split(z), x)
+        return self._single({k: w[0] for k, w in self.masked_weights(z[None]).items()}, x)
 
     def loss_fn(self, x: torch.Tensor, y: torch.Tensor, loss: LossFn = mean_absolute_error):
         """J(z) on the batch (x, y) as a batched function f(z (k, d)) -> (k,), differentiable in

@@ -479,17 +479,35 @@ class MaskTrainer:
         return torch.rand((n, self.d), generator=self.generator, dtype=self.r.dtype,
                           device=self.device)
 
-    def gradient(self, f: BatchedLoss) -> Estimate:
-        """This step's gradient estimate over r (P,) and training loss, without updating r."""
+    def gradient(self, f: BatchedLoss, record: list | None = None) -> Estimate:
+        """This step's gradient estimate over r (P,) and training loss, without updating r.
+
+        With ``record`` (a list), the losses the weights are trained on are appended to it with
+        their autograd graphs (MC: J of the n sampled masks, in chunks; CP: the relaxed loss);
+        the hybrid methods do not support it."""
         c = self.config
+        if record is not None and self.method in HYBRID_METHODS:
+            raise PBInputError(
+                f"{self.method.upper()} cannot train network weights; use an MC method or cp"
+            )
         if self.method in MC_METHODS:
-            est = mc_gradient(f, self.r, self.param, self.method, c.n, self.generator, self.chunk)
+            fn = f
+            if record is not None:
+                def fn(z: torch.Tensor) -> torch.Tensor:
+                    with torch.enable_grad():
+                        J = f(z)
+                    record.append(J)
+                    return J.detach()
+            est = mc_gradient(fn, self.r, self.param, self.method, c.n, self.generator,
+                              self.chunk)
             theta_fn = self.param.theta
         elif self.method == "cp":
             tau = self.tau()
             rr = self.r.detach().requires_grad_(True)
             out = f(torch.stack([torch.sigmoid(rr / tau), cp_hard_mask(rr.detach())]))
-            (grad,) = torch.autograd.grad(out[0], rr)
+            (grad,) = torch.autograd.grad(out[0], rr, retain_graph=record is not None)
+            if record is not None:
+                record.append(out[0])
             # the training loss CP reports is that of 1[r > 0], as the paper does
             est = Estimate(grad, float(out[1].detach()))
 
@@ -515,17 +533,54 @@ class MaskTrainer:
             est.grad = est.grad + reg_grad
         return est
 
-    def step(self, f: BatchedLoss) -> float:
-        """One optimizer step on r with this method's gradient of E[f]; returns the training loss
-        (mean sampled loss; CP: loss of its hard mask)."""
-        est = self.gradient(f)
+    def surrogate(self, f: BatchedLoss, weights: bool = False) -> tuple[torch.Tensor, float]:
+        """This step's estimate as a surrogate loss: a scalar whose autograd gradient in r is the
+        method's gradient estimate (with the dense regularizer), (g.detach() * r).sum(), and, with
+        ``weights=True``, whose gradient in the network weights is that of the method's loss on
+        the weights (MC: the mean of J over the n sampled masks; CP: the relaxed loss), so that
+        one ``backward`` fills both. Returns (surrogate (), training loss)."""
+        record: list | None = [] if weights else None
+        est = self.gradient(f, record)
+        value = (est.grad.detach().to(self.r.dtype) * self.r).sum()
+        if record:
+            if self.method == "cp":
+                value = value + record[0]
+            else:
+                value = value + sum(J.sum() for J in record) / self.config.n
+        return value, est.loss
+
+    @property
+    def optimizers(self) -> list[torch.optim.Optimizer]:
+        """The optimizers over r (the learning-rate schedules of :mod:`pbscale.loop` act on
+        these; the REBAR/RELAX control optimizers keep their own rates)."""
+        return [self.opt]
+
+    def zero_grad(self) -> None:
         self.opt.zero_grad()
-        self.r.grad = est.grad.to(self.r.dtype)
+
+    def apply(self) -> None:
+        """The optimizer step on r from r.grad, then the parametrization's projection (the
+        direct parametrization's clamp to [eps, 1 - eps])."""
         self.opt.step()
         with torch.no_grad():
             self.r.copy_(self.param.project(self.r))
         self.step_count += 1
-        return est.loss
+
+    def step(self, f: BatchedLoss) -> float:
+        """One optimizer step on r with this method's gradient of E[f]; returns the training loss
+        (mean sampled loss; CP: loss of its hard mask)."""
+        self.zero_grad()
+        value, loss = self.surrogate(f)
+        value.backward()
+        self.apply()
+        return loss
+
+    def mode_mask(self) -> torch.Tensor:
+        """The most probable mask, 1[theta > 1/2] (CP: 1[r > 0]), shape (d,)."""
+        return (self.theta() > 0.5).to(self.r.dtype)
+
+    def config_dict(self) -> dict:
+        return self.config.to_dict()
 
     def sample_masks(self, k: int) -> torch.Tensor:
         """k masks (k, d) from the current distribution (CP: its hard mask k times)."""

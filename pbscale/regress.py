@@ -1,6 +1,7 @@
 """``python -m pbscale.regress``: train a mask on MaskedNNRegression with one method.
 
-Each run writes a folder ``<out>/<method>-n<n>-<param>-lr<lr>-<optimizer>-seed<seed>`` with
+Each run writes a folder ``<out>/<method>-n<n>-<param>-lr<lr>-<optimizer>-seed<seed>-<hash>``
+(the hash over the full configuration: method, epochs, data; :mod:`pbscale.loop`) with
 ``config.json``, ``history.csv`` (per epoch: training loss, validation loss of the sampled masks
 and of the chosen mask, mean theta, CP temperature, seconds), ``checkpoint.pt`` (written
 atomically after every epoch) and, when finished, ``summary.json``. Running the same command
@@ -14,24 +15,24 @@ points (``val_loss_chosen``; ``val_loss`` is the mean over the 5 masks); CP uses
 from __future__ import annotations
 
 import argparse
-import math
 import sys
-import time
 from pathlib import Path
 
 import torch
-from tqdm import tqdm
 
 from pbexact.errors import PBInputError
 
 from . import io
+from .loop import LoopConfig, full_config, run
+from .loop import run_folder as loop_run_folder
 from .methods import METHODS, OPTIMIZERS, MaskTrainer, MethodConfig
-from .regression import BATCH, SELECT_POINTS, VALID_MASKS, RegressionProblem, make_problem
+from .regression import RegressionProblem, RegressionTask, make_problem
 
 DEFAULT_OUT = "runs/regression"
 
 
 def run_name(cfg: MethodConfig) -> str:
+    """The readable part of a run's folder name (the folder adds a hash of the configuration)."""
     return f"{cfg.method}-n{cfg.n}-{cfg.param}-lr{cfg.lr:g}-{cfg.optimizer}-seed{cfg.seed}"
 
 
@@ -54,97 +55,37 @@ def resolve_device(device: str) -> torch.device:
     return dev
 
 
-def _tau(trainer: MaskTrainer) -> float:
-    return trainer.tau() if trainer.method == "cp" else math.nan
+def _setup(cfg: MethodConfig, epochs: int, device: str, data_seed: int,
+           problem: RegressionProblem | None):
+    cfg.validate()
+    if not isinstance(epochs, int) or epochs < 1:
+        raise PBInputError(f"epochs must be a positive integer, got {epochs!r}")
+    dev = resolve_device(device)
+    if problem is None:
+        problem = make_problem(data_seed, dev)
+    task = RegressionTask(problem, data_seed)
+    task.name = run_name(cfg)
+    trainer = MaskTrainer(cfg, problem.d, epochs * task.steps_per_epoch, dev,
+                          bytes_per_sample=problem.bytes_per_sample())
+    loop = LoopConfig(epochs=epochs, seed=cfg.seed, metrics_file="history.csv")
+    return dev, task, trainer, loop
 
 
-def validate(problem: RegressionProblem, trainer: MaskTrainer) -> dict:
-    """Validation losses of the current mask distribution (see the module docstring)."""
-    with torch.no_grad():
-        if trainer.method == "cp":
-            masks = trainer.sample_masks(1)
-            val = problem.valid_loss()(masks)
-            return {"val_loss": float(val[0]), "val_loss_chosen": float(val[0])}
-        masks = trainer.sample_masks(VALID_MASKS)
-        pick = torch.randperm(problem.x_train.shape[0], generator=trainer.generator,
-                              device=trainer.device)[:SELECT_POINTS]
-        best = int(torch.argmin(problem.batch_loss(pick)(masks)))
-        val = problem.valid_loss()(masks)
-        return {"val_loss": float(val.mean()), "val_loss_chosen": float(val[best])}
+def run_folder(cfg: MethodConfig, epochs: int = 300, out: str | Path = DEFAULT_OUT,
+               data_seed: int = 0, problem: RegressionProblem | None = None) -> Path:
+    """The folder :func:`train` writes for these settings (without training)."""
+    _, task, trainer, loop = _setup(cfg, epochs, "cpu", data_seed, problem)
+    return loop_run_folder(out, task.name, full_config(task, trainer, loop))
 
 
 def train(cfg: MethodConfig, epochs: int = 300, out: str | Path = DEFAULT_OUT,
           device: str = "auto", data_seed: int = 0, progress: bool = True,
           problem: RegressionProblem | None = None) -> Path:
-    """Train (or resume, or skip if finished) one run; returns its folder."""
-    cfg.validate()
-    if not isinstance(epochs, int) or epochs < 1:
-        raise PBInputError(f"epochs must be a positive integer, got {epochs!r}")
-    dev = resolve_device(device)
-    folder = Path(out) / run_name(cfg)
-    record = {"method": cfg.to_dict(), "epochs": epochs, "data_seed": data_seed,
-              "device": str(dev)}
-    if (folder / "config.json").exists():
-        old = io.read_json(folder / "config.json")
-        same = {k: old.get(k) for k in ("method", "epochs", "data_seed")}
-        if same != {k: record[k] for k in same}:
-            raise PBInputError(
-                f"{folder} holds a run with another configuration; choose another --out "
-                "or delete the folder"
-            )
-    if (folder / "summary.json").exists():
-        return folder
-    if problem is None:
-        problem = make_problem(data_seed, dev)
-    n_train = problem.x_train.shape[0]
-    steps_per_epoch = n_train // BATCH
-    trainer = MaskTrainer(cfg, problem.d, epochs * steps_per_epoch, dev,
-                          bytes_per_sample=problem.bytes_per_sample())
-    record["chunk"] = trainer.chunk
-    record["d"] = problem.d
-    record["torch_threads"] = torch.get_num_threads()
-    io.write_json(folder / "config.json", record)
-
-    state = io.load_checkpoint(folder / "checkpoint.pt")
-    if state is not None:
-        trainer.load_state_dict(state["trainer"])
-        history, start = state["history"], state["epoch"]
-    else:
-        history = [{"epoch": 0, "train_loss": math.nan, **validate(problem, trainer),
-                    "theta_mean": float(trainer.theta().mean()), "tau": _tau(trainer),
-                    "train_seconds": 0.0, "val_seconds": 0.0}]
-        start = 0
-    bar = tqdm(range(start, epochs), initial=start, total=epochs, disable=not progress,
-               desc=run_name(cfg), unit="epoch", file=sys.stderr)
-    for epoch in bar:
-        t0 = time.perf_counter()
-        perm = torch.randperm(n_train, generator=trainer.generator, device=dev)
-        losses = [trainer.step(problem.batch_loss(perm[i * BATCH : (i + 1) * BATCH]))
-                  for i in range(steps_per_epoch)]
-        if dev.type == "cuda":
-            torch.cuda.synchronize(dev)
-        t1 = time.perf_counter()
-        val = validate(problem, trainer)
-        t2 = time.perf_counter()
-        history.append({"epoch": epoch + 1, "train_loss": sum(losses) / len(losses), **val,
-                        "theta_mean": float(trainer.theta().mean()), "tau": _tau(trainer),
-                        "train_seconds": t1 - t0, "val_seconds": t2 - t1})
-        io.save_checkpoint(folder / "checkpoint.pt",
-                           {"trainer": trainer.state_dict(), "history": history,
-                            "epoch": epoch + 1})
-        io.write_csv(folder / "history.csv", history)
-        bar.set_postfix(train=f"{history[-1]['train_loss']:.4f}",
-                        val=f"{val['val_loss_chosen']:.4f}")
-    io.write_csv(folder / "history.csv", history)
-    train_s = sum(h["train_seconds"] for h in history)
-    io.write_json(folder / "summary.json", {
-        "final_val_loss_chosen": history[-1]["val_loss_chosen"],
-        "final_train_loss": history[-1]["train_loss"],
-        "train_seconds": train_s,
-        "seconds_per_epoch": train_s / max(len(history) - 1, 1),
-        "device": str(dev),
-    })
-    return folder
+    """Train (or resume, or skip if finished) one run with :func:`pbscale.loop.run`; returns
+    its folder."""
+    dev, task, trainer, loop = _setup(cfg, epochs, device, data_seed, problem)
+    info = {"chunk": trainer.chunk, "torch_threads": torch.get_num_threads()}
+    return run(task, trainer, loop, out, device=dev, progress=progress, info=info)
 
 
 def build_parser() -> argparse.ArgumentParser:

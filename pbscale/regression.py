@@ -12,12 +12,14 @@ seed of its own (``data_seed``), so CPU and GPU runs see the same data and backb
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
 from torch import nn
 
 from .masks import MaskedModule, mean_absolute_error
+from .methods import BatchedLoss
 
 IN_DIM = 10
 BACKBONE_HIDDEN = (50, 50, 50, 50)
@@ -120,3 +122,60 @@ def make_problem(data_seed: int = 0, device: torch.device | str = "cpu",
 
     return RegressionProblem(backbone, masked, put(x_train), put(y_train), put(x_valid),
                              put(y_valid))
+
+
+class RegressionTask:
+    """MaskedNNRegression as a :class:`pbscale.loop.Task`: batches of BATCH training points in an
+    order drawn each epoch (``torch.randperm`` from the loop's generator), J = MAE of the masked
+    backbone, and the validation of `sec:app_maskednnregression`: MC and hybrid methods sample
+    VALID_MASKS masks, pick the one with the lowest loss on SELECT_POINTS random training points
+    and report its loss on the validation set (``val_loss_chosen``; ``val_loss`` is the mean
+    over the masks); CP uses 1[r > 0]. Also reports the mean theta and CP's temperature."""
+
+    name = "regression"
+
+    def __init__(self, problem: RegressionProblem, data_seed: int = 0) -> None:
+        self.problem = problem
+        self.data_seed = data_seed
+        self.d = problem.d
+        self.n_train = problem.x_train.shape[0]
+        self.steps_per_epoch = self.n_train // BATCH
+
+    def config(self) -> dict:
+        p = self.problem
+        return {"name": self.name, "data_seed": self.data_seed, "d": self.d,
+                "n_train": self.n_train, "n_valid": int(p.x_valid.shape[0]),
+                "batch": BATCH}
+
+    def weights(self) -> list:
+        return []
+
+    def epoch_order(self, generator: torch.Generator) -> torch.Tensor:
+        return torch.randperm(self.n_train, generator=generator, device=generator.device)
+
+    def batch_loss(self, order: torch.Tensor, i: int) -> BatchedLoss:
+        return self.problem.batch_loss(order[i * BATCH : (i + 1) * BATCH])
+
+    def evaluate(self, ctx) -> dict[str, float]:
+        trainer, p = ctx.method, self.problem
+        with torch.no_grad():
+            if trainer.method == "cp":
+                masks = trainer.sample_masks(1)
+                val = p.valid_loss()(masks)
+                out = {"val_loss": float(val[0]), "val_loss_chosen": float(val[0])}
+            else:
+                masks = trainer.sample_masks(VALID_MASKS)
+                pick = torch.randperm(self.n_train, generator=ctx.generator,
+                                      device=ctx.generator.device)[:SELECT_POINTS]
+                best = int(torch.argmin(p.batch_loss(pick)(masks)))
+                val = p.valid_loss()(masks)
+                out = {"val_loss": float(val.mean()), "val_loss_chosen": float(val[best])}
+        out["theta_mean"] = float(trainer.theta().mean())
+        out["tau"] = trainer.tau() if trainer.method == "cp" else math.nan
+        return out
+
+    def state_dict(self) -> dict:
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        pass

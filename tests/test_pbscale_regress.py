@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import os
+import shutil
 
 import pytest
 import torch
@@ -89,20 +90,20 @@ def test_interrupted_run_resumes_exactly(tmp_path, monkeypatch):
     whole = regress.train(cfg, epochs=3, out=tmp_path / "whole", device="cpu", progress=False,
                           problem=prob)
     calls = {"k": 0}
-    real_step = M.MaskTrainer.step
+    real_step = M.MaskTrainer.surrogate
 
-    def failing_step(self, f):
+    def failing_step(self, f, weights=False):
         calls["k"] += 1
         if calls["k"] == 5:  # epoch 2 of 3 steps each
             raise KeyboardInterrupt
-        return real_step(self, f)
+        return real_step(self, f, weights)
 
-    monkeypatch.setattr(M.MaskTrainer, "step", failing_step)
+    monkeypatch.setattr(M.MaskTrainer, "surrogate", failing_step)
     with pytest.raises(KeyboardInterrupt):
         regress.train(cfg, epochs=3, out=tmp_path / "cut", device="cpu", progress=False,
                       problem=prob)
-    monkeypatch.setattr(M.MaskTrainer, "step", real_step)
-    folder = tmp_path / "cut" / regress.run_name(cfg)
+    monkeypatch.setattr(M.MaskTrainer, "surrogate", real_step)
+    folder = regress.run_folder(cfg, 3, tmp_path / "cut", problem=prob)
     assert not (folder / "summary.json").exists()
     assert len(io.read_csv(folder / "history.csv")) == 2
     regress.train(cfg, epochs=3, out=tmp_path / "cut", device="cpu", progress=False, problem=prob)
@@ -117,7 +118,13 @@ def test_interrupted_run_resumes_exactly(tmp_path, monkeypatch):
 def test_rerun_with_other_config_in_same_folder_is_refused(tmp_path):
     prob = tiny_problem()
     cfg = M.MethodConfig(method="loorf", n=2)
-    regress.train(cfg, epochs=1, out=tmp_path, device="cpu", progress=False, problem=prob)
+    first = regress.train(cfg, epochs=1, out=tmp_path, device="cpu", progress=False,
+                          problem=prob)
+    # the folder is named by a hash of the full configuration: another epoch count is another
+    # folder; a folder holding another configuration (here copied over) is refused
+    other = regress.run_folder(cfg, 2, tmp_path, problem=prob)
+    assert other != first and other.name.startswith(regress.run_name(cfg))
+    shutil.copytree(first, other)
     with pytest.raises(PBInputError, match="another configuration"):
         regress.train(cfg, epochs=2, out=tmp_path, device="cpu", progress=False, problem=prob)
 

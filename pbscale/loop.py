@@ -1,0 +1,378 @@
+"""One run loop for every mask-training task (regression, pruning, ...): :func:`run`.
+
+A task (:class:`Task`) supplies data, the batched loss of k masks and an evaluation; a method
+(:class:`Method`, e.g. :class:`pbscale.methods.MaskTrainer`) turns a batched loss into a
+surrogate loss over its mask logits (and, in joint mode, the network weights). The loop owns
+everything else:
+
+* seeds: one explicit ``torch.Generator`` (seeded with ``LoopConfig.seed``) for the batch order
+  and, handed to the method as ``method.generator``, its sampling; torch's global generator
+  (dropout) is seeded with the same seed and checkpointed;
+* epochs, step-decay learning-rate schedules (``mask_milestones`` / ``weight_milestones``:
+  fractions of the epochs at which the rate is multiplied by ``*_gamma``), a dense warm-up
+  (masks all ones and untrained for the first ``mask_warmup`` fraction of epochs) and mask
+  freezing (from the ``freeze_masks`` fraction of epochs on, one mask chosen by the task, or the
+  method's most probable mask, is fixed while the weights go on training);
+* the run folder ``<out>/<task.name>-<hash>``, the hash taken over the task's, the method's and
+  the loop's configuration (``config.json``; a folder whose ``config.json`` differs is refused);
+  ``checkpoint.pt`` written atomically after every epoch and on SIGTERM (mid-epoch, with the
+  epoch's batch order, then exit code 143), loaded with ``weights_only=True``; a resumed run
+  gives the same numbers as an uninterrupted one; the metrics CSV (one row per epoch, epoch 0 the
+  evaluation before training), a tqdm progress bar with the latest metrics and ``summary.json``.
+
+Phases of an epoch e of E (fractions rounded to whole epochs): warm-up if
+e < round(mask_warmup E), frozen if freeze_masks is set and e >= round(freeze_masks E), else
+masks train.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import signal
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+import torch
+from tqdm import tqdm
+
+from pbexact.errors import PBInputError
+
+from . import io
+
+#: A batched loss: masks (k, d) -> losses (k,).
+BatchedLoss = Callable[[torch.Tensor], torch.Tensor]
+
+
+@runtime_checkable
+class Method(Protocol):
+    """A mask-optimization method over logits r (see :class:`pbscale.methods.MaskTrainer`)."""
+
+    generator: torch.Generator
+    d: int
+
+    def surrogate(self, f: BatchedLoss, weights: bool = False) -> tuple[torch.Tensor, float]:
+        """(scalar whose gradient in r is the estimate [and in the weights, their gradient],
+        training loss)."""
+        ...
+
+    @property
+    def optimizers(self) -> list[torch.optim.Optimizer]: ...
+
+    def zero_grad(self) -> None: ...
+
+    def apply(self) -> None:
+        """Optimizer step on r from r.grad (and any projection)."""
+        ...
+
+    def sample_masks(self, k: int) -> torch.Tensor: ...
+
+    def mode_mask(self) -> torch.Tensor: ...
+
+    def config_dict(self) -> dict: ...
+
+    def state_dict(self) -> dict: ...
+
+    def load_state_dict(self, state: dict) -> None: ...
+
+
+@runtime_checkable
+class Task(Protocol):
+    """What a task supplies to :func:`run`.
+
+    ``name``: a readable prefix of the run folder. ``d``: mask size. ``config()``: its JSON
+    configuration (hashed into the folder name). ``weights()``: the network parameters that
+    train (empty: supermask). ``steps_per_epoch``. ``epoch_order(generator)``: a tensor fixing
+    the epoch's batches (e.g. a permutation), drawn from the loop's generator at the start of
+    each epoch and checkpointed. ``batch_loss(order, i)``: the batched loss of step i.
+    ``evaluate(ctx)``: metrics of the current state (a flat dict of numbers; ``ctx`` is an
+    :class:`EvalContext`). ``state_dict`` / ``load_state_dict``: task state beyond
+    ``weights()`` (may be empty)."""
+
+    name: str
+    d: int
+    steps_per_epoch: int
+
+    def config(self) -> dict: ...
+
+    def weights(self) -> list[torch.nn.Parameter]: ...
+
+    def epoch_order(self, generator: torch.Generator) -> torch.Tensor: ...
+
+    def batch_loss(self, order: torch.Tensor, i: int) -> BatchedLoss: ...
+
+    def evaluate(self, ctx: EvalContext) -> dict[str, float]: ...
+
+    def state_dict(self) -> dict: ...
+
+    def load_state_dict(self, state: dict) -> None: ...
+
+
+@dataclass
+class EvalContext:
+    """What :meth:`Task.evaluate` sees: the method, the loop's generator, the phase
+    ("warmup", "train", "frozen") and the fixed mask (d,) of warm-up (ones) and frozen epochs
+    (None while masks are sampled)."""
+
+    method: Method
+    generator: torch.Generator
+    phase: str
+    mask: torch.Tensor | None
+    epoch: int
+
+
+@dataclass
+class LoopConfig:
+    """Options of :func:`run` (all hashed into the run folder's name)."""
+
+    epochs: int
+    seed: int = 0
+    mask_milestones: tuple[float, ...] = ()
+    mask_gamma: float = 0.1
+    weight_milestones: tuple[float, ...] = ()
+    weight_gamma: float = 0.1
+    mask_warmup: float = 0.0
+    freeze_masks: float | None = None
+    metrics_file: str = "metrics.csv"
+
+    def validate(self) -> LoopConfig:
+        if not isinstance(self.epochs, int) or self.epochs < 1:
+            raise PBInputError(f"epochs must be a positive integer, got {self.epochs!r}")
+        for name in ("mask_milestones", "weight_milestones"):
+            if any(not 0 <= m <= 1 for m in getattr(self, name)):
+                raise PBInputError(f"{name} are fractions of the epochs; give values in [0, 1]")
+        for name in ("mask_gamma", "weight_gamma"):
+            if not getattr(self, name) > 0:
+                raise PBInputError(f"{name} must be > 0, got {getattr(self, name)}")
+        if not 0 <= self.mask_warmup <= 1:
+            raise PBInputError(f"mask_warmup is a fraction of the epochs in [0, 1], got "
+                               f"{self.mask_warmup}")
+        if self.freeze_masks is not None and not self.mask_warmup <= self.freeze_masks <= 1:
+            raise PBInputError("freeze_masks must be a fraction in [mask_warmup, 1] (or None)")
+        return self
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["mask_milestones"] = list(self.mask_milestones)
+        d["weight_milestones"] = list(self.weight_milestones)
+        return d
+
+    def lr_factor(self, epoch: int, masks: bool) -> float:
+        """gamma^(number of milestones m with epoch >= round(m epochs))."""
+        ms = self.mask_milestones if masks else self.weight_milestones
+        gamma = self.mask_gamma if masks else self.weight_gamma
+        return gamma ** sum(epoch >= round(m * self.epochs) for m in ms)
+
+    def phase(self, epoch: int) -> str:
+        if epoch < round(self.mask_warmup * self.epochs):
+            return "warmup"
+        if self.freeze_masks is not None and epoch >= round(self.freeze_masks * self.epochs):
+            return "frozen"
+        return "train"
+
+
+def config_hash(config: dict) -> str:
+    """First 12 hex digits of the SHA-256 of the canonical JSON of ``config``."""
+    text = json.dumps(config, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def run_folder(out: str | Path, task_name: str, config: dict) -> Path:
+    """``<out>/<task_name>-<config_hash(config)>``."""
+    return Path(out) / f"{task_name}-{config_hash(config)}"
+
+
+def full_config(task: Task, method: Method, loop: LoopConfig) -> dict:
+    """The configuration a run folder is named by: task, method and loop."""
+    return {"task": task.config(), "method": method.config_dict(), "loop": loop.to_dict()}
+
+
+@contextmanager
+def _sigterm_flag() -> Iterator[dict]:
+    """Turns SIGTERM into a flag the loop checks after every step (main thread only)."""
+    flag = {"term": False}
+    try:
+        old = signal.signal(signal.SIGTERM, lambda *_: flag.__setitem__("term", True))
+    except ValueError:  # not the main thread: no handler
+        yield flag
+        return
+    try:
+        yield flag
+    finally:
+        signal.signal(signal.SIGTERM, old)
+
+
+def _set_lrs(optimizers: list[torch.optim.Optimizer], factor: float) -> None:
+    for opt in optimizers:
+        for g in opt.param_groups:
+            g.setdefault("initial_lr", g["lr"])
+            g["lr"] = g["initial_lr"] * factor
+
+
+def run(task: Task, method: Method, loop: LoopConfig, out: str | Path,
+        weight_optimizer: torch.optim.Optimizer | None = None, device: torch.device | str = "cpu",
+        progress: bool = True, info: dict | None = None,
+        step_hook: Callable[[int, int], None] | None = None) -> Path:
+    """Train (or resume, or return at once if finished) one run; returns its folder.
+
+    ``weight_optimizer`` over ``task.weights()`` (None: supermask, weights fixed). ``info``:
+    extra facts written to config.json but not hashed (device, threads, chunk...).
+    ``step_hook(epoch, i)`` is called before every step (tests use it to interrupt a run).
+    """
+    loop.validate()
+    dev = torch.device(device)
+    config = full_config(task, method, loop)
+    folder = run_folder(out, task.name, config)
+    record = {**config, "info": {"device": str(dev), **(info or {})}}
+    if (folder / "config.json").exists():
+        old = io.read_json(folder / "config.json")
+        if {k: old.get(k) for k in config} != json.loads(json.dumps(config)):
+            raise PBInputError(
+                f"{folder} holds a run with another configuration; choose another --out "
+                "or delete the folder"
+            )
+    if (folder / "summary.json").exists():
+        return folder
+    joint = weight_optimizer is not None
+    weights = task.weights() if joint else []
+    if joint and not weights:
+        raise PBInputError("a weight optimizer was given but the task has no trainable weights")
+    io.write_json(folder / "config.json", record)
+
+    generator = torch.Generator(device=dev)
+    generator.manual_seed(loop.seed)
+    method.generator = generator
+    torch.manual_seed(loop.seed)
+    opts = method.optimizers + ([weight_optimizer] if joint else [])
+    ckpt_path = folder / "checkpoint.pt"
+    fixed: torch.Tensor | None = None
+    state = io.load_checkpoint(ckpt_path)
+    pos = None  # (order, next step, losses) of an epoch cut by SIGTERM
+    if state is not None:
+        method.load_state_dict(state["method"])
+        task.load_state_dict(state["task"])
+        if joint:
+            with torch.no_grad():
+                for p, v in zip(weights, state["weights"]):
+                    p.copy_(v.to(p.device))
+            weight_optimizer.load_state_dict(state["weight_opt"])
+        generator.set_state(state["generator"])
+        torch.set_rng_state(state["torch_rng"])
+        history, start = state["history"], state["epoch"]
+        fixed = state["fixed"].to(dev) if state["fixed"] is not None else None
+        pos = state.get("position")
+    else:
+        history, start = [], 0
+
+    def evaluate(epoch: int, phase: str) -> dict:
+        mask = fixed if phase != "train" else None
+        return task.evaluate(EvalContext(method, generator, phase, mask, epoch))
+
+    def save(epoch: int, position: dict | None) -> None:
+        io.save_checkpoint(ckpt_path, {
+            "method": method.state_dict(), "task": task.state_dict(),
+            "weights": [p.detach().cpu() for p in weights],
+            "weight_opt": weight_optimizer.state_dict() if joint else None,
+            "generator": generator.get_state(), "torch_rng": torch.get_rng_state(),
+            "history": history, "epoch": epoch, "fixed": None if fixed is None else fixed.cpu(),
+            "position": position,
+        })
+
+    if not history:
+        phase0 = loop.phase(0)
+        if phase0 == "warmup":
+            fixed = torch.ones(task.d, device=dev, dtype=_dtype(method))
+        history.append({"epoch": 0, "train_loss": math.nan, **evaluate(0, phase0),
+                        "train_seconds": 0.0, "val_seconds": 0.0})
+    bar = tqdm(range(start, loop.epochs), initial=start, total=loop.epochs,
+               disable=not progress, desc=task.name, unit="epoch", file=sys.stderr)
+    with _sigterm_flag() as flag:
+        for epoch in bar:
+            phase = loop.phase(epoch)
+            if phase == "warmup":
+                fixed = torch.ones(task.d, device=dev, dtype=_dtype(method))
+            elif phase == "frozen" and (fixed is None or loop.phase(epoch - 1) != "frozen"):
+                if pos is None:
+                    chooser = getattr(task, "select_mask", None)
+                    fixed = (chooser(method, generator) if chooser is not None
+                             else method.mode_mask()).detach()
+            elif phase == "train":
+                fixed = None
+            _set_lrs(method.optimizers, loop.lr_factor(epoch, masks=True))
+            if joint:
+                _set_lrs([weight_optimizer], loop.lr_factor(epoch, masks=False))
+            t0 = time.perf_counter()
+            if pos is not None:
+                order, first, losses = pos["order"].to(dev), pos["step"], pos["losses"]
+                pos = None
+            else:
+                order, first, losses = task.epoch_order(generator), 0, []
+            for i in range(first, task.steps_per_epoch):
+                if flag["term"]:
+                    save(epoch, {"order": order.cpu(), "step": i, "losses": losses})
+                    bar.close()
+                    print(f"SIGTERM: checkpoint written to {ckpt_path}; rerun to resume",
+                          file=sys.stderr)
+                    sys.exit(143)
+                if step_hook is not None:
+                    step_hook(epoch, i)
+                losses.append(_step(task.batch_loss(order, i), method, weight_optimizer,
+                                    opts, fixed, joint))
+            if dev.type == "cuda":
+                torch.cuda.synchronize(dev)
+            t1 = time.perf_counter()
+            metrics = evaluate(epoch + 1, phase)
+            t2 = time.perf_counter()
+            history.append({"epoch": epoch + 1, "train_loss": sum(losses) / max(len(losses), 1),
+                            **metrics, "train_seconds": t1 - t0, "val_seconds": t2 - t1})
+            save(epoch + 1, None)
+            io.write_csv(folder / loop.metrics_file, history)
+            bar.set_postfix({k: f"{v:.4g}" for k, v in list(history[-1].items())[1:5]
+                             if isinstance(v, float)})
+    io.write_csv(folder / loop.metrics_file, history)
+    train_s = sum(h["train_seconds"] for h in history)
+    summary = {f"final_{k}": v for k, v in history[-1].items() if k not in ("epoch",)}
+    summary.update({"train_seconds": train_s,
+                    "seconds_per_epoch": train_s / max(len(history) - 1, 1),
+                    "device": str(dev)})
+    io.write_json(folder / "summary.json", summary)
+    return folder
+
+
+def _dtype(method: Method) -> torch.dtype:
+    r = getattr(method, "r", None)
+    return r.dtype if isinstance(r, torch.Tensor) else torch.float32
+
+
+def _step(f: BatchedLoss, method: Method, weight_optimizer: torch.optim.Optimizer | None,
+          opts: list[torch.optim.Optimizer], fixed: torch.Tensor | None, joint: bool) -> float:
+    """One step: masks train (surrogate of the method) or are fixed (warm-up / frozen: only the
+    weights train, on the loss of the fixed mask). Returns the training loss."""
+    if fixed is not None:
+        if not joint:
+            with torch.no_grad():
+                return float(f(fixed[None])[0])
+        weight_optimizer.zero_grad()
+        loss = f(fixed[None])[0]
+        loss.backward()
+        weight_optimizer.step()
+        return float(loss.detach())
+    for opt in opts:
+        opt.zero_grad()
+    value, loss = method.surrogate(f, weights=joint)
+    value.backward()
+    method.apply()
+    if joint:
+        weight_optimizer.step()
+    return loss
+
+
+def read_state(path: str | Path) -> dict[str, Any] | None:
+    """A run's checkpoint (``weights_only=True``), or None."""
+    return io.load_checkpoint(path)

@@ -1,0 +1,253 @@
+"""The run loop (pbscale.loop) and masks on trainable networks (pbscale.masks): joint gradients
+through the surrogate loss, BatchNorm running statistics and dropout under k masks, dynamic
+weight rescaling, schedules, warm-up, freezing, SIGTERM and resume."""
+
+from __future__ import annotations
+
+import copy
+import os
+import signal
+
+import pytest
+import torch
+from torch import nn
+
+from pbexact.errors import PBInputError
+from pbscale import io
+from pbscale import methods as M
+from pbscale.loop import EvalContext, LoopConfig, Method, Task, run, run_folder
+from pbscale.masks import MaskedModule, rescaled_weight
+
+
+def conv_net(seed: int = 0, dropout: float = 0.0) -> nn.Sequential:
+    torch.manual_seed(seed)
+    return nn.Sequential(nn.Conv2d(2, 3, 3), nn.BatchNorm2d(3), nn.ReLU(), nn.Dropout(dropout),
+                         nn.Flatten(), nn.Linear(3 * 4 * 4, 3))
+
+
+def xent(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Cross-entropy per mask: (k, B, C), (B,) -> (k,)."""
+    return torch.stack([nn.functional.cross_entropy(o, y) for o in out])
+
+
+class ToyTask:
+    """A small conv net classifying random images (the loop's test task)."""
+
+    name = "toy"
+
+    def __init__(self, joint: bool, seed: int = 0, dropout: float = 0.0) -> None:
+        g = torch.Generator().manual_seed(seed)
+        self.x = torch.randn(24, 2, 6, 6, generator=g)
+        self.y = torch.randint(0, 3, (24,), generator=g)
+        self.net = conv_net(seed, dropout)
+        self.masked = MaskedModule(self.net, train_weights=joint, weight_hook=rescaled_weight)
+        self.d = self.masked.d
+        self.steps_per_epoch = 3
+        self.joint = joint
+
+    def config(self) -> dict:
+        return {"name": self.name, "joint": self.joint}
+
+    def weights(self) -> list:
+        return list(self.net.parameters()) if self.joint else []
+
+    def epoch_order(self, generator):
+        return torch.randperm(24, generator=generator)
+
+    def batch_loss(self, order, i):
+        idx = order[i * 8 : (i + 1) * 8]
+        self.net.train()
+        return self.masked.loss_fn(self.x[idx], self.y[idx], xent)
+
+    def evaluate(self, ctx: EvalContext) -> dict:
+        self.net.eval()
+        with torch.no_grad():
+            z = ctx.mask[None] if ctx.mask is not None else ctx.method.sample_masks(2)
+            loss = float(self.masked.loss_fn(self.x, self.y, xent)(z).mean())
+        self.net.train()
+        return {"loss": loss, "theta_mean": float(ctx.method.theta().mean()),
+                "mask_lr": ctx.method.opt.param_groups[0]["lr"],
+                "w0": float(self.net[0].weight.detach().flatten()[0]),
+                "r0": float(ctx.method.r.detach()[0]), "phase": ctx.phase}
+
+    def state_dict(self) -> dict:
+        return {"buffers": {k: v.clone() for k, v in self.net.named_buffers()}}
+
+    def load_state_dict(self, state: dict) -> None:
+        with torch.no_grad():
+            for k, v in self.net.named_buffers():
+                v.copy_(state["buffers"][k])
+
+
+def test_protocols_are_met():
+    task = ToyTask(joint=True)
+    trainer = M.MaskTrainer(M.MethodConfig(method="loorf", n=2), task.d, 10)
+    assert isinstance(task, Task) and isinstance(trainer, Method)
+
+
+def test_k_masks_at_once_equal_one_at_a_time_with_batchnorm_running_stats():
+    net = conv_net()
+    net.train()
+    mm = MaskedModule(net, train_weights=True)
+    x = torch.randn(5, 2, 6, 6)
+    z = (torch.rand(3, mm.d, generator=torch.Generator().manual_seed(1)) < 0.6).float()
+    ref_nets = [copy.deepcopy(net) for _ in range(3)]
+    out = mm.forward(z, x)
+    ref = []
+    for j, rn in enumerate(ref_nets):
+        mj = MaskedModule(rn, train_weights=True)
+        ref.append(mj.forward_one(z[j], x))
+    torch.testing.assert_close(out, torch.stack(ref))
+    # running stats: the mean over the k masks of their per-mask updates
+    mean_ref = torch.stack([rn[1].running_mean for rn in ref_nets]).mean(0)
+    var_ref = torch.stack([rn[1].running_var for rn in ref_nets]).mean(0)
+    torch.testing.assert_close(net[1].running_mean, mean_ref)
+    torch.testing.assert_close(net[1].running_var, var_ref)
+    assert int(net[1].num_batches_tracked) == 1
+    # weight gradients of the summed outputs = sum of per-mask gradients
+    out.sum().backward()
+    total = torch.zeros_like(net[0].weight)
+    for j in range(3):
+        rn_copy = copy.deepcopy(net)
+        rn_copy.zero_grad()
+        MaskedModule(rn_copy, train_weights=True).forward_one(z[j], x).sum().backward()
+        total += rn_copy[0].weight.grad
+    torch.testing.assert_close(net[0].weight.grad, total)
+    # eval mode: running statistics used, not changed
+    net.eval()
+    before = net[1].running_mean.clone()
+    mm.forward(z, x)
+    assert torch.equal(before, net[1].running_mean)
+
+
+def test_supermask_weights_stay_detached_and_dropout_differs_per_mask():
+    net = conv_net(dropout=0.5)
+    mm = MaskedModule(net)
+    z = torch.ones(2, mm.d)
+    out = mm.forward(z, torch.randn(4, 2, 6, 6))
+    assert not out.requires_grad
+    assert not torch.equal(out[0], out[1])  # independent dropout units per mask
+    net.eval()
+    out = mm.forward(z, torch.randn(4, 2, 6, 6))
+    assert torch.equal(out[0], out[1])
+
+
+def test_rescaled_weight_forward_backward_and_zero_guard():
+    w = torch.randn(4, 3)
+    m = torch.tensor([[1.0, 0, 1], [0, 0, 1], [1, 1, 1], [0, 0, 0]]).expand(2, 4, 3).clone()
+    m[1] = 0.0
+    m.requires_grad_(True)
+    out = rescaled_weight("w", w, m)
+    mean = 6 / 12
+    torch.testing.assert_close(out[0], w * m[0].detach() / mean)
+    assert torch.equal(out[1], torch.zeros(4, 3))  # all-zero mask: no division by zero
+    out.sum().backward()
+    torch.testing.assert_close(m.grad[0], w / mean)  # the mean is a constant in backward
+    torch.testing.assert_close(m.grad[1], w)
+
+
+@pytest.mark.parametrize("method", ["loorf", "arms", "cp"])
+def test_surrogate_gradients_in_logits_and_weights(method):
+    task = ToyTask(joint=True)
+    f = task.batch_loss(torch.arange(24), 0)
+    tr = M.MaskTrainer(M.MethodConfig(method=method, n=4, seed=3), task.d, 10)
+    state = tr.generator.get_state()
+    buffers = copy.deepcopy(dict(task.net.named_buffers()))
+    value, loss = tr.surrogate(f, weights=True)
+    value.backward()
+    g_r = tr.r.grad.clone()
+    g_w = task.net[0].weight.grad.clone()
+    # the same step recomputed directly: logits by the estimate, weights by the mean loss
+    task.net.zero_grad()
+    with torch.no_grad():
+        for k, b in task.net.named_buffers():
+            b.copy_(buffers[k])
+    tr.generator.set_state(state)
+    est = tr.gradient(f)
+    torch.testing.assert_close(g_r, est.grad)
+    with torch.no_grad():
+        for k, b in task.net.named_buffers():
+            b.copy_(buffers[k])
+    tr.generator.set_state(state)
+    if method == "cp":
+        z = torch.sigmoid(tr.r.detach() / tr.tau())[None]
+    else:
+        theta = tr.param.theta(tr.r.detach())
+        z = (M.BernoulliSampler(theta, tr.generator).next(4) if method == "loorf"
+             else M.CopulaSampler(theta, 4, tr.generator).next(4))
+    f(z).mean().backward()
+    torch.testing.assert_close(task.net[0].weight.grad, g_w)
+    assert g_w.abs().sum() > 0
+
+
+def test_hybrid_methods_refuse_weight_training():
+    task = ToyTask(joint=True)
+    tr = M.MaskTrainer(M.MethodConfig(method="st", n=2), task.d, 10)
+    with pytest.raises(PBInputError, match="cannot train network weights"):
+        tr.surrogate(task.batch_loss(torch.arange(24), 0), weights=True)
+
+
+def _run(tmp_path, loop, joint=True, method="loorf", step_hook=None):
+    task = ToyTask(joint=joint)
+    tr = M.MaskTrainer(M.MethodConfig(method=method, n=2, seed=loop.seed), task.d,
+                       loop.epochs * task.steps_per_epoch)
+    wopt = torch.optim.SGD(task.weights(), lr=0.05, momentum=0.9) if joint else None
+    return run(task, tr, loop, tmp_path, weight_optimizer=wopt, progress=False,
+               step_hook=step_hook)
+
+
+def test_schedules_warmup_and_freezing(tmp_path):
+    loop = LoopConfig(epochs=10, seed=2, mask_milestones=(0.4, 0.6), mask_gamma=0.5,
+                      mask_warmup=0.2, freeze_masks=0.8)
+    rows = io.read_csv(_run(tmp_path, loop) / "metrics.csv")
+    assert [r["phase"] for r in rows] == (["warmup"] * 3 + ["train"] * 6 + ["frozen"] * 2)
+    # the evaluation after epoch e reports the rate used during epoch e - 1
+    assert [r["mask_lr"] for r in rows[1:]] == [0.1] * 4 + [0.05] * 2 + [0.025] * 4
+    assert rows[1]["r0"] == rows[2]["r0"] == rows[0]["r0"]  # masks untrained in warm-up
+    assert rows[1]["w0"] != rows[0]["w0"]  # weights train in warm-up
+    assert rows[9]["r0"] == rows[10]["r0"] == rows[8]["r0"]  # masks frozen
+    assert rows[9]["w0"] != rows[10]["w0"]
+    assert rows[3]["r0"] != rows[4]["r0"]
+
+
+def test_sigterm_checkpoint_and_resume_give_the_same_numbers(tmp_path):
+    loop = LoopConfig(epochs=4, seed=1, mask_warmup=0.25, freeze_masks=0.75,
+                      weight_milestones=(0.5,))
+    whole = _run(tmp_path / "whole", loop, method="arms")
+
+    def term(epoch, i):
+        if (epoch, i) == (2, 1):
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    with pytest.raises(SystemExit) as exc:
+        _run(tmp_path / "cut", loop, method="arms", step_hook=term)
+    assert exc.value.code == 143
+    cfg = {k: v for k, v in io.read_json(whole / "config.json").items() if k != "info"}
+    folder = run_folder(tmp_path / "cut", "toy", cfg)
+    assert folder.name == whole.name
+    assert not (folder / "summary.json").exists()
+    state = torch.load(folder / "checkpoint.pt", weights_only=True)
+    assert state["position"]["step"] == 2 and state["epoch"] == 2
+    _run(tmp_path / "cut", loop, method="arms")
+
+    def rows(path):
+        return [{k: v for k, v in r.items() if not k.endswith("seconds")}
+                for r in io.read_csv(path)]
+
+    assert str(rows(folder / "metrics.csv")) == str(rows(whole / "metrics.csv"))
+    assert not [p for p in os.listdir(folder) if p.endswith(".tmp")]
+
+
+def test_config_mismatch_is_refused_and_options_are_checked(tmp_path):
+    loop = LoopConfig(epochs=1, seed=0)
+    folder = _run(tmp_path, loop, joint=False)
+    cfg = io.read_json(folder / "config.json")
+    cfg["loop"]["seed"] = 5
+    io.write_json(folder / "config.json", cfg)
+    with pytest.raises(PBInputError, match="another configuration"):
+        _run(tmp_path, loop, joint=False)
+    for bad, words in [({"epochs": 0}, "epochs"), ({"epochs": 2, "mask_warmup": 2}, "warmup"),
+                       ({"epochs": 2, "mask_milestones": (1.5,)}, "fractions"),
+                       ({"epochs": 2, "mask_warmup": 0.5, "freeze_masks": 0.2}, "freeze")]:
+        with pytest.raises(PBInputError, match=words):
+            LoopConfig(**bad).validate()
