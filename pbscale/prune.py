@@ -3,38 +3,31 @@
 Supermask (`sec:app_supermask_setup`, weights fixed at their random initialization) and joint
 pruning (`sec:app_joint_pruning_setup`, weights and masks trained together) of the networks of
 :mod:`pbscale.models` on MNIST / CIFAR-10 (:mod:`pbscale.data`), with masks found by CP or by
-MC estimators (ARMS, LOORF, DisARM; escort or sigmoid), against magnitude pruning (MP, GMP:
-:mod:`pbscale.magnitude`) and a dense network.
+MC estimators (ARMS, LOORF, DisARM; escort or sigmoid) through :class:`pbscale.methods.MaskTrainer`,
+against magnitude pruning (MP, GMP: :mod:`pbscale.magnitude`) and a dense network, all on the one
+run loop :func:`pbscale.loop.run` (run folder by config hash, checkpoints every epoch and on
+SIGTERM, exact resume, metrics CSV, progress bar).
 
 Objective per batch and mask z (d masked weights): J(z) = CE(network with weights w * z) +
-lambda * sum_i z_i (L0 strength lambda per weight). MC methods get the gradient of the CE term
-from :func:`pbscale.methods.mc_gradient` over n masks evaluated at once
-(:func:`pbscale.batched.forward_masked`) and the L0 term in closed form (lambda * sum theta);
-CP differentiates CE(w * sigmoid(r / tau)) + lambda * sum sigmoid(r / tau) with tau annealed from 1
-to 1/200 (:func:`pbscale.methods.cp_temperature`) and is evaluated with 1[r > 0]. MC runs use
-dynamic weight rescaling (each layer's masked weights divided by the mean of its mask, a
-constant in the backward pass; CP does not, as in the paper). Joint MC runs train the dense
-network for the first 10% of epochs; joint mask methods freeze their mask for the last 20%
-while the weights fine-tune. The evaluation mask of MC runs: 10 masks sampled, each scored
-(training loss) on the same 10 training batches, the best kept for validation and test.
+lambda * sum_i z_i (L0 strength lambda per weight). MC methods: CE of n masks evaluated at once
+(:class:`pbscale.masks.MaskedModule`), the L0 term in closed form (lambda * sum theta); CP
+differentiates CE(w * sigmoid(r / tau)) + lambda * sum sigmoid(r / tau), tau annealed from 1 to
+1/200 over its mask-training steps, and is evaluated with 1[r > 0]. MC runs use dynamic weight
+rescaling (:func:`pbscale.masks.rescaled_weight`; CP does not, as in the paper). Joint MC runs
+train the dense network for the first 10% of epochs; joint mask methods freeze their mask for
+the last 20% while the weights fine-tune. Evaluation mask of MC runs: 10 masks sampled, each
+scored (training loss) on the same 10 training batches, the best kept for validation and test;
 BatchNorm running statistics of mask methods are recomputed for the evaluation mask on those
-10 batches (the k-mask forward uses each mask's batch statistics and never updates them).
-
-The run loop here (``run``: run folder by config hash, metrics CSV, checkpoints every epoch and
-on SIGTERM, resume) is the thinnest one pruning needs; it is meant to move onto the shared run
-loop (``pbscale/loop.py``) once that exists.
+batches before it is scored on validation and test.
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
-import hashlib
-import json
+import io
 import math
-import signal
 import sys
-import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -46,22 +39,17 @@ from torch.nn.utils import prune as torch_prune
 
 from pbexact.errors import PBInputError
 from pbexact.estimators import MIN_SAMPLES
-from pbexact.io import atomic_write_bytes, write_json
-from pbexact.parametrizations import PARAMETRIZATIONS, get_parametrization
+from pbexact.io import atomic_write_bytes
+from pbexact.parametrizations import PARAMETRIZATIONS
 from pbscale import data as datamod
 from pbscale import magnitude
-from pbscale.batched import cross_entropy_per_mask, forward_masked
+from pbscale.batched import cross_entropy_per_mask
 from pbscale.io import read_json
-from pbscale.io import write_csv as write_rows
-from pbscale.masks import MaskedModule
-from pbscale.methods import (
-    BernoulliSampler,
-    auto_chunk,
-    cp_hard_mask,
-    cp_temperature,
-    dense_regularizer,
-    mc_gradient,
-)
+from pbscale.loop import EvalContext, LoopConfig, full_config, run_folder
+from pbscale.loop import run as loop_run
+from pbscale.masks import MaskedModule, plain_weight, rescaled_weight
+from pbscale.methods import METHODS as MASK_METHODS
+from pbscale.methods import MaskTrainer, MethodConfig
 from pbscale.models import INITS, MODELS, build_model
 from pbscale.regress import resolve_device, set_threads
 
@@ -71,18 +59,17 @@ PRUNE_METHODS = ("cp", *MC, "mp", "gmp", "dense")
 MASK_OPTIMIZERS = ("rmsprop", "sgd")
 #: Default model -> data set.
 MODEL_DATA = {"lenet": "mnist", "conv6": "cifar10", "resnet20": "cifar10", "vgg19": "cifar10"}
-#: Weight optimizer of joint runs (`sec:app_joint_pruning_setup`).
+#: Weight optimizer of joint runs (`sec:app_joint_pruning_setup`): SGD, Nesterov momentum.
 WEIGHT_LR, WEIGHT_MOMENTUM, WEIGHT_DECAY = 0.1, 0.9, 1e-4
-#: Step decays (fraction of epochs, multiplier) of `tab:app_supermask_hypers` and
-#: `tab:app_pruning_broad`: weights and CP masks x0.1 at 40% and 60%; MC masks x0.5 at 60%.
-WEIGHT_SCHEDULE = ((0.4, 0.1), (0.6, 0.1))
-CP_SCHEDULE = ((0.4, 0.1), (0.6, 0.1))
-MC_SCHEDULE = ((0.6, 0.5),)
+#: Step decays of `tab:app_supermask_hypers` / `tab:app_pruning_broad` (fractions of epochs,
+#: multiplier): weights and CP masks x0.1 at 40% and 60%; MC masks x0.5 at 60%.
+WEIGHT_MILESTONES, WEIGHT_GAMMA = (0.4, 0.6), 0.1
+CP_MILESTONES, CP_GAMMA = (0.4, 0.6), 0.1
+MC_MILESTONES, MC_GAMMA = (0.6,), 0.5
 #: Joint runs: MC masks start after 10% of epochs; masks frozen for the last 20%.
 MC_START, FREEZE_AT = 0.1, 0.8
 #: Evaluation rule of MC runs: masks sampled x training batches scored.
 EVAL_MASKS, EVAL_BATCHES = 10, 10
-THETA0 = 0.5
 
 
 @dataclass
@@ -151,7 +138,7 @@ class PruneConfig:
             raise PBInputError(f"unknown parametrization {c.param!r}; choose one of "
                                f"{', '.join(PARAMETRIZATIONS)}")
         if c.method in MC:
-            if c.method not in MIN_SAMPLES:
+            if c.method not in MASK_METHODS or c.method not in MIN_SAMPLES:
                 raise PBInputError(f"estimator {c.method!r} is not available in this build; "
                                    f"use arms or loorf")
             if not isinstance(c.n, int) or c.n < 2:
@@ -196,294 +183,198 @@ class PruneConfig:
         d.pop("data_dir")
         return d
 
-    def run_name(self) -> str:
-        blob = json.dumps(self.hashed(), sort_keys=True).encode()
-        return f"{self.model}-{self.mode}-{self.method}-{hashlib.sha256(blob).hexdigest()[:12]}"
 
 
-def schedule_factor(epoch: int, epochs: int, milestones: tuple[tuple[float, float], ...]) -> float:
-    """Step decay: the product of the multipliers whose milestone (fraction of epochs) has been
-    reached at ``epoch`` (0-based)."""
-    f = 1.0
-    for frac, mult in milestones:
-        if epoch >= round(frac * epochs):
-            f *= mult
-    return f
+class MagnitudeMethod:
+    """MP, GMP or dense training as a :class:`pbscale.loop.Method`: one binary mask (d,) over the
+    masked weights (all ones for dense), no logits. ``apply`` (called by the loop after the
+    backward pass and before the weight step) makes the cuts: at step ``cut`` for MP, every
+    ``every`` steps from ``start`` to ``end`` on :func:`magnitude.gmp_fraction` for GMP. A cut
+    zeroes the pruned weights, their gradients and their momentum buffers, so with the mask in
+    the forward pass (zero gradient) and weight decay on a zero weight they stay exactly zero."""
 
+    def __init__(self, kind: str, layout: MaskedModule, target: float, cut: int, start: int,
+                 end: int, every: int) -> None:
+        self.kind, self.layout = kind, layout
+        self.target, self.cut, self.start, self.end, self.every = target, cut, start, end, every
+        self.d = layout.d
+        self.mask = torch.ones(self.d, device=layout.device, dtype=layout.dtype)
+        self.generator: torch.Generator | None = None
+        self.weight_optimizer: torch.optim.Optimizer | None = None
+        self.step_count = 0
 
-def rescale(masks: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """Dynamic weight rescaling (`sec:app_pruning_setup`): each mask (k, *shape) divided by the
-    mean of its own values per mask, the quotient detached (a constant in the backward pass);
-    an all-zero mask keeps scale 1 (its layer outputs only its biases)."""
-    out = {}
-    for name, m in masks.items():
-        mean = m.detach().flatten(1).mean(1)
-        scale = torch.where(mean > 0, 1.0 / mean.clamp_min(1e-30), torch.ones_like(mean))
-        out[name] = m * scale.view(-1, *([1] * (m.dim() - 1)))
-    return out
+    @property
+    def optimizers(self) -> list[torch.optim.Optimizer]:
+        return []
 
+    def zero_grad(self) -> None:
+        pass
 
-def masked_ce(model: nn.Module, layout: MaskedModule, x: torch.Tensor, y: torch.Tensor,
-              dwr: bool = True, backward_scale: float | None = None):
-    """The batched loss f(z) of MC pruning: masks z (k, d) laid out by ``layout`` -> mean
-    cross-entropy on (x, y) per mask (k,), the k masked networks evaluated at once by
-    :func:`pbscale.batched.forward_masked` with dynamic weight rescaling (``dwr``). When
-    ``backward_scale`` is given (joint training) it also adds backward_scale * the gradient of
-    sum_k CE_k to the weights' .grad: with backward_scale = 1 / n over a step's n samples, the
-    weights get the mean of the per-sample gradients."""
+    def surrogate(self, f, weights: bool = False) -> tuple[torch.Tensor, float]:
+        J = f(self.mask[None])[0]
+        return J, float(J.detach())
 
-    def f(z: torch.Tensor) -> torch.Tensor:
-        masks = layout.split(z.to(layout.dtype))
-        if dwr:
-            masks = rescale(masks)
-        with torch.enable_grad() if backward_scale is not None else torch.no_grad():
-            J = cross_entropy_per_mask(forward_masked(model, masks, x), y)
-            if backward_scale is not None:
-                (J.sum() * backward_scale).backward()
-        return J.detach()
+    def fraction_at(self, step: int) -> float | None:
+        """The fraction of weights kept after a cut at ``step``, or None (no cut)."""
+        if self.kind == "mp":
+            return self.target if step == self.cut else None
+        if self.kind == "gmp" and self.start <= step <= self.end:
+            if (step - self.start) % self.every == 0 or step == self.end:
+                return magnitude.gmp_fraction(step, self.start, self.end, self.target)
+        return None
 
-    return f
+    @torch.no_grad()
+    def apply(self) -> None:
+        frac = self.fraction_at(self.step_count)
+        self.step_count += 1
+        if frac is None:
+            return
+        params = dict(self.layout.module.named_parameters())
+        old = self.layout.split(self.mask[None])
+        new = magnitude.global_magnitude_masks({k: params[k] for k in self.layout.names}, frac,
+                                               {k: m[0] for k, m in old.items()})
+        self.mask = torch.cat([new[k].reshape(-1) for k in self.layout.names])
+        for k, m in new.items():
+            p = params[k]
+            p.mul_(m)
+            if p.grad is not None:
+                p.grad.mul_(m)
+            if self.weight_optimizer is not None:
+                buf = self.weight_optimizer.state.get(p, {}).get("momentum_buffer")
+                if buf is not None:
+                    buf.mul_(m)
+
+    def sample_masks(self, k: int) -> torch.Tensor:
+        return self.mask.expand(k, self.d)
+
+    def mode_mask(self) -> torch.Tensor:
+        return self.mask
+
+    def config_dict(self) -> dict:
+        return {"method": self.kind, "target": self.target, "cut": self.cut,
+                "start": self.start, "end": self.end, "every": self.every}
+
+    def state_dict(self) -> dict:
+        return {"mask": self.mask.cpu(), "step_count": self.step_count}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.mask = state["mask"].to(self.mask.device)
+        self.step_count = int(state["step_count"])
 
 
 class PruneTask:
-    """Everything one pruning run trains and evaluates: the network, its masks and optimizers.
+    """One pruning run as a :class:`pbscale.loop.Task`: the network, its data and evaluation.
 
-    Task-shaped (train one epoch, evaluate -> metrics, state_dict / load_state_dict, export), so
-    that it can move onto the shared run loop. Shapes: masks are flat (d,) vectors laid out by
-    :class:`pbscale.masks.MaskedModule` over :attr:`names`; escort logits are (2d,)."""
+    Masks are flat (d,) vectors laid out by :class:`pbscale.masks.MaskedModule` over
+    :attr:`names` (model.masked_names()). ``batch_loss`` gives f(z (k, d)) -> CE per mask (k,)
+    on one training batch (CIFAR: augmented on the device); ``evaluate`` scores the evaluation
+    mask and, after the last epoch, writes ``masks.pt`` and ``pruned.pt``."""
 
     def __init__(self, cfg: PruneConfig, data: datamod.Data, device: torch.device) -> None:
-        self.cfg = cfg
-        self.data = data
-        self.device = device
+        self.cfg, self.data, self.device = cfg, data, device
         self.model = build_model(cfg.model, cfg.seed, cfg.init).to(device)
         self.names = self.model.masked_names(cfg.mask_head, cfg.mask_shortcuts)
-        self.layout = MaskedModule(self.model, self.names)
+        self.trains_weights = cfg.mode == "joint" or cfg.method == "dense"
+        for p in self.model.parameters():
+            p.requires_grad_(self.trains_weights)
+        self.layout = MaskedModule(self.model, self.names, train_weights=self.trains_weights,
+                                   weight_hook=rescaled_weight if cfg.method in MC
+                                   else plain_weight)
+        self.name = f"{cfg.model}-{cfg.mode}-{cfg.method}"
         self.d = self.layout.d
         self.steps_per_epoch = math.ceil(len(data.train) / cfg.batch_size)
         if cfg.max_batches:
             self.steps_per_epoch = min(self.steps_per_epoch, cfg.max_batches)
         self.total_steps = self.steps_per_epoch * cfg.epochs
-        self.trains_weights = cfg.mode == "joint" or cfg.method == "dense"
-        for p in self.model.parameters():
-            p.requires_grad_(self.trains_weights)
-        self.weight_opt = (torch.optim.SGD(self.model.parameters(), lr=cfg.lr,
-                                           momentum=WEIGHT_MOMENTUM, nesterov=True,
-                                           weight_decay=WEIGHT_DECAY)
-                           if self.trains_weights else None)
-        self.param = get_parametrization(cfg.param)
-        self.r: torch.Tensor | None = None
-        self.mask_opt: torch.optim.Optimizer | None = None
-        if cfg.method in MC or cfg.method == "cp":
-            theta0 = torch.full((self.d,), THETA0, dtype=torch.float64)
-            r0 = torch.zeros(self.d, dtype=torch.float64) if cfg.method == "cp" else \
-                self.param.logits(theta0)
-            self.r = nn.Parameter(r0.float().to(device))
-            opt_cls = torch.optim.RMSprop if cfg.mask_opt == "rmsprop" else torch.optim.SGD
-            self.mask_opt = opt_cls([self.r], lr=cfg.mask_lr)
-        # binary masks of MP / GMP (all ones for dense); the frozen mask of mask methods
-        self.fixed: dict[str, torch.Tensor] | None = None
-        if cfg.method in ("mp", "gmp", "dense"):
-            self.fixed = {k: torch.ones_like(self.params[k]) for k in self.names}
-        self.frozen = False
-        self.eval_mask: torch.Tensor | None = None  # (d,) chosen at the latest evaluation
-        self.data_gen = torch.Generator().manual_seed(4 * cfg.seed + 1)
-        self.mask_gen = torch.Generator(device=device).manual_seed(4 * cfg.seed + 2)
-        self.eval_gen = torch.Generator().manual_seed(4 * cfg.seed + 3)
-        self.sel_gen = torch.Generator(device=device).manual_seed(4 * cfg.seed + 4)
-        self.step = 0
+        self.num_all = sum(p.numel() for p in self.model.parameters())
         self.has_bn = any(isinstance(m, nn.modules.batchnorm._BatchNorm)
                           for m in self.model.modules())
-        self.num_all = sum(p.numel() for p in self.model.parameters())
-        self.chunk = cfg.chunk or auto_chunk(cfg.n, 64 * self.d, device)
+        self.aug_gen = torch.Generator().manual_seed(cfg.seed)
+        self.eval_mask: torch.Tensor | None = None
+        self.export_dir: Path | None = None
 
-    # ------------------------------------------------------------------ masks and forwards
+    # ------------------------------------------------------------------ Task protocol
 
-    @property
-    def params(self) -> dict[str, torch.Tensor]:
-        return dict(self.model.named_parameters())
+    def config(self) -> dict:
+        return self.cfg.hashed()
 
-    @property
-    def mc(self) -> bool:
-        return self.cfg.method in MC
+    def weights(self) -> list[nn.Parameter]:
+        return list(self.model.parameters()) if self.trains_weights else []
 
-    def masked_params(self, z: torch.Tensor) -> dict[str, torch.Tensor]:
-        """Parameters under ONE mask z (d,): (w * scale) * mask for the masked tensors (scale:
-        dynamic weight rescaling for MC, else 1), the rest unchanged; the exact tensors
-        ``pruned.pt`` stores as weight_orig * weight_mask."""
-        scales = self.layer_scales(z)
-        masks = self.layout.split(z[None])
-        p = self.params
-        return {**p, **{k: (p[k] * scales[k]) * masks[k][0] for k in masks}}
+    def epoch_order(self, generator: torch.Generator) -> torch.Tensor:
+        return torch.randperm(len(self.data.train), generator=generator,
+                              device=generator.device)
 
-    def layer_scales(self, z: torch.Tensor) -> dict[str, float]:
-        """Dynamic weight rescaling constants 1 / mean(mask) per layer for mask z (d,)."""
-        out = {}
-        for k, m in self.layout.split(z[None]).items():
-            mean = float(m.mean())
-            out[k] = (1.0 / mean if mean > 0 else 1.0) if self.mc else 1.0
-        return out
-
-    def forward_one(self, params: dict[str, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
-        return functional_call(self.model, params, (x,))
-
-    def mc_loss(self, x: torch.Tensor, y: torch.Tensor, backward_scale: float | None):
-        """:func:`masked_ce` of this run's network on the batch (x, y)."""
-        return masked_ce(self.model, self.layout, x, y, backward_scale=backward_scale)
-
-    def current_fixed_mask(self) -> torch.Tensor:
-        """The mask (d,) used while masks are not trained: MP/GMP/dense binary masks, or the
-        frozen evaluation mask."""
-        if self.fixed is not None:
-            return torch.cat([self.fixed[k].reshape(-1) for k in self.names])
-        assert self.eval_mask is not None
-        return self.eval_mask
-
-    # ------------------------------------------------------------------ training
-
-    def set_learning_rates(self, epoch: int) -> None:
-        c = self.cfg
-        if self.weight_opt is not None:
-            for g in self.weight_opt.param_groups:
-                g["lr"] = c.lr * schedule_factor(epoch, c.epochs, WEIGHT_SCHEDULE)
-        if self.mask_opt is not None:
-            sched = MC_SCHEDULE if self.mc else CP_SCHEDULE
-            for g in self.mask_opt.param_groups:
-                g["lr"] = c.mask_lr * schedule_factor(epoch, c.epochs, sched)
-
-    def phase(self, epoch: int) -> str:
-        """'masks' (masks train; joint: weights too), 'warmup' (joint MC: dense weights only),
-        'fixed' (weights train under a fixed mask: MP/GMP/dense, or a frozen mask)."""
-        c = self.cfg
-        if c.method in ("mp", "gmp", "dense"):
-            return "fixed"
-        if c.mode == "supermask":
-            return "masks"
-        frac = epoch / c.epochs
-        if frac >= FREEZE_AT:
-            return "fixed"
-        if self.mc and frac < MC_START:
-            return "warmup"
-        return "masks"
-
-    def magnitude_update(self, epoch: int) -> None:
-        """MP: one global cut at the start of epoch round(prune_at * epochs); GMP: a cut every
-        ``gmp_every`` steps on Zhu and Gupta's cubic schedule from gmp_start to gmp_end."""
-        c = self.cfg
-        if c.method == "mp":
-            cut = min(round(c.prune_at * c.epochs) * self.steps_per_epoch, self.total_steps - 1)
-            if self.step != cut:
-                return
-            frac = c.target
-        elif c.method == "gmp":
-            end = min(round(c.gmp_end * self.total_steps), self.total_steps - 1)
-            start = min(round(c.gmp_start * self.total_steps), end)
-            if self.step < start or self.step > end:
-                return
-            if (self.step - start) % c.gmp_every and self.step != end:
-                return
-            frac = magnitude.gmp_fraction(self.step, start, end, c.target)
-        else:
-            return
-        p = self.params
-        self.fixed = magnitude.global_magnitude_masks({k: p[k] for k in self.names}, frac,
-                                                      self.fixed)
-        magnitude.apply_masks_(p, self.fixed)
-
-    def train_step(self, x: torch.Tensor, y: torch.Tensor, epoch: int) -> float:
-        c, phase = self.cfg, self.phase(epoch)
+    def batch_loss(self, order: torch.Tensor, i: int):
+        B = self.cfg.batch_size
+        idx = order[i * B:(i + 1) * B].to(self.data.train.y.device)
+        x = self.data.train.x[idx]
+        if self.data.augment:
+            x = datamod.augment_batch(x, self.aug_gen)
         self.model.train()
-        if self.weight_opt is not None:
-            self.weight_opt.zero_grad(set_to_none=True)
-        if c.method in ("mp", "gmp"):
-            self.magnitude_update(epoch)
-        if phase == "fixed" or phase == "warmup":
-            if phase == "warmup" or c.method == "dense":
-                params = self.params
-            elif self.fixed is not None:
-                p = self.params
-                params = {**p, **{k: p[k] * self.fixed[k] for k in self.names}}
-            else:
-                params = self.masked_params(self.eval_mask)
-            loss = F.cross_entropy(self.forward_one(params, x), y)
-            loss.backward()
-            value = float(loss.detach())
-        elif c.method == "cp":
-            tau = cp_temperature(self.step, self.mask_steps())
-            soft = torch.sigmoid(self.r / tau)
-            masks = self.layout.split(soft[None])
-            p = self.params
-            params = {**p, **{k: p[k] * masks[k][0] for k in self.names}}
-            ce = F.cross_entropy(self.forward_one(params, x), y)
-            (ce + c.lam * soft.sum()).backward()
-            value = float(ce.detach())
-        else:  # MC
-            f = self.mc_loss(x, y, 1.0 / c.n if self.trains_weights else None)
-            est = mc_gradient(f, self.r, self.param, c.method, c.n, self.mask_gen, self.chunk)
-            grad = est.grad
-            if c.lam > 0:
-                grad = grad + dense_regularizer(self.r, self.param.theta, c.lam)[1]
-            self.r.grad = grad.to(self.r.dtype)
-            value = est.loss
-        if self.mask_opt is not None and phase == "masks":
-            self.mask_opt.step()
-            self.mask_opt.zero_grad(set_to_none=True)
-            with torch.no_grad():
-                self.r.copy_(self.param.project(self.r))
-        if self.weight_opt is not None:
-            self.weight_opt.step()
-            if self.fixed is not None and c.method != "dense":
-                magnitude.apply_masks_(self.params, self.fixed)
-        self.step += 1
-        return value
+        return self.layout.loss_fn(self.data.prepare(x), self.data.train.y[idx],
+                                   cross_entropy_per_mask)
 
-    def mask_steps(self) -> int:
-        """Steps over which CP anneals tau: the steps during which its mask trains."""
-        if self.cfg.mode == "joint":
-            return max(1, round(FREEZE_AT * self.cfg.epochs) * self.steps_per_epoch)
-        return self.total_steps
+    def state_dict(self) -> dict:
+        return {"model": {k: v.detach().cpu() for k, v in self.model.state_dict().items()},
+                "aug_gen": self.aug_gen.get_state(),
+                "eval_mask": None if self.eval_mask is None else self.eval_mask.cpu()}
 
-    def epoch_start(self, epoch: int) -> None:
-        """Learning rates of this epoch; at the first frozen epoch, fix the evaluation mask."""
-        self.set_learning_rates(epoch)
-        if self.phase(epoch) == "fixed" and self.r is not None and not self.frozen:
-            self.eval_mask = self.choose_mask()[0]
-            self.frozen = True
+    def load_state_dict(self, state: dict) -> None:
+        with torch.no_grad():
+            for k, v in self.model.state_dict().items():
+                v.copy_(state["model"][k].to(v.device))
+        self.aug_gen.set_state(state["aug_gen"])
+        em = state["eval_mask"]
+        self.eval_mask = None if em is None else em.to(self.device)
 
     # ------------------------------------------------------------------ evaluation
 
-    def selection_batches(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        """EVAL_BATCHES training batches (no augmentation) drawn with the evaluation
-        generator."""
-        return list(self.data.batches("train", self.cfg.batch_size, self.eval_gen,
-                                      augment=False, limit=self.cfg.eval_batches))
+    def selection_batches(self, generator: torch.Generator) -> list:
+        """``eval_batches`` training batches (no augmentation) drawn with ``generator``."""
+        B = self.cfg.batch_size
+        order = torch.randperm(len(self.data.train), generator=generator,
+                               device=generator.device).to(self.data.train.y.device)
+        out = []
+        for j in range(min(self.cfg.eval_batches, math.ceil(len(self.data.train) / B))):
+            idx = order[j * B:(j + 1) * B]
+            out.append((self.data.prepare(self.data.train.x[idx]), self.data.train.y[idx]))
+        return out
 
     @torch.no_grad()
-    def choose_mask(self) -> tuple[torch.Tensor, list]:
-        """The evaluation mask (d,) and the batches it was scored on: MC: the best of
-        EVAL_MASKS sampled masks by mean training loss on EVAL_BATCHES batches; CP: 1[r > 0];
-        MP/GMP/dense: their binary mask; a frozen mask stays."""
-        batches = self.selection_batches()
-        if self.frozen or self.r is None:
-            return self.current_fixed_mask(), batches
-        if self.cfg.method == "cp":
-            return cp_hard_mask(self.r.detach()), batches
-        theta = self.param.theta(self.r.detach())
-        sampler = BernoulliSampler(theta, self.sel_gen)
-        self.model.train()  # batch statistics per mask, as in training
-        best, best_loss = None, math.inf
-        left = self.cfg.eval_masks
-        while left:  # masks drawn and scored a chunk at a time: memory O(chunk d)
-            k = min(self.chunk, left)
-            z = sampler.next(k)
+    def choose_mask(self, method, batches: list) -> torch.Tensor:
+        """The evaluation mask (d,): MC: the best of ``eval_masks`` masks sampled by the
+        method, by mean training loss on ``batches`` (each mask with its batch statistics, as
+        in training); CP: 1[r > 0]; MP/GMP/dense: their mask."""
+        if self.cfg.method not in MC:
+            return method.mode_mask().detach()
+        self.model.train()
+        saved = {k: b.clone() for k, b in self.model.named_buffers()}
+        best, best_loss, left = None, math.inf, self.cfg.eval_masks
+        while left:  # a chunk of masks at a time: memory O(chunk d)
+            k = min(method.chunk, left)
+            z = method.sample_masks(k)
             losses = torch.zeros(k, device=self.device)
             for x, y in batches:
-                losses += self.mc_loss(x, y, None)(z)
+                losses += self.layout.loss_fn(x, y, cross_entropy_per_mask)(z)
             i = int(torch.argmin(losses))
             if float(losses[i]) < best_loss:
                 best, best_loss = z[i].clone(), float(losses[i])
             left -= k
-        return best, batches
+        for k, b in self.model.named_buffers():  # scoring leaves running statistics alone
+            b.copy_(saved[k])
+        return best
+
+    def select_mask(self, method, generator: torch.Generator) -> torch.Tensor:
+        """The mask frozen for the last epochs of a joint run (the evaluation rule)."""
+        return self.choose_mask(method, self.selection_batches(generator))
+
+    def eval_params(self, z: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Parameters under one mask z (d,) through the run's weight hook (dynamic weight
+        rescaling for MC): the tensors ``pruned.pt`` stores as weight_orig (weight_orig *
+        weight_mask equals them bit for bit)."""
+        weights = {k: w[0].detach() for k, w in self.layout.masked_weights(z[None]).items()}
+        return {**{k: p.detach() for k, p in self.model.named_parameters()}, **weights}
 
     @torch.no_grad()
     def recalibrate_bn(self, params: dict, batches: list) -> None:
@@ -495,7 +386,7 @@ class PruneTask:
             m.momentum = None
         self.model.train()
         for x, _ in batches:
-            self.forward_one(params, x)
+            functional_call(self.model, params, (x,))
         for m, mom in zip(bns, saved):
             m.momentum = mom
 
@@ -505,80 +396,52 @@ class PruneTask:
         self.model.eval()
         loss, correct, count = 0.0, 0, 0
         for x, y in batches:
-            out = self.forward_one(params, x)
+            out = functional_call(self.model, params, (x,))
             loss += float(F.cross_entropy(out, y, reduction="sum"))
             correct += int((out.argmax(1) == y).sum())
             count += len(y)
         return loss / max(count, 1), correct / max(count, 1)
 
-    def evaluate(self) -> dict:
-        """Metrics of the evaluation mask: train (on the selection batches), val, test, and
-        weights remaining over the masked tensors, over all parameters and per layer."""
-        z, batches = self.choose_mask()
-        self.eval_mask = z
-        params = self.masked_params(z)
+    def evaluate(self, ctx: EvalContext) -> dict[str, float]:
+        """Metrics of the evaluation mask (the fixed mask of warm-up / frozen epochs, else
+        :meth:`choose_mask`): train accuracy on the selection batches, validation and test
+        loss and accuracy, weights remaining over the masked tensors, over all parameters and
+        per layer. After the last epoch the exports are written."""
+        batches = self.selection_batches(ctx.generator)
+        z = ctx.mask if ctx.mask is not None else self.choose_mask(ctx.method, batches)
+        self.eval_mask = z.detach().clone()
+        params = self.eval_params(self.eval_mask)
         if self.has_bn and self.cfg.method in (*MC, "cp"):
             self.recalibrate_bn(params, batches)
-        row = {}
-        row["train_loss"], row["train_acc"] = self.score(params, batches)
+        row: dict[str, float] = {}
+        row["train_acc"] = self.score(params, batches)[1]
         row["val_loss"], row["val_acc"] = self.score(params, self.data.batches("val", 1000))
         row["test_loss"], row["test_acc"] = self.score(params, self.data.batches("test", 1000))
-        kept = int(z.count_nonzero())
+        kept = int(self.eval_mask.count_nonzero())
         row["remaining"] = kept / self.d
         row["remaining_all"] = (self.num_all - self.d + kept) / self.num_all
-        for k, m in self.layout.split(z[None]).items():
-            row[f"remaining_{k.removesuffix('.weight')}"] = float(m.count_nonzero()) / m.numel()
+        for k, m in self.layout.split(self.eval_mask[None]).items():
+            row[f"remaining_{k.removesuffix('.weight')}"] = int(m.count_nonzero()) / m.numel()
+        if ctx.epoch == self.cfg.epochs and self.export_dir is not None:
+            self.export(self.export_dir)
         return row
 
-    def layer_report(self) -> list[tuple[str, int, int]]:
-        """(layer, kept, size) per masked tensor for the evaluation mask."""
-        z = self.eval_mask
-        return [(k.removesuffix(".weight"), int(m.count_nonzero()), m.numel())
-                for k, m in self.layout.split(z[None]).items()]
-
-    # ------------------------------------------------------------------ state and export
-
-    def state_dict(self) -> dict:
-        return {
-            "model": self.model.state_dict(),
-            "r": None if self.r is None else self.r.detach().cpu(),
-            "weight_opt": None if self.weight_opt is None else self.weight_opt.state_dict(),
-            "mask_opt": None if self.mask_opt is None else self.mask_opt.state_dict(),
-            "fixed": None if self.fixed is None else {k: v.cpu() for k, v in self.fixed.items()},
-            "frozen": self.frozen,
-            "eval_mask": None if self.eval_mask is None else self.eval_mask.cpu(),
-            "gens": {k: getattr(self, k).get_state() for k in
-                     ("data_gen", "mask_gen", "eval_gen", "sel_gen")},
-            "step": self.step,
-        }
-
-    def load_state_dict(self, s: dict) -> None:
-        self.model.load_state_dict(s["model"])
-        if self.r is not None:
-            with torch.no_grad():
-                self.r.copy_(s["r"].to(self.device))
-        if self.weight_opt is not None:
-            self.weight_opt.load_state_dict(s["weight_opt"])
-        if self.mask_opt is not None:
-            self.mask_opt.load_state_dict(s["mask_opt"])
-        if s["fixed"] is not None:
-            self.fixed = {k: v.to(self.device) for k, v in s["fixed"].items()}
-        self.frozen = bool(s["frozen"])
-        self.eval_mask = None if s["eval_mask"] is None else s["eval_mask"].to(self.device)
-        for k, st in s["gens"].items():
-            getattr(self, k).set_state(st)
-        self.step = int(s["step"])
+    # ------------------------------------------------------------------ export
 
     def export(self, folder: Path) -> None:
-        """``masks.pt``: {"mask.<param>": 0/1 mask, "scale.<param>": rescaling constant (0-dim),
-        "weight.<param>": every parameter and buffer of the network}; ``pruned.pt``: the state
-        dict of the network in ``torch.nn.utils.prune`` form (``<layer>.weight_orig`` with the
-        rescaling folded in, ``<layer>.weight_mask``), loadable by :func:`load_pruned`."""
+        """``masks.pt``: {"mask.<param>": 0/1 mask, "weight.<name>": every parameter and
+        buffer as trained} plus, for MC, "scale.<param>": the dynamic-rescaling factor (0-dim);
+        ``pruned.pt``: the network's state dict in ``torch.nn.utils.prune`` form
+        (``<layer>.weight_orig`` = the weight the forward uses, rescaling folded in;
+        ``<layer>.weight_mask``), for :func:`load_pruned`."""
         z = self.eval_mask
         masks = {k: m[0].detach().cpu() for k, m in self.layout.split(z[None]).items()}
-        scales = self.layer_scales(z)
+        used = {k: v.cpu() for k, v in self.eval_params(z).items() if k in masks}
         blob = {f"mask.{k}": v for k, v in masks.items()}
-        blob.update({f"scale.{k}": torch.tensor(scales[k]) for k in masks})
+        for k, m in masks.items():
+            mean = float(m.mean())
+            if self.cfg.method in MC:
+                blob[f"scale.{k}"] = torch.tensor(1.0 / mean if mean > 0 else 1.0)
         blob.update({f"weight.{k}": v.detach().cpu() for k, v in self.model.state_dict().items()})
         _save(folder / "masks.pt", blob)
         net = copy.deepcopy(self.model).cpu()
@@ -586,23 +449,21 @@ class PruneTask:
         with torch.no_grad():
             for k, m in masks.items():
                 mod = mods[k.removesuffix(".weight")]
-                mod.weight.mul_(scales[k])
+                mod.weight.copy_(used[k])
                 torch_prune.custom_from_mask(mod, "weight", m)
         _save(folder / "pruned.pt", net.state_dict())
 
 
 def _save(path: Path, obj) -> None:
-    import io
-
     buf = io.BytesIO()
     torch.save(obj, buf)
     atomic_write_bytes(path, buf.getvalue())
 
 
-def load_pruned(model_name: str, path: str | Path, masked: list[str] | None = None) -> nn.Module:
-    """A network of :data:`pbscale.models.MODELS` with the pruned weights of ``pruned.pt``
-    (plain PyTorch: ``prune.identity`` on the masked layers, then ``load_state_dict`` of
-    ``torch.load(path, weights_only=True)``)."""
+def load_pruned(model_name: str, path: str | Path) -> nn.Module:
+    """A network of :data:`pbscale.models.MODELS` with the pruned weights of ``pruned.pt``,
+    by plain PyTorch: ``prune.identity`` on the masked layers, then ``load_state_dict`` of
+    ``torch.load(path, weights_only=True)``; in eval mode."""
     state = torch.load(path, map_location="cpu", weights_only=True)
     net = MODELS[model_name]()
     mods = dict(net.named_modules())
@@ -613,22 +474,12 @@ def load_pruned(model_name: str, path: str | Path, masked: list[str] | None = No
     return net.eval()
 
 
-# ---------------------------------------------------------------------- the (thin) run loop
-
-
-class _Stop:
-    """SIGTERM sets a flag; the loop checkpoints after the current step and stops."""
-
-    def __init__(self) -> None:
-        self.flag = False
-
-    def __call__(self, *_) -> None:
-        self.flag = True
+# ---------------------------------------------------------------------- one run
 
 
 def prepare(cfg: PruneConfig, device: str = "cpu", download: bool = False,
             download_url: str | None = None) -> tuple[PruneConfig, torch.device, datamod.Data]:
-    """Validate everything (config, device, data presence) before any training."""
+    """Validate everything (config, device, data presence), then load the data."""
     cfg = cfg.resolved().validate()
     dev = resolve_device(device)
     if cfg.synthetic:
@@ -637,8 +488,8 @@ def prepare(cfg: PruneConfig, device: str = "cpu", download: bool = False,
                                  val_size=min(cfg.val_size, cfg.synthetic // 2))
         return cfg, dev, data
     if not cfg.data_dir:
-        raise PBInputError("--data-dir is required (e.g. ../shared/data/mnist); or add "
-                           "--download to fetch the data there")
+        raise PBInputError("--data-dir is required (e.g. ../shared/data/mnist); add --download "
+                           "to fetch the data there")
     if download:
         datamod.download(cfg.dataset, cfg.data_dir, url=download_url)
     datamod.check_data(cfg.dataset, cfg.data_dir)
@@ -646,113 +497,75 @@ def prepare(cfg: PruneConfig, device: str = "cpu", download: bool = False,
     return cfg, dev, data
 
 
-def run(cfg: PruneConfig, out: str | Path, device: str = "cpu", *, quiet: bool = False,
-        stop_after_steps: int | None = None, download: bool = False,
-        download_url: str | None = None) -> dict:
-    """Train (or resume) the run of ``cfg`` in ``out/<run name>``; returns the summary.
-
-    ``stop_after_steps`` stops as SIGTERM would after that many steps of this call (tests)."""
-    from tqdm import tqdm
-
-    cfg, dev, data = prepare(cfg, device, download, download_url)
-    folder = Path(out) / cfg.run_name()
-    cfg_file, ckpt_file, summary_file = (folder / "config.json", folder / "checkpoint.pt",
-                                         folder / "summary.json")
-    if cfg_file.exists() and read_json(cfg_file) != cfg.hashed():
-        raise PBInputError(f"{folder} holds a run of another configuration; choose another "
-                           f"--out")
-    if summary_file.exists():
-        summary = read_json(summary_file)
-        if not quiet:
-            print(f"{folder}: already complete (test_acc {summary['test_acc']:.4f})")
-        return summary
-    folder.mkdir(parents=True, exist_ok=True)
-    write_json(cfg_file, cfg.hashed())
+def build(cfg: PruneConfig, data: datamod.Data, dev: torch.device):
+    """(task, method, loop config, weight optimizer) of a validated, resolved config."""
     task = PruneTask(cfg, data, dev)
-    rows: list[dict] = []
-    start_epoch, skip = 0, 0
-    state = (torch.load(ckpt_file, map_location="cpu", weights_only=True)
-             if ckpt_file.exists() else None)
-    if state is not None:
-        task.load_state_dict(state["task"])
-        rows = state["rows"]
-        start_epoch = int(state["epoch"])
-        skip = int(state["batch"])  # batches of start_epoch already trained
-        epoch_gen_state = state["epoch_gen"]
-    stop = _Stop()
-    old = signal.signal(signal.SIGTERM, stop) if _main_thread() else None
-    counts = task.layout
+    S, E = task.steps_per_epoch, cfg.epochs
+    joint = task.trains_weights
+    weight_opt = (torch.optim.SGD(task.weights(), lr=cfg.lr, momentum=WEIGHT_MOMENTUM,
+                                  nesterov=True, weight_decay=WEIGHT_DECAY) if joint else None)
+    wm = WEIGHT_MILESTONES if joint else ()
+    if cfg.method in ("mp", "gmp", "dense"):
+        total = task.total_steps
+        end = min(round(cfg.gmp_end * total), total - 1)
+        method = MagnitudeMethod(cfg.method, task.layout, cfg.target,
+                                 cut=min(round(cfg.prune_at * E) * S, total - 1),
+                                 start=min(round(cfg.gmp_start * total), end), end=end,
+                                 every=cfg.gmp_every)
+        method.weight_optimizer = weight_opt
+        loop = LoopConfig(epochs=E, seed=cfg.seed, weight_milestones=wm,
+                          weight_gamma=WEIGHT_GAMMA)
+        return task, method, loop, weight_opt
+    mc = cfg.method in MC
+    warmup = MC_START if (mc and cfg.mode == "joint") else 0.0
+    freeze = FREEZE_AT if cfg.mode == "joint" else None
+    mask_epochs = (round(freeze * E) if freeze is not None else E) - round(warmup * E)
+    mconf = MethodConfig(method=cfg.method, n=cfg.n if mc else 1,
+                         param=cfg.param if mc else "sigmoid", lr=cfg.mask_lr,
+                         optimizer=cfg.mask_opt, seed=cfg.seed, chunk=cfg.chunk or None,
+                         lam=cfg.lam)
+    method = MaskTrainer(mconf, task.d, max(mask_epochs * S, 1), dev)
+    loop = LoopConfig(epochs=E, seed=cfg.seed,
+                      mask_milestones=MC_MILESTONES if mc else CP_MILESTONES,
+                      mask_gamma=MC_GAMMA if mc else CP_GAMMA, weight_milestones=wm,
+                      weight_gamma=WEIGHT_GAMMA, mask_warmup=warmup, freeze_masks=freeze)
+    return task, method, loop, weight_opt
+
+
+def run(cfg: PruneConfig, out: str | Path, device: str = "cpu", *, quiet: bool = False,
+        download: bool = False, download_url: str | None = None, step_hook=None) -> dict:
+    """Train (or resume, or read back) the run of ``cfg`` under ``out``; returns its summary
+    with the run folder, both weight counts and the final metrics."""
+    cfg, dev, data = prepare(cfg, device, download, download_url)
+    task, method, loop, weight_opt = build(cfg, data, dev)
+    folder = run_folder(out, task.name, full_config(task, method, loop))
+    task.export_dir = folder
     if not quiet:
         print(f"{folder.name}: {cfg.model} on {cfg.dataset}, {cfg.mode} {cfg.method}; "
-              f"{counts.d:,} masked weights of {task.num_all:,} parameters; device {dev}")
-    bar = tqdm(total=task.total_steps, initial=task.step, disable=quiet, file=sys.stderr,
-               dynamic_ncols=True)
-    steps_here = 0
-    try:
-        for epoch in range(start_epoch, cfg.epochs):
-            t0 = time.perf_counter()
-            if skip:
-                task.data_gen.set_state(epoch_gen_state)
-            epoch_gen_state = task.data_gen.get_state()
-            task.epoch_start(epoch)
-            losses = []
-            for b, (x, y) in enumerate(task.data.batches("train", cfg.batch_size, task.data_gen,
-                                                         limit=task.steps_per_epoch)):
-                if b < skip:
-                    continue
-                losses.append(task.train_step(x, y, epoch))
-                bar.update(1)
-                steps_here += 1
-                if stop.flag or (stop_after_steps is not None and steps_here >=
-                                 stop_after_steps):
-                    if b + 1 < task.steps_per_epoch:
-                        _save(ckpt_file, {"task": task.state_dict(), "rows": rows,
-                                          "epoch": epoch, "batch": b + 1,
-                                          "epoch_gen": epoch_gen_state})
-                        if not quiet:
-                            print(f"\nstopped; checkpoint in {ckpt_file}: rerun the same "
-                                  f"command to resume")
-                        return {"stopped": True}
-                    stop.flag = True
-            skip = 0
-            row = {"epoch": epoch + 1, **task.evaluate(), "seconds": time.perf_counter() - t0}
-            rows.append(row)
-            write_rows(folder / "metrics.csv", rows)
-            _save(ckpt_file, {"task": task.state_dict(), "rows": rows, "epoch": epoch + 1,
-                              "batch": 0, "epoch_gen": task.data_gen.get_state()})
-            bar.set_postfix(test_acc=f"{row['test_acc']:.4f}",
-                            remaining=f"{row['remaining']:.4f}")
-            if stop.flag and epoch + 1 < cfg.epochs:
-                if not quiet:
-                    print(f"\nstopped; checkpoint in {ckpt_file}: rerun the same command to "
-                          f"resume")
-                return {"stopped": True}
-    finally:
-        bar.close()
-        if old is not None:
-            signal.signal(signal.SIGTERM, old)
-    task.export(folder)
-    last = rows[-1]
-    summary = {"run": folder.name, **cfg.hashed(), "masked": task.d, "parameters": task.num_all,
-               **{k: v for k, v in last.items()},
-               "mean_seconds_per_epoch": sum(r["seconds"] for r in rows) / len(rows)}
-    write_json(summary_file, summary)
+              f"{task.d:,} masked weights of {task.num_all:,} parameters; device {dev}",
+              file=sys.stderr)
+    folder = loop_run(task, method, loop, out, weight_optimizer=weight_opt, device=dev,
+                      progress=not quiet, info={"data_dir": cfg.data_dir},
+                      step_hook=step_hook)
+    summary = read_json(folder / "summary.json")
+    summary.update({"folder": str(folder), "masked": task.d, "parameters": task.num_all})
     if not quiet:
-        print(f"test_acc {last['test_acc']:.4f}  remaining {last['remaining']:.4%} of "
-              f"{task.d:,} masked weights, {last['remaining_all']:.4%} of {task.num_all:,} "
-              f"parameters")
-        for name, kept, size in task.layer_report():
-            print(f"  {name:<24} {kept:>10,} / {size:>10,}  ({kept / size:.4%})")
+        report(summary, task)
     return summary
 
 
-def _main_thread() -> bool:
-    import threading
-
-    return threading.current_thread() is threading.main_thread()
-
-
-# ---------------------------------------------------------------------- CLI
+def report(summary: dict, task: PruneTask) -> None:
+    """Both weight counts of a finished run, overall and per layer."""
+    d, n_all = task.d, task.num_all
+    rem, rem_all = summary["final_remaining"], summary["final_remaining_all"]
+    print(f"test_acc {summary['final_test_acc']:.4f}  remaining {round(rem * d):,} of {d:,} "
+          f"masked weights ({rem:.4%}), {round(rem_all * n_all):,} of {n_all:,} parameters "
+          f"({rem_all:.4%})")
+    sizes = task.model.layer_counts(task.names)
+    for k, size in sizes.items():
+        layer = k.removesuffix(".weight")
+        frac = summary[f"final_remaining_{layer}"]
+        print(f"  {layer:<24} {round(frac * size):>10,} / {size:>10,}  ({frac:.4%})")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -815,12 +628,12 @@ def main(argv: list[str] | None = None) -> int:
     cfg = PruneConfig(**fields)
     try:
         set_threads(args.threads)
-        summary = run(cfg, args.out, args.device, quiet=args.quiet, download=args.download,
-                      download_url=args.download_url)
+        run(cfg, args.out, args.device, quiet=args.quiet, download=args.download,
+            download_url=args.download_url)
     except PBInputError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    return 143 if summary.get("stopped") else 0
+    return 0
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ end and bad input."""
 import itertools
 import math
 import os
+from pathlib import Path
 
 import pytest
 import torch
@@ -14,8 +15,11 @@ from pbexact.estimators import MIN_SAMPLES
 from pbexact.parametrizations import get_parametrization
 from pbscale import magnitude
 from pbscale import prune as P
+from pbscale.batched import cross_entropy_per_mask
 from pbscale.io import read_csv
-from pbscale.masks import MaskedModule
+from pbscale.loop import EvalContext
+from pbscale.loop import run as loop_run
+from pbscale.masks import MaskedModule, rescaled_weight
 from pbscale.methods import mc_gradient
 from pbscale.models import MODELS
 
@@ -32,6 +36,12 @@ def make_task(**kw):
     return P.PruneTask(cfg, data, dev)
 
 
+def make_run(**kw):
+    """(task, method, loop config, weight optimizer) of a tiny config."""
+    cfg, dev, data = P.prepare(tiny_cfg(**kw))
+    return P.build(cfg, data, dev)
+
+
 # ------------------------------------------------------------------ masks hit the right tensors
 
 
@@ -40,7 +50,7 @@ def test_masks_multiply_exactly_the_masked_weights(method):
     task = make_task(method=method)
     g = torch.Generator().manual_seed(0)
     z = (torch.rand(task.d, generator=g) < 0.3).float()
-    params = task.masked_params(z)
+    params = task.eval_params(z)
     base = dict(task.model.named_parameters())
     assert task.names == ["fc1.weight", "fc2.weight"]
     start = 0
@@ -52,7 +62,7 @@ def test_masks_multiply_exactly_the_masked_weights(method):
         assert torch.allclose(params[name], w * m * scale, rtol=1e-6, atol=0)
         assert torch.equal(params[name] == 0, (m == 0) | (w == 0))
     for name in ("fc1.bias", "fc2.bias", "fc3.weight", "fc3.bias"):
-        assert params[name] is base[name]
+        assert torch.equal(params[name], base[name])
 
 
 def test_batched_loss_equals_network_with_zeroed_weights():
@@ -66,7 +76,7 @@ def test_batched_loss_equals_network_with_zeroed_weights():
     x, y = next(task.data.batches("train", 4))
     z = (torch.rand(3, task.d) < 0.7).float()
     task.model.train()
-    J = P.masked_ce(task.model, task.layout, x, y)(z)
+    J = task.layout.loss_fn(x, y, cross_entropy_per_mask)(z)
     for i in range(3):
         net = type(task.model)()
         net.load_state_dict(task.model.state_dict())
@@ -114,39 +124,43 @@ def test_gmp_schedule_cubic():
 
 @pytest.mark.parametrize("method", ["mp", "gmp"])
 def test_mp_gmp_reach_target_exactly_and_pruned_weights_stay_zero(tmp_path, method):
-    cfg = tiny_cfg(mode="joint", method=method, target=0.02, epochs=4, max_batches=3,
-                   prune_at=0.25, gmp_start=0.1, gmp_end=0.6)
-    cfg2, dev, data = P.prepare(cfg)
-    task = P.PruneTask(cfg2, data, dev)
-    pruned_at = None
-    for epoch in range(cfg2.epochs):
-        task.epoch_start(epoch)
-        for x, y in task.data.batches("train", cfg2.batch_size, task.data_gen, limit=3):
-            task.train_step(x, y, epoch)
-            kept, _ = magnitude.remaining(task.fixed)
-            if kept < task.d and pruned_at is None:
-                pruned_at = {k: task.fixed[k].clone() for k in task.names}
-            if pruned_at is not None:
-                p = dict(task.model.named_parameters())
-                for k in task.names:  # weights pruned at the first cut are still exactly zero
-                    assert torch.all(p[k][pruned_at[k] == 0] == 0)
-                    assert torch.all(p[k][task.fixed[k] == 0] == 0)
-    assert pruned_at is not None
-    assert magnitude.remaining(task.fixed)[0] == round(0.02 * task.d)
-    row = task.evaluate()
-    assert row["remaining"] * task.d == pytest.approx(round(0.02 * task.d))
+    task, meth, loop, wopt = make_run(mode="joint", method=method, target=0.02, epochs=4,
+                                      max_batches=3, prune_at=0.25, gmp_start=0.1,
+                                      gmp_end=0.6)
+    seen = {"cut": None, "checks": 0}
+
+    def hook(epoch, i):  # before every step: everything pruned so far is still exactly zero
+        p = dict(task.model.named_parameters())
+        masks = task.layout.split(meth.mask[None])
+        if seen["cut"] is None and int(meth.mask.sum()) < task.d:
+            seen["cut"] = {k: m[0].clone() for k, m in masks.items()}
+        if seen["cut"] is not None:
+            for k in task.names:
+                assert torch.all(p[k][seen["cut"][k] == 0] == 0)
+                assert torch.all(p[k][masks[k][0] == 0] == 0)
+            seen["checks"] += 1
+
+    folder = loop_run(task, meth, loop, tmp_path, weight_optimizer=wopt, progress=False,
+                      step_hook=hook)
+    assert seen["cut"] is not None and seen["checks"] >= 3
+    assert int(meth.mask.sum()) == round(0.02 * task.d)
+    rows = read_csv(folder / "metrics.csv")
+    assert rows[-1]["remaining"] * task.d == pytest.approx(round(0.02 * task.d))
+    if method == "gmp":  # the cubic schedule cuts several times, monotonically
+        rem = [r["remaining"] for r in rows]
+        assert len(set(rem)) >= 3 and all(a >= b for a, b in zip(rem, rem[1:]))
 
 
 # ------------------------------------------------------------------ hand counts
 
 
 def test_remaining_counts_by_hand():
-    task = make_task(method="cp")
+    task, meth, loop, _ = make_run(method="cp")
     with torch.no_grad():
-        task.r.fill_(-1.0)
-        task.r[:1000] = 1.0          # 1000 weights of fc1 kept
-        task.r[235_200:235_230] = 1.0  # 30 weights of fc2
-    row = task.evaluate()
+        meth.r.fill_(-1.0)
+        meth.r[:1000] = 1.0          # 1000 weights of fc1 kept
+        meth.r[235_200:235_230] = 1.0  # 30 weights of fc2
+    row = task.evaluate(EvalContext(meth, torch.Generator().manual_seed(0), "train", None, 1))
     assert row["remaining"] == 1030 / 265_200
     assert row["remaining_fc1"] == 1000 / 235_200
     assert row["remaining_fc2"] == 30 / 30_000
@@ -164,9 +178,9 @@ def test_mc_gradient_matches_enumeration(estimator, param):
     256 masks; each coordinate within 4.5 standard errors of the mean."""
     torch.manual_seed(0)
     net = nn.Sequential(nn.Linear(2, 2), nn.ReLU(), nn.Linear(2, 2))
-    layout = MaskedModule(net, ["0.weight", "2.weight"])
+    layout = MaskedModule(net, ["0.weight", "2.weight"], weight_hook=rescaled_weight)
     x, y = torch.randn(6, 2), torch.randint(0, 2, (6,))
-    f = P.masked_ce(net, layout, x, y)
+    f = layout.loss_fn(x, y, cross_entropy_per_mask)  # the loss PruneTask.batch_loss gives
     pz = get_parametrization(param)
     theta0 = torch.tensor([0.3, 0.6, 0.5, 0.8, 0.4, 0.7, 0.55, 0.35], dtype=torch.float64)
     r = pz.logits(theta0).float()
@@ -189,26 +203,39 @@ def test_mc_gradient_matches_enumeration(estimator, param):
 
 
 def _rows(folder):
-    return [{k: v for k, v in r.items() if k != "seconds"} for r in read_csv(folder /
-                                                                             "metrics.csv")]
+    drop = ("train_seconds", "val_seconds")
+    def same(v):  # nan (row 0 has no training loss) compares equal to itself as text
+        return "nan" if isinstance(v, float) and math.isnan(v) else v
+
+    return [{k: same(v) for k, v in r.items() if k not in drop}
+            for r in read_csv(folder / "metrics.csv")]
 
 
 @pytest.mark.parametrize("method", ["arms", "gmp"])
 def test_resume_equals_uninterrupted(tmp_path, method):
+    import os
+    import signal
+
     cfg = tiny_cfg(mode="joint", method=method, epochs=5, max_batches=3)
     a = P.run(cfg, tmp_path / "a", quiet=True)
     out = tmp_path / "b"
-    assert P.run(cfg, out, quiet=True, stop_after_steps=4)["stopped"]  # mid epoch 2
-    assert P.run(cfg, out, quiet=True, stop_after_steps=5)["stopped"]  # mid epoch 3
+    for stop_at in ((1, 1), (3, 2)):  # SIGTERM mid epoch 2, then mid epoch 4 (frozen masks)
+        def hook(epoch, i, stop_at=stop_at):
+            if (epoch, i) == stop_at:
+                os.kill(os.getpid(), signal.SIGTERM)
+
+        with pytest.raises(SystemExit) as exc:
+            P.run(cfg, out, quiet=True, step_hook=hook)
+        assert exc.value.code == 143
     b = P.run(cfg, out, quiet=True)
-    name = cfg.resolved().run_name()
-    assert _rows(tmp_path / "a" / name) == _rows(out / name)
-    assert a["test_acc"] == b["test_acc"] and a["remaining"] == b["remaining"]
-    ma = torch.load(tmp_path / "a" / name / "masks.pt", weights_only=True)
-    mb = torch.load(out / name / "masks.pt", weights_only=True)
+    fa, fb = a["folder"], b["folder"]
+    assert _rows(Path(fa)) == _rows(Path(fb))
+    assert a["final_test_acc"] == b["final_test_acc"]
+    ma = torch.load(Path(fa) / "masks.pt", weights_only=True)
+    mb = torch.load(Path(fb) / "masks.pt", weights_only=True)
     assert ma.keys() == mb.keys() and all(torch.equal(ma[k], mb[k]) for k in ma)
-    # a finished run is not retrained
-    assert P.run(cfg, out, quiet=True)["test_acc"] == b["test_acc"]
+    # a finished run is read back, not retrained
+    assert P.run(cfg, out, quiet=True)["final_test_acc"] == b["final_test_acc"]
 
 
 @pytest.mark.parametrize("model,method,mode", [("lenet", "arms", "supermask"),
@@ -220,7 +247,7 @@ def test_pruned_pt_loads_in_plain_pytorch_to_reported_accuracy(tmp_path, model, 
     cfg = tiny_cfg(model=model, dataset=ds, method=method, mode=mode, synthetic=24,
                    batch_size=8, epochs=2, max_batches=1)
     summary = P.run(cfg, tmp_path, quiet=True)
-    folder = tmp_path / cfg.resolved().run_name()
+    folder = Path(summary["folder"])
     cfg2, dev, data = P.prepare(cfg)
     state = torch.load(folder / "pruned.pt", weights_only=True)
     assert any(k.endswith("weight_orig") for k in state)
@@ -232,8 +259,8 @@ def test_pruned_pt_loads_in_plain_pytorch_to_reported_accuracy(tmp_path, model, 
             correct += float((out.argmax(1) == y).sum())
             loss += float(nn.functional.cross_entropy(out, y, reduction="sum"))
     n = len(data.test)
-    assert correct / n == summary["test_acc"]
-    assert loss / n == pytest.approx(summary["test_loss"], rel=1e-5)
+    assert correct / n == summary["final_test_acc"]
+    assert loss / n == pytest.approx(summary["final_test_loss"], rel=1e-5)
     # masks.pt: binary masks, rescaling constants and weights reproduce the same network
     blob = torch.load(folder / "masks.pt", weights_only=True)
     plain = MODELS[model]()
@@ -243,13 +270,14 @@ def test_pruned_pt_loads_in_plain_pytorch_to_reported_accuracy(tmp_path, model, 
         for k, p in plain.named_parameters():
             if f"mask.{k}" in blob:
                 assert set(blob[f"mask.{k}"].unique().tolist()) <= {0.0, 1.0}
-                p.copy_((p * blob[f"scale.{k}"]) * blob[f"mask.{k}"])
+                scale = blob.get(f"scale.{k}", torch.tensor(1.0))
+                p.copy_(p * blob[f"mask.{k}"] * scale)
     plain.eval()
     with torch.no_grad():
         acc = sum(float((plain(x).argmax(1) == y).sum()) for x, y in data.batches("test", 7))
-    assert acc / n == summary["test_acc"]
+    assert acc / n == summary["final_test_acc"]
     kept = sum(int(blob[k].sum()) for k in blob if k.startswith("mask."))
-    assert kept / summary["masked"] == summary["remaining"]
+    assert kept / summary["masked"] == summary["final_remaining"]
 
 
 # ------------------------------------------------------------------ every model, mode, method
@@ -283,15 +311,16 @@ def test_every_model_mode_method_end_to_end(tmp_path, model, mode, method):
             P.run(cfg, tmp_path, quiet=True)
         pytest.skip("DisARM comes with the estimator registry of issue 11 (branch h11x)")
     s = P.run(cfg, tmp_path, quiet=True)
-    rows = read_csv(tmp_path / cfg.resolved().run_name() / "metrics.csv")
-    assert len(rows) == epochs
+    rows = read_csv(Path(s["folder"]) / "metrics.csv")
+    assert len(rows) == epochs + 1  # row 0: before training
     for r in rows:
         assert 0 <= r["test_acc"] <= 1 and math.isfinite(r["test_loss"])
         assert 0 <= r["remaining"] <= 1 and r["remaining_all"] >= r["remaining"] - 1e-12
     if method == "dense":
-        assert s["remaining"] == 1.0
+        assert s["final_remaining"] == 1.0
     if method in ("mp", "gmp"):
-        assert s["remaining"] * s["masked"] == round(0.5 * s["masked"])
+        assert s["final_remaining"] * s["masked"] == round(0.5 * s["masked"])
+    assert (Path(s["folder"]) / "pruned.pt").exists()
 
 
 # ------------------------------------------------------------------ bad input
