@@ -6,8 +6,8 @@ the k-mask forward alone by :func:`pbscale.batched.forward_masked` (grouped conv
 each step.
 
     python -m benchmarks.bench_prune [--device cpu|cuda] [--amp none,bf16] [--ns 1,10,100]
-        [--models lenet,resnet20] [--batch 128] [--chunk K] [--repeats R] [--channels-last]
-        [--out figures]
+        [--models lenet,resnet20] [--batch 128] [--chunk K] [--repeats R]
+        [--layouts nchw,channels_last] [--out figures]
 
 Goals (`issue 12`): on a CPU an MC step at n costs at most 1.2 n dense forward passes and its
 peak memory is flat in n (n samples evaluated k = chunk at a time); on a GPU an n = 100 step of
@@ -62,8 +62,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="masks per batched forward (default: 10 on cpu, the largest n on cuda)")
     p.add_argument("--repeats", type=int, default=None,
                    help="timed repetitions after one warm-up (default 3 on cpu, 10 on cuda)")
-    p.add_argument("--channels-last", action="store_true",
-                   help="channels-last activations for the convolutional model")
+    p.add_argument("--layouts", default="nchw",
+                   help="memory layouts of the convolutional model's activations: nchw, "
+                   "channels_last or both (nchw,channels_last); default nchw")
     p.add_argument("--estimator", default="arms", help="MC estimator for n >= 2 (default arms)")
     p.add_argument("--param", default="escort", help="parametrization (default escort)")
     p.add_argument("--no-memory", action="store_true", help="skip the peak-memory runs")
@@ -92,6 +93,11 @@ def check_args(args: argparse.Namespace) -> argparse.Namespace:
     if not args.amps or any(a not in ("none", "bf16") for a in args.amps):
         raise PBInputError(f"--amp must be none, bf16 or both (none,bf16), got {args.amp!r}")
     args.amp = args.amps[0]
+    args.layout_list = [v.strip() for v in args.layouts.split(",") if v.strip()]
+    if not args.layout_list or any(v not in ("nchw", "channels_last") for v in args.layout_list):
+        raise PBInputError("--layouts must be nchw, channels_last or nchw,channels_last, got "
+                           f"{args.layouts!r}")
+    args.channels_last = args.layout_list[0] == "channels_last"
     args.ns = _positive_ints(args.ns, "--ns")
     args.models = [m.strip() for m in args.models.split(",") if m.strip()]
     bad = [m for m in args.models if m not in BENCH_MODELS]
@@ -209,9 +215,8 @@ def _peak(args: argparse.Namespace, model: str, what: str, n: int, setup: Setup,
     cmd = [sys.executable, "-m", "benchmarks.bench_prune", "--child", f"{model},{what},{n}",
            "--device", args.device, "--amp", args.amp, "--batch", str(args.batch),
            "--chunk", str(chunk), "--estimator", args.estimator, "--param", args.param,
-           "--ns", ",".join(map(str, args.ns))]
-    if args.channels_last:
-        cmd.append("--channels-last")
+           "--ns", ",".join(map(str, args.ns)),
+           "--layouts", "channels_last" if args.channels_last else "nchw"]
     res = subprocess.run(cmd, capture_output=True, text=True, check=True)
     got = json.loads(res.stdout.strip().splitlines()[-1])["peak"]
     return float("nan") if got is None else got / 2**20
@@ -288,7 +293,8 @@ def bench_model(model: str, args: argparse.Namespace) -> list[dict]:
     dense = {what: _stats(ts) for what, ts in dense_t.items()}
     fwd, train = dense["dense_forward"], dense["dense_train"]
     print(f"{model}: d={setup.layout.d:,} masked weights, batch {args.batch}, {args.device} "
-          f"({base['device_name']}, {base['threads']} threads), amp {args.amp}; dense forward "
+          f"({base['device_name']}, {base['threads']} threads), amp {args.amp}, "
+          f"{'channels_last' if setup.channels_last else 'nchw'}; dense forward "
           f"{fwd['ms_median']:.2f} ms (CPU time {fwd['cpu_ms_median']:.2f}), dense training step "
           f"{train['ms_median']:.2f} ms (CPU time {train['cpu_ms_median']:.2f})", flush=True)
     rows = []
@@ -343,7 +349,10 @@ def main(argv: list[str] | None = None) -> int:
     for amp in args.amps:
         args.amp = amp
         for model in args.models:
-            rows += bench_model(model, args)
+            layouts = args.layout_list if model != "lenet" else ["nchw"]  # no conv in LeNet
+            for layout in dict.fromkeys(layouts):
+                args.channels_last = layout == "channels_last"
+                rows += bench_model(model, args)
     path = Path(args.out) / f"bench_prune_{args.device}.csv"
     io.write_csv(path, rows)
     print(f"wrote {path}")

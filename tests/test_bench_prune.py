@@ -19,6 +19,7 @@ from pbscale import io
     (["--models", "alexnet"], "unknown model 'alexnet'"),
     (["--batch", "1"], "--batch must be >= 2"),
     (["--chunk", "0"], "--chunk must be a positive integer"),
+    (["--layouts", "nhwc"], "--layouts must be"),
     (["--param", "nope"], "unknown parametrization"),
 ])
 def test_bad_arguments_exit_2(argv, match, capsys, tmp_path):
@@ -50,3 +51,16 @@ def test_tiny_run_writes_every_measurement(tmp_path, capsys):
     assert all(math.isclose(float(r["per_dense_forward"]), 1.0) for r in dense)
     out = capsys.readouterr().out
     assert "MC step n=   3 (arms, chunk   2)" in out and "fast/vmap speedup" in out
+
+
+def test_tiny_run_bf16_and_both_layouts(tmp_path):
+    argv = ["--models", "resnet20", "--batch", "2", "--ns", "2", "--chunk", "2", "--repeats",
+            "1", "--no-memory", "--amp", "none,bf16", "--layouts", "nchw,channels_last",
+            "--out", str(tmp_path)]
+    assert run(bench_prune.main, argv) == 0
+    rows = io.read_csv(tmp_path / "bench_prune_cpu.csv")
+    configs = {(r["amp"], str(r["channels_last"])) for r in rows if r["what"] == "mc_step"}
+    assert configs == {("none", "False"), ("none", "True"), ("bf16", "False"), ("bf16", "True")}
+    for r in rows:
+        if r["what"] == "fwd_fast":  # bf16 agrees with the bf16 loop to its precision
+            assert float(r["max_rel_diff"]) < (5e-2 if r["amp"] == "bf16" else 1e-5)
