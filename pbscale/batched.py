@@ -93,8 +93,8 @@ class _Fold:
 
 
 def _repeat(x: torch.Tensor, k: int) -> torch.Tensor:
-    """A shared tensor (B, C, ...) in the folded layout (B, k * C, ...)."""
-    return x.repeat(1, k, *([1] * (x.dim() - 2)))
+    """A shared tensor (B, C, ...) in the folded layout (B, k * C, ...) (no copy for k = 1)."""
+    return x if k == 1 else x.repeat(1, k, *([1] * (x.dim() - 2)))
 
 
 def _conv(state: _Fold, m: nn.Module, prefix: str, x: torch.Tensor) -> torch.Tensor:
