@@ -64,3 +64,15 @@ def test_tiny_run_bf16_and_both_layouts(tmp_path):
     for r in rows:
         if r["what"] == "fwd_fast":  # bf16 agrees with the bf16 loop to its precision
             assert float(r["max_rel_diff"]) < (5e-2 if r["amp"] == "bf16" else 1e-5)
+
+
+def test_in_process_peak_branch_restores_the_chunk():
+    """The in-process peak measurement (the cuda branch, run here on a CPU setup) measures a
+    step with the requested chunk and leaves --chunk as it was."""
+    args = bench_prune.check_args(bench_prune.build_parser().parse_args(
+        ["--models", "lenet", "--batch", "4", "--ns", "4", "--chunk", "2"]))
+    setup = bench_prune.Setup("lenet", args)
+    args.device = "cuda"  # only selects the in-process branch; the setup stays on the CPU
+    peak = bench_prune._peak(args, "lenet", "mc_step", 4, setup, chunk=4)
+    assert args.chunk == 2
+    assert peak >= 0 or math.isnan(peak)
