@@ -42,7 +42,7 @@ from torch.func import functional_call
 from torch.nn import functional as F
 
 from pbexact.errors import PBInputError
-from pbscale.masks import MaskedModule
+from pbscale.masks import MaskedModule, WeightHook, plain_weight
 
 _CONV = (nn.Conv1d, nn.Conv2d, nn.Conv3d)
 _BN = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d)
@@ -63,9 +63,10 @@ class _Fold:
     """State of one folded call: k, the masks per parameter name, whether the latest k-batched
     layer returned a folded tensor."""
 
-    def __init__(self, k: int, masks: Mapping[str, torch.Tensor]) -> None:
+    def __init__(self, k: int, masks: Mapping[str, torch.Tensor], hook: WeightHook) -> None:
         self.k = k
         self.masks = masks
+        self.hook = hook
         self.used: set[str] = set()
         self.folded_out = False
 
@@ -77,7 +78,7 @@ class _Fold:
         if p is None or name not in self.masks:
             return p, False
         self.used.add(name)
-        return p * self.masks[name], True
+        return self.hook(name, p, self.masks[name]), True
 
     def channels(self, x: torch.Tensor, expected: int, what: str) -> bool:
         """True if x (B, C, ...) is folded (C = k * expected), False if shared (C = expected)."""
@@ -203,10 +204,15 @@ def _folded(module: nn.Module, state: _Fold) -> Iterator[None]:
 
 
 def forward_masked(module: nn.Module, masks: Mapping[str, torch.Tensor], x: torch.Tensor,
-                   *, amp: torch.dtype | None = None, channels_last: bool = False) -> torch.Tensor:
+                   *, amp: torch.dtype | None = None, channels_last: bool = False,
+                   weight_hook: WeightHook = plain_weight) -> torch.Tensor:
     """Outputs of ``module`` under k masks at once: masks {parameter name: (k, *param.shape)}
     multiplying the named parameters (weights or biases of Conv / Linear / BatchNorm layers;
     soft values allowed), input x (B, ...) shared by all masks -> (k, B, ...).
+
+    ``weight_hook(name, weight, masks) -> (k, *shape)`` replaces the product w * z, as in
+    :class:`pbscale.masks.MaskedModule` (e.g. :func:`pbscale.masks.rescaled_weight`, dynamic
+    weight rescaling).
 
     ``amp``: run under ``torch.autocast`` with this dtype (e.g. ``torch.bfloat16``);
     ``channels_last``: 4-d activations in channels-last memory format. BatchNorm uses batch
@@ -232,7 +238,7 @@ def forward_masked(module: nn.Module, masks: Mapping[str, torch.Tensor], x: torc
             raise PBInputError(f"every mask needs the same k; {name!r} has {m.shape[0]}, not {k}")
     if k < 1:
         raise PBInputError("forward_masked needs k >= 1 masks")
-    state = _Fold(k, masks)
+    state = _Fold(k, masks, weight_hook)
     if channels_last and x.dim() == 4:
         x = x.contiguous(memory_format=torch.channels_last)
     amp_ctx = (torch.autocast(x.device.type, dtype=amp) if amp is not None
@@ -250,7 +256,7 @@ def forward_masked(module: nn.Module, masks: Mapping[str, torch.Tensor], x: torc
 
 
 def forward_masked_loop(module: nn.Module, masks: Mapping[str, torch.Tensor],
-                        x: torch.Tensor) -> torch.Tensor:
+                        x: torch.Tensor, weight_hook: WeightHook = plain_weight) -> torch.Tensor:
     """:func:`forward_masked` by a loop over the k masks, one ``functional_call`` each (the
     reference the fast path is tested against; running statistics are not updated)."""
     params = dict(module.named_parameters())
@@ -258,15 +264,16 @@ def forward_masked_loop(module: nn.Module, masks: Mapping[str, torch.Tensor],
     k = next(iter(masks.values())).shape[0]
     outs = []
     for i in range(k):
-        p = {n: (v * masks[n][i] if n in masks else v) for n, v in params.items()}
+        p = {n: (weight_hook(n, v, masks[n][i : i + 1])[0] if n in masks else v)
+             for n, v in params.items()}
         outs.append(functional_call(module, {**p, **buffers}, (x,)))
     return torch.stack(outs)
 
 
 def masked_loss(module: nn.Module, x: torch.Tensor, y: torch.Tensor,
                 names: Sequence[str] | None = None, loss: PerMaskLoss = cross_entropy_per_mask,
-                *, amp: torch.dtype | None = None,
-                channels_last: bool = False) -> Callable[[torch.Tensor], torch.Tensor]:
+                *, amp: torch.dtype | None = None, channels_last: bool = False,
+                weight_hook: WeightHook = plain_weight) -> Callable[[torch.Tensor], torch.Tensor]:
     """J(z) on the batch (x, y) as a batched function f(z (k, d)) -> (k,) for
     :func:`pbscale.methods.mc_gradient`; z is laid out as in :class:`pbscale.masks.MaskedModule`
     over ``names`` (default: every weight with >= 2 dimensions)."""
@@ -275,7 +282,8 @@ def masked_loss(module: nn.Module, x: torch.Tensor, y: torch.Tensor,
     def f(z: torch.Tensor) -> torch.Tensor:
         lead = z.shape[:-1]
         z2 = z.reshape(-1, layout.d).to(layout.dtype)
-        out = forward_masked(module, layout.split(z2), x, amp=amp, channels_last=channels_last)
+        out = forward_masked(module, layout.split(z2), x, amp=amp, channels_last=channels_last,
+                             weight_hook=weight_hook)
         return loss(out, y).reshape(lead)
 
     return f

@@ -17,7 +17,7 @@ from pbscale.batched import (
     forward_masked_loop,
     masked_loss,
 )
-from pbscale.masks import MaskedModule
+from pbscale.masks import MaskedModule, rescaled_weight
 from pbscale.methods import FixedSampler, mc_gradient
 from pbscale.models import INPUT_SHAPES, MODELS, build_model
 
@@ -258,3 +258,20 @@ def test_repository_models_equal_loop(name):
             gb = torch.autograd.grad((ref * w).sum(), list(masks.values()) + params)
             for a, b in zip(ga, gb):
                 torch.testing.assert_close(a, b, rtol=1e-8, atol=1e-10)
+
+
+def test_weight_hook_dynamic_rescaling_equals_loop():
+    """forward_masked with pbscale.masks.rescaled_weight (dynamic weight rescaling) equals the
+    loop with the same hook, values and gradients to soft masks and weights."""
+    net, x, gen = _setup("tiny_resnet", 3, True, seed=13)
+    masks = {n: m.requires_grad_(True) for n, m in weight_masks(net, 3, True, gen).items()}
+    fast = forward_masked(net, masks, x, weight_hook=rescaled_weight)
+    ref = forward_masked_loop(net, masks, x, weight_hook=rescaled_weight)
+    torch.testing.assert_close(fast, ref, rtol=1e-10, atol=1e-10)
+    plain = forward_masked(net, masks, x)
+    assert not torch.allclose(fast, plain)  # the hook changes the function
+    params = list(net.parameters())
+    ga = torch.autograd.grad(fast.sin().sum(), list(masks.values()) + params)
+    gb = torch.autograd.grad(ref.sin().sum(), list(masks.values()) + params)
+    for a, b in zip(ga, gb):
+        torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-11)
