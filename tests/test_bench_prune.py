@@ -75,4 +75,5 @@ def test_in_process_peak_branch_restores_the_chunk():
     args.device = "cuda"  # only selects the in-process branch; the setup stays on the CPU
     peak = bench_prune._peak(args, "lenet", "mc_step", 4, setup, chunk=4)
     assert args.chunk == 2
-    assert peak >= 0 or math.isnan(peak)
+    # a CPU resident-set difference in a warm process: finite, possibly slightly negative
+    assert isinstance(peak, float) and math.isfinite(peak)
