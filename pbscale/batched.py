@@ -1,0 +1,289 @@
+"""k masked copies of a Conv / Linear / BatchNorm / residual network evaluated as one network.
+
+:func:`forward_masked` runs the module's own ``forward`` once, with activations in a *folded*
+layout: the k masked copies side by side in the channel dimension, (B, k * C, ...) for conv
+activations and (B, k * F) for flat ones. Only the layers with weights need to know about k, and
+while the call runs they take a k-batched form (restored afterwards):
+
+* ``nn.Conv1d/2d/3d``: the k masked kernels (k, out, in / g, ...) stacked into one kernel
+  (k * out, in / g, ...) and applied as ONE grouped convolution with groups = k * g. The first
+  layer sees the input shared by every mask (C channels, not k * C): a masked convolution applies
+  the stacked kernel with the original groups (the input is never repeated), an unmasked layer
+  runs once and its output is repeated k times. From then on every activation is folded; the
+  one unsupported mix is adding the raw input (before any layer with weights) to a folded
+  activation.
+* ``nn.Linear``: one batched matrix product over the k masks, (k, B, in) @ (k, in, out); on a
+  shared input one matrix product with the stacked (k * out, in) weight.
+* ``nn.BatchNorm1d/2d/3d``: ``F.batch_norm`` over (B, k * C, ...) normalizes each of the k * C
+  channels over the batch, i.e. with each mask's own batch statistics (training mode), or with
+  the running statistics repeated k times (eval mode). Running statistics are never updated here.
+
+Everything without weights (ReLU and other elementwise functions, pooling, residual additions,
+flatten) acts channel by channel and so works on the folded layout unchanged. Not supported (the
+result would be wrong or raise): operations that mix channels outside these layers (e.g. a
+channel-padding "option A" shortcut or a channel shuffle) and any other layer type with
+parameters (rejected with :class:`PBInputError`). The tests check equality with the per-mask
+loop (:func:`forward_masked_loop`) on the repository's networks, forward and gradients.
+
+Weights are used live (not detached): gradients flow to the weights (joint training,
+`sec:app_joint_pruning_setup`) and to soft masks (CP, `sec:pb_application`). :func:`masked_loss`
+turns this into the batched loss f(z) (k, d) -> (k,) that :func:`pbscale.methods.mc_gradient`
+evaluates in chunks (`alg:iter_arms`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator, Mapping, Sequence
+
+import torch
+from torch import nn
+from torch.func import functional_call
+from torch.nn import functional as F
+
+from pbexact.errors import PBInputError
+from pbscale.masks import MaskedModule, WeightHook, plain_weight
+
+_CONV = (nn.Conv1d, nn.Conv2d, nn.Conv3d)
+_BN = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d)
+_CONV_FN = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
+
+#: Loss per mask: outputs (k, B, C) and targets (B,) -> (k,).
+PerMaskLoss = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+def cross_entropy_per_mask(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Mean cross-entropy over the batch for each mask: logits (k, B, C), labels (B,) -> (k,)."""
+    k, B = out.shape[:2]
+    per = F.cross_entropy(out.reshape(k * B, -1).float(), y.repeat(k), reduction="none")
+    return per.view(k, B).mean(1)
+
+
+class _Fold:
+    """State of one folded call: k, the masks per parameter name, whether the latest k-batched
+    layer returned a folded tensor."""
+
+    def __init__(self, k: int, masks: Mapping[str, torch.Tensor], hook: WeightHook) -> None:
+        self.k = k
+        self.masks = masks
+        self.hook = hook
+        self.used: set[str] = set()
+        self.folded_out = False
+
+    def value(self, module: nn.Module, prefix: str, attr: str) -> tuple[torch.Tensor | None, bool]:
+        """The parameter ``attr`` of ``module``: (k, *shape) masked values and True when a mask
+        applies to it, else (the shared parameter or None, False)."""
+        p = getattr(module, attr)
+        name = f"{prefix}{attr}"
+        if p is None or name not in self.masks:
+            return p, False
+        self.used.add(name)
+        return self.hook(name, p, self.masks[name]), True
+
+    def channels(self, x: torch.Tensor, expected: int, what: str) -> bool:
+        """True if x (B, C, ...) is folded (C = k * expected), False if shared (C = expected)."""
+        c = x.shape[1] if x.dim() > 1 else -1
+        if c == expected:
+            return False
+        if c == self.k * expected:
+            return True
+        raise PBInputError(
+            f"{what} expects {expected} channels (or {self.k} x {expected} folded), got input "
+            f"shape {tuple(x.shape)}; forward_masked supports channel-wise networks only"
+        )
+
+
+def _repeat(x: torch.Tensor, k: int) -> torch.Tensor:
+    """A shared tensor (B, C, ...) in the folded layout (B, k * C, ...) (no copy for k = 1)."""
+    return x if k == 1 else x.repeat(1, k, *([1] * (x.dim() - 2)))
+
+
+def _conv(state: _Fold, m: nn.Module, prefix: str, x: torch.Tensor) -> torch.Tensor:
+    if m.padding_mode != "zeros":
+        raise PBInputError(f"{prefix or 'conv'}: padding_mode={m.padding_mode!r} is not supported "
+                           "by forward_masked; use padding_mode='zeros'")
+    k, g = state.k, m.groups
+    fn = _CONV_FN[m.weight.dim() - 2]
+    w, w_masked = state.value(m, prefix, "weight")
+    b, b_masked = state.value(m, prefix, "bias")
+    folded = state.channels(x, m.in_channels, f"{prefix}weight")
+    state.folded_out = True
+    if not folded and not (w_masked or b_masked):
+        return _repeat(fn(x, w, b, m.stride, m.padding, m.dilation, g), k)
+    if not w_masked:
+        w = w.unsqueeze(0).expand(k, *w.shape)
+    if b is not None and not b_masked:
+        b = b.unsqueeze(0).expand(k, *b.shape)
+    w = w.reshape(k * w.shape[1], *w.shape[2:])
+    b = None if b is None else b.reshape(-1)
+    if not folded:
+        if g == 1:  # the shared input through the stacked kernel: out channel block j = mask j
+            return fn(x, w, b, m.stride, m.padding, m.dilation, 1)
+        x = _repeat(x, k)
+    return fn(x, w, b, m.stride, m.padding, m.dilation, k * g)
+
+
+def _linear(state: _Fold, m: nn.Module, prefix: str, x: torch.Tensor) -> torch.Tensor:
+    if x.dim() != 2:
+        raise PBInputError(f"{prefix}weight: forward_masked takes Linear inputs of shape "
+                           f"(B, features), got {tuple(x.shape)}")
+    k, B = state.k, x.shape[0]
+    w, w_masked = state.value(m, prefix, "weight")
+    b, b_masked = state.value(m, prefix, "bias")
+    folded = state.channels(x, m.in_features, f"{prefix}weight")
+    state.folded_out = True
+    if not folded and not (w_masked or b_masked):
+        return _repeat(F.linear(x, w, b), k)
+    out_f = m.out_features
+    if b is not None:
+        b = b.reshape(k * out_f) if b_masked else b.repeat(k)
+    if not folded:  # shared input: one matrix product with the stacked weight
+        w2 = w.reshape(k * out_f, -1) if w_masked else w.repeat(k, 1)
+        return F.linear(x, w2, b)
+    if not w_masked:  # one weight for every mask: (B, k, in) @ (in, out)
+        h = F.linear(x.view(B, k, -1), w).reshape(B, k * out_f)
+        return h if b is None else h + b
+    h = torch.bmm(x.view(B, k, -1).transpose(0, 1), w.transpose(1, 2))  # (k, B, out)
+    h = h.transpose(0, 1).reshape(B, k * out_f)
+    return h if b is None else h + b
+
+
+def _batch_norm(state: _Fold, m: nn.Module, prefix: str, x: torch.Tensor) -> torch.Tensor:
+    k = state.k
+    w, w_masked = state.value(m, prefix, "weight")
+    b, b_masked = state.value(m, prefix, "bias")
+    folded = state.channels(x, m.num_features, f"{prefix}BatchNorm")
+    use_batch = m.training or m.running_mean is None
+    rm = rv = None
+    if not use_batch:
+        rm, rv = m.running_mean, m.running_var
+    state.folded_out = True
+    if not folded and not (w_masked or b_masked):
+        return _repeat(F.batch_norm(x, rm, rv, w, b, use_batch, 0.0, m.eps), k)
+    if not folded:
+        x = _repeat(x, k)
+    if w is not None:
+        w = w.reshape(-1) if w_masked else w.repeat(k)
+    if b is not None:
+        b = b.reshape(-1) if b_masked else b.repeat(k)
+    if rm is not None:
+        rm, rv = rm.repeat(k), rv.repeat(k)
+    return F.batch_norm(x, rm, rv, w, b, use_batch, 0.0, m.eps)
+
+
+@contextlib.contextmanager
+def _folded(module: nn.Module, state: _Fold) -> Iterator[None]:
+    """Give every Conv / Linear / BatchNorm of ``module`` its k-batched forward while inside."""
+    patched: list[nn.Module] = []
+    try:
+        for prefix, m in module.named_modules():
+            pre = f"{prefix}." if prefix else ""
+            if isinstance(m, _CONV):
+                fn = _conv
+            elif isinstance(m, nn.Linear):
+                fn = _linear
+            elif isinstance(m, _BN):
+                fn = _batch_norm
+            else:
+                if any(True for _ in m.parameters(recurse=False)):
+                    raise PBInputError(
+                        f"forward_masked cannot batch layer {prefix!r} ({type(m).__name__}); "
+                        "supported layers with parameters: Conv1d/2d/3d, Linear, BatchNorm1d/2d/3d"
+                    )
+                continue
+
+            def fwd(x, _fn=fn, _m=m, _pre=pre):
+                return _fn(state, _m, _pre, x)
+
+            m.forward = fwd
+            patched.append(m)
+        yield
+    finally:
+        for m in patched:
+            del m.forward  # back to the class's forward
+
+
+def forward_masked(module: nn.Module, masks: Mapping[str, torch.Tensor], x: torch.Tensor,
+                   *, amp: torch.dtype | None = None, channels_last: bool = False,
+                   weight_hook: WeightHook = plain_weight) -> torch.Tensor:
+    """Outputs of ``module`` under k masks at once: masks {parameter name: (k, *param.shape)}
+    multiplying the named parameters (weights or biases of Conv / Linear / BatchNorm layers;
+    soft values allowed), input x (B, ...) shared by all masks -> (k, B, ...).
+
+    ``weight_hook(name, weight, masks) -> (k, *shape)`` replaces the product w * z, as in
+    :class:`pbscale.masks.MaskedModule` (e.g. :func:`pbscale.masks.rescaled_weight`, dynamic
+    weight rescaling).
+
+    ``amp``: run under ``torch.autocast`` with this dtype (e.g. ``torch.bfloat16``);
+    ``channels_last``: 4-d activations in channels-last memory format. BatchNorm uses batch
+    statistics per mask in training mode and the running statistics in eval mode, and leaves the
+    running statistics unchanged (run a plain forward to update them).
+    """
+    if not masks:
+        raise PBInputError("forward_masked needs at least one mask; pass {name: (k, *shape)}")
+    params = dict(module.named_parameters())
+    k = None
+    for name, m in masks.items():
+        if name not in params:
+            raise PBInputError(f"cannot mask {name!r}: the module has no such parameter; "
+                               f"choose from {', '.join(params) or '(none)'}")
+        shape = tuple(params[name].shape)
+        if m.dim() != len(shape) + 1 or tuple(m.shape[1:]) != shape:
+            dims = ", ".join(map(str, shape))
+            raise PBInputError(f"mask for {name!r} must have shape (k, {dims}), "
+                               f"got {tuple(m.shape)}")
+        if k is None:
+            k = m.shape[0]
+        elif m.shape[0] != k:
+            raise PBInputError(f"every mask needs the same k; {name!r} has {m.shape[0]}, not {k}")
+    if k < 1:
+        raise PBInputError("forward_masked needs k >= 1 masks")
+    state = _Fold(k, masks, weight_hook)
+    if channels_last and x.dim() == 4:
+        x = x.contiguous(memory_format=torch.channels_last)
+    amp_ctx = (torch.autocast(x.device.type, dtype=amp) if amp is not None
+               else contextlib.nullcontext())
+    with _folded(module, state), amp_ctx:
+        out = module(x)
+    unused = set(masks) - state.used
+    if unused:
+        raise PBInputError(f"mask for {sorted(unused)[0]!r} was never applied: forward_masked "
+                           "masks weights and biases of Conv, Linear and BatchNorm layers only")
+    B = out.shape[0]
+    if not state.folded_out or k == 1:
+        return out.unsqueeze(0).expand(k, *out.shape)
+    return out.reshape(B, k, out.shape[1] // k, *out.shape[2:]).transpose(0, 1)
+
+
+def forward_masked_loop(module: nn.Module, masks: Mapping[str, torch.Tensor],
+                        x: torch.Tensor, weight_hook: WeightHook = plain_weight) -> torch.Tensor:
+    """:func:`forward_masked` by a loop over the k masks, one ``functional_call`` each (the
+    reference the fast path is tested against; running statistics are not updated)."""
+    params = dict(module.named_parameters())
+    buffers = {n: b.clone() for n, b in module.named_buffers()}
+    k = next(iter(masks.values())).shape[0]
+    outs = []
+    for i in range(k):
+        p = {n: (weight_hook(n, v, masks[n][i : i + 1])[0] if n in masks else v)
+             for n, v in params.items()}
+        outs.append(functional_call(module, {**p, **buffers}, (x,)))
+    return torch.stack(outs)
+
+
+def masked_loss(module: nn.Module, x: torch.Tensor, y: torch.Tensor,
+                names: Sequence[str] | None = None, loss: PerMaskLoss = cross_entropy_per_mask,
+                *, amp: torch.dtype | None = None, channels_last: bool = False,
+                weight_hook: WeightHook = plain_weight) -> Callable[[torch.Tensor], torch.Tensor]:
+    """J(z) on the batch (x, y) as a batched function f(z (k, d)) -> (k,) for
+    :func:`pbscale.methods.mc_gradient`; z is laid out as in :class:`pbscale.masks.MaskedModule`
+    over ``names`` (default: every weight with >= 2 dimensions)."""
+    layout = MaskedModule(module, names)
+
+    def f(z: torch.Tensor) -> torch.Tensor:
+        lead = z.shape[:-1]
+        z2 = z.reshape(-1, layout.d).to(layout.dtype)
+        out = forward_masked(module, layout.split(z2), x, amp=amp, channels_last=channels_last,
+                             weight_hook=weight_hook)
+        return loss(out, y).reshape(lead)
+
+    return f

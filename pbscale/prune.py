@@ -1,0 +1,642 @@
+"""``python -m pbscale.prune``: pruning as PB optimization (`sec:app_pruning_setup`).
+
+Supermask (`sec:app_supermask_setup`, weights fixed at their random initialization) and joint
+pruning (`sec:app_joint_pruning_setup`, weights and masks trained together) of the networks of
+:mod:`pbscale.models` on MNIST / CIFAR-10 (:mod:`pbscale.data`), with masks found by CP or by
+MC estimators (ARMS, LOORF, DisARM; escort or sigmoid) through :class:`pbscale.methods.MaskTrainer`,
+against magnitude pruning (MP, GMP: :mod:`pbscale.magnitude`) and a dense network, all on the one
+run loop :func:`pbscale.loop.run` (run folder by config hash, checkpoints every epoch and on
+SIGTERM, exact resume, metrics CSV, progress bar).
+
+Objective per batch and mask z (d masked weights): J(z) = CE(network with weights w * z) +
+lambda * sum_i z_i (L0 strength lambda per weight). MC methods: CE of n masks evaluated at once
+(:class:`pbscale.masks.MaskedModule`), the L0 term in closed form (lambda * sum theta); CP
+differentiates CE(w * sigmoid(r / tau)) + lambda * sum sigmoid(r / tau), tau annealed from 1 to
+1/200 over its mask-training steps, and is evaluated with 1[r > 0]. MC runs use dynamic weight
+rescaling (:func:`pbscale.masks.rescaled_weight`; CP does not, as in the paper). Joint MC runs
+train the dense network for the first 10% of epochs; joint mask methods freeze their mask for
+the last 20% while the weights fine-tune. Evaluation mask of MC runs: 10 masks sampled, each
+scored (training loss) on the same 10 training batches, the best kept for validation and test;
+BatchNorm running statistics of mask methods are recomputed for the evaluation mask on those
+batches before it is scored on validation and test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import io
+import math
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+from torch import nn
+from torch.func import functional_call
+from torch.nn import functional as F
+from torch.nn.utils import prune as torch_prune
+
+from pbexact.errors import PBInputError
+from pbexact.estimators import MIN_SAMPLES
+from pbexact.io import atomic_write_bytes
+from pbexact.parametrizations import PARAMETRIZATIONS
+from pbscale import data as datamod
+from pbscale import magnitude
+from pbscale.batched import cross_entropy_per_mask
+from pbscale.io import read_json
+from pbscale.loop import EvalContext, LoopConfig, full_config, run_folder
+from pbscale.loop import run as loop_run
+from pbscale.masks import MaskedModule, plain_weight, rescaled_weight
+from pbscale.methods import METHODS as MASK_METHODS
+from pbscale.methods import MaskTrainer, MethodConfig
+from pbscale.models import INITS, MODELS, build_model
+from pbscale.regress import resolve_device, set_threads
+
+MODES = ("supermask", "joint")
+MC = ("arms", "loorf", "disarm")
+PRUNE_METHODS = ("cp", *MC, "mp", "gmp", "dense")
+MASK_OPTIMIZERS = ("rmsprop", "sgd")
+#: Default model -> data set.
+MODEL_DATA = {"lenet": "mnist", "conv6": "cifar10", "resnet20": "cifar10", "vgg19": "cifar10"}
+#: Weight optimizer of joint runs (`sec:app_joint_pruning_setup`): SGD, Nesterov momentum.
+WEIGHT_LR, WEIGHT_MOMENTUM, WEIGHT_DECAY = 0.1, 0.9, 1e-4
+#: Step decays of `tab:app_supermask_hypers` / `tab:app_pruning_broad` (fractions of epochs,
+#: multiplier): weights and CP masks x0.1 at 40% and 60%; MC masks x0.5 at 60%.
+WEIGHT_MILESTONES, WEIGHT_GAMMA = (0.4, 0.6), 0.1
+CP_MILESTONES, CP_GAMMA = (0.4, 0.6), 0.1
+MC_MILESTONES, MC_GAMMA = (0.6,), 0.5
+#: Joint runs: MC masks start after 10% of epochs; masks frozen for the last 20%.
+MC_START, FREEZE_AT = 0.1, 0.8
+#: Evaluation rule of MC runs: masks sampled x training batches scored.
+EVAL_MASKS, EVAL_BATCHES = 10, 10
+
+
+@dataclass
+class PruneConfig:
+    """One pruning run; every field goes into the run folder's hash (``config.json``)."""
+
+    model: str = "lenet"
+    dataset: str = ""
+    mode: str = "supermask"
+    method: str = "cp"
+    param: str = "escort"
+    n: int = 10
+    lam: float = 1e-4
+    mask_opt: str = "rmsprop"
+    mask_lr: float = 0.01
+    target: float = 0.1
+    epochs: int = 200
+    batch_size: int = 0
+    lr: float = WEIGHT_LR
+    seed: int = 0
+    init: str = "kaiming_normal"
+    mask_head: bool = False
+    mask_shortcuts: bool = False
+    prune_at: float = 0.4
+    gmp_start: float = MC_START
+    gmp_end: float = FREEZE_AT
+    gmp_every: int = 100
+    chunk: int = 0
+    max_batches: int = 0
+    val_size: int = datamod.VAL_SIZE
+    split_seed: int = 0
+    synthetic: int = 0
+    eval_masks: int = EVAL_MASKS
+    eval_batches: int = EVAL_BATCHES
+    data_dir: str = field(default="", metadata={"hash": False})
+
+    def resolved(self) -> PruneConfig:
+        """Defaults that depend on other fields filled in (data set, batch size)."""
+        c = copy.copy(self)
+        if not c.dataset:
+            c.dataset = MODEL_DATA.get(c.model, "")
+        if not c.batch_size:
+            c.batch_size = 64 if (c.model == "vgg19" and c.mode == "joint") else 128
+        return c
+
+    def validate(self) -> PruneConfig:
+        """Raise :class:`PBInputError` (one line: the problem and the fix) on the first bad
+        setting; nothing is trained or loaded before this passes."""
+        c = self
+        if c.model not in MODELS:
+            raise PBInputError(f"unknown model {c.model!r}; choose one of {', '.join(MODELS)}")
+        if c.dataset not in datamod.DATASETS:
+            raise PBInputError(f"unknown dataset {c.dataset!r}; choose one of "
+                               f"{', '.join(datamod.DATASETS)}")
+        if c.dataset != MODEL_DATA[c.model]:
+            raise PBInputError(f"{c.model} takes {MODEL_DATA[c.model]} inputs, not {c.dataset}; "
+                               f"use --dataset {MODEL_DATA[c.model]}")
+        if c.mode not in MODES:
+            raise PBInputError(f"unknown mode {c.mode!r}; choose one of {', '.join(MODES)}")
+        if c.method not in PRUNE_METHODS:
+            raise PBInputError(f"unknown method {c.method!r}; choose one of "
+                               f"{', '.join(PRUNE_METHODS)}")
+        if c.method in ("mp", "gmp") and c.mode != "joint":
+            raise PBInputError(f"{c.method.upper()} prunes trained weights; use --mode joint")
+        if c.param not in PARAMETRIZATIONS:
+            raise PBInputError(f"unknown parametrization {c.param!r}; choose one of "
+                               f"{', '.join(PARAMETRIZATIONS)}")
+        if c.method in MC:
+            if c.method not in MASK_METHODS or c.method not in MIN_SAMPLES:
+                raise PBInputError(f"estimator {c.method!r} is not available in this build; "
+                                   f"use arms or loorf")
+            if not isinstance(c.n, int) or c.n < 2:
+                raise PBInputError(f"{c.method.upper()} needs n >= 2 samples per step, got "
+                                   f"n={c.n}; use e.g. --n 10")
+            if c.method == "disarm" and c.n % 2:
+                raise PBInputError(f"DisARM uses antithetic pairs: n must be even, got n={c.n}")
+        if not (isinstance(c.lam, (int, float)) and math.isfinite(c.lam) and c.lam >= 0):
+            raise PBInputError(f"--lam is an L0 strength and must be >= 0, got {c.lam}")
+        if c.mask_opt not in MASK_OPTIMIZERS:
+            raise PBInputError(f"unknown mask optimizer {c.mask_opt!r}; choose one of "
+                               f"{', '.join(MASK_OPTIMIZERS)}")
+        for name in ("mask_lr", "lr"):
+            v = getattr(c, name)
+            if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
+                raise PBInputError(f"--{name.replace('_', '-')} must be a positive number, "
+                                   f"got {v}")
+        if c.method in ("mp", "gmp"):
+            magnitude.check_fraction(c.target)
+        if not isinstance(c.epochs, int) or c.epochs < 1:
+            raise PBInputError(f"--epochs must be a positive integer, got {c.epochs}")
+        if c.batch_size < 1:
+            raise PBInputError(f"--batch-size must be positive, got {c.batch_size}")
+        if c.init not in INITS:
+            raise PBInputError(f"unknown init {c.init!r}; choose one of {', '.join(INITS)}")
+        for name in ("prune_at", "gmp_start", "gmp_end"):
+            if not 0 <= getattr(c, name) <= 1:
+                raise PBInputError(f"--{name.replace('_', '-')} is a fraction of training in "
+                                   f"[0, 1], got {getattr(c, name)}")
+        if c.gmp_end < c.gmp_start:
+            raise PBInputError("--gmp-end must not come before --gmp-start")
+        if c.eval_masks < 1 or c.eval_batches < 1:
+            raise PBInputError("--eval-masks and --eval-batches must be >= 1")
+        if c.gmp_every < 1 or c.chunk < 0 or c.max_batches < 0 or c.synthetic < 0:
+            raise PBInputError("--gmp-every must be >= 1; --chunk, --max-batches and "
+                               "--synthetic must be >= 0 (0: off)")
+        return c
+
+    def hashed(self) -> dict:
+        """The fields that define the run (not where its data lives)."""
+        d = asdict(self)
+        d.pop("data_dir")
+        return d
+
+
+
+class MagnitudeMethod:
+    """MP, GMP or dense training as a :class:`pbscale.loop.Method`: one binary mask (d,) over the
+    masked weights (all ones for dense), no logits. ``apply`` (called by the loop after the
+    backward pass and before the weight step) makes the cuts: at step ``cut`` for MP, every
+    ``every`` steps from ``start`` to ``end`` on :func:`magnitude.gmp_fraction` for GMP. A cut
+    zeroes the pruned weights, their gradients and their momentum buffers, so with the mask in
+    the forward pass (zero gradient) and weight decay on a zero weight they stay exactly zero."""
+
+    def __init__(self, kind: str, layout: MaskedModule, target: float, cut: int, start: int,
+                 end: int, every: int) -> None:
+        self.kind, self.layout = kind, layout
+        self.target, self.cut, self.start, self.end, self.every = target, cut, start, end, every
+        self.d = layout.d
+        self.mask = torch.ones(self.d, device=layout.device, dtype=layout.dtype)
+        self.generator: torch.Generator | None = None
+        self.weight_optimizer: torch.optim.Optimizer | None = None
+        self.step_count = 0
+
+    @property
+    def optimizers(self) -> list[torch.optim.Optimizer]:
+        return []
+
+    def zero_grad(self) -> None:
+        pass
+
+    def surrogate(self, f, weights: bool = False) -> tuple[torch.Tensor, float]:
+        J = f(self.mask[None])[0]
+        return J, float(J.detach())
+
+    def fraction_at(self, step: int) -> float | None:
+        """The fraction of weights kept after a cut at ``step``, or None (no cut)."""
+        if self.kind == "mp":
+            return self.target if step == self.cut else None
+        if self.kind == "gmp" and self.start <= step <= self.end:
+            if (step - self.start) % self.every == 0 or step == self.end:
+                return magnitude.gmp_fraction(step, self.start, self.end, self.target)
+        return None
+
+    @torch.no_grad()
+    def apply(self) -> None:
+        frac = self.fraction_at(self.step_count)
+        self.step_count += 1
+        if frac is None:
+            return
+        params = dict(self.layout.module.named_parameters())
+        old = self.layout.split(self.mask[None])
+        new = magnitude.global_magnitude_masks({k: params[k] for k in self.layout.names}, frac,
+                                               {k: m[0] for k, m in old.items()})
+        self.mask = torch.cat([new[k].reshape(-1) for k in self.layout.names])
+        for k, m in new.items():
+            p = params[k]
+            p.mul_(m)
+            if p.grad is not None:
+                p.grad.mul_(m)
+            if self.weight_optimizer is not None:
+                buf = self.weight_optimizer.state.get(p, {}).get("momentum_buffer")
+                if buf is not None:
+                    buf.mul_(m)
+
+    def sample_masks(self, k: int) -> torch.Tensor:
+        return self.mask.expand(k, self.d)
+
+    def mode_mask(self) -> torch.Tensor:
+        return self.mask
+
+    def config_dict(self) -> dict:
+        return {"method": self.kind, "target": self.target, "cut": self.cut,
+                "start": self.start, "end": self.end, "every": self.every}
+
+    def state_dict(self) -> dict:
+        return {"mask": self.mask.cpu(), "step_count": self.step_count}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.mask = state["mask"].to(self.mask.device)
+        self.step_count = int(state["step_count"])
+
+
+class PruneTask:
+    """One pruning run as a :class:`pbscale.loop.Task`: the network, its data and evaluation.
+
+    Masks are flat (d,) vectors laid out by :class:`pbscale.masks.MaskedModule` over
+    :attr:`names` (model.masked_names()). ``batch_loss`` gives f(z (k, d)) -> CE per mask (k,)
+    on one training batch (CIFAR: augmented on the device); ``evaluate`` scores the evaluation
+    mask and, after the last epoch, writes ``masks.pt`` and ``pruned.pt``."""
+
+    def __init__(self, cfg: PruneConfig, data: datamod.Data, device: torch.device) -> None:
+        self.cfg, self.data, self.device = cfg, data, device
+        self.model = build_model(cfg.model, cfg.seed, cfg.init).to(device)
+        self.names = self.model.masked_names(cfg.mask_head, cfg.mask_shortcuts)
+        self.trains_weights = cfg.mode == "joint" or cfg.method == "dense"
+        for p in self.model.parameters():
+            p.requires_grad_(self.trains_weights)
+        self.layout = MaskedModule(self.model, self.names, train_weights=self.trains_weights,
+                                   weight_hook=rescaled_weight if cfg.method in MC
+                                   else plain_weight)
+        self.name = f"{cfg.model}-{cfg.mode}-{cfg.method}"
+        self.d = self.layout.d
+        self.steps_per_epoch = math.ceil(len(data.train) / cfg.batch_size)
+        if cfg.max_batches:
+            self.steps_per_epoch = min(self.steps_per_epoch, cfg.max_batches)
+        self.total_steps = self.steps_per_epoch * cfg.epochs
+        self.num_all = sum(p.numel() for p in self.model.parameters())
+        self.has_bn = any(isinstance(m, nn.modules.batchnorm._BatchNorm)
+                          for m in self.model.modules())
+        self.aug_gen = torch.Generator().manual_seed(cfg.seed)
+        self.eval_mask: torch.Tensor | None = None
+        self.export_dir: Path | None = None
+
+    # ------------------------------------------------------------------ Task protocol
+
+    def config(self) -> dict:
+        return self.cfg.hashed()
+
+    def weights(self) -> list[nn.Parameter]:
+        return list(self.model.parameters()) if self.trains_weights else []
+
+    def epoch_order(self, generator: torch.Generator) -> torch.Tensor:
+        return torch.randperm(len(self.data.train), generator=generator,
+                              device=generator.device)
+
+    def batch_loss(self, order: torch.Tensor, i: int):
+        B = self.cfg.batch_size
+        idx = order[i * B:(i + 1) * B].to(self.data.train.y.device)
+        x = self.data.train.x[idx]
+        if self.data.augment:
+            x = datamod.augment_batch(x, self.aug_gen)
+        self.model.train()
+        return self.layout.loss_fn(self.data.prepare(x), self.data.train.y[idx],
+                                   cross_entropy_per_mask)
+
+    def state_dict(self) -> dict:
+        return {"model": {k: v.detach().cpu() for k, v in self.model.state_dict().items()},
+                "aug_gen": self.aug_gen.get_state(),
+                "eval_mask": None if self.eval_mask is None else self.eval_mask.cpu()}
+
+    def load_state_dict(self, state: dict) -> None:
+        with torch.no_grad():
+            for k, v in self.model.state_dict().items():
+                v.copy_(state["model"][k].to(v.device))
+        self.aug_gen.set_state(state["aug_gen"])
+        em = state["eval_mask"]
+        self.eval_mask = None if em is None else em.to(self.device)
+
+    # ------------------------------------------------------------------ evaluation
+
+    def selection_batches(self, generator: torch.Generator) -> list:
+        """``eval_batches`` training batches (no augmentation) drawn with ``generator``."""
+        B = self.cfg.batch_size
+        order = torch.randperm(len(self.data.train), generator=generator,
+                               device=generator.device).to(self.data.train.y.device)
+        out = []
+        for j in range(min(self.cfg.eval_batches, math.ceil(len(self.data.train) / B))):
+            idx = order[j * B:(j + 1) * B]
+            out.append((self.data.prepare(self.data.train.x[idx]), self.data.train.y[idx]))
+        return out
+
+    @torch.no_grad()
+    def choose_mask(self, method, batches: list) -> torch.Tensor:
+        """The evaluation mask (d,): MC: the best of ``eval_masks`` masks sampled by the
+        method, by mean training loss on ``batches`` (each mask with its batch statistics, as
+        in training); CP: 1[r > 0]; MP/GMP/dense: their mask."""
+        if self.cfg.method not in MC:
+            return method.mode_mask().detach()
+        self.model.train()
+        saved = {k: b.clone() for k, b in self.model.named_buffers()}
+        best, best_loss, left = None, math.inf, self.cfg.eval_masks
+        while left:  # a chunk of masks at a time: memory O(chunk d)
+            k = min(method.chunk, left)
+            z = method.sample_masks(k)
+            losses = torch.zeros(k, device=self.device)
+            for x, y in batches:
+                losses += self.layout.loss_fn(x, y, cross_entropy_per_mask)(z)
+            i = int(torch.argmin(losses))
+            if float(losses[i]) < best_loss:
+                best, best_loss = z[i].clone(), float(losses[i])
+            left -= k
+        for k, b in self.model.named_buffers():  # scoring leaves running statistics alone
+            b.copy_(saved[k])
+        return best
+
+    def select_mask(self, method, generator: torch.Generator) -> torch.Tensor:
+        """The mask frozen for the last epochs of a joint run (the evaluation rule)."""
+        return self.choose_mask(method, self.selection_batches(generator))
+
+    def eval_params(self, z: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Parameters under one mask z (d,) through the run's weight hook (dynamic weight
+        rescaling for MC): the tensors ``pruned.pt`` stores as weight_orig (weight_orig *
+        weight_mask equals them bit for bit)."""
+        weights = {k: w[0].detach() for k, w in self.layout.masked_weights(z[None]).items()}
+        return {**{k: p.detach() for k, p in self.model.named_parameters()}, **weights}
+
+    @torch.no_grad()
+    def recalibrate_bn(self, params: dict, batches: list) -> None:
+        """BatchNorm running statistics recomputed (cumulative average) for ``params``."""
+        bns = [m for m in self.model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
+        saved = [m.momentum for m in bns]
+        for m in bns:
+            m.reset_running_stats()
+            m.momentum = None
+        self.model.train()
+        for x, _ in batches:
+            functional_call(self.model, params, (x,))
+        for m, mom in zip(bns, saved):
+            m.momentum = mom
+
+    @torch.no_grad()
+    def score(self, params: dict, batches) -> tuple[float, float]:
+        """(mean cross-entropy, accuracy) of the network under ``params`` in eval mode."""
+        self.model.eval()
+        loss, correct, count = 0.0, 0, 0
+        for x, y in batches:
+            out = functional_call(self.model, params, (x,))
+            loss += float(F.cross_entropy(out, y, reduction="sum"))
+            correct += int((out.argmax(1) == y).sum())
+            count += len(y)
+        return loss / max(count, 1), correct / max(count, 1)
+
+    def evaluate(self, ctx: EvalContext) -> dict[str, float]:
+        """Metrics of the evaluation mask (the fixed mask of warm-up / frozen epochs, else
+        :meth:`choose_mask`): train accuracy on the selection batches, validation and test
+        loss and accuracy, weights remaining over the masked tensors, over all parameters and
+        per layer. After the last epoch the exports are written."""
+        batches = self.selection_batches(ctx.generator)
+        z = ctx.mask if ctx.mask is not None else self.choose_mask(ctx.method, batches)
+        self.eval_mask = z.detach().clone()
+        params = self.eval_params(self.eval_mask)
+        if self.has_bn and self.cfg.method in (*MC, "cp"):
+            self.recalibrate_bn(params, batches)
+        val_loss, val_acc = self.score(params, self.data.batches("val", 1000))
+        test_loss, test_acc = self.score(params, self.data.batches("test", 1000))
+        kept = int(self.eval_mask.count_nonzero())
+        # the loop's progress bar shows the first keys: accuracy and weights remaining
+        row: dict[str, float] = {"val_acc": val_acc, "remaining": kept / self.d,
+                                 "test_acc": test_acc,
+                                 "train_acc": self.score(params, batches)[1],
+                                 "val_loss": val_loss, "test_loss": test_loss}
+        row["remaining_all"] = (self.num_all - self.d + kept) / self.num_all
+        for k, m in self.layout.split(self.eval_mask[None]).items():
+            row[f"remaining_{k.removesuffix('.weight')}"] = int(m.count_nonzero()) / m.numel()
+        if ctx.epoch == self.cfg.epochs and self.export_dir is not None:
+            self.export(self.export_dir)
+        return row
+
+    # ------------------------------------------------------------------ export
+
+    def export(self, folder: Path) -> None:
+        """``masks.pt``: {"mask.<param>": 0/1 mask, "weight.<name>": every parameter and
+        buffer as trained} plus, for MC, "scale.<param>": the dynamic-rescaling factor (0-dim);
+        ``pruned.pt``: the network's state dict in ``torch.nn.utils.prune`` form
+        (``<layer>.weight_orig`` = the weight the forward uses, rescaling folded in;
+        ``<layer>.weight_mask``), for :func:`load_pruned`."""
+        z = self.eval_mask
+        masks = {k: m[0].detach().cpu() for k, m in self.layout.split(z[None]).items()}
+        used = {k: v.cpu() for k, v in self.eval_params(z).items() if k in masks}
+        blob = {f"mask.{k}": v for k, v in masks.items()}
+        for k, m in masks.items():
+            mean = float(m.mean())
+            if self.cfg.method in MC:
+                blob[f"scale.{k}"] = torch.tensor(1.0 / mean if mean > 0 else 1.0)
+        blob.update({f"weight.{k}": v.detach().cpu() for k, v in self.model.state_dict().items()})
+        _save(folder / "masks.pt", blob)
+        net = copy.deepcopy(self.model).cpu()
+        mods = dict(net.named_modules())
+        with torch.no_grad():
+            for k, m in masks.items():
+                mod = mods[k.removesuffix(".weight")]
+                mod.weight.copy_(used[k])
+                torch_prune.custom_from_mask(mod, "weight", m)
+        _save(folder / "pruned.pt", net.state_dict())
+
+
+def _save(path: Path, obj) -> None:
+    buf = io.BytesIO()
+    torch.save(obj, buf)
+    atomic_write_bytes(path, buf.getvalue())
+
+
+def load_pruned(model_name: str, path: str | Path) -> nn.Module:
+    """A network of :data:`pbscale.models.MODELS` with the pruned weights of ``pruned.pt``,
+    by plain PyTorch: ``prune.identity`` on the masked layers, then ``load_state_dict`` of
+    ``torch.load(path, weights_only=True)``; in eval mode."""
+    state = torch.load(path, map_location="cpu", weights_only=True)
+    net = MODELS[model_name]()
+    mods = dict(net.named_modules())
+    for key in state:
+        if key.endswith(".weight_mask"):
+            torch_prune.identity(mods[key.removesuffix(".weight_mask")], "weight")
+    net.load_state_dict(state)
+    return net.eval()
+
+
+# ---------------------------------------------------------------------- one run
+
+
+def prepare(cfg: PruneConfig, device: str = "cpu", download: bool = False,
+            download_url: str | None = None) -> tuple[PruneConfig, torch.device, datamod.Data]:
+    """Validate everything (config, device, data presence), then load the data."""
+    cfg = cfg.resolved().validate()
+    dev = resolve_device(device)
+    if cfg.synthetic:
+        data = datamod.synthetic(cfg.dataset, n_train=cfg.synthetic, n_test=cfg.synthetic // 2,
+                                 seed=cfg.split_seed, device=dev,
+                                 val_size=min(cfg.val_size, cfg.synthetic // 2))
+        return cfg, dev, data
+    if not cfg.data_dir:
+        raise PBInputError("--data-dir is required (e.g. ../shared/data/mnist); add --download "
+                           "to fetch the data there")
+    if download:
+        datamod.download(cfg.dataset, cfg.data_dir, url=download_url)
+    datamod.check_data(cfg.dataset, cfg.data_dir)
+    data = datamod.load(cfg.dataset, cfg.data_dir, dev, cfg.val_size, cfg.split_seed)
+    return cfg, dev, data
+
+
+def build(cfg: PruneConfig, data: datamod.Data, dev: torch.device):
+    """(task, method, loop config, weight optimizer) of a validated, resolved config."""
+    task = PruneTask(cfg, data, dev)
+    S, E = task.steps_per_epoch, cfg.epochs
+    joint = task.trains_weights
+    weight_opt = (torch.optim.SGD(task.weights(), lr=cfg.lr, momentum=WEIGHT_MOMENTUM,
+                                  nesterov=True, weight_decay=WEIGHT_DECAY) if joint else None)
+    wm = WEIGHT_MILESTONES if joint else ()
+    if cfg.method in ("mp", "gmp", "dense"):
+        total = task.total_steps
+        end = min(round(cfg.gmp_end * total), total - 1)
+        method = MagnitudeMethod(cfg.method, task.layout, cfg.target,
+                                 cut=min(round(cfg.prune_at * E) * S, total - 1),
+                                 start=min(round(cfg.gmp_start * total), end), end=end,
+                                 every=cfg.gmp_every)
+        method.weight_optimizer = weight_opt
+        loop = LoopConfig(epochs=E, seed=cfg.seed, weight_milestones=wm,
+                          weight_gamma=WEIGHT_GAMMA)
+        return task, method, loop, weight_opt
+    mc = cfg.method in MC
+    warmup = MC_START if (mc and cfg.mode == "joint") else 0.0
+    freeze = FREEZE_AT if cfg.mode == "joint" else None
+    mask_epochs = (round(freeze * E) if freeze is not None else E) - round(warmup * E)
+    mconf = MethodConfig(method=cfg.method, n=cfg.n if mc else 1,
+                         param=cfg.param if mc else "sigmoid", lr=cfg.mask_lr,
+                         optimizer=cfg.mask_opt, seed=cfg.seed, chunk=cfg.chunk or None,
+                         lam=cfg.lam)
+    method = MaskTrainer(mconf, task.d, max(mask_epochs * S, 1), dev)
+    loop = LoopConfig(epochs=E, seed=cfg.seed,
+                      mask_milestones=MC_MILESTONES if mc else CP_MILESTONES,
+                      mask_gamma=MC_GAMMA if mc else CP_GAMMA, weight_milestones=wm,
+                      weight_gamma=WEIGHT_GAMMA, mask_warmup=warmup, freeze_masks=freeze)
+    return task, method, loop, weight_opt
+
+
+def run(cfg: PruneConfig, out: str | Path, device: str = "cpu", *, quiet: bool = False,
+        download: bool = False, download_url: str | None = None, step_hook=None) -> dict:
+    """Train (or resume, or read back) the run of ``cfg`` under ``out``; returns its summary
+    with the run folder, both weight counts and the final metrics."""
+    cfg, dev, data = prepare(cfg, device, download, download_url)
+    task, method, loop, weight_opt = build(cfg, data, dev)
+    folder = run_folder(out, task.name, full_config(task, method, loop))
+    task.export_dir = folder
+    if not quiet:
+        print(f"{folder.name}: {cfg.model} on {cfg.dataset}, {cfg.mode} {cfg.method}; "
+              f"{task.d:,} masked weights of {task.num_all:,} parameters; device {dev}",
+              file=sys.stderr)
+    folder = loop_run(task, method, loop, out, weight_optimizer=weight_opt, device=dev,
+                      progress=not quiet, info={"data_dir": cfg.data_dir},
+                      step_hook=step_hook)
+    summary = read_json(folder / "summary.json")
+    summary.update({"folder": str(folder), "masked": task.d, "parameters": task.num_all})
+    if not quiet:
+        report(summary, task)
+    return summary
+
+
+def report(summary: dict, task: PruneTask) -> None:
+    """Both weight counts of a finished run, overall and per layer."""
+    d, n_all = task.d, task.num_all
+    rem, rem_all = summary["final_remaining"], summary["final_remaining_all"]
+    print(f"test_acc {summary['final_test_acc']:.4f}  remaining {round(rem * d):,} of {d:,} "
+          f"masked weights ({rem:.4%}), {round(rem_all * n_all):,} of {n_all:,} parameters "
+          f"({rem_all:.4%})")
+    sizes = task.model.layer_counts(task.names)
+    for k, size in sizes.items():
+        layer = k.removesuffix(".weight")
+        frac = summary[f"final_remaining_{layer}"]
+        print(f"  {layer:<24} {round(frac * size):>10,} / {size:>10,}  ({frac:.4%})")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    d = PruneConfig()
+    p = argparse.ArgumentParser(
+        prog="python -m pbscale.prune",
+        description="Supermask / joint pruning with CP, MC estimators, MP, GMP or dense "
+                    "training; writes a run folder (config.json, metrics.csv, masks.pt, "
+                    "pruned.pt) under --out and resumes an interrupted run.")
+    p.add_argument("--model", default=d.model, help=f"one of {', '.join(MODELS)}")
+    p.add_argument("--dataset", default="", help="mnist or cifar10 (default: the model's)")
+    p.add_argument("--mode", default=d.mode, help="supermask or joint")
+    p.add_argument("--method", default=d.method, help=", ".join(PRUNE_METHODS))
+    p.add_argument("--param", default=d.param, help="escort or sigmoid (MC methods)")
+    p.add_argument("--n", type=int, default=d.n, help="MC samples per step")
+    p.add_argument("--lam", type=float, default=d.lam, help="L0 strength per weight")
+    p.add_argument("--mask-opt", default=d.mask_opt, help="rmsprop or sgd")
+    p.add_argument("--mask-lr", type=float, default=d.mask_lr)
+    p.add_argument("--target", type=float, default=d.target,
+                   help="MP/GMP: final fraction of masked weights remaining, in (0, 1]")
+    p.add_argument("--epochs", type=int, default=d.epochs)
+    p.add_argument("--batch-size", type=int, default=0,
+                   help="default 128 (64 for joint VGG)")
+    p.add_argument("--lr", type=float, default=d.lr, help="weight learning rate (joint)")
+    p.add_argument("--seed", type=int, default=d.seed)
+    p.add_argument("--init", default=d.init, help=", ".join(INITS))
+    p.add_argument("--mask-head", action="store_true", help="mask the classifier layer too")
+    p.add_argument("--mask-shortcuts", action="store_true",
+                   help="mask ResNet 1x1 projection shortcuts too")
+    p.add_argument("--prune-at", type=float, default=d.prune_at,
+                   help="MP: fraction of epochs trained dense before the one-shot cut")
+    p.add_argument("--gmp-start", type=float, default=d.gmp_start)
+    p.add_argument("--gmp-end", type=float, default=d.gmp_end)
+    p.add_argument("--gmp-every", type=int, default=d.gmp_every, help="steps between GMP cuts")
+    p.add_argument("--chunk", type=int, default=0, help="masks per forward (0: automatic)")
+    p.add_argument("--max-batches", type=int, default=0,
+                   help="training batches per epoch (0: all)")
+    p.add_argument("--val-size", type=int, default=d.val_size)
+    p.add_argument("--split-seed", type=int, default=d.split_seed)
+    p.add_argument("--synthetic", type=int, default=0,
+                   help="random images instead of data (that many training images; tests)")
+    p.add_argument("--eval-masks", type=int, default=d.eval_masks,
+                   help="MC evaluation: masks sampled, the best kept")
+    p.add_argument("--eval-batches", type=int, default=d.eval_batches,
+                   help="training batches each evaluation mask is scored on")
+    p.add_argument("--data-dir", default="", help="where the data set's files are")
+    p.add_argument("--download", action="store_true",
+                   help="fetch the official files into --data-dir first (needs a network)")
+    p.add_argument("--download-url", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:0 or auto")
+    p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--out", default="runs/prune", help="parent folder of run folders")
+    p.add_argument("--quiet", action="store_true")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    fields = {k: v for k, v in vars(args).items() if k in PruneConfig.__dataclass_fields__}
+    cfg = PruneConfig(**fields)
+    try:
+        set_threads(args.threads)
+        run(cfg, args.out, args.device, quiet=args.quiet, download=args.download,
+            download_url=args.download_url)
+    except PBInputError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
