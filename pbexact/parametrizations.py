@@ -108,7 +108,10 @@ class Sigmoid(Parametrization):
     def score(self, z: Array, r: Array) -> Array:
         t = self.theta(r)
         inside = _interior(t)
-        if bool(inside.all()):  # the usual case: the where below would change nothing
+        # the usual case, all inside: the where below would change nothing; the test reads a
+        # value back to the host, so it is made only for arrays in host memory (numpy, CPU torch)
+        on_host = getattr(getattr(t, "device", None), "type", "cpu") == "cpu"
+        if on_host and bool(inside.all()):
             return z - t
         return arrays.namespace(t).where(inside, z - t, 0.0)
 

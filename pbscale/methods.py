@@ -330,9 +330,9 @@ def mc_gradient(f: BatchedLoss, r: torch.Tensor, param: Parametrization, estimat
             z = sampler.next(k).to(r.dtype)
             J = f(z).to(r.dtype)
             sums.update_affine(J, z, a, b, param)
-            total += float(J.sum())
+            total = total + J.sum().double()  # on the device: one read-back per step, below
             done += k
-        return Estimate(sums.estimate(spec, extra), total / n)
+        return Estimate(sums.estimate(spec, extra), float(total) / n)
 
 
 def surrogate_loss(g: torch.Tensor, r: torch.Tensor, value: torch.Tensor | float = 0.0
