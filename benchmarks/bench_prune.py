@@ -247,14 +247,17 @@ def forward_rows(setup: Setup, args: argparse.Namespace, model: str, base: dict,
     gen = torch.Generator(device=setup.dev).manual_seed(1)
     z = (torch.rand((k, setup.layout.d), generator=gen, device=setup.dev) < 0.5).float()
     masks = setup.layout.split(z)
-    vnet = copy.deepcopy(setup.net)
+    # vmap cannot run BatchNorm on channels-last tensors (torch: "NYI: querying is_contiguous
+    # inside of vmap"), so its copy of the network and its input stay in the default layout
+    vnet = copy.deepcopy(setup.net).to(memory_format=torch.contiguous_format)
     replace_all_batch_norm_modules_(vnet)
     vlayout = MaskedModule(vnet, setup.names)
     x = setup.x
+    x_default = x.contiguous()
     fns: dict[str, Callable[[], object]] = {
         "fwd_fast": lambda: forward_masked(setup.net, masks, x, amp=setup.amp,
                                            channels_last=setup.channels_last),
-        "fwd_vmap": lambda: vlayout.forward_vmap(z, x),
+        "fwd_vmap": lambda: vlayout.forward_vmap(z, x_default),
         "fwd_loop": lambda: forward_masked_loop(setup.net, masks, x),
     }
     if setup.amp is not None:
