@@ -30,6 +30,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 import signal
 import sys
 import time
@@ -229,7 +230,7 @@ def run(task: Task, method: Method, loop: LoopConfig, out: str | Path,
     dev = torch.device(device)
     config = full_config(task, method, loop)
     folder = run_folder(out, task.name, config)
-    record = {**config, "info": {"device": str(dev), **(info or {})}}
+    record = {**config, "info": {"device": str(dev), **(info or {}), **_env_info()}}
     if (folder / "config.json").exists():
         old = io.read_json(folder / "config.json")
         if {k: old.get(k) for k in config} != json.loads(json.dumps(config)):
@@ -343,6 +344,13 @@ def run(task: Task, method: Method, loop: LoopConfig, out: str | Path,
                     "device": str(dev)})
     io.write_json(folder / "summary.json", summary)
     return folder
+
+
+def _env_info() -> dict:
+    """Facts a launcher (``pbscale.sweep``) passes in ``$PBSCALE_RUN_INFO`` (a JSON object)
+    for config.json's unhashed "info" (e.g. the sweep's run id)."""
+    text = os.environ.get("PBSCALE_RUN_INFO")
+    return json.loads(text) if text else {}
 
 
 def _dtype(method: Method) -> torch.dtype:
