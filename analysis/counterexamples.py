@@ -31,13 +31,14 @@ import numpy as np  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
 from analysis.cli import atomic_write_text, run, save_figure, write_csv  # noqa: E402
-from analysis.theorems import (  # noqa: E402
-    check_corollary_sizes,
+from analysis.theorems import check_corollary_sizes  # noqa: E402
+from pbexact.bad_generalization import (  # noqa: E402
     corollary_fit,
     first_binding_d,
     mc_bad_gen_table,
 )
 from pbexact.continuation import (  # noqa: E402
+    CP_FINAL_TAU,
     DECEIVING_PIECEWISE,
     DECEIVING_SQUARED,
     exponential_schedule,
@@ -348,7 +349,7 @@ def fig_theta_dep_ill(out: Path) -> dict:
 
 def tab_mc_bad_gen_2(out: Path) -> dict:
     """`tab:mc_bad_gen_2`: J of `thm:mc_bad_gen_2` for d = 3 and z* = 1, from the code
-    (`analysis.theorems.mc_bad_gen_table`), with the symbolic entries read back from its
+    (`pbexact.bad_generalization.mc_bad_gen_table`), with the symbolic entries read back from its
     numbers."""
     import sympy as sp
 
@@ -434,7 +435,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="draw only these (file stems, e.g. theta_dep_ill)")
     parser.add_argument("--temperatures", type=int, default=10,
                         help="CP temperatures, exponential from 1 to --final-tau (default 10)")
-    parser.add_argument("--final-tau", type=float, default=1 / 200,
+    parser.add_argument("--final-tau", type=float, default=CP_FINAL_TAU,
                         help="last CP temperature (default 1/200, as in the paper's appendix)")
     parser.add_argument("--iters", type=int, default=100,
                         help="CP gradient steps per temperature (default 100, as in the paper)")

@@ -9,8 +9,8 @@ Common setting: theta_0 = 0.5, plain SGD, all seeds of a method vectorized, curv
 E_theta[J] (mean and standard error over seeds). Deterministic methods (true gradient, CP) run
 once: every seed would repeat the same trajectory.
 
-* estimators: sigmoid; REINFORCE (n = 1, 4, 10), LOORF and ARMS (n = 4, 10), beta* (n = 1, 4, 10)
-  and the true gradient; lr 0.1; ExponentialTabularLoss and NNLoss.
+* estimators: sigmoid; REINFORCE (n = 1, 4, 10), LOORF, ARMS and DisARM (n = 4, 10), beta*
+  (n = 1, 4, 10) and the true gradient; lr 0.1; ExponentialTabularLoss and NNLoss.
 * params: REINFORCE (n = 1) and LOORF (n = 4, 10) with sigmoid, cosine, direct and escort; lr in
   {0.1, 0.01}, the one with the lowest final mean loss kept; both benchmarks, plus the per-seed
   final losses on NNLoss (runs that found z* marked).
@@ -48,13 +48,14 @@ from analysis.microworld_runs import (
 )
 from pbexact.benchmarks import BENCHMARKS, NNLoss, benchmark_table
 from pbexact.errors import PBInputError, check_d
+from pbexact.estimators import REGISTRY
 
 EXPERIMENTS = ("estimators", "params", "approaches")
 FIGURES_DIR = Path(__file__).resolve().parent.parent / "figures"
 #: The approaches sweep picks lr by the mean loss from this iteration on.
 SELECT_FROM_STEP = 10
 LABELS = {
-    "reinforce": "REINFORCE", "loorf": "LOORF", "arms": "ARMS", "betastar": r"$\beta^*$",
+    **{name: spec.label for name, spec in REGISTRY.items()},
     "true": "true gradient", "cp": "CP", "st": "ST", "rebar": "REBAR", "relax": "RELAX",
 }
 BENCH_LABELS = {"exponential": "ExponentialTabularLoss", "nnloss": "NNLoss"}
@@ -89,7 +90,7 @@ def experiment_configs(experiment: str, lrs: Sequence[float], n: int) -> list[Co
     for lr in lrs:
         if experiment == "estimators":
             for method, ns in (("reinforce", (1, 4, 10)), ("loorf", (4, 10)), ("arms", (4, 10)),
-                               ("betastar", (1, 4, 10))):
+                               ("disarm", (4, 10)), ("betastar", (1, 4, 10))):
                 out += [Config(method, k, "sigmoid", lr) for k in ns]
             out.append(Config("true", 0, "sigmoid", lr))
         elif experiment == "params":
@@ -265,7 +266,7 @@ def _last(results: dict[Config, Trajectory]) -> int:
 
 
 COLORS = {"reinforce": "C0", "loorf": "C1", "arms": "C2", "betastar": "C3", "true": "k",
-          "cp": "C4", "st": "C5", "rebar": "C6", "relax": "C8"}
+          "cp": "C4", "st": "C5", "rebar": "C6", "relax": "C8", "disarm": "C9"}
 N_STYLES = {1: ":", 4: "--", 10: "-", 0: "-"}
 PARAM_COLORS = {"sigmoid": "C0", "cosine": "C1", "direct": "C2", "escort": "C3"}
 

@@ -25,6 +25,7 @@ from torch import nn
 from tqdm import tqdm
 
 from analysis.microworld_runs import DETERMINISTIC, CurveLogger, Trajectory, check_run
+from pbexact.continuation import CP_FINAL_TAU
 from pbexact.errors import PBInputError, check_n, check_table
 from pbexact.polynomial import expected_loss
 from pbexact.sampling import vertex_index
@@ -101,7 +102,7 @@ def run_torch(
     seed: int = 0,
     log_every: int = 1,
     desc: str | None = None,
-    cp_final_tau: float = 1 / 200,
+    cp_final_tau: float = CP_FINAL_TAU,
     cp_every: int = 100,
 ) -> Trajectory:
     """SGD on sigmoid logits r (seeds, d), r_0 = 0, with the gradients of ``method`` (cp, st,

@@ -7,8 +7,9 @@ bit for bit from its seed. The logged curve is the exact expected loss E_theta[J
 (`eq:equivalence`), computed by the exact core from the 2^d table.
 
 Gradient sources ("methods") of the exact core:
-* ``reinforce``, ``loorf``, ``arms``, ``betastar``: the score-function estimators of
-  `ch:monte_carlo` from n samples per step and seed (pbexact.estimators via
+* every estimator of the registry (`pbexact.estimators.REGISTRY`: ``reinforce``, ``loorf``,
+  ``arms``, ``betastar``, ``disarm``): the score-function estimators of `ch:monte_carlo` from n
+  samples per step and seed, drawn by the estimator's law (pbexact.estimators via
   pbexact.variance.apply_estimator);
 * ``true``: the exact gradient (`eq:true_as_avg`), n -> infinity.
 """
@@ -22,10 +23,10 @@ import numpy as np
 from tqdm import tqdm
 
 from pbexact.errors import PBInputError, check_table
-from pbexact.estimators import ESTIMATORS, check_estimator
+from pbexact.estimators import ESTIMATORS, check_estimator, get_estimator
 from pbexact.parametrizations import Parametrization, get_parametrization
 from pbexact.polynomial import expected_loss, true_gradient
-from pbexact.sampling import sample_arms, sample_bernoulli, vertex_index
+from pbexact.sampling import sample_law, vertex_index
 from pbexact.variance import apply_estimator, estimator_extra
 
 #: Gradient sources of the exact core: the MC estimators and the exact gradient.
@@ -118,16 +119,14 @@ def exact_core_gradient(
 ) -> np.ndarray:
     """One gradient estimate over the logits for every seed: r of shape (seeds, P) -> (seeds, P).
 
-    MC estimators draw n samples per seed at once ((seeds, n, d) uniforms from ``rng``); ARMS draws
-    them from the Dirichlet copula (`alg:orig_arms`), the others iid.
+    MC estimators draw n samples per seed at once from ``rng`` by the estimator's law
+    (`pbexact.sampling.sample_law`): ARMS from the Dirichlet copula (`alg:orig_arms`), DisARM in
+    antithetic pairs, the others iid.
     """
     theta = param.theta(r)
     if method == "true":
         return param.chain(true_gradient(J, theta), r)
-    if method == "arms":
-        z = sample_arms(theta, n, (), rng)  # (seeds, n, d)
-    else:
-        z = np.moveaxis(sample_bernoulli(theta, (n,), rng), 0, -2)  # (seeds, n, d)
+    z = sample_law(get_estimator(method).law, theta, n, (), rng)  # (seeds, n, d)
     S = param.score(z, r[..., None, :])  # (seeds, n, P)
     extra = estimator_extra(method, J, theta, n, param)
     return apply_estimator(method, J[vertex_index(z)], S, extra)

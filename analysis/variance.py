@@ -2,8 +2,9 @@
 (`sec:microworld_compare_estimators`, `fig:microworld_variance`).
 
 From theta = 0.5 (sigmoid logits r = 0), follow the exact gradient of E[J] with SGD; at every
-logged step compute the variance of REINFORCE, LOORF, ARMS and beta* (summed over the d logits),
-the entropy of p_theta and the expected loss.
+logged step compute the variance of every estimator of the registry
+(`pbexact.estimators.REGISTRY`: REINFORCE, LOORF, ARMS, beta*, DisARM; summed over the d
+logits; DisARM's column is blank for odd n), the entropy of p_theta and the expected loss.
 
     python -m analysis.variance --d 4 --n 4
     python -m analysis.variance --d 10 --n 10      # exact, by the closed form
@@ -25,7 +26,7 @@ from analysis.cli import read_table, run, save_figure, write_csv
 from pbexact.benchmarks import BENCHMARKS, benchmark_table
 from pbexact.closed_form import MAX_CLOSED_FORM_D, closed_form_moments
 from pbexact.errors import PBInputError, check_d, multiset_count
-from pbexact.estimators import ESTIMATORS, check_estimator
+from pbexact.estimators import ESTIMATORS, check_estimator, estimators_for, get_estimator
 from pbexact.parametrizations import Sigmoid
 from pbexact.polynomial import entropy, expected_loss, true_gradient
 from pbexact.variance import EstimatorMoments, exact_moments, mc_moments
@@ -44,11 +45,11 @@ def moments_at(
     if method == "auto":
         method = resolve_method(method, int(np.log2(len(J))), n)
     if method == "enumerate":
-        return exact_moments(J, r, n, "sigmoid")
+        return exact_moments(J, r, n, "sigmoid", estimators_for(n))
     if method == "closed":
-        return closed_form_moments(J, r, n, "sigmoid")
+        return closed_form_moments(J, r, n, "sigmoid", estimators_for(n))
     if method == "mc":
-        return mc_moments(J, r, n, draws, rng, "sigmoid")
+        return mc_moments(J, r, n, draws, rng, "sigmoid", estimators_for(n))
     raise PBInputError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
 
 
@@ -70,6 +71,13 @@ def check_method(method: str, d: int, n: int) -> None:
         raise PBInputError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
 
 
+def check_estimators(n: int) -> None:
+    """Every estimator must take n, except those that need an even n (their column is blank)."""
+    for name in ESTIMATORS:
+        if not get_estimator(name).even:
+            check_estimator(name, n)
+
+
 def variance_trajectory(
     J: np.ndarray,
     n: int,
@@ -81,17 +89,18 @@ def variance_trajectory(
     seed: int = 0,
     desc: str = "",
 ) -> list[dict[str, float]]:
-    """Rows ``step, loss, entropy, var_<estimator>..., theta_1..theta_d`` along the trajectory."""
+    """Rows ``step, loss, entropy, var_<estimator>..., theta_1..theta_d`` along the trajectory;
+    one var column per registered estimator, None (a blank CSV cell) where it is not defined for
+    this n (DisARM at odd n)."""
     d = int(np.log2(len(J)))
-    for name in ESTIMATORS:
-        check_estimator(name, n)
+    check_estimators(n)
     check_method(method, d, n)
     method = resolve_method(method, d, n)
     param = Sigmoid()
     rng = np.random.default_rng(seed)
     r = np.zeros(d)
     rows = []
-    for step in tqdm(range(steps + 1), desc=desc, leave=False, mininterval=0.5):
+    for step in tqdm(range(steps + 1), desc=desc, leave=False, mininterval=0.5, disable=not desc):
         theta = param.theta(r)
         if step % log_every == 0 or step == steps:
             moments = moments_at(J, r, n, method, rng, draws)
@@ -100,7 +109,8 @@ def variance_trajectory(
                 "loss": float(expected_loss(J, theta)),
                 "entropy": float(entropy(theta)),
             }
-            row.update({f"var_{k}": moments[k].total_variance for k in ESTIMATORS})
+            row.update({f"var_{k}": moments[k].total_variance if k in moments else None
+                        for k in ESTIMATORS})
             row.update({f"theta_{i + 1}": float(t) for i, t in enumerate(theta)})
             rows.append(row)
         r = r - lr * param.chain(true_gradient(J, theta), r)
@@ -115,11 +125,12 @@ def plot_variances(rows: list[dict[str, float]], title: str):
 
     steps = np.array([row["step"] for row in rows])
     fig, ax = plt.subplots(figsize=(6.4, 4.0))
-    labels = {"reinforce": "REINFORCE", "loorf": "LOORF", "arms": "ARMS", "betastar": r"$\beta^*$"}
     for name in ESTIMATORS:
+        if rows[0][f"var_{name}"] is None:
+            continue  # not defined for this n
         v = np.array([row[f"var_{name}"] for row in rows])
         v = np.where(v > 0, v, np.nan)  # exact zeros cannot sit on a log axis
-        ax.plot(steps, v, label=labels[name])
+        ax.plot(steps, v, label=get_estimator(name).label)
     ax.set_yscale("log")
     ax.set_xlabel("step")
     ax.set_ylabel("variance (sum over logits)")
@@ -182,8 +193,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     d = check_d(4 if args.d is None else args.d, limit=20)
     if args.steps < 0 or args.log_every < 1 or args.draws < 1:
         raise PBInputError("--steps must be >= 0, --log-every >= 1 and --draws >= 1")
-    for name in ESTIMATORS:
-        check_estimator(name, args.n)
+    check_estimators(args.n)
     check_method(args.method, d, args.n)
     if not tables:
         names = BENCHMARKS if args.benchmark == "all" else (args.benchmark,)
@@ -204,7 +214,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         last = rows[-1]
         print(
             f"{bench}: final E[J]={last['loss']:.4f}, entropy={last['entropy']:.3g}; variances at "
-            f"step 0: " + ", ".join(f"{k}={rows[0][f'var_{k}']:.4g}" for k in ESTIMATORS)
+            f"step 0: "
+            + ", ".join(f"{k}={rows[0][f'var_{k}']:.4g}" for k in estimators_for(args.n))
         )
         print(f"  wrote {args.out / (stem + '.csv')} and {args.out / (stem + '.png')}")
     return 0

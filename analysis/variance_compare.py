@@ -18,22 +18,22 @@ from pathlib import Path
 import numpy as np
 
 from analysis.cli import run, save_figure, write_csv
-from analysis.variance import FIGURES_DIR, variance_trajectory
+from analysis.variance import FIGURES_DIR, check_estimators, variance_trajectory
 from pbexact.benchmarks import BENCHMARKS, benchmark_table
 from pbexact.errors import PBInputError, check_d
-from pbexact.estimators import ESTIMATORS, check_estimator
-
-LABELS = {"reinforce": "REINFORCE", "loorf": "LOORF", "arms": "ARMS", "betastar": r"$\beta^*$"}
+from pbexact.estimators import ESTIMATORS, get_estimator
 
 
 def compare_rows(
     exact: list[dict[str, float]], mc: list[dict[str, float]]
 ) -> list[dict[str, float]]:
-    """Rows ``step, var_<estimator> (exact), mc_<estimator>, relerr_<estimator>``."""
+    """Rows ``step, var_<estimator> (exact), mc_<estimator>, relerr_<estimator>``, for the
+    estimators defined at this n (the exact rows' non-blank columns)."""
     rows = []
+    names = [k for k in ESTIMATORS if exact[0][f"var_{k}"] is not None]
     for e, m in zip(exact, mc):
         row = {"step": e["step"]}
-        for k in ESTIMATORS:
+        for k in names:
             row[f"var_{k}"] = e[f"var_{k}"]
             row[f"mc_{k}"] = m[f"var_{k}"]
             row[f"relerr_{k}"] = m[f"var_{k}"] / e[f"var_{k}"] - 1 if e[f"var_{k}"] > 0 else np.nan
@@ -50,14 +50,17 @@ def plot_compare(rows: list[dict[str, float]], title: str, draws: int):
     steps = np.array([row["step"] for row in rows])
     fig, (ax, ax2) = plt.subplots(1, 2, figsize=(11, 4.0))
     for i, k in enumerate(ESTIMATORS):
+        if f"var_{k}" not in rows[0]:
+            continue
         color = f"C{i}"
+        label = get_estimator(k).label
         exact = np.array([row[f"var_{k}"] for row in rows])
         mc = np.array([row[f"mc_{k}"] for row in rows])
-        ax.plot(steps, np.where(exact > 0, exact, np.nan), color=color, label=f"{LABELS[k]} exact")
+        ax.plot(steps, np.where(exact > 0, exact, np.nan), color=color, label=f"{label} exact")
         ax.plot(steps, np.where(mc > 0, mc, np.nan), ".", color=color, ms=3,
-                label=f"{LABELS[k]} MC")
+                label=f"{label} MC")
         ax2.plot(steps, 100 * np.array([row[f"relerr_{k}"] for row in rows]), ".-", color=color,
-                 ms=3, lw=0.6, label=LABELS[k])
+                 ms=3, lw=0.6, label=label)
     ax.set_yscale("log")
     ax.set_xlabel("step")
     ax.set_ylabel("variance (sum over logits)")
@@ -99,8 +102,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     d = check_d(args.d, limit=20)
     if args.steps < 0 or args.log_every < 1 or args.draws < 1:
         raise PBInputError("--steps must be >= 0, --log-every >= 1 and --draws >= 1")
-    for name in ESTIMATORS:
-        check_estimator(name, args.n)
+    check_estimators(args.n)
     names = BENCHMARKS if args.benchmark == "all" else (args.benchmark,)
     for bench in names:
         J = benchmark_table(bench, d, args.seed)
@@ -115,7 +117,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         fig = plot_compare(rows, f"{bench}, d={d}, n={args.n}: exact vs MC", args.draws)
         save_figure(fig, [args.out / f"{stem}.png", args.figures / f"{stem}.png"])
         print(f"{bench}: |MC / exact - 1| over {len(rows)} logged steps (median, max):")
-        for k in ESTIMATORS:
+        for k in (k for k in ESTIMATORS if f"relerr_{k}" in rows[0]):
             err = np.abs([row[f"relerr_{k}"] for row in rows])
             print(f"  {k:9s} {100 * np.nanmedian(err):6.2f}%  {100 * np.nanmax(err):6.2f}%")
         print(f"  wrote {args.out / (stem + '.csv')} and {args.out / (stem + '.png')}")

@@ -21,7 +21,7 @@ import torch
 from pbscale import io
 from pbscale.masks import mean_absolute_error
 from pbscale.memory import peak_memory
-from pbscale.methods import MaskTrainer, MethodConfig
+from pbscale.methods import MC_METHODS, MaskTrainer, MethodConfig
 from pbscale.regression import BATCH, make_problem
 
 REPEATS = {10: 30, 100: 10, 1000: 3}
@@ -30,7 +30,7 @@ REPEATS = {10: 30, 100: 10, 1000: 3}
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    ap.add_argument("--estimator", default="loorf", choices=["reinforce", "loorf", "arms"])
+    ap.add_argument("--estimator", default="loorf", choices=MC_METHODS)
     ap.add_argument("--ns", default="10,100,1000")
     ap.add_argument("--out", default="figures")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)

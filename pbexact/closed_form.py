@@ -10,7 +10,8 @@ round-off. Two facts make this possible:
   in bit(p).
 * The n samples are iid for REINFORCE, LOORF and beta*; for ARMS (`alg:orig_arms`) they are
   exchangeable, with dimensions independent, so the joint law of any m <= 4 of them in one
-  dimension follows from the Dirichlet copula by inclusion-exclusion over at most 4 terms.
+  dimension follows from the Dirichlet copula by inclusion-exclusion over at most 4 terms; for
+  DisARM, n/2 iid antithetic pairs, each pair's law a product over dimensions.
 
 Estimators, per parameter p (the variance is per parameter; `EstimatorMoments.total_variance` sums
 them):
@@ -18,6 +19,8 @@ them):
 * REINFORCE and beta*: Var = (1/n) Var[single-sample term].
 * LOORF (`eq:loorf`) is the U-statistic of order 2 with kernel h(a, b) = (J_a - J_b)(s_a - s_b)/2,
   so Var = (2 (n-2) zeta_1 + zeta_2) / C(n, 2) (Hoeffding), zeta_1 = Var E[h | a], zeta_2 = Var h.
+* DisARM is the mean of n/2 iid pair terms h(x, y) / (1 - rho), so Var = Var h / (n/2) /
+  (1 - rho)^2, E[h^2] as ARMS's same-pair class with the antithetic pair law.
 * ARMS is the same U-statistic on copula samples divided by 1 - rho. Its square is a sum over
   pairs of sample pairs in three overlap classes (same pair: C(n,2) of them; one shared sample:
   n(n-1)(n-2); disjoint: n(n-1)(n-2)(n-3)/4), each class needing the copula law of 2, 3 or 4
@@ -40,7 +43,13 @@ import numba
 import numpy as np
 
 from . import estimators as est
-from .copula import _upper_tail, arms_correlation, dirichlet_threshold
+from .copula import (
+    _upper_tail,
+    antithetic_correlation,
+    antithetic_pair_law,
+    arms_correlation,
+    dirichlet_threshold,
+)
 from .errors import PBInputError, check_n, check_table, check_theta
 from .parametrizations import Parametrization, get_parametrization
 from .polynomial import expected_loss
@@ -271,13 +280,16 @@ def closed_form_moments(
     r: np.ndarray,
     n: int,
     parametrization: str | Parametrization = "sigmoid",
-    estimators: tuple[str, ...] = est.ESTIMATORS,
+    estimators: tuple[str, ...] | None = None,
 ) -> dict[str, EstimatorMoments]:
     """Exact mean and variance of each estimator at logits r (shape (P,)), shapes (P,) each, equal
     to `pbexact.variance.exact_moments` to round-off, without enumeration (`sec:app_true_var`).
 
-    Cost per call: O(d 2^d) for REINFORCE, LOORF and beta*, O(d log d 2^d) for ARMS, independent
-    of n. J is the table of 2^d losses (index h, z_i = bit i-1 of h).
+    Cost per call: O(d 2^d) for REINFORCE, LOORF and beta*, O(d log d 2^d) for ARMS and DisARM,
+    independent of n. J is the table of 2^d losses (index h, z_i = bit i-1 of h). The formula
+    follows the estimator's spec (`pbexact.estimators.REGISTRY`: law, centering, constant), not
+    its name; a combination without a closed form here is a PBInputError. ``estimators``:
+    default every one defined for this n.
     """
     param = get_parametrization(parametrization)
     r = np.asarray(r, dtype=np.float64)
@@ -289,12 +301,16 @@ def closed_form_moments(
         raise PBInputError(f"closed-form variances go up to d={MAX_CLOSED_FORM_D}, got d={d}")
     J = check_table(J, d)
     n = check_n(n)
-    for name in estimators:
-        est.check_estimator(name, n)
+    if estimators is None:
+        estimators = est.estimators_for(n)
+    specs = [est.get_estimator(name) for name in estimators]
+    for spec in specs:
+        spec.check_n(n)
+        _closed_form_kind(spec)
 
     a, b, bit = score_coefficients(param, r, d)
     mu = float(expected_loss(J, theta))
-    Jc = J - mu  # LOORF, ARMS and beta* do not see a constant shift of J
+    Jc = J - mu  # LOORF, ARMS, DisARM and beta* do not see a constant shift of J
     p = np.stack([1 - theta, theta], axis=-1)[bit]  # (P, 2): P(z_bit = 0), P(z_bit = 1)
     s = a[:, None] + b[:, None] * np.arange(2)  # (P, 2): score at z_bit = 0, 1
     g1, g2 = bit_marginals(np.stack([Jc, Jc * Jc]), theta)[:, bit]  # (P, 2) each
@@ -306,25 +322,47 @@ def closed_form_moments(
     ej2, ej2s, ej2s2 = mom[2, 0], mom[2, 1], mom[2, 2]
 
     out: dict[str, EstimatorMoments] = {}
-    for name in estimators:
-        if name == "reinforce":
-            # J = Jc + mu: E[J s] = E[Jc s] + mu E[s], E[J^2 s^2] by the same expansion
-            mean = ejs + mu * es
-            second = ej2s2 + 2 * mu * ejs2 + mu**2 * es2
+    for spec in specs:
+        kind = _closed_form_kind(spec)
+        if kind == "single":
+            if spec.constant is None:
+                # J = Jc + mu: E[J s] = E[Jc s] + mu E[s], E[J^2 s^2] by the same expansion
+                mean = ejs + mu * es
+                second = ej2s2 + 2 * mu * ejs2 + mu**2 * es2
+            else:
+                # beta*_i - E[J] = E[Jc with theta_i flipped] (`thm:bStarTwo`,
+                # `pbexact.polynomial.flipped_expectation`), read off the per-bit marginals of Jc
+                beta = (p[:, ::-1] * g1).sum(-1)
+                mean = ejs - beta * es
+                second = ej2s2 - 2 * beta * ejs2 + beta**2 * es2
             var = (second - mean**2) / n
-        elif name == "betastar":
-            # beta*_i - E[J] = E[Jc with theta_i flipped] (`thm:bStarTwo`,
-            # `pbexact.polynomial.flipped_expectation`), read off the per-bit marginals of Jc
-            beta = (p[:, ::-1] * g1).sum(-1)
-            mean = ejs - beta * es
-            second = ej2s2 - 2 * beta * ejs2 + beta**2 * es2
-            var = (second - mean**2) / n
-        elif name == "loorf":
+        elif kind == "loo_iid":
             mean, var = _loorf_moments(n, es, es2, ejs, ej2, ej2s, ej2s2)
-        else:
+        elif kind == "loo_copula":
             mean, var = _arms_moments(Jc, theta, n, a, b, bit, g1, g2, param)
-        out[name] = EstimatorMoments(mean=mean, variance=np.maximum(var, 0.0))
+        else:
+            mean, var = _pair_moments(Jc, theta, n, a, b, bit, g1, g2, param)
+        out[spec.name] = EstimatorMoments(mean=mean, variance=np.maximum(var, 0.0))
     return out
+
+
+def _closed_form_kind(spec: est.EstimatorSpec) -> str:
+    """Which closed form an estimator's spec takes: single-sample terms (iid, no centering,
+    baseline 0 or beta*), the LOORF U-statistic on iid or copula samples, or antithetic pairs."""
+    key = (spec.law, spec.center, spec.constant)
+    kinds = {
+        ("iid", "none", None): "single",
+        ("iid", "none", "beta"): "single",
+        ("iid", "mean", None): "loo_iid",
+        ("copula", "mean", "rho"): "loo_copula",
+        ("antithetic", "pair", "rho"): "pairs",
+    }
+    if key not in kinds:
+        raise PBInputError(
+            f"no closed form for {spec.name} (law {spec.law}, center {spec.center}, constant "
+            f"{spec.constant}); use pbexact.variance.exact_moments"
+        )
+    return kinds[key]
 
 
 def _loorf_moments(
@@ -378,3 +416,27 @@ def _arms_moments(
         var_u += pairs * (n - 2) * (n - 3) / 2 * (moments.product((0, 1), (2, 3)) - mh**2)
     scale = 1 - param.expand(arms_correlation(theta, n))
     return mh / scale, var_u / pairs**2 / scale**2
+
+
+def _pair_moments(
+    Jc: np.ndarray,
+    theta: np.ndarray,
+    n: int,
+    a: np.ndarray,
+    b: np.ndarray,
+    bit: np.ndarray,
+    g1: np.ndarray,
+    g2: np.ndarray,
+    param: Parametrization,
+) -> tuple[np.ndarray, np.ndarray]:
+    """DisARM: the mean of n/2 iid antithetic pairs' terms h = (J_x - J_y)(s_x - s_y) / 2 divided
+    by 1 - rho, so Var = Var[h] / (n/2) / (1 - rho)^2; E[h] and E[h^2] are the ARMS pair moments
+    with the antithetic pair law (`pbexact.copula.antithetic_pair_law`, exchangeable) in place of
+    the copula's two-sample law. E[J] = 0 here."""
+    law = antithetic_pair_law(theta)  # (d, 4), w = bit of sample 0 + 2 bits of sample 1
+    kern = pair_kernels(Jc, law.reshape(-1, 2, 2))
+    moments = _ArmsMoments(g1, g2, kern[bit], {2: law}, a, b, bit)
+    mh = moments.mean()
+    var_h = moments.product((0, 1), (0, 1)) - mh**2
+    scale = 1 - param.expand(antithetic_correlation(theta))
+    return mh / scale, var_h / (n // 2) / scale**2

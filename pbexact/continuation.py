@@ -79,7 +79,12 @@ DECEIVING_SQUARED = PiecewiseFunction(
 )
 
 
-def exponential_schedule(num_temperatures: int, final: float = 1 / 200) -> np.ndarray:
+#: CP's last temperature (`sec:app_microworld_hypers`: exponential decay from 1 to 1/200); the one
+#: definition every CP schedule (pbexact, pbscale, analysis) takes its default from.
+CP_FINAL_TAU = 1 / 200
+
+
+def exponential_schedule(num_temperatures: int, final: float = CP_FINAL_TAU) -> np.ndarray:
     """tau_k = final^(k / (K - 1)), from 1 down to ``final`` (the schedule of
     `sec:app_microworld_hypers`: start at one, exponential decay to 1/200)."""
     if num_temperatures < 1:

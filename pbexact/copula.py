@@ -40,6 +40,28 @@ def arms_correlation(theta: Array, n: int) -> Array:
     return xp.where(inside, (both - m**2) / var, 0.0)
 
 
+def antithetic_correlation(theta: Array) -> Array:
+    """rho_i = Corr(z_i, z~_i) of an antithetic pair z = 1[u < theta], z~ = 1[1 - u < theta],
+    u ~ U(0, 1) (DisARM): P(z_i = 1, z~_i = 0) = min(theta, 1 - theta), so
+    rho = -min(theta, 1 - theta) / max(theta, 1 - theta) and 1 / (1 - rho) = max(theta, 1 - theta)
+    (sigma(|r|) for sigmoid logits); 0 where theta_i is 0 or 1. numpy or torch, shape of theta."""
+    xp = arrays.namespace(theta)
+    low = xp.minimum(theta, 1 - theta)
+    inside = (theta > 0) & (theta < 1)
+    return xp.where(inside, -low / xp.where(inside, 1 - low, 1.0), 0.0)
+
+
+def antithetic_pair_law(theta: np.ndarray) -> np.ndarray:
+    """q[..., i, w]: law of one antithetic pair in dimension i, w = z_i + 2 z~_i, shape
+    (..., d, 4): P(1, 0) = P(0, 1) = min(theta, 1 - theta), P(1, 1) = (2 theta - 1)_+,
+    P(0, 0) = (1 - 2 theta)_+. Exchangeable (u and 1 - u have one law)."""
+    theta = check_theta(theta)
+    low = np.minimum(theta, 1 - theta)
+    return np.stack(
+        [np.clip(1 - 2 * theta, 0.0, None), low, low, np.clip(2 * theta - 1, 0.0, None)], axis=-1
+    )
+
+
 def arms_bits(u_tilde: Array, theta: Array) -> Array:
     """z~ from copula uniforms u~ of shape (..., n, d) and theta of shape (d,) or (..., d)
     (`alg:orig_arms`); a batch of thetas gets its own n samples: theta is broadcast over the

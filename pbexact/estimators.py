@@ -1,13 +1,22 @@
-"""Score-function gradient estimators, written once for numpy (pbexact) and torch (pbscale).
+"""Score-function gradient estimators: one registry of estimator specs, written once for numpy
+(pbexact) and torch (pbscale).
 
 Every estimator takes the n losses ``J`` of shape (..., n) and the n scores
 ``S = grad_r log p(z^(s); theta(r))`` of shape (..., n, P) and returns a gradient estimate of
-shape (..., P); leading dimensions batch independent estimates. Each is defined once, as a
-:class:`LinearEstimate` (sample weights from the losses, per-parameter constants); the batch
-functions evaluate it on scores, and the exact variance evaluates it on every multiset of
-vertices. The iterative accumulators (`alg:iter_reinforce`, `alg:iter_loorf`, `alg:iter_arms`)
-take the samples in chunks of any size k >= 1 with memory O(P), and equal the batch forms on the
-same samples to round-off; k = 1 is the paper's per-sample recursion.
+shape (..., P); leading dimensions batch independent estimates. Each is one
+:class:`EstimatorSpec` in :data:`REGISTRY` (label, fewest samples, sampling law, per-parameter
+constant, centering) whose linear form :class:`LinearEstimate` gives
+
+* the batch form (:meth:`LinearEstimate.evaluate`, the formula as the paper writes it),
+* the chunked form: one accumulator :class:`SampleSums` of k, sum J, U = sum J S and B = sum S,
+  finished by the same linear form (:meth:`LinearEstimate.finish`; `alg:iter_reinforce`,
+  `alg:iter_loorf`, `alg:iter_arms` in one), equal to the batch form to round-off,
+* the exact moments (`pbexact.variance` by enumeration, `pbexact.closed_form` in closed form),
+  which dispatch on the spec's law and centering, never on its name.
+
+Adding an estimator is one :class:`EstimatorSpec` in :data:`REGISTRY`; with a law and a
+centering that already exist, the samplers, the exact and closed-form moments, pbscale and every
+command line and legend pick it up.
 """
 
 from __future__ import annotations
@@ -16,34 +25,163 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import arrays
+from .copula import antithetic_correlation, arms_correlation
 from .errors import PBInputError, check_n
+from .polynomial import flipped_expectation
 
 Array = Any
 
-ESTIMATORS = ("reinforce", "loorf", "arms", "betastar")
+#: Sampling laws of the n samples of one estimate: iid Bernoulli (`eq:reinforce_p`), the ARMS
+#: Dirichlet copula (`alg:orig_arms`), or n/2 independent antithetic pairs (DisARM).
+LAWS = ("iid", "copula", "antithetic")
+#: How the losses are centered: not at all, on the mean of all n (`eq:loorf`), or on the mean of
+#: each antithetic pair (samples 2j and 2j + 1).
+CENTERS = ("none", "mean", "pair")
+#: Per-parameter constants: rho (the law's correlation, divisor 1 - rho) or a baseline beta.
+CONSTANTS = (None, "rho", "beta")
+
+
+@dataclass(frozen=True)
+class EstimatorSpec:
+    """One estimator: its name, legend ``label`` (matplotlib text), plain ``text`` name for
+    messages, the fewest samples it takes (``min_samples``;
+    ``even``: n must be even), the sampling ``law`` of its n samples, the ``center`` of its
+    losses and its per-parameter ``constant``. ``needs_table``: the constant needs the whole
+    J table (beta*), so pbscale, which only evaluates J, cannot run it."""
+
+    name: str
+    label: str
+    text: str
+    min_samples: int
+    law: str
+    center: str
+    constant: str | None = None
+    even: bool = False
+    needs_table: bool = False
+    reference: str = ""
+
+    def accepts(self, n: int) -> bool:
+        """Whether the estimator is defined for n samples."""
+        return n >= self.min_samples and (not self.even or n % 2 == 0)
+
+    def check_n(self, n: int) -> int:
+        """n, or a one-line PBInputError saying which n the estimator takes."""
+        n = check_n(n, self.text, self.min_samples)
+        if self.even and n % 2:
+            raise PBInputError(
+                f"{self.text} takes n/2 antithetic pairs: n must be even, got n={n}"
+            )
+        return n
+
+    def norm(self, n: int) -> int:
+        """The number the centered sum is divided by: n, n - 1 (leave-one-out) or n/2 pairs."""
+        if self.center == "mean":
+            return n - 1
+        return n // 2 if self.center == "pair" else n
+
+    def constant_of(self, theta: Array, n: int, param: Any, J: Array | None = None,
+                    gradient: Array | None = None) -> Array | None:
+        """The per-parameter constant, shape (..., P) for theta (..., d), numpy or torch: rho
+        of the law (copula: `alg:orig_arms`; antithetic: -min(theta, 1-theta) /
+        max(theta, 1-theta)), beta* (`thm:bStarTwo`, needs the J table; ``gradient`` the true
+        gradient over theta where the caller has it), or None."""
+        if self.constant is None:
+            return None
+        if self.constant == "beta":
+            if J is None:
+                raise PBInputError(f"{self.name} needs the J table for its baseline beta*")
+            return param.expand(flipped_expectation(J, theta, gradient))
+        if self.law == "copula":
+            return param.expand(arms_correlation(theta, n))
+        if self.law == "antithetic":
+            return param.expand(antithetic_correlation(theta))
+        raise PBInputError(f"{self.name}: no correlation rho for the {self.law} law")
+
+    def form(self, J: Array, extra: Array | None = None) -> LinearEstimate:
+        """The linear form on losses J (..., n); ``extra`` is the constant of
+        :meth:`constant_of`."""
+        return self.linear(J.shape[-1], J.sum(-1) if self.center == "mean" else None, extra, J)
+
+    def linear(self, n: int, sum_j: Array | None, extra: Array | None,
+               losses: Array | None = None, check: bool = True) -> LinearEstimate:
+        """The linear form from n, sum J (only the "mean" center reads it) and the constant;
+        ``check=False`` skips validating n (callers in a loop that validated it once)."""
+        if check:
+            self.check_n(n)
+        if self.constant is not None and extra is None:
+            what = "rho" if self.constant == "rho" else "beta"
+            raise PBInputError(
+                f"{self.name} needs its per-parameter constant {what}; "
+                "EstimatorSpec.constant_of (pbexact.variance.estimator_extra) computes it"
+            )
+        center = sum_j / n if self.center == "mean" else 0.0
+        return LinearEstimate(
+            losses, self.norm(n), center,
+            baseline=extra if self.constant == "beta" else 0.0,
+            divisor=1 - extra if self.constant == "rho" else 1.0,
+            pairs=self.center == "pair",
+        )
+
+
+#: Every estimator, by name; loops over estimators (CLIs, legends, tests) loop over this.
+REGISTRY: dict[str, EstimatorSpec] = {
+    spec.name: spec
+    for spec in (
+        EstimatorSpec("reinforce", "REINFORCE", "REINFORCE", 1, "iid", "none",
+                      reference="eq:reinforce"),
+        EstimatorSpec("loorf", "LOORF", "LOORF", 2, "iid", "mean", reference="eq:loorf"),
+        EstimatorSpec("arms", "ARMS", "ARMS", 2, "copula", "mean", "rho",
+                      reference="alg:orig_arms"),
+        EstimatorSpec("betastar", r"$\beta^*$", "beta*", 1, "iid", "none", "beta", needs_table=True,
+                      reference="eq:bstar_thm_estimator"),
+        EstimatorSpec("disarm", "DisARM", "DisARM", 2, "antithetic", "pair", "rho", even=True,
+                      reference="Dong, Mnih and Tucker (2020)"),
+    )
+}
+ESTIMATORS = tuple(REGISTRY)
 #: Fewest samples each estimator is defined for.
-MIN_SAMPLES = {"reinforce": 1, "loorf": 2, "arms": 2, "betastar": 1}
+MIN_SAMPLES = {name: spec.min_samples for name, spec in REGISTRY.items()}
+#: The estimators pbscale can run (their constant does not need the J table).
+MC_ESTIMATORS = tuple(name for name, spec in REGISTRY.items() if not spec.needs_table)
+
+
+def get_estimator(name: str) -> EstimatorSpec:
+    """The spec of estimator ``name``; an unknown name is a one-line PBInputError."""
+    try:
+        return REGISTRY[name]
+    except (KeyError, TypeError):
+        raise PBInputError(
+            f"unknown estimator {name!r}; choose one of {', '.join(ESTIMATORS)}"
+        ) from None
 
 
 def check_estimator(name: str, n: int | None = None) -> str:
     """Validate an estimator name and, if given, its number of samples."""
-    if name not in MIN_SAMPLES:
-        raise PBInputError(f"unknown estimator {name!r}; choose one of {', '.join(ESTIMATORS)}")
+    spec = get_estimator(name)
     if n is not None:
-        check_n(n, name.upper() if name != "betastar" else "beta*", MIN_SAMPLES[name])
+        spec.check_n(n)
     return name
 
 
-def sample_sum(w: Array, S: Array) -> Array:
-    """sum_s w^(s) S^(s) for weights w (..., n) and scores S (..., n, P): shape (..., P).
+def estimators_for(n: int, names: tuple[str, ...] = ESTIMATORS) -> tuple[str, ...]:
+    """The estimators among ``names`` defined for n samples (DisARM needs an even n)."""
+    return tuple(name for name in names if get_estimator(name).accepts(n))
 
-    Every estimator below touches the scores only through this sum, so it is linear in them; an
-    ``S`` with a ``weighted_sum(w)`` method (pbscale's affine scores, never built in full)
-    supplies its own faster evaluation of the same sum.
-    """
-    if hasattr(S, "weighted_sum"):
-        return S.weighted_sum(w)
+
+def sample_sum(w: Array, S: Array) -> Array:
+    """sum_s w^(s) S^(s) for weights w (..., n) and scores S (..., n, P): shape (..., P)."""
     return (w[..., None, :] @ S)[..., 0, :]
+
+
+def pair_centered(J: Array) -> Array:
+    """J^(s) minus the mean of its antithetic pair (samples 2j and 2j + 1): (J_2j - J_2j+1) / 2
+    and its negative, shape of J (..., n), n even."""
+    n = J.shape[-1]
+    if n % 2:
+        raise PBInputError(f"antithetic pairs need an even number of samples, got {n}")
+    pairs = J.reshape(J.shape[:-1] + (n // 2, 2))
+    half = (pairs[..., 0] - pairs[..., 1]) / 2
+    return arrays.namespace(J).stack([half, -half], -1).reshape(J.shape)
 
 
 @dataclass(frozen=True)
@@ -54,10 +192,13 @@ class LinearEstimate:
 
     with the losses J^(s) (``losses``, (..., n)), a ``center`` (scalar or (...,)) shared by the
     n samples of one estimate, a per-parameter ``baseline`` and ``divisor`` (scalars or
-    (..., P)) and a number ``norm``. In terms of the sums U = sum_s J^(s) S^(s) and
-    B = sum_s S^(s) it is (U - (center + baseline) B) / (norm divisor), which lets the exact
-    variance (`pbexact.variance`) share U and B between estimators. :meth:`evaluate` follows the
-    formula as written (losses centered before the sum over samples, the division last).
+    (..., P)) and a number ``norm``. With ``pairs``, each loss is first centered on its
+    antithetic pair instead, J^(s) - (J^(2j) + J^(2j+1)) / 2 (DisARM). In terms of the sums
+    U = sum_s J^(s) S^(s) (pair-centered J with ``pairs``) and B = sum_s S^(s) it is
+    (U - (center + baseline) B) / (norm divisor), which lets the exact variance
+    (`pbexact.variance`) share U and B between estimators and the chunked path
+    (:class:`SampleSums`) finish from them. :meth:`evaluate` follows the formula as written
+    (losses centered before the sum over samples, the division last).
     """
 
     losses: Array
@@ -65,10 +206,11 @@ class LinearEstimate:
     center: Array | float = 0.0
     baseline: Array | float = 0.0
     divisor: Array | float = 1.0
+    pairs: bool = False
 
     def evaluate(self, S: Array) -> Array:
         """The estimate from scores S (..., n, P): shape (..., P)."""
-        centered = self.losses
+        centered = pair_centered(self.losses) if self.pairs else self.losses
         if hasattr(self.center, "shape"):
             centered = self.losses - self.center[..., None]
         elif self.center != 0.0:
@@ -77,6 +219,23 @@ class LinearEstimate:
         if not _is_scalar(self.baseline, 0.0):
             ones = arrays.namespace(self.losses).ones_like(self.losses)
             g = g - self.baseline * sample_sum(ones, S)
+        return self._scale(g)
+
+    def finish(self, sums: SampleSums) -> Array:
+        """The estimate from the accumulated sums U and B of the same n samples, shape (..., P):
+        (U - (center + baseline) B) / (norm divisor)."""
+        if sums.count == 0:
+            raise PBInputError("no samples were accumulated; call update() at least once")
+        g = sums.U
+        if hasattr(self.center, "shape"):
+            g = g - self.center[..., None] * sums.B
+        elif self.center != 0.0:
+            g = g - self.center * sums.B
+        if not _is_scalar(self.baseline, 0.0):
+            g = g - self.baseline * sums.B
+        return self._scale(g)
+
+    def _scale(self, g: Array) -> Array:
         g = g / self.norm
         if not _is_scalar(self.divisor, 1.0):
             g = g / self.divisor
@@ -87,48 +246,96 @@ def _is_scalar(x: Array | float, value: float) -> bool:
     return isinstance(x, float) and x == value
 
 
+class SampleSums:
+    """The one accumulator of every estimator: the count k, sum J, U = sum_s J^(s) S^(s) and
+    B = sum_s S^(s) over the samples seen so far, in chunks of any size (memory O(P)); with
+    ``pairs`` (DisARM) U takes the pair-centered losses and every chunk must hold whole pairs.
+    :meth:`LinearEstimate.finish` turns them into the estimate, equal to the batch form on the
+    same samples to round-off; one chunk per sample is the per-sample recursion of
+    `alg:iter_reinforce`, `alg:iter_loorf` and `alg:iter_arms`.
+
+    Scores come either in full, (..., k, P) (:meth:`update`), or through the parametrization's
+    affine reading S_p = a_p + b_p z_bit(p) (`Parametrization.affine_score`, :meth:`update_affine`),
+    which never builds the (k, P) score matrix, two-logit parametrizations included.
+    """
+
+    def __init__(self, pairs: bool = False) -> None:
+        self.pairs = pairs
+        self.count = 0
+        self.sum_j: Array = None
+        self.U: Array = None
+        self.B: Array = None
+
+    def _weights(self, J: Array) -> Array:
+        return pair_centered(J) if self.pairs else J
+
+    def update(self, J: Array, S: Array) -> None:
+        """Add k samples: losses J (..., k) and scores S (..., k, P)."""
+        ones = arrays.namespace(J).ones_like(J)
+        self._add(J, sample_sum(self._weights(J), S), sample_sum(ones, S))
+
+    def update_affine(self, J: Array, z: Array, a: Array, b: Array, param: Any) -> None:
+        """Add k samples z (..., k, d) with losses J (..., k), the scores given by
+        ``param.affine_score(r) = (a, b)`` (shape (..., P)): sum_s w_s S_s =
+        expand(w z) b + (sum_s w_s) a, sum_s S_s = expand(sum_s z_s) b + k a."""
+        w = self._weights(J)
+        k = J.shape[-1]
+        U = param.expand((w[..., None, :] @ z)[..., 0, :]) * b + w.sum(-1)[..., None] * a
+        B = param.expand(z.sum(-2)) * b + k * a
+        self._add(J, U, B)
+
+    def _add(self, J: Array, U: Array, B: Array) -> None:
+        sum_j = J.sum(-1)
+        if self.count == 0:
+            self.sum_j, self.U, self.B = sum_j, U, B
+        else:
+            self.sum_j, self.U, self.B = self.sum_j + sum_j, self.U + U, self.B + B
+        self.count += J.shape[-1]
+
+    def estimate(self, spec: EstimatorSpec | str, extra: Array | None = None) -> Array:
+        """The estimator's value on the samples seen, shape (..., P)."""
+        spec = get_estimator(spec) if isinstance(spec, str) else spec
+        if self.count == 0:
+            raise PBInputError("no samples were accumulated; call update() at least once")
+        return spec.linear(self.count, self.sum_j, extra).finish(self)
+
+
+def linear_estimate(name: str, J: Array, extra: Array | None = None) -> LinearEstimate:
+    """The estimator ``name`` on losses J (..., n); ``extra`` is its per-parameter constant
+    (rho for ARMS and DisARM, beta for beta*)."""
+    return get_estimator(name).form(J, extra)
+
+
 def reinforce_form(J: Array) -> LinearEstimate:
     """REINFORCE, (1/n) sum_s J(z^(s)) S^(s)  (`eq:reinforce`), from losses J (..., n)."""
-    return LinearEstimate(J, J.shape[-1])
+    return REGISTRY["reinforce"].form(J)
 
 
 def baseline_form(J: Array, beta: Array) -> LinearEstimate:
     """(1/n) sum_s (J(z^(s)) - beta) S^(s) with a constant baseline per parameter, beta of shape
     (..., P) (`eq:bstar_thm_estimator`; beta = beta* of `thm:bStarTwo` gives the beta* estimator).
     """
-    return LinearEstimate(J, J.shape[-1], baseline=beta)
+    return REGISTRY["betastar"].form(J, beta)
 
 
 def loorf_form(J: Array) -> LinearEstimate:
     """LOORF, (1/(n-1)) sum_s (J(z^(s)) - mean_s' J(z^(s'))) S^(s)  (`eq:loorf`), n >= 2."""
-    n = J.shape[-1]
-    check_n(n, "LOORF", 2)
-    return LinearEstimate(J, n - 1, center=J.sum(-1) / n)
+    return REGISTRY["loorf"].form(J)
 
 
 def arms_form(J: Array, rho: Array) -> LinearEstimate:
     """ARMS: LOORF on Dirichlet-copula samples divided by 1 - rho (`alg:orig_arms`), rho of
     shape (..., P) (per bit, expanded to the bit's logits), n >= 2."""
-    loorf = loorf_form(J)
-    return LinearEstimate(J, loorf.norm, loorf.center, divisor=1 - rho)
+    return REGISTRY["arms"].form(J, rho)
 
 
-def linear_estimate(name: str, J: Array, extra: Array | None = None) -> LinearEstimate:
-    """The estimator ``name`` on losses J (..., n); ``extra`` is rho for ARMS, beta for beta*."""
-    check_estimator(name)
-    if name == "reinforce":
-        return reinforce_form(J)
-    if name == "loorf":
-        return loorf_form(J)
-    if extra is None:
-        what = "rho" if name == "arms" else "beta"
-        raise PBInputError(
-            f"{name} needs its per-parameter constant {what}; "
-            "pbexact.variance.estimator_extra computes it"
-        )
-    if name == "arms":
-        return arms_form(J, extra)
-    return baseline_form(J, extra)
+def disarm_form(J: Array, rho: Array) -> LinearEstimate:
+    """DisARM (Dong, Mnih and Tucker, 2020): for n/2 antithetic pairs (z, z~), samples 2j and
+    2j + 1 with z = 1[u < theta], z~ = 1[1 - u < theta], the mean over pairs of
+    (J(z) - J(z~)) / 2 (S(z) - S(z~)) / (1 - rho), rho = -min(theta, 1-theta) /
+    max(theta, 1-theta) the pair's correlation. For sigmoid logits S(z) - S(z~) =
+    (-1)^{z~_i} 1[z_i != z~_i] and 1 / (1 - rho) = sigma(|r_i|): the paper's form."""
+    return REGISTRY["disarm"].form(J, rho)
 
 
 def reinforce(J: Array, S: Array) -> Array:
@@ -152,86 +359,6 @@ def arms(J: Array, S: Array, rho: Array) -> Array:
     return arms_form(J, rho).evaluate(S)
 
 
-class ReinforceAccumulator:
-    """`alg:iter_reinforce`: g <- (m/(m+k)) g + (1/(m+k)) sum_chunk J S."""
-
-    def __init__(self) -> None:
-        self.count = 0
-        self.g: Array = None
-
-    def update(self, J: Array, S: Array) -> None:
-        self._add(sample_sum(J, S), J.shape[-1])
-
-    def _add(self, chunk_sum: Array, k: int) -> None:
-        m = self.count
-        if self.g is None:
-            self.g = chunk_sum / k
-        else:
-            self.g = self.g * (m / (m + k)) + chunk_sum / (m + k)
-        self.count = m + k
-
-    def value(self) -> Array:
-        if self.count == 0:
-            raise PBInputError("no samples were accumulated; call update() at least once")
-        return self.g
-
-
-class BaselineAccumulator(ReinforceAccumulator):
-    """Iterative form of the constant-baseline (beta*) estimator, beta of shape (..., P)."""
-
-    def __init__(self, beta: Array) -> None:
-        super().__init__()
-        self.beta = beta
-
-    def update(self, J: Array, S: Array) -> None:
-        ones = arrays.namespace(J).ones_like(J)
-        self._add(sample_sum(J, S) - self.beta * sample_sum(ones, S), J.shape[-1])
-
-
-class LoorfAccumulator:
-    """`alg:iter_loorf`, for chunks of k samples at a time:
-
-    J_hat <- (m / (m+k)) J_hat + (1 / (m+k)) sum J,
-    Lambda <- (max(m-1, 1) / max(m+k-1, 1)) Lambda + (1 / max(m+k-1, 1)) sum (.),
-    for Lambda_s (sum of scores) and Lambda_Js (sum of J times score);
-    g = Lambda_Js - Lambda_s J_hat.
-    """
-
-    def __init__(self) -> None:
-        self.count = 0
-        self.j_mean: Array = None
-        self.lam_s: Array = None
-        self.lam_js: Array = None
-
-    def update(self, J: Array, S: Array) -> None:
-        k = J.shape[-1]
-        m = self.count
-        sum_j = J.sum(-1)
-        sum_s = S.sum(-2)
-        sum_js = sample_sum(J, S)
-        old, new = max(m - 1, 1), max(m + k - 1, 1)
-        if self.j_mean is None:
-            self.j_mean = sum_j / k
-            self.lam_s = sum_s / new
-            self.lam_js = sum_js / new
-        else:
-            self.j_mean = self.j_mean * (m / (m + k)) + sum_j / (m + k)
-            self.lam_s = self.lam_s * (old / new) + sum_s / new
-            self.lam_js = self.lam_js * (old / new) + sum_js / new
-        self.count = m + k
-
-    def value(self) -> Array:
-        check_n(self.count, "LOORF", 2)
-        return self.lam_js - self.lam_s * self.j_mean[..., None]
-
-
-class ArmsAccumulator(LoorfAccumulator):
-    """`alg:iter_arms`: the LOORF accumulators on copula samples, divided by 1 - rho at the end."""
-
-    def __init__(self, rho: Array) -> None:
-        super().__init__()
-        self.rho = rho
-
-    def value(self) -> Array:
-        check_n(self.count, "ARMS", 2)
-        return (self.lam_js - self.lam_s * self.j_mean[..., None]) / (1 - self.rho)
+def disarm(J: Array, S: Array, rho: Array) -> Array:
+    """DisARM on interleaved antithetic pairs, shape (..., P); see :func:`disarm_form`."""
+    return disarm_form(J, rho).evaluate(S)

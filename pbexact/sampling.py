@@ -14,7 +14,7 @@ import numpy as np
 
 from .arrays import namespace
 from .copula import arms_bits
-from .errors import check_n, check_theta
+from .errors import PBInputError, check_n, check_theta
 
 Array = Any
 
@@ -43,20 +43,31 @@ class IterativeDirichletCopula:
         self.drawn = 0
 
     def next(self, u: Array) -> Array:
-        """Copula uniforms u~ of the next k samples, from uniforms u of shape (k, d); (k, d)."""
-        rows = []
-        for row in range(u.shape[0]):
-            s = self.drawn + 1
-            if s > self.n:
-                raise ValueError(f"all n={self.n} copula samples were already drawn")
-            if s < self.n:
-                e = self.remaining * (1 - u[row] ** (1.0 / (self.n - s)))
-            else:
-                e = self.remaining
-            self.remaining = self.remaining - e
-            self.drawn = s
-            rows.append(1 - (1 - e / self.total) ** (self.n - 1))
-        return namespace(u).stack(rows)
+        """Copula uniforms u~ of the next k samples, from uniforms u of shape (k, d); (k, d).
+
+        The remainders after each of the k draws are a cumulative product over the chunk,
+        R_s = R_(s-1) U_s^(1/(n-s)) (R_n = 0: the last draw takes all), so the chunk is computed
+        without a loop over its rows; E_s = R_(s-1) - R_s."""
+        k = u.shape[0]
+        first = self.drawn + 1
+        if first + k - 1 > self.n:
+            raise ValueError(f"all n={self.n} copula samples were already drawn")
+        xp = namespace(u)
+        s = np.arange(first, first + k)
+        expo = 1.0 / np.maximum(self.n - s, 1)
+        last = (s == self.n).astype(np.float64)
+        if xp is not np:
+            expo = xp.as_tensor(expo, dtype=u.dtype, device=u.device)
+            last = xp.as_tensor(last, dtype=u.dtype, device=u.device)
+        w = u ** expo[:, None] * (1 - last[:, None])  # U_s^(1/(n-s)), 0 for the last draw
+        cum = np.cumprod(w, axis=0) if xp is np else xp.cumprod(w, dim=0)
+        after = self.remaining * cum  # R_s, (k, d)
+        before = xp.concatenate([self.remaining[None], after[:-1]]) if xp is np else \
+            xp.cat([self.remaining[None], after[:-1]])
+        e = before - after
+        self.remaining = after[-1]
+        self.drawn = first + k - 1
+        return 1 - (1 - e / self.total) ** (self.n - 1)
 
 
 def sample_bernoulli(
@@ -78,6 +89,37 @@ def sample_arms(
     u = rng.random(size + theta.shape[:-1] + (n,) + theta.shape[-1:])
     u = np.maximum(u, np.finfo(np.float64).tiny)  # log(0) would break the normalization
     return arms_bits(copula_from_uniforms(u), theta)
+
+
+def sample_antithetic(
+    theta: np.ndarray, n: int, size: tuple[int, ...], rng: np.random.Generator
+) -> np.ndarray:
+    """n/2 independent antithetic pairs (DisARM), interleaved: sample 2j is z = 1[u < theta] and
+    sample 2j + 1 is z~ = 1[1 - u < theta] for one u ~ U(0, 1)^d; theta of shape (..., d), shape
+    size + (...) + (n, d)."""
+    theta = check_theta(theta)
+    n = check_n(n, "DisARM", 2)
+    if n % 2:
+        raise PBInputError(f"antithetic pairs need an even number of samples, got n={n}")
+    u = rng.random(size + theta.shape[:-1] + (n // 2,) + theta.shape[-1:])
+    t = theta[..., None, :]
+    pairs = np.stack([u < t, 1 - u < t], axis=-2) * 1.0  # (..., n/2, 2, d)
+    return pairs.reshape(pairs.shape[:-3] + (n,) + theta.shape[-1:])
+
+
+def sample_law(
+    law: str, theta: np.ndarray, n: int, size: tuple[int, ...], rng: np.random.Generator
+) -> np.ndarray:
+    """The n samples of one estimate under an estimator's law (`pbexact.estimators.LAWS`) for
+    theta of shape (..., d), shape size + (...) + (n, d): iid Bernoulli, the ARMS copula or
+    antithetic pairs."""
+    if law == "copula":
+        return sample_arms(theta, n, size, rng)
+    if law == "antithetic":
+        return sample_antithetic(theta, n, size, rng)
+    if law == "iid":
+        return np.moveaxis(sample_bernoulli(theta, size + (n,), rng), len(size), -2)
+    raise PBInputError(f"unknown sampling law {law!r}; choose iid, copula or antithetic")
 
 
 def sample_arms_iterative(theta: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray:

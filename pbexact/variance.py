@@ -22,11 +22,11 @@ import numba
 import numpy as np
 
 from . import estimators as est
-from .copula import arms_correlation, pattern_probabilities
-from .errors import check_table
+from .copula import antithetic_pair_law, pattern_probabilities
+from .errors import PBInputError, check_table
 from .parametrizations import Parametrization, get_parametrization
-from .polynomial import flipped_expectation, true_gradient, vertex_probabilities
-from .sampling import sample_arms, sample_bernoulli, vertex_index
+from .polynomial import true_gradient, vertex_probabilities
+from .sampling import sample_law, vertex_index
 from .vertices import multisets, permutation_counts, vertices
 
 #: Floats held per pass over a chunk of multisets (their sums U, B and losses), about 32 MiB.
@@ -64,13 +64,10 @@ def estimator_extra(
     gradient: np.ndarray | None = None,
 ) -> np.ndarray | None:
     """The per-parameter constant an estimator needs, shape (..., P) for theta of shape (..., d):
-    rho for ARMS, beta* for beta*; None for the others. ``gradient``: the true gradient with
+    rho for ARMS and DisARM, beta* for beta*; None for the others
+    (`pbexact.estimators.EstimatorSpec.constant_of`). ``gradient``: the true gradient with
     respect to theta, where the caller already has it."""
-    if name == "arms":
-        return param.expand(arms_correlation(theta, n))
-    if name == "betastar":
-        return param.expand(flipped_expectation(J, theta, gradient))
-    return None
+    return est.get_estimator(name).constant_of(theta, n, param, J, gradient)
 
 
 def apply_estimator(
@@ -86,26 +83,62 @@ def exact_moments(
     r: np.ndarray,
     n: int,
     parametrization: str | Parametrization = "sigmoid",
-    estimators: tuple[str, ...] = est.ESTIMATORS,
+    estimators: tuple[str, ...] | None = None,
 ) -> dict[str, EstimatorMoments]:
     """Exact mean and variance of each estimator at logits r (shape (P,)) by enumerating every
-    n-multiset of the 2^d vertices; the variance uses E[g] = the true gradient."""
+    n-multiset of the 2^d vertices (iid and copula laws) or every ordered antithetic pair
+    (`_pair_moments`); the variance uses E[g] = the true gradient. ``estimators``: names of
+    the registry (default: every one defined for this n)."""
     param = get_parametrization(parametrization)
     r = np.asarray(r, dtype=np.float64)
     theta = param.theta(r)
     d = theta.shape[-1]
     J = check_table(J, d)
+    if estimators is None:
+        estimators = est.estimators_for(n)
     for name in estimators:
         est.check_estimator(name, n)
-    ms, counts, ones = _enumeration(d, n)
-    scores = param.score(vertices(d), r)  # (2^d, P)
     grad_theta = true_gradient(J, theta)
     grad = param.chain(grad_theta, r)
+    pairs = tuple(k for k in estimators if est.get_estimator(k).center == "pair")
+    out = {
+        name: _pair_moments(J, r, n, param, name, estimator_extra(name, J, theta, n, param), grad)
+        for name in pairs
+    }
+    out.update(_multiset_moments(J, r, theta, n, param,
+                                 tuple(k for k in estimators if k not in pairs), grad_theta, grad))
+    return {name: out[name] for name in estimators}
+
+
+def _multiset_moments(
+    J: np.ndarray,
+    r: np.ndarray,
+    theta: np.ndarray,
+    n: int,
+    param: Parametrization,
+    estimators: tuple[str, ...],
+    grad_theta: np.ndarray,
+    grad: np.ndarray,
+) -> dict[str, EstimatorMoments]:
+    """Moments of the iid and copula estimators by enumerating the n-multisets of vertices;
+    theta = param.theta(r) (d,)."""
+    if not estimators:
+        return {}
+    d = theta.shape[-1]
+    ms, counts, ones = _enumeration(d, n)
+    scores = param.score(vertices(d), r)  # (2^d, P)
+    specs = {name: est.get_estimator(name) for name in estimators}
+    laws = {name: spec.law for name, spec in specs.items()}
+    mean_centered = any(spec.center == "mean" for spec in specs.values())
+    for name, law in laws.items():
+        if law not in ("iid", "copula"):
+            raise PBInputError(f"{name}: multisets are enumerated for iid and copula samples only")
     extras = {name: estimator_extra(name, J, theta, n, param, grad_theta) for name in estimators}
     # one lookup table per sample (iid: p_theta of the vertex) or per bit (ARMS: the copula's
     # probability of that many ones)
     iid_table = np.ascontiguousarray(np.broadcast_to(vertex_probabilities(theta), (n, 2**d)))
-    arms_table = pattern_probabilities(theta, n) if "arms" in estimators else None
+    copula = "copula" in laws.values()
+    arms_table = pattern_probabilities(theta, n) if copula else None
     P = scores.shape[-1]
     # every estimator is g = (U - (center + baseline) B) / (norm divisor) (`LinearEstimate`), so
     # the per-multiset sums U = sum_s J S and B = sum_s S are shared by all of them; U is taken
@@ -125,16 +158,64 @@ def exact_moments(
         if arms_table is not None:
             arms_prob = _product_of_lookups(weight, ones[start : start + rows], arms_table)
         shift = np.empty(weight.shape)
+        sum_j = losses.sum(-1) if mean_centered else None  # shared by LOORF and ARMS
         for name in estimators:
-            form = est.linear_estimate(name, losses, extras[name])
+            form = specs[name].linear(n, sum_j, extras[name], losses, check=False)
             shift[:] = c - form.center
             coef[0], coef[1] = 1 / (form.norm * form.divisor), form.baseline
-            prob = arms_prob if name == "arms" else iid_prob
+            prob = arms_prob if laws[name] == "copula" else iid_prob
             moments[name] += _linear_estimate_moments(prob, sums, shift, coef)
     return {
         name: EstimatorMoments(mean=first, variance=np.maximum(second - grad**2, 0.0))
         for name, (first, second) in moments.items()
     }
+
+
+def _pair_law(law: str, theta: np.ndarray) -> np.ndarray:
+    """The law of one pair of samples in each dimension, (d, 4), w = bit of the first + 2 bits of
+    the second: antithetic (`pbexact.copula.antithetic_pair_law`) or two iid samples."""
+    if law == "antithetic":
+        return antithetic_pair_law(theta)
+    if law == "iid":
+        return np.stack([(1 - theta) ** 2, theta * (1 - theta), theta * (1 - theta), theta**2], -1)
+    raise PBInputError(f"no pair law for the {law} law: pair-centered estimators take iid or "
+                       "antithetic pairs")
+
+
+def _pair_moments(
+    J: np.ndarray,
+    r: np.ndarray,
+    n: int,
+    param: Parametrization,
+    name: str,
+    extra: np.ndarray | None,
+    grad: np.ndarray,
+) -> EstimatorMoments:
+    """Exact moments of a pair-centered estimator (DisARM) by enumerating all 4^d ordered pairs
+    of vertices with the pair law, a product over dimensions. Its n/2 pairs are iid, so with the
+    one-pair term h = (J(x) - J(y)) / 2 (S(x) - S(y)) / divisor, E[g] = E[h] and
+    E[g^2] = Var[h] / (n/2) + E[h]^2; the variance is E[g^2] - grad^2 as for the others."""
+    spec = est.get_estimator(name)
+    theta = param.theta(r)
+    d = theta.shape[-1]
+    law = _pair_law(spec.law, theta)  # (d, 4)
+    form = spec.linear(n, None, extra)
+    bits = vertices(d).astype(np.int64)  # (2^d, d)
+    scores = param.score(vertices(d), r)  # (2^d, P)
+    P = scores.shape[-1]
+    Jc = J - J.mean()  # the estimate does not see a constant shift of J
+    first, second = np.zeros(P), np.zeros(P)
+    rows = max(1, CHUNK_ENTRIES // (2**d * (P + d)))
+    dims = np.arange(d)
+    for start in range(0, 2**d, rows):
+        x = np.arange(start, min(start + rows, 2**d))
+        prob = law[dims, bits[x][:, None, :] + 2 * bits[None, :, :]].prod(-1)  # (rows, 2^d)
+        half = (Jc[x][:, None] - Jc[None, :]) / 2
+        h = half[..., None] * (scores[x][:, None, :] - scores[None]) / (form.divisor * 1.0)
+        first += np.einsum("xy,xyp->p", prob, h)
+        second += np.einsum("xy,xyp->p", prob, h * h)
+    mean_square = (second - first**2) / (n // 2) + first**2
+    return EstimatorMoments(mean=first, variance=np.maximum(mean_square - grad**2, 0.0))
 
 
 @numba.njit(cache=True)
@@ -211,11 +292,9 @@ def sample_estimates(
     r = np.asarray(r, dtype=np.float64)
     theta = param.theta(r)
     J = check_table(J, theta.shape[-1])
-    est.check_estimator(name, n)
-    if name == "arms":
-        z = sample_arms(theta, n, (draws,), rng)
-    else:
-        z = sample_bernoulli(theta, (draws, n), rng)
+    spec = est.get_estimator(name)
+    spec.check_n(n)
+    z = sample_law(spec.law, theta, n, (draws,), rng)
     S = param.score(z, r)
     return apply_estimator(name, J[vertex_index(z)], S, estimator_extra(name, J, theta, n, param))
 
@@ -227,10 +306,12 @@ def mc_moments(
     draws: int,
     rng: np.random.Generator,
     parametrization: str | Parametrization = "sigmoid",
-    estimators: tuple[str, ...] = est.ESTIMATORS,
+    estimators: tuple[str, ...] | None = None,
 ) -> dict[str, EstimatorMoments]:
     """The paper's Monte Carlo variance (`sec:app_true_var`): mean of g^2 over ``draws``
-    estimates minus the exact squared gradient."""
+    estimates minus the exact squared gradient (default: every estimator defined for n)."""
+    if estimators is None:
+        estimators = est.estimators_for(n)
     param = get_parametrization(parametrization)
     r = np.asarray(r, dtype=np.float64)
     grad = param.chain(true_gradient(J, param.theta(r)), r)

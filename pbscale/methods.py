@@ -5,12 +5,15 @@ MC estimators it is only evaluated, for CP and the hybrid estimators it is diffe
 (soft masks in [0, 1]). Nothing here knows about ``nn.Module`` masking: :mod:`pbscale.masks`
 supplies f for a masked network, and the microworld (NNLoss) can supply its own.
 
-* MC (REINFORCE, LOORF, ARMS; `ch:monte_carlo`): the n samples of one step are drawn and
-  evaluated in chunks of k, combined with the iterative accumulators of pbexact
-  (`alg:iter_reinforce`, `alg:iter_loorf`, `alg:iter_arms`; ARMS with the iterative Dirichlet
-  copula of `alg:iter_dir`), so memory is O(k d) whatever n is and the gradient equals the
-  one-shot batch form on the same samples. Scores come from the pbexact parametrizations
-  (`tab:alternative_param`).
+* MC (every estimator of the pbexact registry that needs no J table: REINFORCE, LOORF, ARMS,
+  DisARM; `ch:monte_carlo`): the n samples of one step are drawn by the estimator's law and
+  evaluated in chunks of k, summed by pbexact's one accumulator (`SampleSums`: k, sum J,
+  U = sum J S, B = sum S) and finished by the estimator's linear form (`alg:iter_reinforce`,
+  `alg:iter_loorf`, `alg:iter_arms`; ARMS with the iterative Dirichlet copula of
+  `alg:iter_dir`), so memory is O(k d) whatever n is and the gradient equals the one-shot batch
+  form on the same samples. Scores come from the pbexact parametrizations' affine reading
+  (`tab:alternative_param`, `Parametrization.affine_score`), never as a (k, P) matrix.
+  :func:`mc_surrogate` gives the same estimate as a surrogate loss for autograd.
 * CP (`sec:pb_application`): f(sigmoid(r / tau)) with tau annealed exponentially from 1 to 1/200,
   updated every 100 iterations (`sec:app_microworld_hypers`); evaluated with 1[r > 0].
 * ST, REBAR, RELAX (`ch:other`), sigmoid parametrization only, as the paper uses them.
@@ -26,21 +29,16 @@ from typing import Any
 import torch
 from torch import nn
 
-from pbexact.copula import arms_bits, arms_correlation
+from pbexact.continuation import CP_FINAL_TAU
 from pbexact.errors import PBInputError, check_n
-from pbexact.estimators import (
-    MIN_SAMPLES,
-    ArmsAccumulator,
-    LoorfAccumulator,
-    ReinforceAccumulator,
-)
+from pbexact.estimators import MC_ESTIMATORS, MIN_SAMPLES, SampleSums, get_estimator
 from pbexact.parametrizations import PARAMETRIZATIONS, Parametrization, get_parametrization
-from pbexact.sampling import IterativeDirichletCopula
 
 #: A batched loss: masks (..., d) -> losses (...).
 BatchedLoss = Callable[[torch.Tensor], torch.Tensor]
 
-MC_METHODS = ("reinforce", "loorf", "arms")
+#: The MC estimators of the registry that need no J table (`pbexact.estimators.REGISTRY`).
+MC_METHODS = MC_ESTIMATORS
 HYBRID_METHODS = ("st", "rebar", "relax")
 METHODS = MC_METHODS + ("cp",) + HYBRID_METHODS
 OPTIMIZERS = ("rmsprop", "sgd")
@@ -100,32 +98,149 @@ class BernoulliSampler:
             u = torch.rand(shape, generator=self.generator, dtype=self.theta.dtype,
                            device=self.theta.device)
             return torch.lt(u, self.theta, out=u)  # 1[u < theta] over u, in theta's dtype
-        total = math.prod(shape)
-        words = torch.empty(((total + 1) // 2,), dtype=torch.int64)
-        words.random_(generator=self.generator)
-        m = words.view(torch.int32)[:total].view(shape).bitwise_and_((1 << self._BITS) - 1)
-        # m as float32 (exact: m < 2^24) over the same memory: an elementwise in-place cast,
-        # which spares a fresh (k, d) buffer (a fresh buffer costs more than the cast itself)
-        u = words.view(torch.float32)[:total].view(shape)
-        u.copy_(m)
+        u = uniform_bits24(shape, self.generator)
         return torch.lt(u, self._scaled, out=u)
 
 
+def uniform_bits24(shape: tuple[int, ...], generator: torch.Generator) -> torch.Tensor:
+    """float32 m, uniform on {0, ..., 2^24 - 1}, of shape ``shape``, from a CPU generator: 24
+    bits of each 32-bit half of ``random_()`` int64 draws (uniform on [0, 2^63 - 1]), which
+    the CPU generator makes much faster than float uniforms (m / 2^24 is torch.rand's float32
+    resolution). The stream depends only on the number of values drawn (pairs of values per
+    int64 word)."""
+    total = math.prod(shape)
+    words = torch.empty(((total + 1) // 2,), dtype=torch.int64)
+    words.random_(generator=generator)
+    m = words.view(torch.int32)[:total].view(shape).bitwise_and_((1 << 24) - 1)
+    # m as float32 (exact: m < 2^24) over the same memory: an elementwise in-place cast,
+    # which spares a fresh (k, d) buffer (a fresh buffer costs more than the cast itself)
+    u = words.view(torch.float32)[:total].view(shape)
+    u.copy_(m)
+    return u
+
+
 class CopulaSampler:
-    """ARMS samples from the iterative Dirichlet copula (`alg:iter_dir`), k at a time, with
-    O(d) state: the Gamma(n, 1) totals are drawn once, then pbexact's sampler does the rest."""
+    """ARMS samples from the iterative Dirichlet copula (`alg:iter_dir`), k at a time, with O(d)
+    state, in theta's dtype and without any host synchronization (no data-dependent loop).
+
+    u~ depends on the Dirichlet fractions D_s = E_s / R_0 only, so the Gamma(n, 1) totals of
+    `alg:iter_dir` cancel and are not drawn: the fractions are a uniform stick-breaking,
+    Q_0 = 1, Q_s = Q_(s-1) U_s^(1/(n-s)) (Q_n = 0), D_s = Q_(s-1) - Q_s, the Q of a chunk a
+    running product over its rows. The bits of `alg:orig_arms`, z~ = 1[u~ <= theta]
+    (theta > 1/2) and 1[1 - u~ <= theta] (otherwise) with u~ = 1 - (1 - D)^(n-1), are threshold
+    tests on D: D <= 1 - (1 - theta)^(1/(n-1)) and D >= 1 - theta^(1/(n-1)), thresholds computed
+    once per step in float64 (d values); the sign of the test rides on Q. No power of a (k, d)
+    array is taken, so float32 keeps the tails (theta near 0 or 1); D has an absolute rounding
+    error of about 1e-7 (float32), which moves P(z~_i = 1) by at most about n 1e-7 (1 - theta_i)
+    (resp. theta_i).
+    """
 
     def __init__(self, theta: torch.Tensor, n: int, generator: torch.Generator) -> None:
         self.theta = theta
+        self.n = check_n(n, "ARMS", 2)
         self.generator = generator
-        total = standard_gamma(float(n), tuple(theta.shape), generator, torch.float64)
-        self.copula = IterativeDirichletCopula(total, n)
+        self.drawn = 0
+        t = theta.detach().double()
+        hi = t > 0.5
+        # c = 1 - x^(1/(n-1)) with x = 1 - theta (theta > 1/2) or theta
+        c = torch.expm1(torch.log(torch.where(hi, 1 - t, t)) / (n - 1)).neg_()
+        sign = torch.where(hi, 1.0, -1.0).to(torch.float64)
+        self._sign = sign.to(theta.dtype)
+        self._bound = (c * sign).to(theta.dtype)  # z = 1[sign D <= sign c]
+        self._q = self._sign.clone()  # sign Q of the last draw (sign times the stick left)
+
+    def _draw(self, k: int, bits: bool) -> torch.Tensor:
+        """The next k draws, s = drawn + 1, ..., drawn + k, shape (k, d): z~ if ``bits``, else
+        sign D_s (sign = +1 where theta > 1/2, -1 elsewhere). On the CPU the chunk is worked
+        through in blocks of rows that stay in cache (every step below is one pass over
+        memory, and the chunk is usually larger than the cache)."""
+        first = self.drawn + 1
+        if first + k - 1 > self.n:
+            raise PBInputError(f"all n={self.n} ARMS samples of this step were already drawn")
+        dev, dt = self.theta.device, self.theta.dtype
+        shape = (k,) + tuple(self.theta.shape)
+        rows = (k,) + (1,) * self.theta.dim()
+        s = torch.arange(first, first + k, device=dev, dtype=dt)
+        per_row = (self.n - s).clamp_min(1).reciprocal_().view(rows)  # 1 / (n - s)
+        cpu = dev.type == "cpu"
+        if dt == torch.float32 and cpu:
+            # U = m / 2^24, torch.rand's float32 grid (U = 0: log U = -inf, U^(1/(n-s)) = 0)
+            out = uniform_bits24(shape, self.generator).mul_(2.0**-24)
+        else:
+            out = torch.rand(shape, generator=self.generator, dtype=dt, device=dev)
+        block = max(1, _CACHE_ELEMENTS // max(self.theta.numel(), 1)) if cpu else k
+        for b0 in range(0, k, block):
+            b1 = min(b0 + block, k)
+            L = out[b0:b1].log_().mul_(per_row[b0:b1])  # log U^(1/(n-s))
+            if first + b1 - 1 == self.n:
+                L[-1] = -math.inf  # the last draw takes the whole remaining stick
+            q = torch.exp(L, out=_scratch(L.shape, L))
+            q[0].mul_(self._q)
+            if cpu:  # a row loop beats the CPU cumprod kernel along dim 0 (3x)
+                qs = q.unbind(0)
+                for i in range(1, b1 - b0):
+                    qs[i].mul_(qs[i - 1])
+            else:
+                q.cumprod_(0)  # sign Q_s
+            torch.sub(self._q, q[0], out=L[0])  # sign D_s = sign Q_(s-1) - sign Q_s, over L
+            if b1 - b0 > 1:
+                torch.sub(q[:-1], q[1:], out=L[1:])
+            self._q = q[-1].clone()
+            if bits:
+                torch.le(L, self._bound, out=L)
+        self.drawn = first + k - 1
+        return out
+
+    def fractions(self, k: int) -> torch.Tensor:
+        """The next k Dirichlet fractions D_s (k, d), s = drawn + 1, ..., drawn + k."""
+        return self._draw(k, bits=False).mul_(self._sign)
 
     def next(self, k: int) -> torch.Tensor:
-        u = torch.rand((k,) + tuple(self.theta.shape), generator=self.generator,
-                       dtype=torch.float64, device=self.theta.device)
-        # float64 for the copula arithmetic: (1 - E/R)^(n-1) loses the tail in float32 for large n
-        return arms_bits(self.copula.next(u), self.theta.double()).to(self.theta.dtype)
+        """z~ of the next k samples, (k, d), in theta's dtype."""
+        return self._draw(k, bits=True)
+
+
+#: Elements of a block of rows the CPU copula sampler works on at once (about 256 KiB float32).
+_CACHE_ELEMENTS = 1 << 16
+_SCRATCH: dict = {}
+
+
+def _scratch(shape: tuple[int, ...], like: torch.Tensor) -> torch.Tensor:
+    """One cached scratch tensor per process (the latest shape, dtype and device only): a fresh
+    (k, d) buffer per chunk costs page faults on the CPU that can exceed the arithmetic. Only
+    for intermediates that never leave the function that asks for them."""
+    key = (tuple(shape), like.dtype, like.device)
+    buf = _SCRATCH.get(key)
+    if buf is None:
+        _SCRATCH.clear()
+        buf = _SCRATCH[key] = torch.empty(shape, dtype=like.dtype, device=like.device)
+    return buf
+
+
+class AntitheticSampler:
+    """DisARM's antithetic pairs, k at a time (k even), interleaved: sample 2j is
+    z = 1[u < theta] and sample 2j + 1 is z~ = 1[1 - u < theta] for one u ~ U(0, 1)^d
+    (`pbexact.sampling.sample_antithetic` in torch)."""
+
+    def __init__(self, theta: torch.Tensor, generator: torch.Generator) -> None:
+        self.theta = theta
+        self.generator = generator
+
+    def next(self, k: int) -> torch.Tensor:
+        if k % 2:
+            raise PBInputError(f"antithetic pairs come two at a time, asked for {k} samples")
+        u = torch.rand((k // 2,) + tuple(self.theta.shape), generator=self.generator,
+                       dtype=self.theta.dtype, device=self.theta.device)
+        pairs = torch.stack([u < self.theta, 1 - u < self.theta], 1).to(self.theta.dtype)
+        return pairs.reshape((k,) + tuple(self.theta.shape))
+
+
+#: The torch sampler of each law of `pbexact.estimators.LAWS`: (theta, n, generator) -> sampler.
+SAMPLERS: dict[str, Callable[[torch.Tensor, int, torch.Generator], Any]] = {
+    "iid": lambda theta, n, gen: BernoulliSampler(theta, gen),
+    "copula": lambda theta, n, gen: CopulaSampler(theta, n, gen),
+    "antithetic": lambda theta, n, gen: AntitheticSampler(theta, gen),
+}
 
 
 class FixedSampler:
@@ -184,54 +299,70 @@ class Estimate:
 def mc_gradient(f: BatchedLoss, r: torch.Tensor, param: Parametrization, estimator: str, n: int,
                 generator: torch.Generator | None = None, chunk: int | None = None,
                 sampler: Any = None) -> Estimate:
-    """REINFORCE / LOORF / ARMS estimate of grad_r E[J(z)] from n samples evaluated k = chunk at
-    a time (`alg:iter_loorf`, `alg:iter_arms`); r of shape (P,), f: (k, d) -> (k,).
+    """The estimate of grad_r E[J(z)] by a registered MC estimator (REINFORCE, LOORF, ARMS,
+    DisARM) from n samples evaluated k = chunk at a time (`alg:iter_loorf`, `alg:iter_arms`);
+    r of shape (P,), f: (k, d) -> (k,). Pair estimators (DisARM) take chunks of whole pairs
+    (an odd chunk is rounded down, at least 2).
 
-    ``sampler`` (an object with ``next(k) -> (k, d)``) replaces the default Bernoulli or copula
-    sampler, e.g. to replay given samples.
+    ``sampler`` (an object with ``next(k) -> (k, d)``) replaces the default sampler of the
+    estimator's law, e.g. to replay given samples.
     """
-    check_n(n, estimator.upper(), MIN_SAMPLES[estimator])
+    spec = get_estimator(estimator)
+    if spec.needs_table:
+        raise PBInputError(
+            f"{spec.text} needs the whole J table; pbscale runs {', '.join(MC_METHODS)}"
+        )
+    spec.check_n(n)
     chunk = n if chunk is None else max(1, min(int(chunk), n))
+    pairs = spec.center == "pair"
+    if pairs:
+        chunk = max(2, chunk - chunk % 2)
     with torch.no_grad():
         r = r.detach()
         theta = param.theta(r)
-        if estimator == "arms":
-            rho = param.expand(arms_correlation(theta, n))
-            acc: ReinforceAccumulator | LoorfAccumulator = ArmsAccumulator(rho)
-            sampler = sampler or CopulaSampler(theta, n, generator)
-        else:
-            acc = LoorfAccumulator() if estimator == "loorf" else ReinforceAccumulator()
-            sampler = sampler or BernoulliSampler(theta, generator)
-        affine = None
-        if param.logits_per_bit == 1:
-            affine = param.affine_score(r)  # S = a + z b, never built in full
+        extra = spec.constant_of(theta, n, param)
+        sampler = sampler or SAMPLERS[spec.law](theta, n, generator)
+        a, b = param.affine_score(r)  # S = a + z b, never built in full
+        sums = SampleSums(pairs=pairs)
         total, done = 0.0, 0
         while done < n:
             k = min(chunk, n - done)
-            z = sampler.next(k)
+            z = sampler.next(k).to(r.dtype)
             J = f(z).to(r.dtype)
-            acc.update(J, _AffineScores(z.to(r.dtype), *affine) if affine is not None
-                       else param.score(z, r))
+            sums.update_affine(J, z, a, b, param)
             total += float(J.sum())
             done += k
-        return Estimate(acc.value(), total / n)
+        return Estimate(sums.estimate(spec, extra), total / n)
 
 
-class _AffineScores:
-    """The scores S = a + z b (k, P) of k samples z (k, d), P = d, kept unmaterialized: the
-    pbexact accumulators only take their sum over samples and weighted sums
-    (`pbexact.estimators.sample_sum`), which are sum(z) b + k a and (w z) b + sum(w) a."""
+def surrogate_loss(g: torch.Tensor, r: torch.Tensor, value: torch.Tensor | float = 0.0
+                   ) -> torch.Tensor:
+    """A scalar whose value is ``value`` and whose autograd gradient in r is the estimate g
+    (shape of r), the convention of the field's estimator libraries:
 
-    def __init__(self, z: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None:
-        self.z, self.a, self.b = z, a, b
+        L(r) = value + sum_p g_p (r_p - stop_grad(r_p)),
 
-    def sum(self, dim: int) -> torch.Tensor:
-        if dim not in (-2, 0):
-            raise ValueError("affine scores are summed over samples only")
-        return self.z.sum(0) * self.b + self.z.shape[0] * self.a
+    so L = value and dL/dr = g exactly (g is detached: the estimate is a constant to autograd;
+    its dependence on r through the samples and the scores is already inside g). It composes:
+    L + R(r) backpropagates g + grad R, and through r into whatever produced r (a network that
+    outputs the logits, a shared parameter). Equivalent to the score-weighted log-probability
+    form sum_s w_s log p(z_s; theta(r)) with w_s the estimator's sample weights, except that it
+    also carries per-parameter constants (ARMS's 1 / (1 - rho), beta*) exactly.
+    """
+    return value + (g.detach() * (r - r.detach())).sum()
 
-    def weighted_sum(self, w: torch.Tensor) -> torch.Tensor:
-        return (w @ self.z) * self.b + w.sum(-1) * self.a
+
+def mc_surrogate(f: BatchedLoss, r: torch.Tensor, param: Parametrization, estimator: str, n: int,
+                 generator: torch.Generator | None = None, chunk: int | None = None,
+                 sampler: Any = None) -> tuple[torch.Tensor, Estimate]:
+    """:func:`mc_gradient` as a surrogate loss: (L, estimate) with L a 0-dim tensor whose value is
+    the mean sampled loss and whose autograd gradient in r equals ``estimate.grad`` exactly
+    (:func:`surrogate_loss`). r may require grad (then L.backward() writes the estimate into
+    r.grad, plus the gradient of anything added to L); the samples are drawn as by
+    :func:`mc_gradient`, so the same generator state gives the same estimate."""
+    est = mc_gradient(f, r, param, estimator, n, generator, chunk, sampler)
+    value = torch.tensor(est.loss, dtype=r.dtype, device=r.device)
+    return surrogate_loss(est.grad, r, value), est
 
 
 def dense_regularizer(r: torch.Tensor, theta_fn: Callable[[torch.Tensor], torch.Tensor],
@@ -251,7 +382,8 @@ def dense_regularizer(r: torch.Tensor, theta_fn: Callable[[torch.Tensor], torch.
 # CP (`sec:pb_application`, `sec:app_microworld_hypers`)
 
 
-def cp_temperature(step: int, total_steps: int, final: float = 1 / 200, every: int = 100) -> float:
+def cp_temperature(step: int, total_steps: int, final: float = CP_FINAL_TAU,
+                   every: int = 100) -> float:
     """tau at iteration ``step``: 1 at the start, multiplied by a constant every ``every``
     iterations so that the last update of training reaches ``final``."""
     updates = max((total_steps - 1) // every, 1)
@@ -379,7 +511,7 @@ class MethodConfig:
     seed: int = 0
     chunk: int | None = None
     lam: float = 0.0
-    cp_final_tau: float = 1 / 200
+    cp_final_tau: float = CP_FINAL_TAU
     cp_every: int = 100
 
     def validate(self) -> MethodConfig:
@@ -396,9 +528,11 @@ class MethodConfig:
         if self.method not in MC_METHODS and self.param != "sigmoid":
             raise PBInputError(
                 f"{self.method.upper()} is defined for the sigmoid parametrization only; "
-                "use --param sigmoid (other parametrizations: reinforce, loorf, arms)"
+                f"use --param sigmoid (other parametrizations: {', '.join(MC_METHODS)})"
             )
-        if self.method != "cp":
+        if self.method in MC_METHODS:
+            get_estimator(self.method).check_n(self.n)
+        elif self.method != "cp":
             check_n(self.n, self.method.upper(), METHOD_MIN_SAMPLES[self.method])
         if not (isinstance(self.lr, (int, float)) and math.isfinite(self.lr) and self.lr > 0):
             raise PBInputError(f"the learning rate must be a positive number, got lr={self.lr}")

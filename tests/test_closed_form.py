@@ -13,7 +13,7 @@ from pbexact.benchmarks import benchmark_table
 from pbexact.closed_form import closed_form_moments, pair_kernels, subset_patterns
 from pbexact.copula import pattern_probabilities
 from pbexact.errors import PBInputError
-from pbexact.estimators import ESTIMATORS
+from pbexact.estimators import ESTIMATORS, estimators_for
 from pbexact.parametrizations import PARAMETRIZATIONS, get_parametrization
 from pbexact.variance import exact_moments, sample_estimates
 
@@ -41,7 +41,7 @@ def _agree(closed: np.ndarray, enum: np.ndarray, second: np.ndarray) -> bool:
 def test_equals_enumeration(param_name: str, d: int, n: int) -> None:
     rng = np.random.default_rng(1000 * d + n)
     param = get_parametrization(param_name)
-    names = tuple(k for k in ESTIMATORS if n >= 2 or k in ("reinforce", "betastar"))
+    names = estimators_for(n)  # n = 1: REINFORCE and beta*; DisARM at even n
     for _ in range(2):
         J = rng.normal(size=2**d) + rng.normal()  # a nonzero mean exercises the centring
         r = param.logits(_thetas(d, rng))
@@ -174,7 +174,8 @@ def test_cli_methods_agree_and_auto_picks_by_size(tmp_path) -> None:
     closed = variance.variance_trajectory(J, 3, steps=20, log_every=10, method="closed")
     assert [list(r) for r in enum] == [list(r) for r in closed]  # same CSV columns
     for e, c in zip(enum, closed):
-        for k in ESTIMATORS:
+        assert e["var_disarm"] is None and c["var_disarm"] is None  # blank: n = 3 is odd
+        for k in estimators_for(3):
             assert c[f"var_{k}"] == pytest.approx(e[f"var_{k}"], rel=1e-10, abs=1e-14)
     rc = variance_compare.main(["--d", "3", "--n", "3", "--steps", "20", "--log-every", "10",
                                 "--draws", "2000", "--benchmark", "exponential",

@@ -27,7 +27,9 @@ def test_variance_cli_writes_the_documented_files(tmp_path):
         with open(tmp_path / f"{bench}_d3_n3_variance.csv") as fh:
             rows = list(csv.DictReader(fh))
         assert list(rows[0]) == ["step", "loss", "entropy", "var_reinforce", "var_loorf",
-                                 "var_arms", "var_betastar", "theta_1", "theta_2", "theta_3"]
+                                 "var_arms", "var_betastar", "var_disarm", "theta_1", "theta_2",
+                                 "theta_3"]
+        assert all(r["var_disarm"] == "" for r in rows)  # n = 3 is odd: DisARM takes pairs
         assert [int(r["step"]) for r in rows] == [0, 10, 20, 30, 40]
         assert float(rows[0]["entropy"]) == pytest.approx(3 * np.log(2))
         assert all(float(r[f"var_{k}"]) >= 0 for r in rows for k in ("reinforce", "loorf"))

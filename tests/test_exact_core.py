@@ -244,11 +244,11 @@ def test_shared_sums_equal_estimates_on_materialized_scores(name, offset, monkey
     ones = vertices(d)[ms].sum(1).astype(int)  # (multisets, d)
     copula = counts * q[np.arange(d), ones].prod(1)
     got = exact_moments(J, r, n, param)
-    for est_name in est.ESTIMATORS:
+    for est_name in est.estimators_for(n):  # every estimator sharing U and B (n odd: no pairs)
         g = variance.apply_estimator(
             est_name, J[ms], S, variance.estimator_extra(est_name, J, theta, n, param)
         )
-        prob = copula if est_name == "arms" else iid
+        prob = copula if est.get_estimator(est_name).law == "copula" else iid
         scale = (prob @ g**2).max()
         np.testing.assert_allclose(got[est_name].mean, prob @ g, atol=1e-12 * scale**0.5)
         np.testing.assert_allclose(
@@ -261,6 +261,7 @@ def test_iterative_forms_equal_batch_forms():
     S = RNG.normal(size=(n, P))
     beta = RNG.normal(size=P)
     rho = RNG.uniform(-0.5, 0.2, size=P)
+    extras = {"arms": rho, "betastar": beta, "disarm": rho}
     batch = {
         "reinforce": est.reinforce(J, S),
         "loorf": est.loorf(J, S),
@@ -270,20 +271,29 @@ def test_iterative_forms_equal_batch_forms():
     # eq:loorf's first form, written out
     loo = sum((J[s] - (J.sum() - J[s]) / (n - 1)) * S[s] for s in range(n)) / n
     np.testing.assert_allclose(batch["loorf"], loo, rtol=1e-12)
+    assert set(batch) == set(est.estimators_for(n))  # every estimator that takes n = 9
     for chunks in ([1] * n, [2, 3, 4], [n]):
-        accs = {
-            "reinforce": est.ReinforceAccumulator(),
-            "loorf": est.LoorfAccumulator(),
-            "arms": est.ArmsAccumulator(rho),
-            "betastar": est.BaselineAccumulator(beta),
-        }
+        # the one accumulator of every estimator (`alg:iter_reinforce`, `alg:iter_loorf`,
+        # `alg:iter_arms`), finished by each estimator's linear form
+        sums = est.SampleSums()
         start = 0
         for k in chunks:
-            for acc in accs.values():
-                acc.update(J[start : start + k], S[start : start + k])
+            sums.update(J[start : start + k], S[start : start + k])
             start += k
-        for key, acc in accs.items():
-            np.testing.assert_allclose(acc.value(), batch[key], rtol=1e-12, atol=1e-14)
+        for key in batch:
+            got = sums.estimate(key, extras.get(key))
+            np.testing.assert_allclose(got, batch[key], rtol=1e-12, atol=1e-14)
+    # DisARM: pairs (2j, 2j + 1), chunks of whole pairs
+    J, S = J[:8], S[:8]
+    pairs = sum((J[2 * j] - J[2 * j + 1]) / 2 * (S[2 * j] - S[2 * j + 1]) for j in range(4)) / 4
+    np.testing.assert_allclose(est.disarm(J, S, rho), pairs / (1 - rho), rtol=1e-12)
+    for chunks in ([2] * 4, [4, 2, 2], [8]):
+        sums = est.SampleSums(pairs=True)
+        start = 0
+        for k in chunks:
+            sums.update(J[start : start + k], S[start : start + k])
+            start += k
+        np.testing.assert_allclose(sums.estimate("disarm", rho), pairs / (1 - rho), rtol=1e-12)
 
 
 def test_iterative_copula_is_a_valid_dirichlet_copula():

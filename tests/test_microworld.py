@@ -111,7 +111,17 @@ def test_hybrids_leave_the_saddle():
     assert np.median(run_torch(f, J, "relax", 1, 0.1, 300, 10).final) < -0.9
 
 
-@pytest.mark.parametrize("method,n", (*MC, ("true", 1)))
+def test_disarm_cannot_leave_the_symmetric_saddle():
+    """`ex:mc_bad_gen_1` has J(z) = J(1 - z); at theta = 0.5 DisARM's pair is (z, 1 - z), so every
+    estimate is exactly zero and no seed moves (unlike the estimators above). A step off the
+    saddle (theta_0 = 0.45) and it reaches m like them."""
+    J = bad_gen(-1.0, 1.0)
+    t = run_exact(J, "disarm", 4, "sigmoid", 0.5, 500, 10)
+    assert np.all(t.final_theta == 0.5) and np.all(t.final == 0.0)
+    assert np.all(run_exact(J, "disarm", 4, "sigmoid", 0.5, 500, 10, theta0=0.45).final < -0.95)
+
+
+@pytest.mark.parametrize("method,n", (*MC, ("disarm", 4), ("true", 1)))
 def test_separable_quadratic_mc_and_true_gradient(method, n):
     t = run_exact(QUAD, method, n, "sigmoid", 0.5, 500, 10)
     assert np.all(found_optimum(QUAD, t.final_theta))

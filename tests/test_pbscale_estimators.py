@@ -9,6 +9,7 @@ import torch
 
 from pbexact import estimators as E
 from pbexact.copula import arms_correlation
+from pbexact.errors import PBInputError
 from pbexact.parametrizations import get_parametrization
 from pbexact.polynomial import true_gradient
 from pbexact.sampling import sample_arms, sample_bernoulli
@@ -173,20 +174,81 @@ def test_standard_gamma_moments_and_seed():
     assert torch.equal(x, again)
 
 
-@pytest.mark.parametrize("name", ["sigmoid", "cosine", "direct"])
-def test_unmaterialized_affine_scores_match_the_scores(name):
-    from pbscale.methods import _AffineScores
-
+@pytest.mark.parametrize("pairs", [False, True])
+@pytest.mark.parametrize("name", PARAMS)
+def test_unmaterialized_affine_scores_match_the_scores(name, pairs):
+    """The accumulator's affine reading of the scores (never a (k, P) matrix, escort's two logits
+    included) gives the sums of the scores built in full."""
     param = get_parametrization(name)
     gen = torch.Generator().manual_seed(0)
-    r = param.logits(torch.rand(9, generator=gen, dtype=torch.float64) * 0.8 + 0.1)
+    d = 9
+    r = param.logits(torch.rand(d, generator=gen, dtype=torch.float64) * 0.8 + 0.1)
     if name == "direct":
         r[:2] = torch.tensor([0.0, 1.0], dtype=torch.float64)  # theta 0 and 1: score 0 there
-    z = (torch.rand(7, 9, generator=gen, dtype=torch.float64) < 0.5).double()
-    w = torch.randn(7, generator=gen, dtype=torch.float64)
-    zero = torch.zeros_like(r)
-    a = param.score(zero, r)
-    lazy = _AffineScores(z, a, param.score(zero + 1, r) - a)
-    S = param.score(z, r)
-    torch.testing.assert_close(lazy.sum(-2), S.sum(-2), rtol=1e-12, atol=1e-12)
-    torch.testing.assert_close(lazy.weighted_sum(w), w @ S, rtol=1e-12, atol=1e-12)
+    z = (torch.rand(8, d, generator=gen, dtype=torch.float64) < 0.5).double()
+    w = torch.randn(8, generator=gen, dtype=torch.float64)
+    a, b = param.affine_score(r)
+    lazy, full = E.SampleSums(pairs), E.SampleSums(pairs)
+    lazy.update_affine(w, z, a, b, param)
+    full.update(w, param.score(z, r))
+    torch.testing.assert_close(lazy.B, param.score(z, r).sum(-2), rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(lazy.U, full.U, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(lazy.B, full.B, rtol=1e-12, atol=1e-12)
+    if not pairs:
+        torch.testing.assert_close(lazy.U, w @ param.score(z, r), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_copula_fractions_are_a_dirichlet_split_with_beta_marginals(dtype):
+    # D_1..D_n of each coordinate: nonnegative, sum to one (drawn in uneven chunks), each
+    # Beta(1, n - 1) (KS against 1 - (1 - x)^(n-1)), for the first, a middle and the last draw
+    from scipy import stats
+
+    n, d = 7, 40_000
+    sampler = CopulaSampler(torch.full((d,), 0.3, dtype=dtype), n, torch.Generator().manual_seed(2))
+    D = torch.cat([sampler.fractions(k) for k in (1, 3, 2, 1)]).double()
+    assert D.min() >= 0
+    torch.testing.assert_close(D.sum(0), torch.ones(d, dtype=torch.float64),
+                               atol=1e-5 if dtype == torch.float32 else 1e-12, rtol=0)
+    for s in (0, 3, n - 1):
+        ks = stats.kstest(D[s].numpy(), lambda x: 1 - (1 - x) ** (n - 1))
+        assert ks.pvalue > 1e-3, (s, ks)
+    with pytest.raises(PBInputError, match="already drawn"):
+        sampler.fractions(1)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_copula_bits_are_alg_orig_arms_bits_of_the_same_fractions(dtype):
+    # next() by threshold tests on D equals arms_bits(u~) with u~ = 1 - (1 - D)^(n-1) (float64)
+    from pbexact.copula import arms_bits
+
+    n, d = 5, 3000
+    theta = torch.rand(d, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    theta[:4] = torch.tensor([0.0, 1.0, 0.5, 0.5 + 1e-9], dtype=torch.float64)
+    theta = theta.to(dtype)
+    a = CopulaSampler(theta, n, torch.Generator().manual_seed(1))
+    b = CopulaSampler(theta, n, torch.Generator().manual_seed(1))
+    z = torch.cat([a.next(2), a.next(3)])
+    D = torch.cat([b.fractions(2), b.fractions(3)]).double()
+    expected = arms_bits(1 - (1 - D) ** (n - 1), theta.double())
+    assert z.dtype == dtype
+    mismatch = (z.double() != expected).float().mean().item()
+    assert mismatch <= (2e-4 if dtype == torch.float32 else 0.0)  # float32: rounding at ties
+    assert z[:, 0].sum() == 0 and z[:, 1].sum() == n  # theta 0 and 1
+
+
+def test_copula_sampler_same_numbers_whatever_the_chunking():
+    theta = torch.rand(10, generator=torch.Generator().manual_seed(0))
+    one = CopulaSampler(theta, 6, torch.Generator().manual_seed(4)).next(6)
+    s = CopulaSampler(theta, 6, torch.Generator().manual_seed(4))
+    assert torch.equal(torch.cat([s.next(1), s.next(4), s.next(1)]), one)
+
+
+def test_copula_sampler_float32_marginals_at_extreme_theta_and_large_n():
+    # float32 arithmetic keeps the tails: P(z = 1) = theta within 4 standard errors
+    theta1 = torch.tensor([0.003, 0.2, 0.5, 0.9, 0.997])
+    reps, n = 4000, 400
+    z = CopulaSampler(theta1.repeat(reps), n, torch.Generator().manual_seed(3)).next(n)
+    freq = z.reshape(n * reps, 5).double().mean(0)
+    se = (theta1.double() * (1 - theta1.double()) / (n * reps)).sqrt()
+    assert ((freq - theta1.double()).abs() <= 4 * se).all(), (freq, theta1)

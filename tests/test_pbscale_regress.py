@@ -249,3 +249,44 @@ def test_bernoulli_sampler_frequencies_edges_and_determinism():
         assert torch.equal(a, b)
     # odd k * d: the last int64 word is only half used
     assert M.BernoulliSampler(theta[:3], torch.Generator().manual_seed(0)).next(3).shape == (3, 3)
+
+
+def test_pinned_defaults_escort_power_direct_clamp_cp_final_tau():
+    # escort's default P = 4 (Mei et al.), as the README states
+    from pbexact.parametrizations import get_parametrization
+
+    assert get_parametrization("escort").power == 4.0
+    # the direct parametrization is clamped to [eps, 1 - eps] after every optimizer step
+    direct = get_parametrization("direct")
+    trainer = M.MaskTrainer(M.MethodConfig(method="loorf", n=2, param="direct", lr=10.0,
+                                           optimizer="sgd"), 6, 10)
+
+    trainer.r.grad = torch.tensor([1.0, -1, 1, -1, 0.01, -0.01])  # steps of -10, +10, ...
+    trainer.apply()
+    r = trainer.r.detach()
+    expected = torch.tensor([direct.eps, 1 - direct.eps] * 2 + [0.4, 0.6])
+    torch.testing.assert_close(r, expected)
+    # CP's final temperature 1/200 is defined once and is every schedule's default
+    import inspect
+
+    from analysis import counterexamples, microworld_hybrid
+    from pbexact import continuation
+
+    assert continuation.CP_FINAL_TAU == 1 / 200
+    for fn, arg in [(continuation.exponential_schedule, "final"),
+                    (M.cp_temperature, "final"),
+                    (microworld_hybrid.run_torch, "cp_final_tau")]:
+        assert inspect.signature(fn).parameters[arg].default is continuation.CP_FINAL_TAU
+    assert M.MethodConfig().cp_final_tau is continuation.CP_FINAL_TAU
+    # ... and written nowhere else in the code (as a value: = 1 / 200, default=0.005, ...)
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    literal = re.compile(r"[=(,]\s*(1\s*/\s*200|0\.005)\b")
+    places = [str(p.relative_to(root)) for pkg in ("pbexact", "pbscale", "analysis")
+              for p in (root / pkg).rglob("*.py") if literal.search(p.read_text())]
+    assert places == ["pbexact/continuation.py"], places
+    assert "default=CP_FINAL_TAU" in Path(counterexamples.__file__).read_text()
+    taus = continuation.exponential_schedule(5)
+    assert taus[0] == 1 and taus[-1] == continuation.CP_FINAL_TAU

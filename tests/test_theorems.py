@@ -144,3 +144,20 @@ def test_cli_bad_input_is_one_line_and_exit_2(capsys):
     assert th.run(th.main, ["--epsilon", "1.5"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and err.count("\n") == 1
+
+
+def test_bad_generalization_module_threshold_two_ways():
+    """pbexact.bad_generalization: the largest aligned m (root of the exact alignment, affine in
+    m) equals the smallest closed-form threshold of `eq:mc_bad_gen_inner`."""
+    from pbexact import bad_generalization as bg
+
+    r = np.random.default_rng(4)
+    for d in (2, 3, 5):
+        z_star = r.integers(0, 2, size=d).astype(float)
+        p_star = r.uniform(0.4, 0.95, size=d)
+        theta = np.where(z_star == 1, p_star, 1 - p_star)
+        got = bg.largest_aligned_m(d, theta, z_star, 1.5, 2.0)
+        want = bg.mc_bad_gen_threshold(d, p_star, 1.5, 2.0).min()
+        assert got == pytest.approx(want, rel=1e-10)
+        assert np.all(bg.alignment(bg.mc_bad_gen_table(d, z_star, want - 1e-3, 1.5, 2.0),
+                                   theta, z_star) >= 0)
