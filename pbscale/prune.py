@@ -413,12 +413,14 @@ class PruneTask:
         params = self.eval_params(self.eval_mask)
         if self.has_bn and self.cfg.method in (*MC, "cp"):
             self.recalibrate_bn(params, batches)
-        row: dict[str, float] = {}
-        row["train_acc"] = self.score(params, batches)[1]
-        row["val_loss"], row["val_acc"] = self.score(params, self.data.batches("val", 1000))
-        row["test_loss"], row["test_acc"] = self.score(params, self.data.batches("test", 1000))
+        val_loss, val_acc = self.score(params, self.data.batches("val", 1000))
+        test_loss, test_acc = self.score(params, self.data.batches("test", 1000))
         kept = int(self.eval_mask.count_nonzero())
-        row["remaining"] = kept / self.d
+        # the loop's progress bar shows the first keys: accuracy and weights remaining
+        row: dict[str, float] = {"val_acc": val_acc, "remaining": kept / self.d,
+                                 "test_acc": test_acc,
+                                 "train_acc": self.score(params, batches)[1],
+                                 "val_loss": val_loss, "test_loss": test_loss}
         row["remaining_all"] = (self.num_all - self.d + kept) / self.num_all
         for k, m in self.layout.split(self.eval_mask[None]).items():
             row[f"remaining_{k.removesuffix('.weight')}"] = int(m.count_nonzero()) / m.numel()

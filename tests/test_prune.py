@@ -353,3 +353,38 @@ def test_bad_input_exit_2_one_line_before_training(tmp_path, capsys, args, match
     assert len(lines) == 1 and lines[0].startswith("error: ") and re.search(match, lines[0])
     assert "Traceback" not in err
     assert not out.exists()  # nothing written: it failed before training
+
+
+# ------------------------------------------------------------------ analysis.pareto
+
+
+def test_pareto_front_by_hand():
+    from analysis.pareto import pareto_front
+
+    pts = [{"remaining": r, "test_acc": a} for r, a in
+           [(0.1, 0.90), (0.05, 0.92), (0.2, 0.95), (0.3, 0.94), (0.01, 0.5), (0.05, 0.91)]]
+    front = pareto_front(pts)
+    assert [(p["remaining"], p["test_acc"]) for p in front] == [(0.01, 0.5), (0.05, 0.92),
+                                                               (0.2, 0.95)]
+
+
+def test_pareto_cli_writes_figures_and_csvs(tmp_path, capsys):
+    from analysis import pareto
+
+    runs = tmp_path / "runs"
+    for kw in (dict(method="cp", lam=1e-3), dict(method="cp", lam=1e-5),
+               dict(method="gmp", mode="joint", target=0.3), dict(method="dense"),
+               dict(method="dense", seed=1)):
+        P.run(tiny_cfg(epochs=1, max_batches=1, **kw), runs, quiet=True)
+    out = tmp_path / "fig"
+    assert pareto.main([str(runs), "--out", str(out)]) == 0
+    for name in ("runs.csv", "pareto.csv", "layers.csv", "pareto_lenet_supermask.png",
+                 "pareto_lenet_joint.png", "layers_lenet_supermask.png"):
+        assert (out / name).exists(), name
+    rows = read_csv(out / "runs.csv")
+    assert len(rows) == 4  # the two dense seeds are averaged into one point
+    dense = [r for r in rows if r["label"] == "dense"]
+    assert dense[0]["seeds"] == 2 and dense[0]["remaining"] == 1.0
+    layers = read_csv(out / "layers.csv")
+    assert {r["layer"] for r in layers} == {"fc1", "fc2"}
+    assert pareto.cli_run(pareto.main, [str(tmp_path / "none"), "--out", str(out)]) == 2
