@@ -205,3 +205,39 @@ def test_ray_missing_is_one_line_error(tmp_path, monkeypatch):
     s = sweep.load(_write(tmp_path, TINY.format(out=tmp_path / "o", epochs=1)))
     with pytest.raises(PBInputError, match=r'pip install -e "\.\[ray\]"'):
         sweep.run_ray(s, s.runs, 1, None)
+
+
+PRUNE = """
+[sweep]
+command = "prune"
+out = "{out}"
+
+[base]
+model = "lenet"
+synthetic = 256
+epochs = 1
+max_batches = 2
+eval_batches = 1
+eval_masks = 2
+
+[[grid]]
+method = ["cp", "arms"]
+n = 2
+"""
+
+
+def test_prune_sweep_feeds_analysis_pareto(tmp_path):
+    """A 2-run pruning sweep (synthetic images) on 2 local jobs; analysis.pareto reads the
+    sweep's output folder as it is."""
+    out = tmp_path / "out"
+    path = _write(tmp_path, PRUNE.format(out=out), "prune.toml")
+    proc = _sweep_cli("run", str(path), "--jobs", "2")
+    assert proc.returncode == 0, proc.stderr
+    assert "finished 2, running 0, failed 0, interrupted 0, pending 0" in proc.stdout
+    fig = tmp_path / "fig"
+    res = subprocess.run([sys.executable, "-m", "analysis.pareto", str(out), "--out", str(fig)],
+                         capture_output=True, text=True, env=_env(), timeout=300)
+    assert res.returncode == 0, res.stderr
+    rows = io.read_csv(fig / "runs.csv")
+    assert len(rows) == 2
+    assert (fig / "pareto_lenet_supermask.png").exists()
