@@ -5,9 +5,10 @@ The estimators themselves are pbscale's (:mod:`pbscale.methods`: ``cp_temperatur
 ``cp_relaxed_loss``, ``cp_hard_mask``, ``straight_through``, ``rebar_relax``, ``HybridControl``),
 called here with a leading seeds dimension: logits r of shape (seeds, d), uniforms of shape
 (n, seeds, d), and a differentiable batched loss f: (..., d) -> (...) such as
-:class:`pbexact.benchmarks.NNLoss`. What this module adds is only the batched training loop and a
-RELAX control network with separate weights per seed (:class:`PerSeedMLP`), so that the seeds
-stay independent runs.
+:class:`pbexact.benchmarks.NNLoss`. The loop is :func:`pbscale.loop.sgd`, the REBAR/RELAX set-up and
+step :func:`pbscale.methods.make_control` and :func:`pbscale.methods.hybrid_gradient` (with a
+control of separate weights per seed, :class:`pbscale.methods.PerSeedControl`, so that the seeds
+stay independent runs); this module only wires them to the J table and the logger.
 
 Every run uses SGD on r from theta_0 = 0.5 (r = 0, sigmoid parametrization), a ``torch.Generator``
 seeded once, and logs the exact E_theta[J] of each seed from the J table (for CP, J of its hard
@@ -16,12 +17,10 @@ mask 1[r > 0], as the paper reports).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 
 import numpy as np
 import torch
-from torch import nn
 from tqdm import tqdm
 
 from analysis.microworld_runs import DETERMINISTIC, CurveLogger, Trajectory, check_run
@@ -29,59 +28,23 @@ from pbexact.continuation import CP_FINAL_TAU
 from pbexact.errors import PBInputError, check_n, check_table
 from pbexact.polynomial import expected_loss
 from pbexact.sampling import vertex_index
-from pbscale.methods import (
-    HybridControl,
+from pbexact.sgd import sgd
+from pbscale.methods import (  # noqa: F401 (PerSeedMLP, RELAX_*: re-exported, moved to pbscale)
+    RELAX_HIDDEN,
+    RELAX_LR,
+    RELAX_WEIGHT_DECAY,
+    PerSeedControl,
+    PerSeedMLP,
     cp_hard_mask,
     cp_relaxed_loss,
     cp_temperature,
-    rebar_relax,
-    straight_through,
+    hybrid_gradient,
+    make_control,
 )
 
 #: Methods run here; each needs f differentiable in z.
 TORCH_METHODS = ("cp", "st", "rebar", "relax")
-#: RELAX control network (`sec:app_microworld_hypers`): one tanh hidden layer of 10 units,
-#: Adam with lr 1 and weight decay 1e-3.
-RELAX_HIDDEN = 10
-RELAX_LR = 1.0
-RELAX_WEIGHT_DECAY = 1e-3
-
 BatchedLoss = Callable[[torch.Tensor], torch.Tensor]
-
-
-class PerSeedMLP(nn.Module):
-    """d -> hidden (tanh) -> 1 with separate weights for each of ``seeds`` runs: input
-    (..., seeds, d), output (..., seeds, 1). Initialized like ``nn.Linear`` (uniform in
-    +-1/sqrt(fan_in)) from ``generator``, so it is reproducible."""
-
-    def __init__(self, seeds: int, d: int, hidden: int, generator: torch.Generator,
-                 dtype: torch.dtype = torch.float64) -> None:
-        super().__init__()
-
-        def uniform(shape: tuple[int, ...], fan_in: int) -> nn.Parameter:
-            bound = 1 / math.sqrt(fan_in)
-            u = torch.rand(shape, generator=generator, dtype=dtype)
-            return nn.Parameter((2 * u - 1) * bound)
-
-        self.w1 = uniform((seeds, d, hidden), d)
-        self.b1 = uniform((seeds, hidden), d)
-        self.w2 = uniform((seeds, hidden, 1), hidden)
-        self.b2 = uniform((seeds, 1), hidden)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = torch.tanh(torch.einsum("...sd,sdh->...sh", x, self.w1) + self.b1)
-        return torch.einsum("...sh,sho->...so", h, self.w2) + self.b2
-
-
-class PerSeedControl(HybridControl):
-    """pbscale's REBAR/RELAX control with log tau and eta of shape (seeds,) and, for RELAX, a
-    :class:`PerSeedMLP` in place of the shared network, so no parameter couples two seeds."""
-
-    def __init__(self, kind: str, d: int, seeds: int, generator: torch.Generator) -> None:
-        super().__init__(kind, d, shape=(seeds,), hidden=RELAX_HIDDEN)
-        if self.net is not None:
-            self.net = PerSeedMLP(seeds, d, RELAX_HIDDEN, generator)
-        self.to(torch.float64)
 
 
 def check_torch_method(method: str, n: int) -> None:
@@ -118,15 +81,9 @@ def run_torch(
         seeds = 1
     gen = torch.Generator().manual_seed(seed)
     r = torch.zeros((seeds, d), dtype=torch.float64)
-    control: PerSeedControl | None = None
-    control_opts: list[torch.optim.Optimizer] = []
+    control, control_opts = None, []
     if method in ("rebar", "relax"):
-        control = PerSeedControl(method, d, seeds, gen)
-        control_opts.append(torch.optim.Adam(control.scalar_parameters(), lr=lr))
-        if control.net is not None:
-            control_opts.append(torch.optim.Adam(
-                control.surrogate_parameters(), lr=RELAX_LR, weight_decay=RELAX_WEIGHT_DECAY
-            ))
+        control, control_opts = make_control(method, d, lr, gen, seeds=seeds)
 
     def losses(r: torch.Tensor) -> np.ndarray:
         if method == "cp":
@@ -136,30 +93,18 @@ def run_torch(
     def uniforms() -> torch.Tensor:
         return torch.rand((n, seeds, d), generator=gen, dtype=torch.float64)
 
-    logger = CurveLogger(steps, log_every)
-    bar = tqdm(range(steps + 1), desc=desc, leave=False, mininterval=1.0, disable=desc is None)
-    for step in bar:
-        if logger.wants(step):
-            logger.log(step, losses(r))
-        if step == steps:
-            break
+    def gradient(step: int, r: torch.Tensor) -> torch.Tensor:
         if method == "cp":
             rr = r.detach().requires_grad_(True)
             tau = cp_temperature(step, steps, cp_final_tau, cp_every)
             (grad,) = torch.autograd.grad(cp_relaxed_loss(f, rr, tau).sum(), rr)
-        elif method == "st":
-            grad = straight_through(f, r, uniforms()).grad
-        else:
-            est, var = rebar_relax(f, r, uniforms(), uniforms(), control)
-            params = control.scalar_parameters() + control.surrogate_parameters()
-            # var sums the seeds' own proxies, so each seed's parameters get their own gradient
-            grads = torch.autograd.grad(var, params, allow_unused=True)
-            for p, g in zip(params, grads):
-                p.grad = g
-            for opt in control_opts:
-                opt.step()
-            grad = est.grad
-        r = (r - lr * grad).detach()
+            return grad
+        return hybrid_gradient(method, f, r, uniforms, control, control_opts).grad
+
+    logger = CurveLogger(steps, log_every)
+    bar = tqdm(range(steps + 1), desc=desc, leave=False, mininterval=1.0, disable=desc is None)
+    r = sgd(r, gradient, lr, bar, project=torch.Tensor.detach,
+            log=lambda step, r: logger.wants(step) and logger.log(step, losses(r)))
     final_theta = cp_hard_mask(r) if method == "cp" else torch.sigmoid(r)
     return logger.trajectory(
         losses(r), final_theta.numpy(), method=method, n=n if method != "cp" else 0,

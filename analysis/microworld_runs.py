@@ -27,6 +27,7 @@ from pbexact.estimators import ESTIMATORS, check_estimator, get_estimator
 from pbexact.parametrizations import Parametrization, get_parametrization
 from pbexact.polynomial import expected_loss, true_gradient
 from pbexact.sampling import sample_law, vertex_index
+from pbexact.sgd import sgd
 from pbexact.variance import apply_estimator, estimator_extra
 
 #: Gradient sources of the exact core: the MC estimators and the exact gradient.
@@ -162,12 +163,10 @@ def run_exact(
     r = param.logits(np.full((seeds, d), theta0))
     logger = CurveLogger(steps, log_every)
     bar = tqdm(range(steps + 1), desc=desc, leave=False, mininterval=1.0, disable=desc is None)
-    for step in bar:
-        if logger.wants(step):
-            logger.log(step, expected_loss(J, param.theta(r)))
-        if step == steps:
-            break
-        r = param.project(r - lr * exact_core_gradient(J, r, method, n, param, rng))
+    r = sgd(r, lambda step, r: exact_core_gradient(J, r, method, n, param, rng), lr, bar,
+            project=param.project,
+            log=lambda step, r: logger.wants(step) and logger.log(
+                step, expected_loss(J, param.theta(r))))
     theta = param.theta(r)
     return logger.trajectory(
         expected_loss(J, theta), theta, method=method, n=n, param=param.name, lr=lr, seeds=seeds

@@ -56,6 +56,7 @@ from pbexact.sampling import (
     sample_bernoulli,
     vertex_index,
 )
+from pbexact.sgd import sgd
 from pbexact.variance import exact_moments
 from pbexact.vertices import multisets, permutation_counts, vertices
 
@@ -483,14 +484,15 @@ def sgd_from_samples(
         raise PBInputError(f"use reinforce or loorf here, got {estimator!r}")
     param = get_parametrization("direct")
     r = np.tile(np.asarray(theta0, dtype=float), (runs, 1))
-    for _ in range(steps):
+
+    def gradient(step: int, r: np.ndarray) -> np.ndarray:
         theta = param.theta(r)
         z = (rng.random((runs, n, theta.shape[-1])) < theta[:, None, :]) * 1.0
         S = param.score(z, r[:, None, :])
-        g = est.reinforce(J[vertex_index(z)], S) if estimator == "reinforce" else est.loorf(
+        return est.reinforce(J[vertex_index(z)], S) if estimator == "reinforce" else est.loorf(
             J[vertex_index(z)], S)
-        r = param.project(r - lr * g)
-    return param.theta(r)
+
+    return param.theta(sgd(r, gradient, lr, steps, project=param.project))
 
 
 def escaped_fraction(J: np.ndarray, final: np.ndarray) -> float:

@@ -44,6 +44,7 @@ import torch
 from tqdm import tqdm
 
 from pbexact.errors import PBInputError
+from pbexact.sgd import sgd  # noqa: F401 (the microworld loop, re-exported)
 
 from . import io
 

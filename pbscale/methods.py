@@ -512,6 +512,92 @@ def _grad_pair(c_z: torch.Tensor, c_zt: torch.Tensor, r: torch.Tensor):
     return d_cz, d_czt
 
 
+#: RELAX control network (`sec:app_microworld_hypers`): one tanh hidden layer of 10 units,
+#: Adam with lr 1 and weight decay 1e-3.
+RELAX_HIDDEN = 10
+RELAX_LR = 1.0
+RELAX_WEIGHT_DECAY = 1e-3
+
+
+class PerSeedMLP(nn.Module):
+    """d -> hidden (tanh) -> 1 with separate weights for each of ``seeds`` runs: input
+    (..., seeds, d), output (..., seeds, 1). Initialized like ``nn.Linear`` (uniform in
+    +-1/sqrt(fan_in)) from ``generator``, so it is reproducible."""
+
+    def __init__(self, seeds: int, d: int, hidden: int, generator: torch.Generator,
+                 dtype: torch.dtype = torch.float64) -> None:
+        super().__init__()
+
+        def uniform(shape: tuple[int, ...], fan_in: int) -> nn.Parameter:
+            bound = 1 / math.sqrt(fan_in)
+            u = torch.rand(shape, generator=generator, dtype=dtype)
+            return nn.Parameter((2 * u - 1) * bound)
+
+        self.w1 = uniform((seeds, d, hidden), d)
+        self.b1 = uniform((seeds, hidden), d)
+        self.w2 = uniform((seeds, hidden, 1), hidden)
+        self.b2 = uniform((seeds, 1), hidden)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.tanh(torch.einsum("...sd,sdh->...sh", x, self.w1) + self.b1)
+        return torch.einsum("...sh,sho->...so", h, self.w2) + self.b2
+
+
+class PerSeedControl(HybridControl):
+    """The REBAR/RELAX control with log tau and eta of shape (seeds,) and, for RELAX, a
+    :class:`PerSeedMLP` in place of the shared network, so no parameter couples two seeds
+    (vectorized microworld runs, r of shape (seeds, d)); float64."""
+
+    def __init__(self, kind: str, d: int, seeds: int, generator: torch.Generator) -> None:
+        super().__init__(kind, d, shape=(seeds,), hidden=RELAX_HIDDEN)
+        if self.net is not None:
+            self.net = PerSeedMLP(seeds, d, RELAX_HIDDEN, generator)
+        self.to(torch.float64)
+
+
+def make_control(kind: str, d: int, lr: float, generator: torch.Generator,
+                 seeds: int | None = None, device: torch.device | str | None = None,
+                 dtype: torch.dtype | None = None
+                 ) -> tuple[HybridControl, list[torch.optim.Optimizer]]:
+    """The REBAR/RELAX control and its optimizers (`sec:app_microworld_hypers`), set up here for
+    every loop: log tau and eta by Adam at the method's ``lr``, the RELAX network by Adam with
+    lr RELAX_LR and weight decay RELAX_WEIGHT_DECAY. ``seeds=None``: one shared control for
+    logits (d,) (:class:`HybridControl`, moved to device/dtype); else one per seed
+    (:class:`PerSeedControl`, float64)."""
+    if seeds is None:
+        control = HybridControl(kind, d, hidden=RELAX_HIDDEN, generator=generator).to(
+            device=device, dtype=dtype)
+    else:
+        control = PerSeedControl(kind, d, seeds, generator)
+    opts = [torch.optim.Adam(control.scalar_parameters(), lr=lr)]
+    if control.net is not None:
+        opts.append(torch.optim.Adam(control.surrogate_parameters(), lr=RELAX_LR,
+                                     weight_decay=RELAX_WEIGHT_DECAY))
+    return control, opts
+
+
+def hybrid_gradient(method: str, f: BatchedLoss, r: torch.Tensor,
+                    uniforms: Callable[[], torch.Tensor], control: HybridControl | None,
+                    control_opts: list[torch.optim.Optimizer]) -> Estimate:
+    """ST, REBAR or RELAX gradient over sigmoid logits r of shape (..., d) (leading dimensions
+    batch independent runs, e.g. the microworld's seeds), ``uniforms()`` giving (n, ..., d)
+    uniforms; REBAR/RELAX also take one optimizer step of their control on the variance proxy
+    (the one place the controls are trained)."""
+    if method == "st":
+        return straight_through(f, r, uniforms())
+    est, var = rebar_relax(f, r, uniforms(), uniforms(), control)
+    for opt in control_opts:
+        opt.zero_grad()
+    params = control.scalar_parameters() + control.surrogate_parameters()
+    # var sums the runs' own proxies, so each run's parameters get their own gradient
+    grads = torch.autograd.grad(var, params, allow_unused=True)
+    for p, g in zip(params, grads):
+        p.grad = g
+    for opt in control_opts:
+        opt.step()
+    return est
+
+
 # ---------------------------------------------------------------------------------------------
 # One optimizer over mask logits for every method
 
@@ -597,15 +683,8 @@ class MaskTrainer:
         self.control_opts: list[torch.optim.Optimizer] = []
         if config.method in ("rebar", "relax"):
             init_gen = torch.Generator().manual_seed(config.seed)
-            self.control = HybridControl(config.method, d, generator=init_gen).to(
-                device=self.device, dtype=dtype)
-            scalars = self.control.scalar_parameters()
-            self.control_opts.append(torch.optim.Adam(scalars, lr=config.lr))
-            if self.control.net is not None:
-                # `sec:app_microworld_hypers`: the RELAX network uses Adam, lr 1, weight decay 1e-3
-                self.control_opts.append(
-                    torch.optim.Adam(self.control.surrogate_parameters(), lr=1.0, weight_decay=1e-3)
-                )
+            self.control, self.control_opts = make_control(
+                config.method, d, config.lr, init_gen, device=self.device, dtype=dtype)
         if config.chunk is not None:
             self.chunk = min(config.chunk, config.n)
         else:
@@ -666,20 +745,9 @@ class MaskTrainer:
 
             def theta_fn(x: torch.Tensor) -> torch.Tensor:
                 return torch.sigmoid(x / tau)
-        elif self.method == "st":
-            est = straight_through(f, self.r, self._uniforms(c.n))
-            theta_fn = torch.sigmoid
         else:
-            est, var = rebar_relax(f, self.r, self._uniforms(c.n), self._uniforms(c.n),
-                                   self.control)
-            for opt in self.control_opts:
-                opt.zero_grad()
-            params = self.control.scalar_parameters() + self.control.surrogate_parameters()
-            grads = torch.autograd.grad(var, params, allow_unused=True)
-            for p, g in zip(params, grads):
-                p.grad = g
-            for opt in self.control_opts:
-                opt.step()
+            est = hybrid_gradient(self.method, f, self.r, lambda: self._uniforms(c.n),
+                                  self.control, self.control_opts)
             theta_fn = torch.sigmoid
         if c.lam > 0:
             _, reg_grad = dense_regularizer(self.r, theta_fn, c.lam)
@@ -687,20 +755,18 @@ class MaskTrainer:
         return est
 
     def surrogate(self, f: BatchedLoss, weights: bool = False) -> tuple[torch.Tensor, float]:
-        """This step's estimate as a surrogate loss: a scalar whose autograd gradient in r is the
-        method's gradient estimate (with the dense regularizer), (g.detach() * r).sum(), and, with
-        ``weights=True``, whose gradient in the network weights is that of the method's loss on
-        the weights (MC: the mean of J over the n sampled masks; CP: the relaxed loss), so that
-        one ``backward`` fills both. Returns (surrogate (), training loss)."""
+        """This step's estimate as a surrogate loss (:func:`surrogate_loss`): a scalar whose
+        autograd gradient in r is the method's gradient estimate (with the dense regularizer),
+        and, with ``weights=True``, whose gradient in the network weights is that of the method's
+        loss on the weights (MC: the mean of J over the n sampled masks; CP: the relaxed loss),
+        so that one ``backward`` fills both. Returns (surrogate (), training loss)."""
         record: list | None = [] if weights else None
         est = self.gradient(f, record)
-        value = (est.grad.detach().to(self.r.dtype) * self.r).sum()
+        weight_loss: torch.Tensor | float = 0.0
         if record:
-            if self.method == "cp":
-                value = value + record[0]
-            else:
-                value = value + sum(J.sum() for J in record) / self.config.n
-        return value, est.loss
+            weight_loss = (record[0] if self.method == "cp"
+                           else sum(J.sum() for J in record) / self.config.n)
+        return surrogate_loss(est.grad.to(self.r.dtype), self.r, weight_loss), est.loss
 
     @property
     def optimizers(self) -> list[torch.optim.Optimizer]:

@@ -1,0 +1,28 @@
+"""The microworld's SGD loop, numpy or torch (no torch import): :func:`sgd`."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+
+def sgd(r: Any, gradient: Callable[[int, Any], Any], lr: float, steps: int | Iterable[int],
+        project: Callable[[Any], Any] | None = None,
+        log: Callable[[int, Any], Any] | None = None) -> Any:
+    """Plain SGD on logits r of any shape (numpy or torch; leading dimensions are independent
+    runs, e.g. the microworld's seeds): r <- project(r - lr * gradient(step, r)), with
+    ``log(step, r)`` before every step and after the last. ``steps``: a count, or the iterable
+    0..steps itself (e.g. a tqdm bar over range(steps + 1)). The microworld loops
+    (`analysis.microworld_runs.run_exact`, `analysis.microworld_hybrid.run_torch`) and the
+    SGD checks of `analysis.theorems` all run through it; returns the final r."""
+    steps_iter = range(steps + 1) if isinstance(steps, int) else steps
+    last = len(steps_iter) - 1
+    for step in steps_iter:
+        if log is not None:
+            log(step, r)
+        if step == last:
+            break
+        r = r - lr * gradient(step, r)
+        if project is not None:
+            r = project(r)
+    return r
