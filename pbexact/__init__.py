@@ -1,9 +1,11 @@
 """pbexact: exact analysis of pseudo-Boolean optimization by enumeration.
 
 Modules: ``vertices`` (zeta_h, multisets), ``polynomial`` (P_J, exact gradient, beta*),
-``parametrizations`` (`tab:alternative_param`), ``estimators`` (REINFORCE, LOORF, ARMS, beta*;
-shared with pbscale), ``copula`` (the ARMS Dirichlet copula), ``sampling``, ``variance``
-(exact estimator variances), ``benchmarks`` (ExponentialTabularLoss, NNLoss).
+``parametrizations`` (`tab:alternative_param`), ``estimators`` (the registry: REINFORCE, LOORF,
+ARMS, beta*, DisARM; shared with pbscale), ``copula`` (the ARMS Dirichlet copula, antithetic
+pairs), ``sampling``, ``variance`` and ``closed_form`` (exact estimator variances),
+``bad_generalization`` (`thm:mc_bad_gen_2`, `cor:mc_bad_gen_2`), ``benchmarks``
+(ExponentialTabularLoss, NNLoss).
 """
 
 from .errors import PBInputError

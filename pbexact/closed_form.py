@@ -306,7 +306,7 @@ def closed_form_moments(
     specs = [est.get_estimator(name) for name in estimators]
     for spec in specs:
         spec.check_n(n)
-        _closed_form_kind(spec)
+        closed_form_kind(spec)
 
     a, b, bit = score_coefficients(param, r, d)
     mu = float(expected_loss(J, theta))
@@ -323,7 +323,7 @@ def closed_form_moments(
 
     out: dict[str, EstimatorMoments] = {}
     for spec in specs:
-        kind = _closed_form_kind(spec)
+        kind = closed_form_kind(spec)
         if kind == "single":
             if spec.constant is None:
                 # J = Jc + mu: E[J s] = E[Jc s] + mu E[s], E[J^2 s^2] by the same expansion
@@ -346,7 +346,7 @@ def closed_form_moments(
     return out
 
 
-def _closed_form_kind(spec: est.EstimatorSpec) -> str:
+def closed_form_kind(spec: est.EstimatorSpec) -> str:
     """Which closed form an estimator's spec takes: single-sample terms (iid, no centering,
     baseline 0 or beta*), the LOORF U-statistic on iid or copula samples, or antithetic pairs."""
     key = (spec.law, spec.center, spec.constant)

@@ -5,7 +5,10 @@ Var[g_p] = E[g_p^2] - (d E[J] / d r_p)^2 (`eq:app_main_var_eq`). Every estimator
 its samples, so E[g^2] is a sum over multisets (`eq:n_multisets`) of g^2 times the multiset's
 probability: the permutation count (`eq:multiset_permutations`) times the probability of one
 ordering, prod_s p_theta(z^(s)) for iid samples (`eq:app_var_z_probs`) and
-prod_i q_i(k_i) for ARMS, q from the copula (`pbexact.copula.pattern_probabilities`).
+prod_i q_i(k_i) for ARMS, q from the copula (`pbexact.copula.pattern_probabilities`). DisARM's
+n/2 antithetic pairs are iid, so its moments come from all 4^d ordered pairs of vertices instead
+(`_pair_moments`). Which path and which law an estimator takes is read from its spec in
+`pbexact.estimators.REGISTRY`.
 
 Every estimator is a `pbexact.estimators.LinearEstimate`, a combination of the two sums
 U = sum_s J(z^(s)) S^(s) and B = sum_s S^(s); these are formed once per multiset from a table

@@ -39,6 +39,19 @@ def test_every_registered_estimator_is_complete():
     assert set(M.MC_METHODS) == {k for k, s in E.REGISTRY.items() if not s.needs_table}
 
 
+def test_every_spec_has_exact_moments_and_its_closed_form_agrees():
+    J = RNG.normal(size=8) + 1.0
+    r = RNG.normal(size=3)
+    grad = get_parametrization("sigmoid").chain(
+        true_gradient(J, get_parametrization("sigmoid").theta(r)), r)
+    for spec in E.REGISTRY.values():
+        enum = spec.exact_moments(J, r, 4)
+        np.testing.assert_allclose(enum.mean, grad, rtol=1e-10, atol=1e-13)  # all unbiased
+        assert spec.has_closed_form  # every registered estimator has one today
+        closed = spec.closed_form_moments(J, r, 4)
+        np.testing.assert_allclose(closed.variance, enum.variance, rtol=1e-10, atol=1e-14)
+
+
 def test_unknown_or_wrong_n_is_a_one_line_error():
     for bad in ("nope", "ARMS", None):
         with pytest.raises(PBInputError, match="unknown estimator") as info:
@@ -65,6 +78,7 @@ def test_closed_form_refuses_a_spec_it_has_no_formula_for(monkeypatch):
     error (before this registry, any unknown name got ARMS's variance)."""
     spec = E.EstimatorSpec("pairs_iid", "pairs", "pairs", 2, "iid", "pair", even=True)
     monkeypatch.setitem(E.REGISTRY, "pairs_iid", spec)
+    assert not spec.has_closed_form
     with pytest.raises(PBInputError, match="no closed form for pairs_iid"):
         closed_form_moments(np.zeros(4), np.zeros(2), 4, "sigmoid", ("pairs_iid",))
     # enumeration covers it: iid pairs centered on the pair mean are LOORF n = 2 averaged

@@ -15,6 +15,8 @@ from pbexact.polynomial import true_gradient
 from pbexact.sampling import sample_arms, sample_bernoulli
 from pbscale.masks import MaskedModule
 from pbscale.methods import (
+    MC_METHODS,
+    SAMPLERS,
     CopulaSampler,
     FixedSampler,
     HybridControl,
@@ -70,7 +72,7 @@ def test_same_samples_same_gradient_as_pbexact(param_name, estimator, chunk):
     assert got.loss == pytest.approx(J.mean(), rel=1e-12)
 
 
-@pytest.mark.parametrize("estimator", ["reinforce", "loorf", "arms"])
+@pytest.mark.parametrize("estimator", MC_METHODS)
 def test_chunked_equals_one_shot_with_the_default_samplers(estimator):
     masked, f = small_problem((3, 4, 1))
     param = get_parametrization("sigmoid")
@@ -79,10 +81,7 @@ def test_chunked_equals_one_shot_with_the_default_samplers(estimator):
     # draw the samples once with the method's own sampler, then replay them chunked and whole
     gen = torch.Generator().manual_seed(3)
     theta = param.theta(r)
-    if estimator == "arms":
-        z = CopulaSampler(theta, n, gen).next(n)
-    else:
-        z = (torch.rand((n, masked.d), generator=gen, dtype=torch.float64) < theta).double()
+    z = SAMPLERS[E.get_estimator(estimator).law](theta, n, gen).next(n)
     one = mc_gradient(f, r, param, estimator, n, chunk=n, sampler=FixedSampler(z)).grad
     for k in (1, 5):
         chunked = mc_gradient(f, r, param, estimator, n, chunk=k, sampler=FixedSampler(z)).grad
