@@ -223,17 +223,27 @@ eval_masks = 2
 [[grid]]
 method = ["cp", "arms"]
 n = 2
+
+[[grid]]
+method = "mp"   # refused in supermask mode: this run fails
 """
 
 
 def test_prune_sweep_feeds_analysis_pareto(tmp_path):
-    """A 2-run pruning sweep (synthetic images) on 2 local jobs; analysis.pareto reads the
-    sweep's output folder as it is."""
+    """A 3-run pruning sweep (synthetic images) on 2 local jobs, one run failing (its log kept,
+    the others finished, exit code 1); analysis.pareto reads the sweep's output folder as it
+    is."""
     out = tmp_path / "out"
     path = _write(tmp_path, PRUNE.format(out=out), "prune.toml")
     proc = _sweep_cli("run", str(path), "--jobs", "2")
-    assert proc.returncode == 0, proc.stderr
-    assert "finished 2, running 0, failed 0, interrupted 0, pending 0" in proc.stdout
+    assert proc.returncode == 1, proc.stderr
+    assert "finished 2, running 0, failed 1, interrupted 0, pending 0" in proc.stdout
+    s = sweep.load(path)
+    failed = s.runs[-1]
+    assert sweep.state_of(s, failed) == "failed"
+    assert sweep.read_record(s, failed)["returncode"] == 2
+    assert "use --mode joint" in (s.record_dir / f"{failed.id}.log").read_text()
+    assert str(s.record_dir / f"{failed.id}.log") in proc.stdout
     fig = tmp_path / "fig"
     res = subprocess.run([sys.executable, "-m", "analysis.pareto", str(out), "--out", str(fig)],
                          capture_output=True, text=True, env=_env(), timeout=300)
