@@ -27,7 +27,7 @@ import numpy as np
 from pbexact.errors import PBInputError
 from pbscale import io
 from pbscale.methods import MethodConfig
-from pbscale.regress import resolve_device, run_name, set_threads, train
+from pbscale.regress import resolve_device, run_folder, run_name, set_threads, train
 from pbscale.regression import make_problem
 
 FIGURES = ("est", "param", "approaches")
@@ -75,11 +75,11 @@ def select(runs: dict[str, list[dict]]) -> tuple[str, list[dict]]:
     return best, runs[best]
 
 
-def collect(which: str, items, out: Path) -> dict:
+def collect(which: str, items, out: Path, epochs: int) -> dict:
     """{label: (setting, [histories])} of the finished runs, best setting per label."""
     grouped: dict[str, dict[str, list]] = defaultdict(lambda: defaultdict(list))
     for _, label, cfg in items:
-        h = load_history(out / run_name(cfg))
+        h = load_history(run_folder(cfg, epochs, out))
         if h is not None:
             setting = f"lr={cfg.lr:g}" + (f" {cfg.optimizer}" if cfg.method == "cp" else "")
             grouped[label][setting].append(h)
@@ -174,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
                 train(cfg, epochs=args.epochs, out=out, device=str(dev), problem=problem,
                       progress=False)
         for w, its in items.items():
-            curves = collect(w, its, out)
+            curves = collect(w, its, out, args.epochs)
             if not curves:
                 print(f"{w}: no finished runs in {out}", file=sys.stderr)
                 continue

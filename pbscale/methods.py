@@ -129,7 +129,7 @@ class CopulaSampler:
     running product over its rows. The bits of `alg:orig_arms`, z~ = 1[u~ <= theta]
     (theta > 1/2) and 1[1 - u~ <= theta] (otherwise) with u~ = 1 - (1 - D)^(n-1), are threshold
     tests on D: D <= 1 - (1 - theta)^(1/(n-1)) and D >= 1 - theta^(1/(n-1)), thresholds computed
-    once per step in float64 (d values); the sign of the test rides on Q. No power of a (k, d)
+    once per step (d values, log and expm1); the sign of the test rides on Q. No power of a (k, d)
     array is taken, so float32 keeps the tails (theta near 0 or 1); D has an absolute rounding
     error of about 1e-7 (float32), which moves P(z~_i = 1) by at most about n 1e-7 (1 - theta_i)
     (resp. theta_i).
@@ -140,13 +140,13 @@ class CopulaSampler:
         self.n = check_n(n, "ARMS", 2)
         self.generator = generator
         self.drawn = 0
-        t = theta.detach().double()
+        t = theta.detach()
         hi = t > 0.5
-        # c = 1 - x^(1/(n-1)) with x = 1 - theta (theta > 1/2) or theta
-        c = torch.expm1(torch.log(torch.where(hi, 1 - t, t)) / (n - 1)).neg_()
-        sign = torch.where(hi, 1.0, -1.0).to(torch.float64)
-        self._sign = sign.to(theta.dtype)
-        self._bound = (c * sign).to(theta.dtype)  # z = 1[sign D <= sign c]
+        # c = 1 - x^(1/(n-1)) with x = 1 - theta (theta > 1/2) or theta, by log and expm1
+        # (relative error of a few ulps of theta's dtype, also for x near 0 or 1)
+        c = torch.where(hi, 1 - t, t).log_().mul_(1.0 / (n - 1)).expm1_().neg_()
+        self._sign = torch.where(hi, 1.0, -1.0).to(theta.dtype)
+        self._bound = c.mul_(self._sign)  # z = 1[sign D <= sign c]
         self._q = self._sign.clone()  # sign Q of the last draw (sign times the stick left)
 
     def _draw(self, k: int, bits: bool) -> torch.Tensor:

@@ -23,10 +23,10 @@ import torch
 from pbexact.errors import PBInputError
 
 from . import distributed, io
-from .loop import LoopConfig, full_config, run
+from .loop import LoopConfig, run
 from .loop import run_folder as loop_run_folder
 from .methods import METHODS, OPTIMIZERS, MaskTrainer, MethodConfig
-from .regression import RegressionProblem, RegressionTask, make_problem
+from .regression import RegressionProblem, RegressionTask, make_problem, task_config
 
 DEFAULT_OUT = "runs/regression"
 
@@ -73,9 +73,14 @@ def _setup(cfg: MethodConfig, epochs: int, device: str, data_seed: int,
 
 def run_folder(cfg: MethodConfig, epochs: int = 300, out: str | Path = DEFAULT_OUT,
                data_seed: int = 0, problem: RegressionProblem | None = None) -> Path:
-    """The folder :func:`train` writes for these settings (without training)."""
-    _, task, trainer, loop = _setup(cfg, epochs, "cpu", data_seed, problem)
-    return loop_run_folder(out, task.name, full_config(task, trainer, loop))
+    """The folder :func:`train` writes for these settings, found without training (and, for
+    the paper's sizes, ``problem=None``, without drawing the data)."""
+    cfg.validate()
+    task = (task_config(data_seed) if problem is None
+            else RegressionTask(problem, data_seed).config())
+    loop = LoopConfig(epochs=epochs, seed=cfg.seed, metrics_file="history.csv")
+    config = {"task": task, "method": cfg.to_dict(), "loop": loop.to_dict()}
+    return loop_run_folder(out, run_name(cfg), config)
 
 
 def train(cfg: MethodConfig, epochs: int = 300, out: str | Path = DEFAULT_OUT,

@@ -124,6 +124,13 @@ def make_problem(data_seed: int = 0, device: torch.device | str = "cpu",
                              put(y_valid))
 
 
+def task_config(data_seed: int = 0, d: int = 8050, n_train: int = N_TRAIN,
+                n_valid: int = N_VALID) -> dict:
+    """The JSON configuration of a MaskedNNRegression task (the defaults: the paper's sizes)."""
+    return {"name": "regression", "data_seed": data_seed, "d": d, "n_train": n_train,
+            "n_valid": n_valid, "batch": BATCH}
+
+
 class RegressionTask:
     """MaskedNNRegression as a :class:`pbscale.loop.Task`: batches of BATCH training points in an
     order drawn each epoch (``torch.randperm`` from the loop's generator), J = MAE of the masked
@@ -142,10 +149,7 @@ class RegressionTask:
         self.steps_per_epoch = self.n_train // BATCH
 
     def config(self) -> dict:
-        p = self.problem
-        return {"name": self.name, "data_seed": self.data_seed, "d": self.d,
-                "n_train": self.n_train, "n_valid": int(p.x_valid.shape[0]),
-                "batch": BATCH}
+        return task_config(self.data_seed, self.d, self.n_train, int(self.problem.x_valid.shape[0]))
 
     def weights(self) -> list:
         return []

@@ -251,3 +251,44 @@ def test_config_mismatch_is_refused_and_options_are_checked(tmp_path):
                        ({"epochs": 2, "mask_warmup": 0.5, "freeze_masks": 0.2}, "freeze")]:
         with pytest.raises(PBInputError, match=words):
             LoopConfig(**bad).validate()
+
+
+def test_microworld_sgd_loop_numpy_and_torch():
+    import numpy as np
+
+    from pbexact.sgd import sgd
+
+    seen = []
+    r = sgd(np.array([[4.0], [-2.0]]), lambda step, r: 2 * r, 0.25, 3,
+            project=lambda r: np.clip(r, -1.5, 10), log=lambda step, r: seen.append(step))
+    # r <- clip(r - 0.25 * 2 r) = clip(r / 2): 4 -> 2 -> 1 -> 0.5; -2 -> -1 -> -0.5 -> -0.25
+    np.testing.assert_allclose(r, [[0.5], [-0.25]])
+    assert seen == [0, 1, 2, 3]
+    t = sgd(torch.ones(3, requires_grad=True), lambda step, r: r * 0 + step, 1.0, range(3),
+            project=torch.Tensor.detach)
+    assert torch.equal(t, torch.tensor([0.0, 0.0, 0.0])) and not t.requires_grad
+
+
+@pytest.mark.parametrize("hook", [None, rescaled_weight])
+def test_mlp_fast_path_trains_weights_like_the_vmap_path(hook):
+    from pbscale.regression import mlp
+
+    torch.manual_seed(0)
+    net = mlp((3, 5, 4, 1)).double()
+    nn.init.normal_(net[0].weight)
+    mm = MaskedModule(net, train_weights=True, weight_hook=hook)
+    assert mm._plan is not None  # the fast path applies
+    x = torch.rand(6, 3, dtype=torch.float64)
+    z = (torch.rand(4, mm.d, generator=torch.Generator().manual_seed(1)) < 0.7).double()
+    grads = []
+    for fwd in (mm.forward, mm.forward_vmap):
+        net.zero_grad()
+        out = fwd(z, x)
+        (out ** 2).sum().backward()
+        grads.append([p.grad.clone() for p in net.parameters()])
+        if fwd == mm.forward:
+            first = out.detach()
+    torch.testing.assert_close(first, mm.forward_vmap(z, x).detach())
+    for a, b in zip(*grads):
+        torch.testing.assert_close(a, b)
+    assert grads[0][0].abs().sum() > 0

@@ -290,3 +290,23 @@ def test_pinned_defaults_escort_power_direct_clamp_cp_final_tau():
     assert "default=CP_FINAL_TAU" in Path(counterexamples.__file__).read_text()
     taus = continuation.exponential_schedule(5)
     assert taus[0] == 1 and taus[-1] == continuation.CP_FINAL_TAU
+
+
+def test_run_folder_is_found_without_training_and_matches_train(tmp_path):
+    # the hashed folder is found from the settings alone (what analysis.regression --collect
+    # does), for a given problem and for the paper's sizes without drawing the data
+    prob = tiny_problem()
+    cfg = M.MethodConfig(method="loorf", n=2)
+    folder = regress.train(cfg, epochs=1, out=tmp_path, device="cpu", progress=False,
+                           problem=prob)
+    assert regress.run_folder(cfg, 1, tmp_path, problem=prob) == folder
+    full = regress.run_folder(cfg, 1, tmp_path)
+    assert full != folder and full.name.startswith(regress.run_name(cfg))
+    from pbscale.loop import config_hash
+    from pbscale.regression import task_config
+
+    assert full.name.endswith(config_hash({
+        "task": task_config(0), "method": cfg.to_dict(),
+        "loop": {"epochs": 1, "seed": 0, "mask_milestones": [], "mask_gamma": 0.1,
+                 "weight_milestones": [], "weight_gamma": 0.1, "mask_warmup": 0.0,
+                 "freeze_masks": None, "metrics_file": "history.csv"}}))
