@@ -22,8 +22,8 @@ from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
 
+from analysis.cli import atomic_write_text, save_figure, write_csv
 from analysis.cli import run as cli_run
-from analysis.cli import save_figure, write_csv
 from pbexact.errors import PBInputError
 
 MC = ("arms", "loorf", "disarm")
@@ -63,7 +63,25 @@ def read_run(folder: Path) -> dict:
             "val_acc": summ["final_val_acc"], "remaining": summ["final_remaining"],
             "remaining_all": summ["final_remaining_all"],
             "seconds_per_epoch": summ["seconds_per_epoch"], "layers": layers,
-            "key": json.dumps({k: v for k, v in task.items() if k != "seed"}, sort_keys=True)}
+            "key": json.dumps({k: v for k, v in task.items() if k != "seed"}, sort_keys=True),
+            "command": command(task)}
+
+
+def command(task: dict) -> str:
+    """The shortest ``python -m pbscale.prune`` command line of a run's configuration: the
+    options that differ from the defaults (``--data-dir`` left out)."""
+    from pbscale.prune import PruneConfig
+
+    default = PruneConfig(model=task["model"], mode=task["mode"]).resolved()
+    parts = ["python -m pbscale.prune"]
+    for k, v in task.items():
+        if getattr(default, k, None) != v or k in ("model", "mode", "method"):
+            if isinstance(v, bool):
+                if v:
+                    parts.append(f"--{k.replace('_', '-')}")
+            else:
+                parts.append(f"--{k.replace('_', '-')} {v}")
+    return " ".join(parts)
 
 
 def average_seeds(runs: list[dict]) -> list[dict]:
@@ -115,6 +133,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             "test_acc", "val_acc", "remaining", "remaining_all", "seconds_per_epoch"]
     pts = sorted(points, key=lambda p: (p["model"], p["mode"], p["label"], p["remaining"]))
     write_csv(out / "runs.csv", cols, [[p[c] for c in cols] for p in pts])
+    lines = ["| command | epochs | seeds | test acc | remaining (masked) | remaining (all) | "
+             "s/epoch |", "| --- | --- | --- | --- | --- | --- | --- |"]
+    for p in pts:
+        lines.append(f"| `{p['command']}` | {p['epochs']} | {p['seeds']} | "
+                     f"{p['test_acc']:.4f} | {p['remaining']:.4%} | {p['remaining_all']:.4%} | "
+                     f"{p['seconds_per_epoch']:.1f} |")
+    atomic_write_text(out / "runs.md", "\n".join(lines) + "\n")
     pareto_rows, layer_rows = [], []
     for (model, mode) in sorted({(p["model"], p["mode"]) for p in points}):
         sel = [p for p in points if (p["model"], p["mode"]) == (model, mode)]
