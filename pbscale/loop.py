@@ -30,6 +30,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 import signal
 import sys
 import time
@@ -236,7 +237,7 @@ def run(task: Task, method: Method, loop: LoopConfig, out: str | Path,
         if (folder / name).is_dir():
             raise PBInputError(f"damaged run folder: {folder / name} is a folder, not a file; "
                                f"{io.DAMAGED_FIX}")
-    record = {**config, "info": {"device": str(dev), **(info or {})}}
+    record = {**config, "info": {"device": str(dev), **(info or {}), **_env_info()}}
     if (folder / "config.json").exists():
         old = io.read_json(folder / "config.json")
         if not isinstance(old, dict):
@@ -390,6 +391,13 @@ def _check_finite(method: Method, epoch: int) -> None:
             f"{cfg.get('lr')} is too large for --optimizer {cfg.get('optimizer')}; "
             "lower --lr"
         )
+
+
+def _env_info() -> dict:
+    """Facts a launcher (``pbscale.sweep``) passes in ``$PBSCALE_RUN_INFO`` (a JSON object)
+    for config.json's unhashed "info" (e.g. the sweep's run id)."""
+    text = os.environ.get("PBSCALE_RUN_INFO")
+    return json.loads(text) if text else {}
 
 
 def _dtype(method: Method) -> torch.dtype:

@@ -298,14 +298,16 @@ class Estimate:
 
 def mc_gradient(f: BatchedLoss, r: torch.Tensor, param: Parametrization, estimator: str, n: int,
                 generator: torch.Generator | None = None, chunk: int | None = None,
-                sampler: Any = None) -> Estimate:
+                sampler: Any = None, shard: Any = None) -> Estimate:
     """The estimate of grad_r E[J(z)] by a registered MC estimator (REINFORCE, LOORF, ARMS,
     DisARM) from n samples evaluated k = chunk at a time (`alg:iter_loorf`, `alg:iter_arms`);
     r of shape (P,), f: (k, d) -> (k,). Pair estimators (DisARM) take chunks of whole pairs
     (an odd chunk is rounded down, at least 2).
 
     ``sampler`` (an object with ``next(k) -> (k, d)``) replaces the default sampler of the
-    estimator's law, e.g. to replay given samples.
+    estimator's law, e.g. to replay given samples. ``shard`` (a
+    :class:`pbscale.distributed.Shard`): every chunk is drawn in full but f is evaluated on
+    this rank's rows only, and the sums are combined over the ranks by one all-reduce.
     """
     spec = get_estimator(estimator)
     if spec.needs_table:
@@ -328,11 +330,26 @@ def mc_gradient(f: BatchedLoss, r: torch.Tensor, param: Parametrization, estimat
         while done < n:
             k = min(chunk, n - done)
             z = sampler.next(k).to(r.dtype)
+            done += k
+            if shard is not None:
+                z = z[shard.rows(k, pairs)]
+                if z.shape[0] == 0:
+                    continue
             J = f(z).to(r.dtype)
             sums.update_affine(J, z, a, b, param)
             total = total + J.sum().double()  # on the device: one read-back per step, below
-            done += k
+        if shard is not None:
+            _reduce_sums(sums, shard, r)
+            total = sums.sum_j
         return Estimate(sums.estimate(spec, extra), float(total) / n)
+
+
+def _reduce_sums(sums: SampleSums, shard: Any, r: torch.Tensor) -> None:
+    """Replace this rank's (k, sum J, U, B) by their sums over the ranks (one all-reduce)."""
+    if sums.count == 0:  # no rows here: zeros of the right shapes
+        zero = torch.zeros_like(r)
+        sums.sum_j, sums.U, sums.B = torch.zeros((), dtype=r.dtype, device=r.device), zero, zero
+    sums.count, sums.sum_j, sums.U, sums.B = shard.reduce(sums.count, sums.sum_j, sums.U, sums.B)
 
 
 def surrogate_loss(g: torch.Tensor, r: torch.Tensor, value: torch.Tensor | float = 0.0
@@ -674,6 +691,8 @@ class MaskTrainer:
             per_sample = bytes_per_sample or 16 * d
             self.chunk = auto_chunk(config.n, per_sample, self.device)
         self.step_count = 0
+        #: :class:`pbscale.distributed.Shard` of a torchrun launch (MC samples split over ranks)
+        self.shard = None
 
     @property
     def method(self) -> str:
@@ -712,7 +731,7 @@ class MaskTrainer:
                     record.append(J)
                     return J.detach()
             est = mc_gradient(fn, self.r, self.param, self.method, c.n, self.generator,
-                              self.chunk)
+                              self.chunk, shard=self.shard)
             theta_fn = self.param.theta
         elif self.method == "cp":
             tau = self.tau()

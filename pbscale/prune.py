@@ -42,7 +42,7 @@ from pbexact.estimators import MIN_SAMPLES
 from pbexact.io import atomic_write_bytes
 from pbexact.parametrizations import PARAMETRIZATIONS
 from pbscale import data as datamod
-from pbscale import magnitude
+from pbscale import distributed, magnitude
 from pbscale.batched import cross_entropy_per_mask
 from pbscale.io import read_json
 from pbscale.loop import EvalContext, LoopConfig, full_config, run_folder
@@ -535,11 +535,22 @@ def build(cfg: PruneConfig, data: datamod.Data, dev: torch.device):
 
 
 def run(cfg: PruneConfig, out: str | Path, device: str = "cpu", *, quiet: bool = False,
-        download: bool = False, download_url: str | None = None, step_hook=None) -> dict:
+        download: bool = False, download_url: str | None = None, step_hook=None,
+        shard=None) -> dict:
     """Train (or resume, or read back) the run of ``cfg`` under ``out``; returns its summary
-    with the run folder, both weight counts and the final metrics."""
+    with the run folder, both weight counts and the final metrics. ``shard``
+    (:mod:`pbscale.distributed`, a torchrun launch): supermask MC samples split over the ranks,
+    rank i > 0 writing its copy under ``out/.rank<i>``."""
     cfg, dev, data = prepare(cfg, device, download, download_url)
     task, method, loop, weight_opt = build(cfg, data, dev)
+    if shard is not None:
+        if cfg.method not in MC or cfg.mode != "supermask":
+            raise PBInputError("under torchrun only supermask MC runs split their samples "
+                               "(joint and CP/MP/GMP/dense runs: no DDP yet); run without "
+                               "torchrun")
+        method.shard = shard
+        out = distributed.rank_out(out, shard)
+        quiet = quiet or shard.rank > 0
     folder = run_folder(out, task.name, full_config(task, method, loop))
     task.export_dir = folder
     if not quiet:
@@ -582,7 +593,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--mode", default=d.mode, help="supermask or joint")
     p.add_argument("--method", default=d.method, help=", ".join(PRUNE_METHODS))
     p.add_argument("--param", default=d.param, help="escort or sigmoid (MC methods)")
-    p.add_argument("--n", type=int, default=d.n, help="MC samples per step")
+    p.add_argument("--n", "--samples", dest="n", type=int, default=d.n,
+                   help="MC samples per step (under torchrun write --samples)")
     p.add_argument("--lam", type=float, default=d.lam, help="L0 strength per weight")
     p.add_argument("--mask-opt", default=d.mask_opt, help="rmsprop or sgd")
     p.add_argument("--mask-lr", type=float, default=d.mask_lr)
@@ -630,11 +642,14 @@ def main(argv: list[str] | None = None) -> int:
     cfg = PruneConfig(**fields)
     try:
         set_threads(args.threads)
+        shard = distributed.from_env(resolve_device(args.device))  # torchrun: split samples
         run(cfg, args.out, args.device, quiet=args.quiet, download=args.download,
-            download_url=args.download_url)
+            download_url=args.download_url, shard=shard)
     except PBInputError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    finally:
+        distributed.shutdown()
     return 0
 
 

@@ -29,7 +29,7 @@ from pbexact.errors import (
     positive_int,
 )
 
-from . import io
+from . import distributed, io
 from .loop import LoopConfig, run
 from .loop import run_folder as loop_run_folder
 from .methods import METHODS, OPTIMIZERS, MaskTrainer, MethodConfig
@@ -94,11 +94,18 @@ def run_folder(cfg: MethodConfig, epochs: int = 300, out: str | Path = DEFAULT_O
 
 def train(cfg: MethodConfig, epochs: int = 300, out: str | Path = DEFAULT_OUT,
           device: str = "auto", data_seed: int = 0, progress: bool = True,
-          problem: RegressionProblem | None = None) -> Path:
+          problem: RegressionProblem | None = None, shard=None) -> Path:
     """Train (or resume, or skip if finished) one run with :func:`pbscale.loop.run`; returns
-    its folder."""
+    its folder. ``shard`` (:mod:`pbscale.distributed`): MC samples split over ranks; rank i > 0
+    writes its copy of the run under ``out/.rank<i>``."""
     dev, task, trainer, loop = _setup(cfg, epochs, device, data_seed, problem)
     info = {"chunk": trainer.chunk, "torch_threads": torch.get_num_threads()}
+    if shard is not None:
+        distributed.check_method(cfg.method, shard)
+        trainer.shard = shard
+        info["world_size"] = shard.world
+        out = distributed.rank_out(out, shard)
+        progress = progress and shard.rank == 0
     return run(task, trainer, loop, out, device=dev, progress=progress, info=info)
 
 
@@ -109,8 +116,9 @@ def build_parser() -> argparse.ArgumentParser:
         "(sec:app_maskednnregression, d = 8,050) with one method; writes a resumable run folder.",
     )
     p.add_argument("--method", default="loorf", help=f"one of {', '.join(METHODS)} (default loorf)")
-    p.add_argument("--n", type=positive_int, default=10,
-                   help="samples per step (ignored by cp; default 10)")
+    p.add_argument("--n", "--samples", dest="n", type=positive_int, default=10,
+                   help="samples per step (ignored by cp; default 10); under torchrun write "
+                   "--samples (torchrun reads --n as an abbreviation of its own options)")
     p.add_argument("--param", default="sigmoid",
                    help="parametrization: sigmoid, cosine, direct, escort (default sigmoid)")
     p.add_argument("--lr", type=positive_float, default=0.1, help="learning rate (default 0.1)")
@@ -141,8 +149,11 @@ def main(argv: list[str] | None = None) -> int:
                        optimizer=args.optimizer, seed=args.seed, chunk=args.chunk, lam=args.lam)
     try:
         set_threads(args.threads)
+        shard = distributed.from_env(resolve_device(args.device))  # torchrun: split samples
         folder = train(cfg, epochs=args.epochs, out=args.out, device=args.device,
-                       data_seed=args.data_seed, progress=not args.quiet)
+                       data_seed=args.data_seed, progress=not args.quiet, shard=shard)
+        if shard is not None and shard.rank > 0:
+            return 0
         summary = io.read_json(folder / "summary.json")
         if not isinstance(summary, dict) or not {"final_val_loss_chosen", "seconds_per_epoch",
                                                  "device"} <= set(summary):
@@ -151,6 +162,8 @@ def main(argv: list[str] | None = None) -> int:
     except PBInputError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    finally:
+        distributed.shutdown()
     print(f"{folder}: final validation loss {summary['final_val_loss_chosen']:.4f}, "
           f"{summary['seconds_per_epoch']:.2f} s/epoch on {summary['device']}")
     return 0

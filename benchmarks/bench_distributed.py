@@ -1,0 +1,114 @@
+"""Time per MC step on MaskedNNRegression (d = 8,050, batch 100, n = 100 by default) with the
+samples split over K = 1 and K = 2 processes (``torch.distributed``, :mod:`pbscale.distributed`),
+measured in the same run, printed as seconds per step and the K = 1 / K = 2 ratio.
+
+    python -m benchmarks.bench_distributed [--n 100] [--steps 20] [--ks 1,2] [--device cpu]
+
+On the CPU each rank uses ``--threads`` torch threads (default 1) and the ranks talk over gloo;
+with ``--device cuda`` each rank takes GPU LOCAL_RANK and the ranks talk over nccl (give
+``--ks 1,<number of GPUs>``). Each K is a fresh ``torch.distributed.run`` launch; the timed steps
+follow ``--warmup`` untimed ones, and the slowest rank's time counts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import torch
+
+from pbscale import distributed
+from pbscale.methods import MC_METHODS, MaskTrainer, MethodConfig
+from pbscale.regression import BATCH, make_problem
+
+
+def _worker(args: argparse.Namespace) -> None:
+    torch.set_num_threads(args.threads)
+    dev = torch.device(args.device)
+    shard = distributed.from_env(dev)
+    if dev.type == "cuda":
+        dev = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+    prob = make_problem(0, dev)
+    trainer = MaskTrainer(MethodConfig(args.estimator, args.n, chunk=args.chunk or None, seed=0),
+                          prob.d, args.steps + args.warmup, dev,
+                          bytes_per_sample=prob.bytes_per_sample())
+    trainer.shard = shard
+    gen = torch.Generator().manual_seed(1)
+    batches = [torch.randint(0, prob.x_train.shape[0], (BATCH,), generator=gen).to(dev)
+               for _ in range(args.steps + args.warmup)]
+    t0 = 0.0
+    for i, idx in enumerate(batches):
+        if i == args.warmup:
+            if dev.type == "cuda":
+                torch.cuda.synchronize(dev)
+            if shard is not None:
+                torch.distributed.barrier()
+            t0 = time.perf_counter()
+        trainer.step(prob.batch_loss(idx))
+    if dev.type == "cuda":
+        torch.cuda.synchronize(dev)
+    per_step = (time.perf_counter() - t0) / args.steps
+    if shard is not None:
+        t = torch.tensor([per_step], dtype=torch.float64)
+        torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.MAX)
+        per_step = float(t[0])
+    if shard is None or shard.rank == 0:
+        print(json.dumps({"seconds_per_step": per_step, "chunk": trainer.chunk,
+                          "r_sum": float(trainer.r.double().sum())}))
+    distributed.shutdown()
+
+
+def _launch(k: int, argv: list[str]) -> dict:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(k),
+           "--master_addr", "127.0.0.1", "--master_port", str(port), "-m",
+           "benchmarks.bench_distributed", "--worker", *argv]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ,
+                          "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")})
+    if proc.returncode != 0:
+        sys.exit(f"K={k} failed:\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}")
+    line = [x for x in proc.stdout.splitlines() if x.startswith("{")][-1]
+    return json.loads(line)
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    # --samples: the name the ranks get (torchrun's parser would take --n for its own options)
+    ap.add_argument("--n", "--samples", dest="n", type=int, default=100)
+    ap.add_argument("--estimator", default="loorf", choices=MC_METHODS)
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--chunk", type=int, default=0, help="samples per forward (0: automatic)")
+    ap.add_argument("--ks", default="1,2", help="process counts to compare")
+    ap.add_argument("--threads", type=int, default=1, help="torch threads per process")
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.worker:
+        _worker(args)
+        return
+    forward = [f"--samples={args.n}", f"--estimator={args.estimator}", f"--steps={args.steps}",
+               f"--warmup={args.warmup}", f"--chunk={args.chunk}", f"--threads={args.threads}",
+               f"--device={args.device}"]
+    ks = [int(k) for k in args.ks.split(",")]
+    print(f"{args.estimator} n={args.n}, d=8,050, batch {BATCH}, {args.steps} timed steps, "
+          f"{args.threads} thread(s) per process, device {args.device}")
+    res = {}
+    for k in ks:
+        res[k] = _launch(k, forward)
+        print(f"K={k}: {res[k]['seconds_per_step'] * 1e3:8.1f} ms/step (chunk {res[k]['chunk']}, "
+              f"sum r after the run {res[k]['r_sum']:.6f})", flush=True)
+    base = res[ks[0]]["seconds_per_step"]
+    for k in ks[1:]:
+        print(f"speed-up K={k} over K={ks[0]}: {base / res[k]['seconds_per_step']:.2f}x")
+
+
+if __name__ == "__main__":
+    main()
