@@ -30,6 +30,7 @@ import torch
 from torch import nn
 
 from pbexact.continuation import CP_FINAL_TAU
+from pbexact.copula import branch_side, branch_threshold
 from pbexact.errors import PBInputError, check_n
 from pbexact.estimators import MC_ESTIMATORS, MIN_SAMPLES, SampleSums, get_estimator
 from pbexact.parametrizations import PARAMETRIZATIONS, Parametrization, get_parametrization
@@ -140,11 +141,10 @@ class CopulaSampler:
         self.n = check_n(n, "ARMS", 2)
         self.generator = generator
         self.drawn = 0
-        t = theta.detach()
-        hi = t > 0.5
-        # c = 1 - x^(1/(n-1)) with x = 1 - theta (theta > 1/2) or theta, by log and expm1
-        # (relative error of a few ulps of theta's dtype, also for x near 0 or 1)
-        c = torch.where(hi, 1 - t, t).log_().mul_(1.0 / (n - 1)).expm1_().neg_()
+        # the branch and its threshold c = 1 - m^(1/(n-1)), m = 1 - theta (theta > 1/2) or
+        # theta, by log and expm1 (a few ulps of theta's dtype, also for m near 0 or 1)
+        hi, m = branch_side(theta.detach())
+        c = branch_threshold(m, self.n)
         self._sign = torch.where(hi, 1.0, -1.0).to(theta.dtype)
         self._bound = c.mul_(self._sign)  # z = 1[sign D <= sign c]
         self._q = self._sign.clone()  # sign Q of the last draw (sign times the stick left)
