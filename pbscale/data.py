@@ -196,16 +196,21 @@ def read_cifar_file(path: Path) -> tuple[np.ndarray, np.ndarray]:
     return rec[:, 1:].reshape(-1, 3, 32, 32).copy(), labels
 
 
-def read_cifar10(data_dir: str | Path) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """(train images (N, 3, 32, 32), train labels, test images, test labels) from the binary
-    version in ``data_dir`` or ``data_dir/cifar-10-batches-bin`` (never the pickles)."""
-    root = _cifar_root(Path(data_dir))
+def _require_cifar_files(root: Path) -> None:
+    """A one-line error naming the first CIFAR-10 binary file missing from ``root``."""
     for name in (*CIFAR10_TRAIN, CIFAR10_TEST):
         if not (root / name).exists():
             raise PBInputError(
                 f"CIFAR-10 file {name} not found in {root}: extract the binary version "
                 f"(cifar-10-binary.tar.gz from https://www.cs.toronto.edu/~kriz/cifar.html) "
                 f"there, or rerun with --download")
+
+
+def read_cifar10(data_dir: str | Path) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(train images (N, 3, 32, 32), train labels, test images, test labels) from the binary
+    version in ``data_dir`` or ``data_dir/cifar-10-batches-bin`` (never the pickles)."""
+    root = _cifar_root(Path(data_dir))
+    _require_cifar_files(root)
     parts = [read_cifar_file(root / name) for name in CIFAR10_TRAIN]
     xte, yte = read_cifar_file(root / CIFAR10_TEST)
     return (np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]),
@@ -283,13 +288,7 @@ def check_data(name: str, data_dir: str | Path) -> None:
             if not ((d / f).exists() or (d / f"{f}.gz").exists()):
                 raise _mnist_missing(d, f)
     elif name == "cifar10":
-        root = _cifar_root(d)
-        for f in (*CIFAR10_TRAIN, CIFAR10_TEST):
-            if not (root / f).exists():
-                raise PBInputError(
-                    f"CIFAR-10 file {f} not found in {root}: extract the binary version "
-                    f"(cifar-10-binary.tar.gz from https://www.cs.toronto.edu/~kriz/cifar.html) "
-                    f"there, or rerun with --download")
+        _require_cifar_files(_cifar_root(d))
     else:
         raise PBInputError(f"unknown dataset {name!r}; choose one of {', '.join(DATASETS)}")
 
