@@ -15,7 +15,6 @@ with ``runs.csv``, ``pareto.csv`` and ``layers.csv`` holding the plotted numbers
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 from collections import defaultdict
@@ -24,7 +23,7 @@ from pathlib import Path
 
 from analysis.cli import atomic_write_text, save_figure, write_csv
 from analysis.cli import run as cli_run
-from pbexact.errors import PBInputError
+from pbexact.errors import ArgumentParser, PBInputError
 
 MC = ("arms", "loorf", "disarm")
 
@@ -114,7 +113,7 @@ def pareto_front(points: list[dict]) -> list[dict]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m analysis.pareto", description=__doc__.split(
+    ap = ArgumentParser(prog="python -m analysis.pareto", description=__doc__.split(
         "\n\n")[0])
     ap.add_argument("runs", nargs="+", help="run folders or folders holding them")
     ap.add_argument("--out", required=True, help="folder for the figures and CSVs")

@@ -42,7 +42,7 @@ import numpy as np
 
 from analysis.claims import CLAIMS, OUTCOMES, Claim, ConfigResult, UnitResult, Verdict
 from analysis.cli import atomic_write_text, run, save_figure, write_csv, write_json
-from pbexact.errors import PBInputError
+from pbexact.errors import ArgumentParser, PBInputError
 
 EXPERIMENTS = ("estimators", "params", "approaches")
 BENCHMARKS = ("exponential", "nnloss")
@@ -464,7 +464,7 @@ def parse_instances(text: str) -> list[int]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = ArgumentParser(
         prog="python -m analysis.report",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Evaluate every microworld claim of tab:app_results_summ over several "

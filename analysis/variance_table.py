@@ -21,7 +21,7 @@ import numpy as np
 from analysis.cli import run, write_csv
 from analysis.variance import variance_trajectory
 from pbexact.benchmarks import BENCHMARKS, benchmark_table
-from pbexact.errors import PBInputError, check_d
+from pbexact.errors import ArgumentParser, PBInputError, check_d
 from pbexact.estimators import check_estimator
 
 
@@ -42,7 +42,7 @@ def compare(rows: list[dict], estimator: str, other: str) -> dict[str, float]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = ArgumentParser(
         prog="python -m analysis.variance_table",
         description="Exact variance ratios of one estimator against others along the "
         "true-gradient trajectory (closed form).",

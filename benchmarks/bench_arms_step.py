@@ -7,18 +7,18 @@ Also times the samplers alone (the copula sampler against the Bernoulli sampler)
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import time
 
 import torch
 
+from pbexact.errors import ArgumentParser
 from pbscale.methods import BernoulliSampler, CopulaSampler, MaskTrainer, MethodConfig
 from pbscale.regression import BATCH, make_problem
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ns", default="100")
     ap.add_argument("--repeats", type=int, default=40)
     ap.add_argument("--threads", type=int, default=1)

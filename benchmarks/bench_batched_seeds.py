@@ -12,7 +12,6 @@ mode really pays (process start-up and data set-up for the parallel processes).
 
 from __future__ import annotations
 
-import argparse
 import os
 import subprocess
 import sys
@@ -22,6 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
+from pbexact.errors import ArgumentParser
 from pbscale import regress
 from pbscale.batched_seeds import train_batched
 from pbscale.methods import MethodConfig
@@ -29,7 +29,7 @@ from pbscale.regression import make_problem
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--method", default="loorf")
     ap.add_argument("--n", type=int, default=10)
     ap.add_argument("--seeds", type=int, default=4)

@@ -22,6 +22,7 @@ import time
 
 import torch
 
+from pbexact.errors import ArgumentParser
 from pbscale import distributed
 from pbscale.methods import MC_METHODS, MaskTrainer, MethodConfig
 from pbscale.regression import BATCH, make_problem
@@ -79,7 +80,7 @@ def _launch(k: int, argv: list[str]) -> dict:
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = ArgumentParser(description=__doc__.splitlines()[0])
     # --samples: the name the ranks get (torchrun's parser would take --n for its own options)
     ap.add_argument("--n", "--samples", dest="n", type=int, default=100)
     ap.add_argument("--estimator", default="loorf", choices=MC_METHODS)

@@ -37,7 +37,7 @@ from torch.func import replace_all_batch_norm_modules_
 from torch.nn import functional as F
 
 from analysis.cli import run
-from pbexact.errors import PBInputError
+from pbexact.errors import ArgumentParser, PBInputError
 from pbscale import io
 from pbscale.batched import forward_masked, forward_masked_loop, masked_loss
 from pbscale.masks import MaskedModule
@@ -49,7 +49,7 @@ BENCH_MODELS = ("lenet", "resnet20")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m benchmarks.bench_prune",
+    p = ArgumentParser(prog="python -m benchmarks.bench_prune",
                                 description=__doc__.splitlines()[0])
     p.add_argument("--device", default="cpu", help="cpu or cuda (default cpu)")
     p.add_argument("--amp", default="none",

@@ -23,7 +23,6 @@ write no checkpoint: an interrupted batch starts again.
 
 from __future__ import annotations
 
-import argparse
 import math
 import sys
 import time
@@ -32,7 +31,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from pbexact.errors import PBInputError
+from pbexact.errors import ArgumentParser, PBInputError
 
 from . import io
 from .loop import EvalContext, LoopConfig, full_config, run_folder
@@ -186,7 +185,7 @@ def _ints(text: str) -> list[int]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m pbscale.batched_seeds",
+    p = ArgumentParser(prog="python -m pbscale.batched_seeds",
                                 description=__doc__.splitlines()[0])
     p.add_argument("--method", default="loorf", help=", ".join(MC_METHODS))
     p.add_argument("--n", type=int, default=10)

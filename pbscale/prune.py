@@ -37,7 +37,7 @@ from torch.func import functional_call
 from torch.nn import functional as F
 from torch.nn.utils import prune as torch_prune
 
-from pbexact.errors import PBInputError
+from pbexact.errors import ArgumentParser, PBInputError
 from pbexact.estimators import MIN_SAMPLES
 from pbexact.io import atomic_write_bytes
 from pbexact.parametrizations import PARAMETRIZATIONS
@@ -583,7 +583,7 @@ def report(summary: dict, task: PruneTask) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     d = PruneConfig()
-    p = argparse.ArgumentParser(
+    p = ArgumentParser(
         prog="python -m pbscale.prune",
         description="Supermask / joint pruning with CP, MC estimators, MP, GMP or dense "
                     "training; writes a run folder (config.json, metrics.csv, masks.pt, "

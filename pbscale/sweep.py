@@ -56,7 +56,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pbexact.errors import PBInputError
+from pbexact.errors import ArgumentParser, PBInputError
 
 from . import io
 
@@ -428,7 +428,7 @@ def _label(run: Run) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m pbscale.sweep",
+    p = ArgumentParser(prog="python -m pbscale.sweep",
                                 description="Run a TOML sweep of pbscale runs (resumable), show "
                                 "its status, or tabulate its results.")
     sub = p.add_subparsers(dest="action", required=True)
