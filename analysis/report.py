@@ -42,7 +42,7 @@ import numpy as np
 
 from analysis.claims import CLAIMS, OUTCOMES, Claim, ConfigResult, UnitResult, Verdict
 from analysis.cli import atomic_write_text, run, save_figure, write_csv, write_json
-from pbexact.errors import ArgumentParser, PBInputError
+from pbexact.errors import ArgumentParser, PBInputError, seed_list
 
 EXPERIMENTS = ("estimators", "params", "approaches")
 BENCHMARKS = ("exponential", "nnloss")
@@ -445,22 +445,8 @@ def _shape(finals: dict) -> tuple[int, int]:
 # Command line
 
 
-def parse_instances(text: str) -> list[int]:
-    """"0-9" or "0,2,5" -> a sorted list of instance seeds."""
-    out: set[int] = set()
-    try:
-        for part in text.split(","):
-            if "-" in part.strip()[1:]:
-                a, b = part.split("-", 1)
-                out.update(range(int(a), int(b) + 1))
-            else:
-                out.add(int(part))
-    except ValueError:
-        raise PBInputError(f"--instances {text!r}: give a range like 0-9 or a list like 0,2,5"
-                           ) from None
-    if not out or min(out) < 0:
-        raise PBInputError(f"--instances {text!r}: instances are seeds >= 0")
-    return sorted(out)
+#: "0-9" or "0,2,5" -> a sorted list of instance seeds (the shared argparse type).
+parse_instances = seed_list
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -472,7 +458,8 @@ def build_parser() -> argparse.ArgumentParser:
         "and normalized final-loss figures.",
         epilog=HELP_TIMES,
     )
-    p.add_argument("--instances", default="0-9", help="instance seeds, e.g. 0-9 (default) or 0,3")
+    p.add_argument("--instances", type=seed_list, default="0-9",
+                   help="instance seeds, e.g. 0-9 (default) or 0,3")
     p.add_argument("--experiments", nargs="+", choices=EXPERIMENTS, default=list(EXPERIMENTS),
                    help="experiments at --d (default: all three)")
     p.add_argument("--d", type=int, default=10, help="bits (default 10, the paper's)")
@@ -502,7 +489,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    instances = parse_instances(args.instances)
+    instances = args.instances
     if args.quick:
         instances, args.seeds, args.steps = QUICK["instances"], QUICK["seeds"], QUICK["steps"]
     if args.seeds < 2:

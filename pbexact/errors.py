@@ -201,6 +201,25 @@ def positive_int_list(text: str) -> list[int]:
     return [positive_int(p) for p in parts]
 
 
+def seed_list(text: str) -> list[int]:
+    """argparse type: seeds (integers >= 0) as ranges and lists, ``0-9`` or ``0,2,5`` or
+    ``0-3,7``, returned sorted without repeats."""
+    out: set[int] = set()
+    try:
+        for part in text.split(","):
+            if "-" in part.strip()[1:]:
+                a, b = part.split("-", 1)
+                out.update(range(int(a), int(b) + 1))
+            else:
+                out.add(int(part))
+    except ValueError:
+        raise _argparse_error(f"give a range like 0-9 or a list like 0,2,5, got {text!r}"
+                              ) from None
+    if not out or min(out) < 0:
+        raise _argparse_error(f"seeds are integers >= 0, got {text!r}")
+    return sorted(out)
+
+
 def int_at_least(minimum: int) -> Any:
     """argparse type factory: an integer >= ``minimum``."""
 

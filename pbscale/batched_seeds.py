@@ -31,10 +31,17 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from pbexact.errors import ArgumentParser, PBInputError
+from pbexact.errors import (
+    ArgumentParser,
+    PBInputError,
+    nonneg_float,
+    nonneg_int,
+    positive_int,
+    seed_list,
+)
 
 from . import io
-from .loop import EvalContext, LoopConfig, full_config, run_folder
+from .loop import EvalContext, LoopConfig, full_config, run_folder, write_summary
 from .methods import (
     MC_METHODS,
     SAMPLERS,
@@ -166,46 +173,30 @@ def train_batched(configs: list[MethodConfig], epochs: int, problem: RegressionP
             io.write_json(folder / "config.json",
                           {**cfg, "info": {"device": str(dev), "batched_runs": len(trainers)}})
             io.write_csv(folder / "history.csv", rows)
-            summary = {f"final_{k}": v for k, v in rows[-1].items() if k != "epoch"}
-            summary.update({"train_seconds": per * epochs, "seconds_per_epoch": per,
-                            "device": str(dev), "batched_runs": len(trainers)})
-            io.write_json(folder / "summary.json", summary)
+            write_summary(folder, rows, dev, batched_runs=len(trainers))
     return histories
-
-
-def _ints(text: str) -> list[int]:
-    out: list[int] = []
-    for part in text.split(","):
-        if "-" in part:
-            a, b = part.split("-")
-            out += list(range(int(a), int(b) + 1))
-        elif part:
-            out.append(int(part))
-    return out
 
 
 def main(argv: list[str] | None = None) -> int:
     p = ArgumentParser(prog="python -m pbscale.batched_seeds",
                                 description=__doc__.splitlines()[0])
     p.add_argument("--method", default="loorf", help=", ".join(MC_METHODS))
-    p.add_argument("--n", type=int, default=10)
+    p.add_argument("--n", type=positive_int, default=10)
     p.add_argument("--param", default="sigmoid")
     p.add_argument("--optimizer", default="rmsprop")
     p.add_argument("--lrs", default="0.1", help="comma-separated learning rates")
-    p.add_argument("--seeds", default="0-9", help="e.g. 0-9 or 0,3,5")
-    p.add_argument("--epochs", type=int, default=300)
-    p.add_argument("--data-seed", type=int, default=0)
-    p.add_argument("--lam", type=float, default=0.0)
+    p.add_argument("--seeds", type=seed_list, default="0-9", help="e.g. 0-9 or 0,3,5")
+    p.add_argument("--epochs", type=positive_int, default=300)
+    p.add_argument("--data-seed", type=nonneg_int, default=0)
+    p.add_argument("--lam", type=nonneg_float, default=0.0)
     p.add_argument("--device", default="auto")
-    p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--threads", type=positive_int, default=None)
     p.add_argument("--out", default=DEFAULT_OUT)
     args = p.parse_args(argv)
     try:
         set_threads(args.threads)
         lrs = [float(v) for v in args.lrs.split(",") if v]
-        seeds = _ints(args.seeds)
-        if args.epochs < 1:
-            raise PBInputError(f"--epochs must be >= 1, got {args.epochs}")
+        seeds = args.seeds
         dev = resolve_device(args.device)
         problem = make_problem(args.data_seed, dev)
         configs = [MethodConfig(args.method, args.n, args.param, lr, args.optimizer, seed,

@@ -344,13 +344,20 @@ def run(task: Task, method: Method, loop: LoopConfig, out: str | Path,
             bar.set_postfix({k: f"{v:.4g}" for k, v in list(history[-1].items())[1:5]
                              if isinstance(v, float)})
     io.write_csv(folder / loop.metrics_file, history)
+    write_summary(folder, history, dev)
+    return folder
+
+
+def write_summary(folder: Path, history: list[dict], device: torch.device | str,
+                  **extra: Any) -> None:
+    """``summary.json`` of a finished run: ``final_<column>`` of the last history row, the
+    training seconds (sum of ``train_seconds``) and per epoch, the device and ``extra``."""
     train_s = sum(h["train_seconds"] for h in history)
-    summary = {f"final_{k}": v for k, v in history[-1].items() if k not in ("epoch",)}
+    summary = {f"final_{k}": v for k, v in history[-1].items() if k != "epoch"}
     summary.update({"train_seconds": train_s,
                     "seconds_per_epoch": train_s / max(len(history) - 1, 1),
-                    "device": str(dev)})
+                    "device": str(device), **extra})
     io.write_json(folder / "summary.json", summary)
-    return folder
 
 
 _CHECKPOINT_KEYS = ("method", "task", "weights", "weight_opt", "generator", "torch_rng",
