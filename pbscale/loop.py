@@ -20,9 +20,18 @@ everything else:
   gives the same numbers as an uninterrupted one; the metrics CSV (one row per epoch, epoch 0 the
   evaluation before training), a tqdm progress bar with the latest metrics and ``summary.json``.
 
-Phases of an epoch e of E (fractions rounded to whole epochs): warm-up if
-e < round(mask_warmup E), frozen if freeze_masks is set and e >= round(freeze_masks E), else
-masks train.
+Phases of an epoch e of E: the first W epochs warm up, the last Z (only with freeze_masks) are
+frozen, the rest train masks, with (W, E - W - Z, Z) from :meth:`LoopConfig.phase_epochs`: the
+boundaries round(mask_warmup E) and round(freeze_masks E), then a phase given a fraction > 0
+that got no epoch takes one from the longest phase (while that has more than one), so a fraction
+> 0 lasts at least one epoch: a 5-epoch joint run with mask_warmup = 0.1 warms up for one epoch
+(round(0.5) = 0 gave none). :meth:`LoopConfig.mask_epochs` (the mask-training epochs) is what
+CP's temperature schedule counts (`pbscale.prune`).
+
+A task may also define ``after_epoch(history, final)``: the loop calls it after every epoch's
+checkpoint (``final`` True after the last epoch) and, for a run whose last epoch was already
+checkpointed, once with ``final`` True before ``summary.json``. Batched runs
+(:mod:`pbscale.batched_seeds`) use it to write each member's own run folder.
 """
 
 from __future__ import annotations
@@ -96,7 +105,9 @@ class Task(Protocol):
     each epoch and checkpointed. ``batch_loss(order, i)``: the batched loss of step i.
     ``evaluate(ctx)``: metrics of the current state (a flat dict of numbers; ``ctx`` is an
     :class:`EvalContext`). ``state_dict`` / ``load_state_dict``: task state beyond
-    ``weights()`` (may be empty)."""
+    ``weights()`` (may be empty). Optional: ``select_mask(method, generator)`` (the mask to
+    freeze) and ``after_epoch(history, final)`` (called after every epoch's checkpoint; see the
+    module docstring)."""
 
     name: str
     d: int
@@ -172,10 +183,33 @@ class LoopConfig:
         gamma = self.mask_gamma if masks else self.weight_gamma
         return gamma ** sum(epoch >= round(m * self.epochs) for m in ms)
 
+    def phase_epochs(self) -> tuple[int, int, int]:
+        """Epochs of warm-up, mask training and frozen masks, summing to E: the boundaries
+        round(mask_warmup E) and round(freeze_masks E) (freeze_masks None: 1), then each phase
+        whose fraction is > 0 but got no epoch takes one from the longest phase while that has
+        more than one (phases in that order), so a fraction > 0 gives at least one epoch."""
+        E = self.epochs
+        f = 1.0 if self.freeze_masks is None else self.freeze_masks
+        w_end, f_end = round(self.mask_warmup * E), round(f * E)
+        counts = [w_end, f_end - w_end, E - f_end]
+        for i, frac in enumerate((self.mask_warmup, f - self.mask_warmup, 1 - f)):
+            if frac > 0 and counts[i] == 0:
+                longest = max(range(3), key=lambda j: counts[j])
+                if counts[longest] > 1:
+                    counts[longest] -= 1
+                    counts[i] = 1
+        return counts[0], counts[1], counts[2]
+
+    def mask_epochs(self) -> int:
+        """The epochs in which masks train (CP's temperature schedule counts their steps)."""
+        return self.phase_epochs()[1]
+
     def phase(self, epoch: int) -> str:
-        if epoch < round(self.mask_warmup * self.epochs):
+        """"warmup", "frozen" or "train" (see the module docstring for the rounding rule)."""
+        warm, train, _ = self.phase_epochs()
+        if epoch < warm:
             return "warmup"
-        if self.freeze_masks is not None and epoch >= round(self.freeze_masks * self.epochs):
+        if self.freeze_masks is not None and epoch >= warm + train:
             return "frozen"
         return "train"
 
@@ -297,6 +331,7 @@ def run(task: Task, method: Method, loop: LoopConfig, out: str | Path,
             fixed = torch.ones(task.d, device=dev, dtype=_dtype(method))
         history.append({"epoch": 0, "train_loss": math.nan, **evaluate(0, phase0),
                         "train_seconds": 0.0, "val_seconds": 0.0})
+    after_epoch = getattr(task, "after_epoch", None)
     bar = tqdm(range(start, loop.epochs), initial=start, total=loop.epochs,
                disable=not progress, desc=task.name, unit="epoch", file=sys.stderr)
     with _sigterm_flag() as flag:
@@ -341,9 +376,13 @@ def run(task: Task, method: Method, loop: LoopConfig, out: str | Path,
                             **metrics, "train_seconds": t1 - t0, "val_seconds": t2 - t1})
             save(epoch + 1, None)
             io.write_csv(folder / loop.metrics_file, history)
+            if after_epoch is not None:
+                after_epoch(history, epoch + 1 == loop.epochs)
             bar.set_postfix({k: f"{v:.4g}" for k, v in list(history[-1].items())[1:5]
                              if isinstance(v, float)})
     io.write_csv(folder / loop.metrics_file, history)
+    if after_epoch is not None and start == loop.epochs:  # trained before, summary missing
+        after_epoch(history, True)
     write_summary(folder, history, dev)
     return folder
 
@@ -389,7 +428,12 @@ def _restore(state: dict, method: Method, task: Task, weights: list[torch.nn.Par
 
 
 def _check_finite(method: Method, epoch: int) -> None:
-    """Mask logits that became NaN or inf stop the run naming the cause (the learning rate)."""
+    """Mask logits that became NaN or inf stop the run naming the cause (the learning rate);
+    a method with its own ``check_finite(epoch)`` (a group of runs) checks itself."""
+    own = getattr(method, "check_finite", None)
+    if callable(own):
+        own(epoch)
+        return
     r = getattr(method, "r", None)
     if isinstance(r, torch.Tensor) and not bool(torch.isfinite(r).all()):
         cfg = method.config_dict()

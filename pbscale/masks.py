@@ -13,7 +13,10 @@ BatchNorm1d layers that always use batch statistics, and elementwise activations
 is (B, features), :meth:`MaskedModule.forward` takes a fast path that computes the same function
 (to float rounding) with batched matrix products over the k masks and BatchNorm statistics per
 mask, in place on cached buffers when nothing needs gradients; any other module goes through the
-generic vmap path (:meth:`MaskedModule.forward_vmap`).
+generic vmap path (:meth:`MaskedModule.forward_vmap`). The forward also takes a leading group
+dimension, masks (G, k, d) and inputs (G, B, ...), group g's masks on group g's inputs (G runs
+stepped together, :mod:`pbscale.batched_seeds`): one pass of the fast path over the G k masks,
+group by group elsewhere.
 
 Trainable networks: with ``train_weights=True`` (joint pruning) the network's parameters are
 used as they are, so the outputs are differentiable in the weights and a loss's ``backward``
@@ -220,13 +223,31 @@ class MaskedModule:
         return functional_call(self.module, {**params, **(buffers or self.buffers)}, (x,))
 
     def forward(self, z: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-        """Outputs of the network under each of k masks: z (k, d), x (B, ...) -> (k, B, ...)."""
-        if z.dim() != 2 or z.shape[-1] != self.d:
-            raise PBInputError(f"masks must have shape (k, {self.d}), got {tuple(z.shape)}")
-        if (self._plan is not None and x.dim() == 2 and x.shape[0] > 1 and z.shape[0] > 0
-                and z.dtype == self.dtype and x.dtype == self.dtype):
-            return self._forward_fast(z, x)
+        """Outputs of the network under each of k masks: z (k, d), x (B, ...) -> (k, B, ...).
+
+        With a leading group dimension, z (G, k, d) and x (G, B, ...) -> (G, k, B, ...): group
+        g's k masks see group g's inputs only (G runs stepped together,
+        :mod:`pbscale.batched_seeds`). The MLP fast path runs all G k masks in one pass; other
+        modules (and the fast path with autograd) run group by group."""
+        grouped = z.dim() == 3
+        if z.dim() not in (2, 3) or z.shape[-1] != self.d:
+            raise PBInputError(f"masks must have shape (k, {self.d}) or (G, k, {self.d}), "
+                               f"got {tuple(z.shape)}")
+        if grouped and (x.dim() < 2 or x.shape[0] != z.shape[0]):
+            raise PBInputError(f"grouped masks (G, k, d) need inputs (G, B, ...) with the same G;"
+                               f" got masks {tuple(z.shape)} and inputs {tuple(x.shape)}")
+        if (self._plan is not None and x.dim() == 2 + grouped and x.shape[-2] > 1
+                and z.shape[-2] > 0 and z.dtype == self.dtype and x.dtype == self.dtype):
+            if not grouped or not self._wants_graph(z, x):
+                return self._forward_fast(z, x)
+        if grouped:
+            return torch.stack([self.forward(zg, xg) for zg, xg in zip(z, x)])
         return self.forward_vmap(z, x)
+
+    def _wants_graph(self, z: torch.Tensor, x: torch.Tensor) -> bool:
+        """Whether the fast path must record autograd (then it runs out of place)."""
+        return (torch.is_grad_enabled() and (z.requires_grad or x.requires_grad)
+                or self._needs_graph())
 
     def forward_vmap(self, z: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         """:meth:`forward` by ``vmap`` over ``functional_call``: works for any module."""
@@ -254,8 +275,7 @@ class MaskedModule:
         out of place: a Linear is one batched product over the k masks, giving (k, B, out), and
         ``F.batch_norm`` runs on the activations laid out as (B, k * features), whose columns it
         normalizes over the B points, i.e. with each mask's own batch statistics."""
-        if not (torch.is_grad_enabled() and (z.requires_grad or x.requires_grad)
-                or self._needs_graph()):
+        if not self._wants_graph(z, x):
             return self._forward_fast_inplace(z, x)
         k, B = z.shape[0], x.shape[0]
         w_all = self._hooked(z) if self.weight_hook is not None else z * self._flat_base()
@@ -310,12 +330,18 @@ class MaskedModule:
     def _forward_fast_inplace(self, z: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         """:meth:`_forward_fast` without autograd: activations laid out as (k, features, B), so a
         Linear is W (k, out, in) @ h and BatchNorm1d reduces over the contiguous last dimension
-        (two-pass mean and biased variance, as ``F.batch_norm``), all in place."""
-        k, B = z.shape[0], x.shape[0]
+        (two-pass mean and biased variance, as ``F.batch_norm``), all in place. With a group
+        dimension (z (G, k, d), x (G, B, in)) the G k masks are one stack of G k rows
+        (activations (G k, features, B)); only the first Linear, whose input differs per group,
+        is a product batched over G."""
+        lead = z.shape[:-2]  # () or (G,)
+        G = z.shape[0] if lead else 1
+        k, B = G * z.shape[-2], x.shape[-2]
         if self.weight_hook is not None:
-            w_all = self._hooked(z)
+            w_all = self._hooked(z.reshape(k, self.d))
         else:
-            w_all = torch.mul(z, self._flat_base(), out=self._workspace("w", z.shape, z))
+            w_all = torch.mul(z, self._flat_base(),
+                              out=self._workspace("w", z.shape, z)).view(k, self.d)
         h = None  # (k, features, B)
         n_linear = sum(step[0] == "linear" for step in self._plan)
         seen = 0
@@ -329,7 +355,12 @@ class MaskedModule:
                 # activations ping-pong between two cached buffers; the output is a fresh tensor
                 out = (None if seen == n_linear
                        else self._workspace(f"h{seen % 2}", (k, out_f, B), x))
-                if h is None:  # the input is shared by every mask: one matrix product
+                if h is None and lead:  # each group's input shared by its masks
+                    w2 = w.reshape(G, k // G * out_f, in_f)
+                    h = (torch.bmm(w2, x.transpose(1, 2)) if out is None
+                         else torch.bmm(w2, x.transpose(1, 2),
+                                        out=out.view(G, k // G * out_f, B))).view(k, out_f, B)
+                elif h is None:  # the input is shared by every mask: one matrix product
                     w2 = w.reshape(k * out_f, in_f)
                     h = (torch.mm(w2, x.t()) if out is None
                          else torch.mm(w2, x.t(), out=out.view(k * out_f, B))).view(k, out_f, B)
@@ -355,7 +386,7 @@ class MaskedModule:
         ptr = h.untyped_storage().data_ptr()
         if any(ptr == b.untyped_storage().data_ptr() for b in self._scratch.values()):
             h = h.clone()  # the Sequential ends after its last Linear: never return scratch
-        return h.transpose(1, 2)
+        return h.transpose(1, 2).reshape(*lead, k // G, B, h.shape[1])
 
     def forward_one(self, z: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         """Output under one mask z (d,) without vmap (the per-sample loop of the benchmark)."""

@@ -22,7 +22,7 @@ supplies f for a masked network, and the microworld (NNLoss) can supply its own.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -290,21 +290,49 @@ def _mem_available_bytes() -> int:
 
 @dataclass
 class Estimate:
-    """One step's gradient over the logits, shape (P,), and the mean sampled loss."""
+    """One step's gradient over the logits, shape (..., P) (the shape of r), and the mean sampled
+    loss: a float for r of shape (P,), else a float64 CPU tensor of shape (...), one per run."""
 
     grad: torch.Tensor
-    loss: float
+    loss: float | torch.Tensor
+
+
+class PerRunSampler:
+    """The samples of R independent runs, each from its own generator: theta (..., d) with
+    R = prod(...) runs, one sampler of ``law`` per run (on its row of theta, with its
+    generator), so run g draws exactly the stream a separate run with that generator draws.
+    ``next(k)`` -> (k, ..., d)."""
+
+    def __init__(self, law: str, theta: torch.Tensor, n: int,
+                 generators: Sequence[torch.Generator]) -> None:
+        self.lead = tuple(theta.shape[:-1])
+        rows = theta.reshape(-1, theta.shape[-1])
+        if len(generators) != rows.shape[0]:
+            raise PBInputError(f"{len(generators)} generators for {rows.shape[0]} runs; give one "
+                               "generator per run (the leading dimensions of r)")
+        self.samplers = [SAMPLERS[law](t, n, g) for t, g in zip(rows, generators)]
+
+    def next(self, k: int) -> torch.Tensor:
+        z = torch.stack([s.next(k) for s in self.samplers])  # (runs, k, d), each run contiguous
+        return z.view(*self.lead, k, z.shape[-1]).movedim(-2, 0)
 
 
 def mc_gradient(f: BatchedLoss, r: torch.Tensor, param: Parametrization, estimator: str, n: int,
-                generator: torch.Generator | None = None, chunk: int | None = None,
-                sampler: Any = None, shard: Any = None) -> Estimate:
+                generator: torch.Generator | Sequence[torch.Generator] | None = None,
+                chunk: int | None = None, sampler: Any = None, shard: Any = None) -> Estimate:
     """The estimate of grad_r E[J(z)] by a registered MC estimator (REINFORCE, LOORF, ARMS,
     DisARM) from n samples evaluated k = chunk at a time (`alg:iter_loorf`, `alg:iter_arms`);
     r of shape (P,), f: (k, d) -> (k,). Pair estimators (DisARM) take chunks of whole pairs
     (an odd chunk is rounded down, at least 2).
 
-    ``sampler`` (an object with ``next(k) -> (k, d)``) replaces the default sampler of the
+    Leading dimensions batch independent runs: r of shape (..., P) (e.g. (G, P) for G runs),
+    f: (k, ..., d) -> (k, ...), and each run's estimate (grad (..., P), loss (...)) is its own,
+    equal to a separate call on the same samples (to round-off). ``generator`` is then one
+    generator for all runs, or a sequence of one generator per run (leading index flattened,
+    :class:`PerRunSampler`), so that run g's samples are those a separate call with its
+    generator draws. The samples' stream does not depend on the chunking when k d is even.
+
+    ``sampler`` (an object with ``next(k) -> (k, ..., d)``) replaces the default sampler of the
     estimator's law, e.g. to replay given samples. ``shard`` (a
     :class:`pbscale.distributed.Shard`): every chunk is drawn in full but f is evaluated on
     this rank's rows only, and the sums are combined over the ranks by one all-reduce.
@@ -319,36 +347,44 @@ def mc_gradient(f: BatchedLoss, r: torch.Tensor, param: Parametrization, estimat
     pairs = spec.center == "pair"
     if pairs:
         chunk = max(2, chunk - chunk % 2)
+    lead = tuple(r.shape[:-1])
     with torch.no_grad():
         r = r.detach()
         theta = param.theta(r)
         extra = spec.constant_of(theta, n, param)
-        sampler = sampler or SAMPLERS[spec.law](theta, n, generator)
+        if sampler is None:
+            if isinstance(generator, (list, tuple)):
+                sampler = PerRunSampler(spec.law, theta, n, generator)
+            else:
+                sampler = SAMPLERS[spec.law](theta, n, generator)
         a, b = param.affine_score(r)  # S = a + z b, never built in full
         sums = SampleSums(pairs=pairs)
         total, done = 0.0, 0
         while done < n:
             k = min(chunk, n - done)
-            z = sampler.next(k).to(r.dtype)
+            z = sampler.next(k).to(r.dtype)  # (k, ..., d)
             done += k
             if shard is not None:
                 z = z[shard.rows(k, pairs)]
                 if z.shape[0] == 0:
                     continue
-            J = f(z).to(r.dtype)
-            sums.update_affine(J, z, a, b, param)
-            total = total + J.sum().double()  # on the device: one read-back per step, below
+            J = f(z).to(r.dtype)  # (k, ...)
+            # SampleSums takes the samples last: J (..., k), z (..., k, d) (no-ops without runs)
+            sums.update_affine(J.movedim(0, -1), z.movedim(0, -2), a, b, param)
+            total = total + J.sum(0).double()  # on the device: one read-back per step, below
         if shard is not None:
             _reduce_sums(sums, shard, r)
             total = sums.sum_j
-        return Estimate(sums.estimate(spec, extra), float(total) / n)
+        loss = float(total) / n if not lead else total.cpu() / n
+        return Estimate(sums.estimate(spec, extra), loss)
 
 
 def _reduce_sums(sums: SampleSums, shard: Any, r: torch.Tensor) -> None:
     """Replace this rank's (k, sum J, U, B) by their sums over the ranks (one all-reduce)."""
     if sums.count == 0:  # no rows here: zeros of the right shapes
         zero = torch.zeros_like(r)
-        sums.sum_j, sums.U, sums.B = torch.zeros((), dtype=r.dtype, device=r.device), zero, zero
+        sums.sum_j = torch.zeros(r.shape[:-1], dtype=r.dtype, device=r.device)
+        sums.U, sums.B = zero, zero
     sums.count, sums.sum_j, sums.U, sums.B = shard.reduce(sums.count, sums.sum_j, sums.U, sums.B)
 
 
@@ -370,15 +406,20 @@ def surrogate_loss(g: torch.Tensor, r: torch.Tensor, value: torch.Tensor | float
 
 
 def mc_surrogate(f: BatchedLoss, r: torch.Tensor, param: Parametrization, estimator: str, n: int,
-                 generator: torch.Generator | None = None, chunk: int | None = None,
+                 generator: torch.Generator | Sequence[torch.Generator] | None = None,
+                 chunk: int | None = None,
                  sampler: Any = None) -> tuple[torch.Tensor, Estimate]:
     """:func:`mc_gradient` as a surrogate loss: (L, estimate) with L a 0-dim tensor whose value is
     the mean sampled loss and whose autograd gradient in r equals ``estimate.grad`` exactly
     (:func:`surrogate_loss`). r may require grad (then L.backward() writes the estimate into
     r.grad, plus the gradient of anything added to L); the samples are drawn as by
-    :func:`mc_gradient`, so the same generator state gives the same estimate."""
+    :func:`mc_gradient`, so the same generator state gives the same estimate. With leading
+    dimensions (r (..., P), one generator per run or one for all) L's value is the sum over the
+    runs of their mean sampled losses and its gradient in each run's row of r is that run's
+    estimate."""
     est = mc_gradient(f, r, param, estimator, n, generator, chunk, sampler)
-    value = torch.tensor(est.loss, dtype=r.dtype, device=r.device)
+    loss = est.loss if isinstance(est.loss, float) else float(est.loss.sum())
+    value = torch.tensor(loss, dtype=r.dtype, device=r.device)
     return surrogate_loss(est.grad, r, value), est
 
 
@@ -828,3 +869,135 @@ class MaskTrainer:
         for o, s in zip(self.control_opts, state["control_opts"]):
             o.load_state_dict(s)
 
+
+
+class MaskTrainerGroup:
+    """G MC runs that step together: one :class:`pbscale.loop.Method` over G
+    :class:`MaskTrainer` members (logits (P,), optimizer and generator each), whose n samples
+    per step are drawn member by member from the members' own generators and evaluated in one
+    batched call f: (k, G, d) -> (k, G) (:func:`mc_gradient` with leading dimension G and one
+    generator per run), so member g's estimate, step and history are those of the separate run
+    with its configuration (to the round-off of the batched loss).
+
+    The members share the estimator, n and the parametrization (one :func:`mc_gradient` call);
+    learning rate, optimizer, seed and lam are their own. Masks only (supermask); the loop's
+    own ``generator`` is not used (each member's is, and each is checkpointed in
+    :meth:`state_dict`). The losses of the current epoch are kept per member
+    (:meth:`pop_epoch_losses`). ``r``, :meth:`theta`, :meth:`mode_mask` and
+    :meth:`sample_masks` stack the members' (leading dimension G)."""
+
+    def __init__(self, configs: Sequence[MethodConfig], d: int, total_steps: int,
+                 device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32,
+                 bytes_per_sample: int | None = None) -> None:
+        self.check(configs)
+        self.members = [MaskTrainer(c, d, total_steps, device, dtype, bytes_per_sample)
+                        for c in configs]
+        self.d = d
+        self.device = torch.device(device)
+        self.param = self.members[0].param
+        self.n = configs[0].n
+        per_sample = bytes_per_sample or 16 * d
+        explicit = [c.chunk for c in configs if c.chunk is not None]
+        self.chunk = min([auto_chunk(self.n, per_sample * len(configs), self.device), *explicit])
+        self.generator = torch.Generator(device=self.device)  # the loop's; members use theirs
+        self.epoch_losses: list[list[float]] = [[] for _ in configs]
+
+    @staticmethod
+    def check(configs: Sequence[MethodConfig]) -> None:
+        """Refuse (:class:`PBInputError`) configurations that cannot form a group."""
+        if not configs:
+            raise PBInputError("no runs to train; give at least one seed and learning rate")
+        for c in configs:
+            c.validate()
+            if c.method not in MC_METHODS:
+                raise PBInputError(f"batched runs are MC runs ({', '.join(MC_METHODS)}); run "
+                                   f"{c.method} with python -m pbscale.regress")
+        for field in ("n", "method", "param"):
+            values = sorted({str(getattr(c, field)) for c in configs})
+            if len(values) != 1:
+                raise PBInputError(f"batched runs share {field}; got {field} in "
+                                   f"{', '.join(values)}: batch each {field} separately")
+
+    @property
+    def method(self) -> str:
+        return self.members[0].method
+
+    @property
+    def r(self) -> torch.Tensor:
+        """The members' logits, (G, P) (a detached copy)."""
+        return torch.stack([m.r.detach() for m in self.members])
+
+    def theta(self) -> torch.Tensor:
+        return torch.stack([m.theta() for m in self.members])
+
+    def surrogate(self, f: BatchedLoss, weights: bool = False) -> tuple[torch.Tensor, float]:
+        """One step's surrogate over the members: f: (k, G, d) -> (k, G); the value's gradient
+        in member g's logits is its estimate (with its dense regularizer). Returns (surrogate,
+        mean over the members of their training losses); each member's loss is kept for
+        :meth:`pop_epoch_losses`."""
+        if weights:
+            raise PBInputError("batched runs train masks only (supermask); train weights with "
+                               "one run at a time")
+        R = torch.stack([m.r for m in self.members])
+        est = mc_gradient(f, R, self.param, self.method, self.n,
+                          [m.generator for m in self.members], self.chunk)
+        grads = list(est.grad.unbind(0))
+        for g, m in enumerate(self.members):
+            if m.config.lam > 0:
+                grads[g] = grads[g] + dense_regularizer(m.r, m.param.theta, m.config.lam)[1]
+        losses = est.loss.tolist()
+        for kept, loss in zip(self.epoch_losses, losses):
+            kept.append(loss)
+        grad = torch.stack(grads).to(R.dtype)
+        return surrogate_loss(grad, R), sum(losses) / len(losses)
+
+    def pop_epoch_losses(self) -> list[float]:
+        """Each member's mean training loss over the steps since the last call (NaN if none),
+        as a separate run's loop computes it; then starts afresh."""
+        out = [sum(ls) / len(ls) if ls else math.nan for ls in self.epoch_losses]
+        self.epoch_losses = [[] for _ in self.members]
+        return out
+
+    def check_finite(self, epoch: int) -> None:
+        """Refuse logits that became NaN or inf, naming the member and its learning rate."""
+        for m in self.members:
+            if not bool(torch.isfinite(m.r).all()):
+                c = m.config
+                raise PBInputError(
+                    f"the mask logits of the run with lr={c.lr}, seed={c.seed} became NaN or inf "
+                    f"in epoch {epoch + 1}: the learning rate is too large for --optimizer "
+                    f"{c.optimizer}; lower it or leave it out of the batch")
+
+    @property
+    def optimizers(self) -> list[torch.optim.Optimizer]:
+        return [o for m in self.members for o in m.optimizers]
+
+    def zero_grad(self) -> None:
+        for m in self.members:
+            m.zero_grad()
+
+    def apply(self) -> None:
+        for m in self.members:
+            m.apply()
+
+    def mode_mask(self) -> torch.Tensor:
+        """(G, d)."""
+        return torch.stack([m.mode_mask() for m in self.members])
+
+    def sample_masks(self, k: int) -> torch.Tensor:
+        """(G, k, d), member g's from its generator."""
+        return torch.stack([m.sample_masks(k) for m in self.members])
+
+    def config_dict(self) -> dict:
+        return {"runs": [m.config_dict() for m in self.members]}
+
+    def state_dict(self) -> dict:
+        return {"members": [m.state_dict() for m in self.members],
+                "epoch_losses": [list(ls) for ls in self.epoch_losses]}
+
+    def load_state_dict(self, state: dict) -> None:
+        if len(state["members"]) != len(self.members):
+            raise ValueError("member count")
+        for m, st in zip(self.members, state["members"]):
+            m.load_state_dict(st)
+        self.epoch_losses = [list(ls) for ls in state["epoch_losses"]]

@@ -521,7 +521,7 @@ def build(cfg: PruneConfig, data: datamod.Data, dev: torch.device):
     mc = cfg.method in MC
     warmup = MC_START if (mc and cfg.mode == "joint") else 0.0
     freeze = FREEZE_AT if cfg.mode == "joint" else None
-    mask_epochs = (round(freeze * E) if freeze is not None else E) - round(warmup * E)
+    mask_epochs = LoopConfig(epochs=E, mask_warmup=warmup, freeze_masks=freeze).mask_epochs()
     mconf = MethodConfig(method=cfg.method, n=cfg.n if mc else 1,
                          param=cfg.param if mc else "sigmoid", lr=cfg.mask_lr,
                          optimizer=cfg.mask_opt, seed=cfg.seed, chunk=cfg.chunk or None,

@@ -74,6 +74,13 @@ class RegressionProblem:
         """J(z) = MAE of the masked backbone on training points idx, batched f(z (k, d)) -> (k,)."""
         return self.masked.loss_fn(self.x_train[idx], self.y_train[idx], mean_absolute_error)
 
+    def grouped_loss(self, z: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+        """J of G groups of masks at once: masks z (G, k, d), each group g on its own training
+        points idx[g] (idx (G, B)) -> MAE (G, k), in one grouped forward of the masked backbone
+        (:meth:`pbscale.masks.MaskedModule.forward` with a group dimension)."""
+        out = self.masked.forward(z, self.x_train[idx])  # (G, k, B, 1)
+        return (out - self.y_train[idx][:, None]).abs().flatten(2).mean(2)
+
     def valid_loss(self):
         """J(z) on the whole validation set at once (its own batch statistics)."""
         return self.masked.loss_fn(self.x_valid, self.y_valid, mean_absolute_error)
@@ -176,6 +183,73 @@ class RegressionTask:
                 out = {"val_loss": float(val.mean()), "val_loss_chosen": float(val[best])}
         out["theta_mean"] = float(trainer.theta().mean())
         out["tau"] = trainer.tau() if trainer.method == "cp" else math.nan
+        return out
+
+    def state_dict(self) -> dict:
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        pass
+
+
+class RegressionGroupTask:
+    """G MaskedNNRegression runs that share the problem and the epochs, as one
+    :class:`pbscale.loop.Task` paired with a :class:`pbscale.methods.MaskTrainerGroup`: each
+    epoch's order is (G, N_TRAIN), row g drawn by member g's :class:`RegressionTask` from member
+    g's generator (the loop's generator is not used); the batched loss of step i is
+    f: z (k, G, d) -> (k, G), member g's masks on its own BATCH points
+    (:meth:`RegressionProblem.grouped_loss`); the evaluation is each member's
+    :meth:`RegressionTask.evaluate` (its trainer, its generator) with its training loss of the
+    epoch, the keys prefixed ``run<g>.`` (:meth:`member_row` splits a row back)."""
+
+    def __init__(self, problem: RegressionProblem, group, data_seed: int = 0,
+                 names: list[str] | None = None) -> None:
+        self.problem = problem
+        self.group = group
+        self.members = [RegressionTask(problem, data_seed) for _ in group.members]
+        for t, name in zip(self.members, names or []):
+            t.name = name
+        m = group.members[0].config
+        self.name = f"group-{m.method}-n{m.n}-{m.param}-{len(self.members)}runs"
+        self.d = problem.d
+        self.steps_per_epoch = self.members[0].steps_per_epoch
+
+    def config(self) -> dict:
+        return self.members[0].config()
+
+    def weights(self) -> list:
+        return []
+
+    def epoch_order(self, generator: torch.Generator) -> torch.Tensor:
+        return torch.stack([t.epoch_order(m.generator)
+                            for t, m in zip(self.members, self.group.members)])
+
+    def batch_loss(self, order: torch.Tensor, i: int) -> BatchedLoss:
+        idx = order[:, i * BATCH : (i + 1) * BATCH]
+
+        def f(z: torch.Tensor) -> torch.Tensor:
+            return self.problem.grouped_loss(z.transpose(0, 1), idx).transpose(0, 1)
+
+        return f
+
+    def evaluate(self, ctx) -> dict[str, float]:
+        losses = self.group.pop_epoch_losses()
+        out: dict[str, float] = {}
+        for g, (t, m) in enumerate(zip(self.members, self.group.members)):
+            sub = type(ctx)(m, m.generator, ctx.phase, None, ctx.epoch)
+            row = {"train_loss": losses[g], **t.evaluate(sub)}
+            out.update({f"run{g}.{k}": v for k, v in row.items()})
+        return out
+
+    def member_row(self, row: dict, g: int) -> dict:
+        """Member g's history row from a row of the group's history: epoch, its training loss
+        and metrics, and the group's seconds divided by G."""
+        G, prefix = len(self.members), f"run{g}."
+        out = {"epoch": row["epoch"]}
+        out.update({k[len(prefix):]: v for k, v in row.items() if k.startswith(prefix)})
+        for k in ("train_seconds", "val_seconds"):
+            if k in row:
+                out[k] = row[k] / G
         return out
 
     def state_dict(self) -> dict:

@@ -1,19 +1,26 @@
-"""Batched seeds (pbscale.batched_seeds): the grouped forward equals the masked backbone per
-group; G runs stepped together give the histories of the same runs made one by one with
-pbscale.regress (the loop), to round-off, and write the same run folders."""
+"""Batched seeds (pbscale.batched_seeds): mc_gradient over leading dimensions equals per-run
+calls; the grouped forward equals the masked backbone per group; G runs stepped together
+through the run loop give the histories of the same runs made one by one with pbscale.regress,
+to round-off, write the same run folders, resume after SIGTERM or a kill to the same numbers,
+and skip finished runs."""
 
 from __future__ import annotations
 
 import math
+import os
+import signal
 
 import pytest
 import torch
+from torch import nn
 
 from pbexact.errors import PBInputError
+from pbexact.parametrizations import get_parametrization
 from pbscale import io, regress
-from pbscale.batched_seeds import grouped_loss, train_batched
-from pbscale.methods import MethodConfig
-from pbscale.regression import make_problem
+from pbscale.batched_seeds import GROUPS, main, train_batched, train_unfinished
+from pbscale.masks import MaskedModule, rescaled_weight
+from pbscale.methods import MC_METHODS, FixedSampler, MethodConfig, mc_gradient, mc_surrogate
+from pbscale.regression import make_problem, mlp
 
 TIMING = ("train_seconds", "val_seconds")
 
@@ -28,14 +35,14 @@ def test_grouped_loss_equals_masked_module_per_group():
     gen = torch.Generator().manual_seed(0)
     z = (torch.rand((3, 5, p.d), generator=gen) < 0.5).float()
     idx = torch.stack([torch.randperm(300, generator=gen)[:100] for _ in range(3)])
-    J = grouped_loss(p, z, idx)
+    J = p.grouped_loss(z, idx)
     assert J.shape == (3, 5)
     for g in range(3):
         ref = p.batch_loss(idx[g])(z[g])
         assert torch.allclose(J[g], ref, rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("method, n", [("loorf", 4), ("arms", 3)])
+@pytest.mark.parametrize("method, n", [("loorf", 4), ("arms", 3), ("disarm", 4)])
 def test_batched_runs_equal_separate_runs(tmp_path, method, n):
     p = tiny_problem()
     configs = [MethodConfig(method, n, "sigmoid", lr, seed=seed)
@@ -69,3 +76,185 @@ def test_batched_refuses_mixed_n_and_non_mc():
         train_batched([MethodConfig("loorf", 2), MethodConfig("loorf", 4)], 1, p)
     with pytest.raises(PBInputError, match="MC runs"):
         train_batched([MethodConfig("cp", 10)], 1, p)
+
+
+# --- mc_gradient over leading dimensions -----------------------------------------------------
+
+G_RUNS, D_SMALL, N_SAMPLES = 3, 6, 4
+
+
+def _run_losses():
+    """A different nonlinear loss per run: f(z (k, G, d)) -> (k, G), and run g's alone."""
+    w = torch.linspace(-1, 1, G_RUNS * D_SMALL, dtype=torch.float64).view(G_RUNS, D_SMALL)
+
+    def batched(z):
+        return torch.sin(3 * (z * w).sum(-1)) + z.sum(-1) ** 2 / D_SMALL
+
+    def alone(g):
+        return lambda z: torch.sin(3 * (z * w[g]).sum(-1)) + z.sum(-1) ** 2 / D_SMALL
+
+    return batched, alone
+
+
+@pytest.mark.parametrize("param_name", ["sigmoid", "escort", "direct"])
+@pytest.mark.parametrize("estimator", MC_METHODS)
+def test_batched_mc_gradient_equals_per_run_calls(estimator, param_name):
+    """r (G, P) with one generator per run: run g's estimate and loss are those of a separate
+    call with run g's generator (own samples, own stream), chunked differently on purpose."""
+    param = get_parametrization(param_name)
+    theta = torch.rand((G_RUNS, D_SMALL), generator=torch.Generator().manual_seed(5),
+                       dtype=torch.float64) * 0.8 + 0.1
+    r = param.logits(theta)
+    batched, alone = _run_losses()
+    gens = [torch.Generator().manual_seed(10 + g) for g in range(G_RUNS)]
+    est = mc_gradient(batched, r, param, estimator, N_SAMPLES, gens, chunk=2)
+    assert est.grad.shape == r.shape and est.loss.shape == (G_RUNS,)
+    for g in range(G_RUNS):
+        one = mc_gradient(alone(g), r[g], param, estimator, N_SAMPLES,
+                          torch.Generator().manual_seed(10 + g), chunk=N_SAMPLES)
+        torch.testing.assert_close(est.grad[g], one.grad, rtol=1e-12, atol=1e-12)
+        assert float(est.loss[g]) == pytest.approx(one.loss, rel=1e-12)
+    # runs differ (their own generators): no two rows of the estimate are equal
+    assert len({tuple(row.tolist()) for row in est.grad}) == G_RUNS
+
+
+@pytest.mark.parametrize("estimator", MC_METHODS)
+def test_batched_mc_gradient_on_given_samples_and_as_surrogate(estimator):
+    """Replayed samples (n, G, d): each run's estimate is the separate call's on its slice;
+    the surrogate's gradient in r (G, P) is the estimate, row by row."""
+    param = get_parametrization("sigmoid")
+    r = torch.linspace(-1, 1, G_RUNS * D_SMALL, dtype=torch.float64).view(G_RUNS, D_SMALL)
+    z = (torch.rand((N_SAMPLES, G_RUNS, D_SMALL), generator=torch.Generator().manual_seed(1),
+                    dtype=torch.float64) < 0.5).double()
+    batched, alone = _run_losses()
+    est = mc_gradient(batched, r, param, estimator, N_SAMPLES, sampler=FixedSampler(z))
+    for g in range(G_RUNS):
+        one = mc_gradient(alone(g), r[g], param, estimator, N_SAMPLES,
+                          sampler=FixedSampler(z[:, g]))
+        torch.testing.assert_close(est.grad[g], one.grad, rtol=1e-12, atol=1e-12)
+    rr = r.clone().requires_grad_(True)
+    gens = [torch.Generator().manual_seed(g) for g in range(G_RUNS)]
+    value, est2 = mc_surrogate(batched, rr, param, estimator, N_SAMPLES, gens)
+    value.backward()
+    torch.testing.assert_close(rr.grad, est2.grad)
+    assert float(value.detach()) == pytest.approx(float(est2.loss.sum()))
+    with pytest.raises(PBInputError, match="one generator per run"):
+        mc_gradient(batched, r, param, estimator, N_SAMPLES, gens[:2])
+
+
+def test_masked_module_group_dimension_fast_and_generic_paths():
+    """forward(z (G, k, d), x (G, B, in)) equals the per-group forward: MLP fast path (with and
+    without a weight hook) and the generic vmap path."""
+    gen = torch.Generator().manual_seed(0)
+    x = torch.rand((2, 7, 3), generator=gen, dtype=torch.float64)
+    for hook in (None, rescaled_weight):
+        net = mlp((3, 5, 4, 1)).double()
+        for module in (net, nn.Sequential(nn.Sequential(*net))):  # fast, then generic path
+            masked = MaskedModule(module, weight_hook=hook)
+            z = (torch.rand((2, 4, masked.d), generator=gen, dtype=torch.float64) < 0.6).double()
+            out = masked.forward(z, x)
+            assert out.shape == (2, 4, 7, 1)
+            for g in range(2):
+                torch.testing.assert_close(out[g], masked.forward(z[g], x[g]), rtol=1e-12,
+                                           atol=1e-12)
+    with pytest.raises(PBInputError, match="same G"):
+        masked.forward(z, x[:1])
+
+
+# --- groups through the run loop -------------------------------------------------------------
+
+
+def _rows(folder):
+    return [{k: v for k, v in r.items() if k not in TIMING}
+            for r in io.read_csv(folder / "history.csv")]
+
+
+def _configs(method="loorf", n=4):
+    return [MethodConfig(method, n, "sigmoid", lr, seed=seed) for lr in (0.1, 0.03)
+            for seed in (0, 2)]
+
+
+@pytest.mark.parametrize("how", ["sigterm", "kill"])
+def test_group_interrupted_then_rerun_equals_uninterrupted(tmp_path, how):
+    """A group cut mid-epoch by SIGTERM (checkpoint mid-epoch, exit 143) or killed outright
+    (nothing saved since the last epoch) and rerun gives each member the uninterrupted group's
+    history; the cut group left each member's progress in its run folder."""
+    p = tiny_problem()
+    whole = train_batched(_configs(), 3, p, out=tmp_path / "whole")
+
+    def cut(epoch, i):
+        if (epoch, i) == (1, 1):
+            if how == "sigterm":
+                os.kill(os.getpid(), signal.SIGTERM)
+            else:
+                raise KeyboardInterrupt
+
+    with pytest.raises(SystemExit if how == "sigterm" else KeyboardInterrupt) as exc:
+        train_batched(_configs(), 3, p, out=tmp_path / "cut", step_hook=cut)
+    if how == "sigterm":
+        assert exc.value.code == 143
+    (group,) = (tmp_path / "cut" / GROUPS).iterdir()
+    state = torch.load(group / "checkpoint.pt", weights_only=True)
+    assert state["epoch"] == 1 and (state["position"] is not None) == (how == "sigterm")
+    members = sorted(f for f in (tmp_path / "cut").iterdir() if f.name != GROUPS)
+    assert len(members) == 4
+    for f in members:  # progress: epoch 0 and 1, not finished
+        assert [r["epoch"] for r in _rows(f)] == [0, 1]
+        assert not (f / "summary.json").exists()
+    again = train_batched(_configs(), 3, p, out=tmp_path / "cut")
+    assert str(again) == str(whole)
+    for f in members:
+        assert (f / "summary.json").exists()
+        assert str(_rows(f)) == str(_rows(tmp_path / "whole" / f.name))
+
+
+def test_finished_members_are_skipped_and_runs_read_like_regress_runs(tmp_path):
+    """Settings whose run folder is finished (here by pbscale.regress) are left out of the
+    group; the others are trained as one group whose folders pbscale.regress then finds
+    finished (it returns at once, same numbers); a group of finished runs trains nothing."""
+    p = tiny_problem()
+    configs = _configs()
+    done = regress.train(configs[0], epochs=2, out=tmp_path, device="cpu", problem=p,
+                         progress=False)
+    before = (done / "history.csv").read_bytes()
+    skipped, trained = train_unfinished(configs, 2, p, out=tmp_path)
+    assert (skipped, trained) == (1, 3)
+    assert (done / "history.csv").read_bytes() == before
+    (group,) = (tmp_path / GROUPS).iterdir()
+    assert group.name.startswith("group-loorf-n4-sigmoid-3runs-")
+    for c in configs[1:]:
+        folder = regress.run_folder(c, 2, tmp_path, problem=p)
+        stamp = (folder / "summary.json").stat().st_mtime_ns
+        assert regress.train(c, epochs=2, out=tmp_path, device="cpu", problem=p,
+                             progress=False) == folder
+        assert (folder / "summary.json").stat().st_mtime_ns == stamp  # not trained again
+        assert io.read_json(folder / "summary.json")["batched_runs"] == 3
+    assert train_unfinished(configs, 2, p, out=tmp_path) == (4, 0)
+
+
+def test_group_nan_check_names_the_member():
+    """The loop's NaN check asks the group, which names the member that diverged."""
+    from pbscale.loop import _check_finite
+    from pbscale.methods import MaskTrainerGroup
+
+    configs = [MethodConfig("loorf", 2, "sigmoid", 0.1, seed=0),
+               MethodConfig("loorf", 2, "sigmoid", 30.0, seed=1)]
+    group = MaskTrainerGroup(configs, 5, 10)
+    _check_finite(group, 0)  # all finite: passes
+    with torch.no_grad():
+        group.members[1].r[2] = math.nan
+    with pytest.raises(PBInputError, match="lr=30.0, seed=1 became NaN or inf in epoch 4"):
+        _check_finite(group, 3)
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--method", "cp"], "batched runs are MC runs"),
+    (["--method", "loorf", "--n", "1"], "n"),
+    (["--lrs", "0.1,-1"], "learning rate"),
+    (["--lrs", "0.1,fast"], "could not convert"),
+])
+def test_cli_refuses_bad_groups_before_any_work(tmp_path, capsys, argv, words):
+    assert main([*argv, "--out", str(tmp_path / "o"), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and words in err and err.count("\n") == 1
+    assert not (tmp_path / "o").exists()

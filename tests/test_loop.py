@@ -210,6 +210,39 @@ def test_schedules_warmup_and_freezing(tmp_path):
     assert rows[3]["r0"] != rows[4]["r0"]
 
 
+def test_phase_fractions_give_at_least_one_epoch(tmp_path):
+    """A phase given a fraction > 0 of the epochs lasts at least one epoch (while the longest
+    phase can spare one); otherwise the counts are the rounded boundaries."""
+    assert LoopConfig(5, mask_warmup=0.1).phase_epochs() == (1, 4, 0)  # round(0.5) = 0 before
+    assert LoopConfig(5, mask_warmup=0.1, freeze_masks=0.8).phase_epochs() == (1, 3, 1)
+    assert LoopConfig(10, mask_warmup=0.2, freeze_masks=0.8).phase_epochs() == (2, 6, 2)
+    assert LoopConfig(2, mask_warmup=0.1, freeze_masks=0.8).phase_epochs() == (1, 1, 0)
+    assert LoopConfig(1, mask_warmup=0.1).phase_epochs() == (0, 1, 0)
+    assert LoopConfig(4, freeze_masks=1.0).phase_epochs() == (0, 4, 0)
+    for E in range(1, 40):
+        for w in (0.0, 0.01, 0.1, 0.25, 0.5):
+            for f in (None, w, 0.5 + w / 2, 0.8, 0.99, 1.0):
+                loop = LoopConfig(E, mask_warmup=w, freeze_masks=f)
+                counts = loop.phase_epochs()
+                fr = (w, (1.0 if f is None else f) - w, 1 - (1.0 if f is None else f))
+                rounded = (round(w * E), round((1.0 if f is None else f) * E) - round(w * E),
+                           E - round((1.0 if f is None else f) * E))
+                assert sum(counts) == E and min(counts) >= 0
+                if E >= 3:  # enough epochs: every positive fraction gets one
+                    assert all(c >= 1 for c, x in zip(counts, fr) if x > 0), (E, w, f, counts)
+                if all(c >= 1 for c, x in zip(rounded, fr) if x > 0):
+                    assert counts == rounded
+                phases = [loop.phase(e) for e in range(E)]
+                assert phases == (["warmup"] * counts[0] + ["train"] * counts[1]
+                                  + ["frozen"] * counts[2])
+                assert loop.mask_epochs() == counts[1]
+    # the loop follows the rule: 5 joint epochs with mask_warmup 0.1 warm up once
+    rows = io.read_csv(_run(tmp_path, LoopConfig(epochs=5, seed=0, mask_warmup=0.1))
+                       / "metrics.csv")
+    assert [r["phase"] for r in rows] == ["warmup"] * 2 + ["train"] * 4
+    assert rows[1]["r0"] == rows[0]["r0"] and rows[2]["r0"] != rows[1]["r0"]
+
+
 def test_sigterm_checkpoint_and_resume_give_the_same_numbers(tmp_path):
     loop = LoopConfig(epochs=4, seed=1, mask_warmup=0.25, freeze_masks=0.75,
                       weight_milestones=(0.5,))
