@@ -112,6 +112,9 @@ def train_batched(configs: list[MethodConfig], epochs: int, problem: RegressionP
                              bytes_per_sample=problem.bytes_per_sample())
     task = _GroupRun(problem, group, data_seed, epochs, Path(out), dev)
     loop = LoopConfig(epochs=epochs, seed=0, metrics_file="metrics.csv")
+    group_folder = run_folder(Path(out) / GROUPS, task.name, full_config(task, group, loop))
+    for record in task.records:
+        record["info"]["group"] = f"{GROUPS}/{group_folder.name}"
     run(task, group, loop, Path(out) / GROUPS, device=dev, progress=progress,
         info={"chunk": group.chunk, "torch_threads": torch.get_num_threads()},
         step_hook=step_hook)

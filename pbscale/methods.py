@@ -912,6 +912,10 @@ class MaskTrainerGroup:
             if c.method not in MC_METHODS:
                 raise PBInputError(f"batched runs are MC runs ({', '.join(MC_METHODS)}); run "
                                    f"{c.method} with python -m pbscale.regress")
+        seen = [repr(sorted(c.to_dict().items())) for c in configs]
+        if len(set(seen)) != len(seen):
+            raise PBInputError("a run is listed twice in the batch (same seed, learning rate and "
+                               "settings); list each once")
         for field in ("n", "method", "param"):
             values = sorted({str(getattr(c, field)) for c in configs})
             if len(values) != 1:

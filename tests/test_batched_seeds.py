@@ -229,6 +229,7 @@ def test_finished_members_are_skipped_and_runs_read_like_regress_runs(tmp_path):
                              progress=False) == folder
         assert (folder / "summary.json").stat().st_mtime_ns == stamp  # not trained again
         assert io.read_json(folder / "summary.json")["batched_runs"] == 3
+        assert io.read_json(folder / "config.json")["info"]["group"] == f"{GROUPS}/{group.name}"
     assert train_unfinished(configs, 2, p, out=tmp_path) == (4, 0)
 
 
@@ -252,6 +253,7 @@ def test_group_nan_check_names_the_member():
     (["--method", "loorf", "--n", "1"], "n"),
     (["--lrs", "0.1,-1"], "learning rate"),
     (["--lrs", "0.1,fast"], "could not convert"),
+    (["--lrs", "0.1,0.1"], "listed twice"),
 ])
 def test_cli_refuses_bad_groups_before_any_work(tmp_path, capsys, argv, words):
     assert main([*argv, "--out", str(tmp_path / "o"), "--quiet"]) == 2

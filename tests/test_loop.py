@@ -325,3 +325,20 @@ def test_mlp_fast_path_trains_weights_like_the_vmap_path(hook):
     for a, b in zip(*grads):
         torch.testing.assert_close(a, b)
     assert grads[0][0].abs().sum() > 0
+
+
+@pytest.mark.parametrize("method, mode, epochs, phases", [
+    ("arms", "joint", 5, (1, 3, 1)),  # MC joint: warm-up 0.1, freeze at 0.8
+    ("cp", "joint", 5, (0, 4, 1)),
+    ("cp", "supermask", 2, (0, 2, 0)),
+])
+def test_prune_counts_cp_and_mc_steps_with_the_loops_phase_rule(method, mode, epochs, phases):
+    """pbscale.prune gives its method the mask-training steps of LoopConfig.mask_epochs()."""
+    from pbscale import prune as P
+
+    cfg = P.PruneConfig(model="lenet", synthetic=24, epochs=epochs, max_batches=2,
+                        batch_size=8, n=2, val_size=8, method=method, mode=mode)
+    cfg, dev, data = P.prepare(cfg)
+    task, trainer, loop, _ = P.build(cfg, data, dev)
+    assert loop.phase_epochs() == phases
+    assert trainer.total_steps == max(phases[1] * task.steps_per_epoch, 1)
