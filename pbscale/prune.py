@@ -292,6 +292,10 @@ class PruneTask:
         self.aug_gen = torch.Generator().manual_seed(cfg.seed)
         self.eval_mask: torch.Tensor | None = None
         self.export_dir: Path | None = None
+        #: torchrun: this rank's :class:`pbscale.distributed.Shard` (batches and evaluation
+        #: split over the ranks) and the run's :class:`pbscale.distributed.GradAverage`
+        self.shard: distributed.Shard | None = None
+        self.averager: distributed.GradAverage | None = None
 
     # ------------------------------------------------------------------ Task protocol
 
@@ -312,8 +316,20 @@ class PruneTask:
         if self.data.augment:
             x = datamod.augment_batch(x, self.aug_gen)
         self.model.train()
-        return self.layout.loss_fn(self.data.prepare(x), self.data.train.y[idx],
-                                   cross_entropy_per_mask)
+        x, y = self.data.prepare(x), self.data.train.y[idx]
+        if self.shard is None:
+            return self.layout.loss_fn(x, y, cross_entropy_per_mask)
+        if self.averager is not None:
+            self.averager.new_step()
+        return distributed.DataParallelLoss(
+            lambda xs, ys: self.layout.loss_fn(xs, ys, cross_entropy_per_mask), x, y,
+            self.shard, on_split=self.averager.split if self.averager is not None else None)
+
+    def _mine(self, batches):
+        """The batches this rank handles in a split evaluation (every K-th; all without a
+        shard); the caller all-reduces the sums."""
+        s = self.shard
+        return (b for j, b in enumerate(batches) if s is None or j % s.world == s.rank)
 
     def state_dict(self) -> dict:
         return {"model": {k: v.detach().cpu() for k, v in self.model.state_dict().items()},
@@ -355,8 +371,10 @@ class PruneTask:
             k = min(method.chunk, left)
             z = method.sample_masks(k)
             losses = torch.zeros(k, device=self.device)
-            for x, y in batches:
+            for x, y in self._mine(batches):
                 losses += self.layout.loss_fn(x, y, cross_entropy_per_mask)(z)
+            if self.shard is not None:
+                losses = distributed.all_sum(losses.cpu(), self.shard).to(losses)
             i = int(torch.argmin(losses))
             if float(losses[i]) < best_loss:
                 best, best_loss = z[i].clone(), float(losses[i])
@@ -392,14 +410,18 @@ class PruneTask:
 
     @torch.no_grad()
     def score(self, params: dict, batches) -> tuple[float, float]:
-        """(mean cross-entropy, accuracy) of the network under ``params`` in eval mode."""
+        """(mean cross-entropy, accuracy) of the network under ``params`` in eval mode (under
+        torchrun each rank scores every K-th batch and the sums are all-reduced)."""
         self.model.eval()
         loss, correct, count = 0.0, 0, 0
-        for x, y in batches:
+        for x, y in self._mine(batches):
             out = functional_call(self.model, params, (x,))
             loss += float(F.cross_entropy(out, y, reduction="sum"))
             correct += int((out.argmax(1) == y).sum())
             count += len(y)
+        if self.shard is not None:
+            loss, correct, count = distributed.all_sum([loss, correct, count], self.shard).tolist()
+            correct, count = round(correct), round(count)
         return loss / max(count, 1), correct / max(count, 1)
 
     def evaluate(self, ctx: EvalContext) -> dict[str, float]:
@@ -539,16 +561,13 @@ def run(cfg: PruneConfig, out: str | Path, device: str = "cpu", *, quiet: bool =
         shard=None) -> dict:
     """Train (or resume, or read back) the run of ``cfg`` under ``out``; returns its summary
     with the run folder, both weight counts and the final metrics. ``shard``
-    (:mod:`pbscale.distributed`, a torchrun launch): supermask MC samples split over the ranks,
-    rank i > 0 writing its copy under ``out/.rank<i>``."""
+    (:mod:`pbscale.distributed`, a torchrun launch): MC samples split over the ranks, CP, MP,
+    GMP and dense runs (and the fixed-mask epochs of joint MC runs) data-parallel, evaluation
+    split; rank i > 0 writing its copy under ``out/.rank<i>``."""
     cfg, dev, data = prepare(cfg, device, download, download_url)
     task, method, loop, weight_opt = build(cfg, data, dev)
     if shard is not None:
-        if cfg.method not in MC or cfg.mode != "supermask":
-            raise PBInputError("under torchrun only supermask MC runs split their samples "
-                               "(joint and CP/MP/GMP/dense runs: no DDP yet); run without "
-                               "torchrun")
-        method.shard = shard
+        distribute(task, method, weight_opt, shard)
         out = distributed.rank_out(out, shard)
         quiet = quiet or shard.rank > 0
     folder = run_folder(out, task.name, full_config(task, method, loop))
@@ -565,6 +584,21 @@ def run(cfg: PruneConfig, out: str | Path, device: str = "cpu", *, quiet: bool =
     if not quiet:
         report(summary, task)
     return summary
+
+
+def distribute(task: PruneTask, method, weight_opt: torch.optim.Optimizer | None,
+               shard: distributed.Shard) -> None:
+    """Set a built run up for torch.distributed (see :mod:`pbscale.distributed`): batches and
+    evaluation split over the ranks, MC samples split over the ranks, and the gradients of the
+    weights (joint, dense) and of CP's logits averaged by one flat all-reduce per step, with
+    the BatchNorm running statistics."""
+    task.shard = shard
+    if task.cfg.method in MC:
+        distributed.split_samples(method, shard)
+    tracked = list(task.weights()) + ([method.r] if task.cfg.method == "cp" else [])
+    if tracked:
+        task.averager = distributed.GradAverage(shard, tracked, list(task.model.buffers()))
+        task.averager.attach([*method.optimizers, *([weight_opt] if weight_opt else [])])
 
 
 def report(summary: dict, task: PruneTask) -> None:
