@@ -160,7 +160,7 @@ class DataParallelLoss:
     ``f(z)`` (data parallelism): this rank evaluates its rows :meth:`Shard.rows` (B) only; value:
     the full-batch mean (sum over ranks of share_i * mean_i, share_i = n_i / B, one all-reduce of
     k values), gradient: K share_i d mean_i (see :class:`_RankShare`). A rank without rows
-    (B < K) contributes zero. ``f.whole(z)`` (sample parallelism, MC): the whole batch on this
+    (a tail batch with B < K) contributes zero (the whole batch times 0, to stay in the graph). ``f.whole(z)`` (sample parallelism, MC): the whole batch on this
     rank's masks, value exact, gradient times K. ``on_split`` is called with share_i whenever
     the split form runs (:class:`GradAverage` then averages BatchNorm buffers)."""
 
@@ -177,8 +177,8 @@ class DataParallelLoss:
     def __call__(self, z: torch.Tensor) -> torch.Tensor:
         if self.on_split is not None:
             self.on_split(self.share)
-        if self.local is None:
-            part = torch.zeros(z.shape[:-1], dtype=z.dtype, device=z.device)
+        if self.local is None:  # no rows here (B < K): zero, but in the autograd graph
+            part = self.full(z) * 0.0
         else:
             part = self.local(z) * self.share
         return _RankShare.apply(part, self.world, True)

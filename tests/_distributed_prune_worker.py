@@ -39,6 +39,8 @@ CASES = {
     "mp": dict(method="mp", mode="joint"),
     "gmp": dict(method="gmp", mode="joint"),
     "arms-joint": dict(method="arms", mode="joint", chunk=3, epochs=10, max_batches=1),
+    # batches of 85, 85, 85 and 1 row: in the last step rank 1 has no rows
+    "dense-tail": dict(method="dense", mode="joint", batch_size=85, max_batches=0, epochs=1),
     # BatchNorm: ranks must stay identical (not equal to one process: per-rank statistics)
     "resnet-dense": dict(model="resnet20", synthetic=24, batch_size=8, epochs=2, mode="joint",
                          method="dense"),
