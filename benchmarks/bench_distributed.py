@@ -1,8 +1,17 @@
-"""Time per MC step on MaskedNNRegression (d = 8,050, batch 100, n = 100 by default) with the
-samples split over K = 1 and K = 2 processes (``torch.distributed``, :mod:`pbscale.distributed`),
-measured in the same run, printed as seconds per step and the K = 1 / K = 2 ratio.
+"""Time per step with K = 1 and K = 2 processes (``torch.distributed``,
+:mod:`pbscale.distributed`), measured in the same run, printed as milliseconds per step and the
+K = 1 / K = 2 ratio, for
+
+* sample parallelism: an MC step on MaskedNNRegression (d = 8,050, batch 100, n = 100 by
+  default), the n samples split over the ranks;
+* data parallelism: training steps of ``pbscale.prune`` runs of LeNet-300-100 (joint dense and
+  joint CP by default, ``--dp-methods``; batch ``--dp-batch`` 128, synthetic images), each
+  minibatch split over the ranks and the gradients averaged (one flat all-reduce per step),
+  timed over the second epoch's steps (``--dp-steps`` per epoch; evaluation excluded), wall
+  clock and CPU time per process.
 
     python -m benchmarks.bench_distributed [--n 100] [--steps 20] [--ks 1,2] [--device cpu]
+                                           [--dp-methods dense,cp] [--dp-batch 128]
 
 On the CPU each rank uses ``--threads`` torch threads (default 1) and the ranks talk over gloo;
 with ``--device cuda`` each rank takes GPU LOCAL_RANK and the ranks talk over nccl (give
@@ -18,6 +27,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 
 import torch
@@ -64,6 +74,39 @@ def _worker(args: argparse.Namespace) -> None:
     distributed.shutdown()
 
 
+def _dp_worker(args: argparse.Namespace) -> None:
+    """One joint ``pbscale.prune`` run of LeNet (2 epochs of ``--dp-steps`` steps) as torchrun
+    launches it; rank 0 prints the wall and CPU seconds per step of the second epoch's steps
+    (all but its last: the step hook marks them), the slowest rank's."""
+    from pbscale import prune
+
+    torch.set_num_threads(args.threads)
+    shard = distributed.from_env(args.device)
+    cfg = prune.PruneConfig(model="lenet", mode="joint", method=args.dp_worker,
+                            synthetic=args.dp_batch * args.dp_steps, batch_size=args.dp_batch,
+                            epochs=2, max_batches=args.dp_steps, eval_batches=1, eval_masks=1,
+                            val_size=args.dp_batch)
+    marks: dict[str, tuple[float, float]] = {}
+
+    def hook(epoch: int, i: int) -> None:  # steps 0 .. S-2 of the second epoch are timed
+        if epoch == 1 and i in (0, args.dp_steps - 1):
+            marks["start" if i == 0 else "end"] = (time.perf_counter(), time.process_time())
+
+    with tempfile.TemporaryDirectory() as out:
+        summary = prune.run(cfg, out, args.device, quiet=True, shard=shard, step_hook=hook)
+    steps = args.dp_steps - 1
+    wall = (marks["end"][0] - marks["start"][0]) / steps
+    cpu = (marks["end"][1] - marks["start"][1]) / steps
+    if shard is not None:  # the slowest rank counts
+        t = torch.tensor([wall, cpu], dtype=torch.float64)
+        torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.MAX)
+        wall, cpu = t.tolist()
+    if shard is None or shard.rank == 0:
+        print(json.dumps({"seconds_per_step": wall, "cpu_per_step": cpu,
+                          "test_acc": summary["final_test_acc"]}))
+    distributed.shutdown()
+
+
 def _launch(k: int, argv: list[str]) -> dict:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -90,8 +133,16 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--ks", default="1,2", help="process counts to compare")
     ap.add_argument("--threads", type=int, default=1, help="torch threads per process")
     ap.add_argument("--device", default="cpu")
+    ap.add_argument("--dp-methods", default="dense,cp",
+                    help="joint LeNet pruning methods timed data-parallel ('' : none)")
+    ap.add_argument("--dp-batch", type=int, default=128)
+    ap.add_argument("--dp-steps", type=int, default=20)
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--dp-worker", default="", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.dp_worker:
+        _dp_worker(args)
+        return
     if args.worker:
         _worker(args)
         return
@@ -109,6 +160,20 @@ def main(argv: list[str] | None = None) -> None:
     base = res[ks[0]]["seconds_per_step"]
     for k in ks[1:]:
         print(f"speed-up K={k} over K={ks[0]}: {base / res[k]['seconds_per_step']:.2f}x")
+    for method in [m for m in args.dp_methods.split(",") if m]:
+        print(f"data parallel: joint {method} LeNet-300-100, batch {args.dp_batch}, "
+              f"{args.dp_steps} timed steps, {args.threads} thread(s) per process")
+        dp = {}
+        for k in ks:
+            dp[k] = _launch(k, [f"--dp-worker={method}", f"--dp-batch={args.dp_batch}",
+                                f"--dp-steps={args.dp_steps}", f"--threads={args.threads}",
+                                f"--device={args.device}"])
+            print(f"K={k}: {dp[k]['seconds_per_step'] * 1e3:8.1f} ms/step, CPU "
+                  f"{dp[k]['cpu_per_step'] * 1e3:.1f} ms/step per process (test accuracy after "
+                  f"2 epochs {dp[k]['test_acc']:.4f})", flush=True)
+        for k in ks[1:]:
+            print(f"speed-up K={k} over K={ks[0]}: "
+                  f"{dp[ks[0]]['seconds_per_step'] / dp[k]['seconds_per_step']:.2f}x")
 
 
 if __name__ == "__main__":

@@ -47,8 +47,9 @@ pass averages everything, the others find it done. No bucketing or overlap with 
 pass (DDP's speed-ups): at LeNet's 266,610 weights one flat buffer is 1 MB.
 
 BatchNorm: each rank normalizes with the statistics of its own rows (as DDP without
-SyncBatchNorm; SyncBatchNorm cannot run under the masked forward's ``vmap``), so a BN network
-is not the single-process run: equality holds for BN-free nets (LeNet, Conv6). The running
+SyncBatchNorm: ``torch.nn.SyncBatchNorm`` refuses CPU tensors (checked), so gloo could not test
+it, and it is untried under the masked forward's ``vmap``), so a BN network is not the
+single-process run: equality holds for BN-free nets (LeNet, Conv6). The running
 statistics are averaged over the ranks (weighted by their shares) in the same all-reduce, so
 every rank holds identical buffers; mask methods recompute them for the evaluation mask anyway.
 In MC runs (sample split) the running statistics that training updates differ by rank between
@@ -153,34 +154,43 @@ class _RankShare(torch.autograd.Function):
 
 
 class DataParallelLoss:
-    """A batched loss f(z (k, d)) -> (k,) of one minibatch (x (B, ...), y (B,)) under
-    torch.distributed, from ``make(x, y)`` (e.g. ``MaskedModule.loss_fn``), which must give the
-    mean loss over the rows it is given.
+    """A batched loss f(z (k, d)) -> (k,) of one minibatch of B rows under torch.distributed,
+    from ``make(rows)``: the loss of rows ``rows`` (a slice of 0..B) of the batch, the mean over
+    those rows (e.g. ``MaskedModule.loss_fn`` of the rows' inputs; called lazily, so a rank
+    gathers and converts only the rows it uses).
 
     ``f(z)`` (data parallelism): this rank evaluates its rows :meth:`Shard.rows` (B) only; value:
     the full-batch mean (sum over ranks of share_i * mean_i, share_i = n_i / B, one all-reduce of
     k values), gradient: K share_i d mean_i (see :class:`_RankShare`). A rank without rows
-    (a tail batch with B < K) contributes zero (the whole batch times 0, to stay in the graph). ``f.whole(z)`` (sample parallelism, MC): the whole batch on this
-    rank's masks, value exact, gradient times K. ``on_split`` is called with share_i whenever
-    the split form runs (:class:`GradAverage` then averages BatchNorm buffers)."""
+    (a tail batch with B < K) contributes zero (the whole batch times 0, to stay in the graph).
+    ``f.whole(z)`` (sample parallelism, MC): the whole batch on this rank's masks, value exact,
+    gradient times K. ``on_split`` is called with share_i whenever the split form runs
+    (:class:`GradAverage` then averages BatchNorm buffers)."""
 
-    def __init__(self, make: Callable, x: torch.Tensor, y: torch.Tensor, shard: Shard,
+    def __init__(self, make: Callable[[slice], Callable], B: int, shard: Shard,
                  on_split: Callable[[float], None] | None = None) -> None:
-        B = int(y.shape[0])
-        rows = shard.rows(B)
-        self.share = (rows.stop - rows.start) / max(B, 1)
+        self.rows = shard.rows(B)
+        self.share = (self.rows.stop - self.rows.start) / max(B, 1)
         self.world = shard.world
         self.on_split = on_split
-        self.local = make(x[rows], y[rows]) if rows.stop > rows.start else None
-        self.full = make(x, y)
+        self.make, self.B = make, B
+        self._local: Callable | None = None
+        self._full: Callable | None = None
+
+    def full(self, z: torch.Tensor) -> torch.Tensor:
+        if self._full is None:
+            self._full = self.make(slice(0, self.B))
+        return self._full(z)
 
     def __call__(self, z: torch.Tensor) -> torch.Tensor:
         if self.on_split is not None:
             self.on_split(self.share)
-        if self.local is None:  # no rows here (B < K): zero, but in the autograd graph
+        if self.rows.stop == self.rows.start:  # no rows here: zero, but in the autograd graph
             part = self.full(z) * 0.0
         else:
-            part = self.local(z) * self.share
+            if self._local is None:
+                self._local = self.make(self.rows)
+            part = self._local(z) * self.share
         return _RankShare.apply(part, self.world, True)
 
     def whole(self, z: torch.Tensor) -> torch.Tensor:

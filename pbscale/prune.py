@@ -312,18 +312,28 @@ class PruneTask:
     def batch_loss(self, order: torch.Tensor, i: int):
         B = self.cfg.batch_size
         idx = order[i * B:(i + 1) * B].to(self.data.train.y.device)
-        x = self.data.train.x[idx]
-        if self.data.augment:
-            x = datamod.augment_batch(x, self.aug_gen)
         self.model.train()
-        x, y = self.data.prepare(x), self.data.train.y[idx]
         if self.shard is None:
-            return self.layout.loss_fn(x, y, cross_entropy_per_mask)
+            x = self.data.train.x[idx]
+            if self.data.augment:
+                x = datamod.augment_batch(x, self.aug_gen)
+            return self.layout.loss_fn(self.data.prepare(x), self.data.train.y[idx],
+                                       cross_entropy_per_mask)
+        # torchrun: the whole batch is augmented on every rank (the generator advances alike),
+        # each rank gathers and converts only the rows it evaluates
+        aug = datamod.augment_batch(self.data.train.x[idx], self.aug_gen) \
+            if self.data.augment else None
+
+        def make(rows: slice):
+            x = aug[rows] if aug is not None else self.data.train.x[idx[rows]]
+            return self.layout.loss_fn(self.data.prepare(x), self.data.train.y[idx[rows]],
+                                       cross_entropy_per_mask)
+
         if self.averager is not None:
             self.averager.new_step()
         return distributed.DataParallelLoss(
-            lambda xs, ys: self.layout.loss_fn(xs, ys, cross_entropy_per_mask), x, y,
-            self.shard, on_split=self.averager.split if self.averager is not None else None)
+            make, len(idx), self.shard,
+            on_split=self.averager.split if self.averager is not None else None)
 
     def _mine(self, batches):
         """The batches this rank handles in a split evaluation (every K-th; all without a
