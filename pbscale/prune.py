@@ -19,6 +19,11 @@ the last 20% while the weights fine-tune. Evaluation mask of MC runs: 10 masks s
 scored (training loss) on the same 10 training batches, the best kept for validation and test;
 BatchNorm running statistics of mask methods are recomputed for the evaluation mask on those
 batches before it is scored on validation and test.
+
+Under ``torchrun`` (:func:`distribute`, :mod:`pbscale.distributed`) MC runs split their samples
+over the ranks and CP, MP, GMP and dense runs their minibatches (data parallelism, gradients
+averaged by one flat all-reduce per step); evaluation is split too; rank i > 0 writes its copy
+of the run folder under ``OUT/.rank<i>``.
 """
 
 from __future__ import annotations
