@@ -13,8 +13,11 @@ the generator stay identical on all ranks, and the result equals the single-proc
 float round-off (the order of the sums differs). Pair estimators (DisARM) split whole pairs.
 
 Rank 0 writes the run folder under ``--out``; rank i > 0 keeps its own copy (checkpoints,
-history) under ``OUT/.rank<i>/``, from which it resumes, so that resuming needs no broadcast
-and a test can check that all ranks hold identical masks at every checkpoint. A SIGTERM seen by
+history) under ``OUT/.rank<i>/``, so that a test can check that all ranks hold identical masks
+at every checkpoint. ``pbscale.prune`` runs resume every rank from rank 0's checkpoint
+(:func:`sync_resume_files`), so a relaunch with missing or stale copies (a rank killed before
+its last checkpoint, another K) resumes consistently; ``pbscale.regress`` resumes each rank
+from its own copy. A SIGTERM seen by
 any rank stops every rank before the same step (:func:`pbscale.loop.run` all-reduces the flag
 once per step), so the ranks' checkpoints always describe the same step.
 
@@ -73,6 +76,7 @@ import torch
 import torch.distributed as dist
 
 from pbexact.errors import PBInputError
+from pbexact.io import atomic_write_bytes
 
 
 @dataclass
@@ -273,6 +277,39 @@ class GradAverage:
             for b in self.buffers:
                 b.copy_(flat[pos:pos + b.numel()].view_as(b).div_(K))
                 pos += b.numel()
+
+
+#: The files of a run folder that decide where a run resumes (:func:`pbscale.loop.run`).
+RESUME_FILES = ("checkpoint.pt", "summary.json")
+
+
+def sync_resume_files(folder: str | Path, shard: Shard, device: torch.device | str = "cpu"
+                      ) -> None:
+    """Before a distributed run starts or resumes, every rank takes rank 0's ``checkpoint.pt``
+    and ``summary.json`` (as raw bytes, broadcast as uint8 tensors; a file rank 0 lacks is
+    removed on the others). All ranks hold identical state at every checkpoint, so rank 0's is
+    every rank's; this keeps a relaunch consistent when the ranks' own files disagree: a rank
+    killed before writing its last checkpoint, a new node without them, or another K. ``folder``
+    is this rank's run folder (:func:`rank_out`)."""
+    dev = torch.device(device)
+    for name in RESUME_FILES:
+        path = Path(folder) / name
+        data = path.read_bytes() if shard.rank == 0 and path.is_file() else None
+        size = torch.tensor([-1 if data is None else len(data)], dtype=torch.int64, device=dev)
+        dist.broadcast(size, 0)
+        n = int(size.item())
+        if shard.rank > 0 and n < 0:
+            if path.is_file():
+                path.unlink()
+            continue
+        if n < 0:
+            continue
+        buf = (torch.frombuffer(bytearray(data), dtype=torch.uint8).to(dev) if shard.rank == 0
+               else torch.empty(n, dtype=torch.uint8, device=dev))
+        if n:
+            dist.broadcast(buf, 0)
+        if shard.rank > 0:
+            atomic_write_bytes(path, buf.cpu().numpy().tobytes())
 
 
 def all_sum(values: Sequence[float] | torch.Tensor, shard: Shard | None) -> torch.Tensor:

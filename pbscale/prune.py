@@ -587,6 +587,8 @@ def run(cfg: PruneConfig, out: str | Path, device: str = "cpu", *, quiet: bool =
         quiet = quiet or shard.rank > 0
     folder = run_folder(out, task.name, full_config(task, method, loop))
     task.export_dir = folder
+    if shard is not None:  # every rank resumes from rank 0's checkpoint
+        distributed.sync_resume_files(folder, shard, dev)
     if not quiet:
         print(f"{folder.name}: {cfg.model} on {cfg.dataset}, {cfg.mode} {cfg.method}; "
               f"{task.d:,} masked weights of {task.num_all:,} parameters; device {dev}",
