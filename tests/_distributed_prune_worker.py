@@ -44,6 +44,8 @@ CASES = {
     # BatchNorm: ranks must stay identical (not equal to one process: per-rank statistics)
     "resnet-dense": dict(model="resnet20", synthetic=24, batch_size=8, epochs=2, mode="joint",
                          method="dense"),
+    "resnet-cp": dict(model="resnet20", synthetic=24, batch_size=8, epochs=2, mode="joint",
+                      method="cp"),
 }
 
 

@@ -3,9 +3,9 @@ CPU), run through ``tests/_distributed_prune_worker.py``: CP supermask and joint
 GMP runs of LeNet (synthetic images, batch 75 split 37 / 38) equal the single-process runs to
 float round-off, the joint ARMS run (samples split, weight gradients summed) too over its first
 MC steps; every rank holds bit-identical state (weights, masks, logits, optimizer state, buffers)
-at every checkpoint and writes identical metrics and exported masks; a BatchNorm ResNet-20 keeps
-its ranks identical; a run stopped by SIGTERM on ONE rank stops on every rank at the same step
-and resumes to the uninterrupted distributed run's exact state."""
+at every checkpoint and writes identical metrics and exported masks; BatchNorm ResNet-20 runs
+(dense, CP) keep their ranks identical; a run stopped by SIGTERM on ONE rank stops on every
+rank at the same step and resumes to the uninterrupted distributed run's exact state."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ WORKER = str(ROOT / "tests" / "_distributed_prune_worker.py")
 TIMING = ("train_seconds", "val_seconds")
 LENET = ["cp-supermask", "cp-joint", "dense", "mp", "gmp", "dense-tail", "arms-joint"]
 EQUAL = LENET[:6]  # whole runs equal to one process (the ARMS run: its first MC steps)
-ALL = [*LENET, "resnet-dense"]
+ALL = [*LENET, "resnet-dense", "resnet-cp"]
 #: per tensor, max |K=2 - K=1| <= TOL * max |K=1| (measured: 3.6e-5 CP (RMSprop on the logits
 #: turns round-off in near-zero gradients into larger steps), 9e-7 dense / MP / GMP)
 TOL = 1e-4
@@ -108,7 +108,7 @@ def test_ranks_identical_at_every_checkpoint(runs):
     r0 = json.loads((runs / "k2" / "ckpt0.json").read_text())
     r1 = json.loads((runs / "k2" / "ckpt1.json").read_text())
     for case in ALL:
-        epochs = {"arms-joint": 10, "resnet-dense": 2, "dense-tail": 1}.get(case, 5)
+        epochs = {"arms-joint": 10, "resnet-dense": 2, "resnet-cp": 2, "dense-tail": 1}.get(case, 5)
         assert sorted(r0[case], key=int) == [str(e) for e in range(1, epochs + 1)], case
         assert r0[case] == r1[case], case  # SHA-256 of every tensor of every checkpoint
         f0 = _folder(runs / "k2", case)
@@ -117,10 +117,11 @@ def test_ranks_identical_at_every_checkpoint(runs):
         assert _history(f0) == _history(f1), case
         m0, m1 = (torch.load(f / "masks.pt", weights_only=True) for f in (f0, f1))
         assert m0.keys() == m1.keys() and all(torch.equal(m0[k], m1[k]) for k in m0), case
-    # the BatchNorm net's running statistics trained (and agree, by the digests above)
-    state = torch.load(_folder(runs / "k2", "resnet-dense") / "checkpoint.pt", weights_only=True)
-    means = [v for k, v in state["task"]["model"].items() if k.endswith("running_mean")]
-    assert means and all(float(v.abs().max()) > 0 for v in means)
+    # the BatchNorm nets' running statistics trained (and agree, by the digests above)
+    for case in ("resnet-dense", "resnet-cp"):
+        state = torch.load(_folder(runs / "k2", case) / "checkpoint.pt", weights_only=True)
+        means = [v for k, v in state["task"]["model"].items() if k.endswith("running_mean")]
+        assert means and all(float(v.abs().max()) > 0 for v in means), case
 
 
 @pytest.mark.parametrize("case", EQUAL)
