@@ -45,8 +45,9 @@ LeNet evaluated through ``MaskedModule.loss_fn`` ends the backward pass with una
 gradients; the same net through ``DDP.forward`` averages them). CP's mask logits are no module
 parameter either. So :class:`GradAverage` does what DDP does, as one flat all-reduce of every
 gradient (weights, and CP's logits) per step, run as a step pre-hook of the run's optimizers
-(``torch.optim.Optimizer.register_step_pre_hook``): the first optimizer to step after a backward
-pass averages everything, the others find it done. No bucketing or overlap with the backward
+(``torch.optim.Optimizer.register_step_pre_hook``), armed once per step by the task's
+``batch_loss``: the first optimizer to step after the backward pass averages everything, the
+others find it done. No bucketing or overlap with the backward
 pass (DDP's speed-ups): at LeNet's 266,610 weights one flat buffer is 1 MB.
 
 BatchNorm: each rank normalizes with the statistics of its own rows (as DDP without
