@@ -32,7 +32,7 @@ import time
 
 import torch
 
-from pbexact.errors import ArgumentParser
+from pbexact.errors import ArgumentParser, int_at_least, nonneg_int, positive_int, positive_int_list
 from pbscale import distributed
 from pbscale.methods import MC_METHODS, MaskTrainer, MethodConfig
 from pbscale.regression import BATCH, make_problem
@@ -107,6 +107,17 @@ def _dp_worker(args: argparse.Namespace) -> None:
     distributed.shutdown()
 
 
+def _dp_methods(text: str) -> list[str]:
+    """argparse type: comma-separated pruning methods of ``pbscale.prune`` ('' : none)."""
+    from pbscale.prune import PRUNE_METHODS
+    methods = [m for m in text.split(",") if m]
+    for m in methods:
+        if m not in PRUNE_METHODS:
+            raise argparse.ArgumentTypeError(f"unknown pruning method {m!r}; choose from "
+                                  f"{', '.join(PRUNE_METHODS)}")
+    return methods
+
+
 def _launch(k: int, argv: list[str]) -> dict:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -125,18 +136,21 @@ def _launch(k: int, argv: list[str]) -> dict:
 def main(argv: list[str] | None = None) -> None:
     ap = ArgumentParser(description=__doc__.splitlines()[0])
     # --samples: the name the ranks get (torchrun's parser would take --n for its own options)
-    ap.add_argument("--n", "--samples", dest="n", type=int, default=100)
+    ap.add_argument("--n", "--samples", dest="n", type=int_at_least(2), default=100)
     ap.add_argument("--estimator", default="loorf", choices=MC_METHODS)
-    ap.add_argument("--steps", type=int, default=20)
-    ap.add_argument("--warmup", type=int, default=3)
-    ap.add_argument("--chunk", type=int, default=0, help="samples per forward (0: automatic)")
-    ap.add_argument("--ks", default="1,2", help="process counts to compare")
-    ap.add_argument("--threads", type=int, default=1, help="torch threads per process")
+    ap.add_argument("--steps", type=positive_int, default=20)
+    ap.add_argument("--warmup", type=nonneg_int, default=3)
+    ap.add_argument("--chunk", type=nonneg_int, default=0,
+                    help="samples per forward (0: automatic)")
+    ap.add_argument("--ks", type=positive_int_list, default=[1, 2],
+                    help="process counts to compare")
+    ap.add_argument("--threads", type=positive_int, default=1, help="torch threads per process")
     ap.add_argument("--device", default="cpu")
-    ap.add_argument("--dp-methods", default="dense,cp",
+    ap.add_argument("--dp-methods", type=_dp_methods, default="dense,cp",
                     help="joint LeNet pruning methods timed data-parallel ('' : none)")
-    ap.add_argument("--dp-batch", type=int, default=128)
-    ap.add_argument("--dp-steps", type=int, default=20)
+    ap.add_argument("--dp-batch", type=positive_int, default=128)
+    ap.add_argument("--dp-steps", type=int_at_least(2), default=20,
+                    help="steps per epoch (all but the second epoch's last are timed)")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--dp-worker", default="", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -149,7 +163,7 @@ def main(argv: list[str] | None = None) -> None:
     forward = [f"--samples={args.n}", f"--estimator={args.estimator}", f"--steps={args.steps}",
                f"--warmup={args.warmup}", f"--chunk={args.chunk}", f"--threads={args.threads}",
                f"--device={args.device}"]
-    ks = [int(k) for k in args.ks.split(",")]
+    ks = args.ks
     print(f"{args.estimator} n={args.n}, d=8,050, batch {BATCH}, {args.steps} timed steps, "
           f"{args.threads} thread(s) per process, device {args.device}")
     res = {}
@@ -160,7 +174,7 @@ def main(argv: list[str] | None = None) -> None:
     base = res[ks[0]]["seconds_per_step"]
     for k in ks[1:]:
         print(f"speed-up K={k} over K={ks[0]}: {base / res[k]['seconds_per_step']:.2f}x")
-    for method in [m for m in args.dp_methods.split(",") if m]:
+    for method in args.dp_methods:
         print(f"data parallel: joint {method} LeNet-300-100, batch {args.dp_batch}, "
               f"{args.dp_steps} timed steps, {args.threads} thread(s) per process")
         dp = {}

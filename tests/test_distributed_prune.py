@@ -188,3 +188,14 @@ def test_resume_after_sigterm_on_one_rank(runs, tmp_path):
             b = torch.load(fb / "checkpoint.pt", weights_only=True)
             _close(a, b, 0.0, case)
             assert _history(fa) == _history(fb), case
+
+
+@pytest.mark.parametrize("args,msg", [(["--dp-methods", "dense,foo"], "unknown pruning method"),
+                                      (["--dp-steps", "1"], "--dp-steps"),
+                                      (["--ks", "1,0"], "--ks")])
+def test_bench_distributed_bad_input_is_one_line(args, msg):
+    cp = subprocess.run([sys.executable, "-m", "benchmarks.bench_distributed", *args],
+                        env=_env(), capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert cp.returncode == 2
+    lines = cp.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error:") and msg in lines[0], cp.stderr
