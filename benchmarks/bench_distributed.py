@@ -176,7 +176,7 @@ def main(argv: list[str] | None = None) -> None:
         print(f"speed-up K={k} over K={ks[0]}: {base / res[k]['seconds_per_step']:.2f}x")
     for method in args.dp_methods:
         print(f"data parallel: joint {method} LeNet-300-100, batch {args.dp_batch}, "
-              f"{args.dp_steps} timed steps, {args.threads} thread(s) per process")
+              f"{args.dp_steps - 1} timed steps, {args.threads} thread(s) per process")
         dp = {}
         for k in ks:
             dp[k] = _launch(k, [f"--dp-worker={method}", f"--dp-batch={args.dp_batch}",
