@@ -1,8 +1,17 @@
-"""Time per MC step on MaskedNNRegression (d = 8,050, batch 100, n = 100 by default) with the
-samples split over K = 1 and K = 2 processes (``torch.distributed``, :mod:`pbscale.distributed`),
-measured in the same run, printed as seconds per step and the K = 1 / K = 2 ratio.
+"""Time per step with K = 1 and K = 2 processes (``torch.distributed``,
+:mod:`pbscale.distributed`), measured in the same run, printed as milliseconds per step and the
+K = 1 / K = 2 ratio, for
+
+* sample parallelism: an MC step on MaskedNNRegression (d = 8,050, batch 100, n = 100 by
+  default), the n samples split over the ranks;
+* data parallelism: training steps of ``pbscale.prune`` runs of LeNet-300-100 (joint dense and
+  joint CP by default, ``--dp-methods``; batch ``--dp-batch`` 128, synthetic images), each
+  minibatch split over the ranks and the gradients averaged (one flat all-reduce per step),
+  timed over the second epoch's steps (``--dp-steps`` per epoch; evaluation excluded), wall
+  clock and CPU time per process.
 
     python -m benchmarks.bench_distributed [--n 100] [--steps 20] [--ks 1,2] [--device cpu]
+                                           [--dp-methods dense,cp] [--dp-batch 128]
 
 On the CPU each rank uses ``--threads`` torch threads (default 1) and the ranks talk over gloo;
 with ``--device cuda`` each rank takes GPU LOCAL_RANK and the ranks talk over nccl (give
@@ -18,11 +27,12 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 
 import torch
 
-from pbexact.errors import ArgumentParser
+from pbexact.errors import ArgumentParser, int_at_least, nonneg_int, positive_int, positive_int_list
 from pbscale import distributed
 from pbscale.methods import MC_METHODS, MaskTrainer, MethodConfig
 from pbscale.regression import BATCH, make_problem
@@ -64,6 +74,50 @@ def _worker(args: argparse.Namespace) -> None:
     distributed.shutdown()
 
 
+def _dp_worker(args: argparse.Namespace) -> None:
+    """One joint ``pbscale.prune`` run of LeNet (2 epochs of ``--dp-steps`` steps) as torchrun
+    launches it; rank 0 prints the wall and CPU seconds per step of the second epoch's steps
+    (all but its last: the step hook marks them), the slowest rank's."""
+    from pbscale import prune
+
+    torch.set_num_threads(args.threads)
+    shard = distributed.from_env(args.device)
+    cfg = prune.PruneConfig(model="lenet", mode="joint", method=args.dp_worker,
+                            synthetic=args.dp_batch * args.dp_steps, batch_size=args.dp_batch,
+                            epochs=2, max_batches=args.dp_steps, eval_batches=1, eval_masks=1,
+                            val_size=args.dp_batch)
+    marks: dict[str, tuple[float, float]] = {}
+
+    def hook(epoch: int, i: int) -> None:  # steps 0 .. S-2 of the second epoch are timed
+        if epoch == 1 and i in (0, args.dp_steps - 1):
+            marks["start" if i == 0 else "end"] = (time.perf_counter(), time.process_time())
+
+    with tempfile.TemporaryDirectory() as out:
+        summary = prune.run(cfg, out, args.device, quiet=True, shard=shard, step_hook=hook)
+    steps = args.dp_steps - 1
+    wall = (marks["end"][0] - marks["start"][0]) / steps
+    cpu = (marks["end"][1] - marks["start"][1]) / steps
+    if shard is not None:  # the slowest rank counts
+        t = torch.tensor([wall, cpu], dtype=torch.float64)
+        torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.MAX)
+        wall, cpu = t.tolist()
+    if shard is None or shard.rank == 0:
+        print(json.dumps({"seconds_per_step": wall, "cpu_per_step": cpu,
+                          "test_acc": summary["final_test_acc"]}))
+    distributed.shutdown()
+
+
+def _dp_methods(text: str) -> list[str]:
+    """argparse type: comma-separated pruning methods of ``pbscale.prune`` ('' : none)."""
+    from pbscale.prune import PRUNE_METHODS
+    methods = [m for m in text.split(",") if m]
+    for m in methods:
+        if m not in PRUNE_METHODS:
+            raise argparse.ArgumentTypeError(f"unknown pruning method {m!r}; choose from "
+                                  f"{', '.join(PRUNE_METHODS)}")
+    return methods
+
+
 def _launch(k: int, argv: list[str]) -> dict:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -82,23 +136,34 @@ def _launch(k: int, argv: list[str]) -> dict:
 def main(argv: list[str] | None = None) -> None:
     ap = ArgumentParser(description=__doc__.splitlines()[0])
     # --samples: the name the ranks get (torchrun's parser would take --n for its own options)
-    ap.add_argument("--n", "--samples", dest="n", type=int, default=100)
+    ap.add_argument("--n", "--samples", dest="n", type=int_at_least(2), default=100)
     ap.add_argument("--estimator", default="loorf", choices=MC_METHODS)
-    ap.add_argument("--steps", type=int, default=20)
-    ap.add_argument("--warmup", type=int, default=3)
-    ap.add_argument("--chunk", type=int, default=0, help="samples per forward (0: automatic)")
-    ap.add_argument("--ks", default="1,2", help="process counts to compare")
-    ap.add_argument("--threads", type=int, default=1, help="torch threads per process")
+    ap.add_argument("--steps", type=positive_int, default=20)
+    ap.add_argument("--warmup", type=nonneg_int, default=3)
+    ap.add_argument("--chunk", type=nonneg_int, default=0,
+                    help="samples per forward (0: automatic)")
+    ap.add_argument("--ks", type=positive_int_list, default=[1, 2],
+                    help="process counts to compare")
+    ap.add_argument("--threads", type=positive_int, default=1, help="torch threads per process")
     ap.add_argument("--device", default="cpu")
+    ap.add_argument("--dp-methods", type=_dp_methods, default="dense,cp",
+                    help="joint LeNet pruning methods timed data-parallel ('' : none)")
+    ap.add_argument("--dp-batch", type=positive_int, default=128)
+    ap.add_argument("--dp-steps", type=int_at_least(2), default=20,
+                    help="steps per epoch (all but the second epoch's last are timed)")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--dp-worker", default="", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.dp_worker:
+        _dp_worker(args)
+        return
     if args.worker:
         _worker(args)
         return
     forward = [f"--samples={args.n}", f"--estimator={args.estimator}", f"--steps={args.steps}",
                f"--warmup={args.warmup}", f"--chunk={args.chunk}", f"--threads={args.threads}",
                f"--device={args.device}"]
-    ks = [int(k) for k in args.ks.split(",")]
+    ks = args.ks
     print(f"{args.estimator} n={args.n}, d=8,050, batch {BATCH}, {args.steps} timed steps, "
           f"{args.threads} thread(s) per process, device {args.device}")
     res = {}
@@ -109,6 +174,20 @@ def main(argv: list[str] | None = None) -> None:
     base = res[ks[0]]["seconds_per_step"]
     for k in ks[1:]:
         print(f"speed-up K={k} over K={ks[0]}: {base / res[k]['seconds_per_step']:.2f}x")
+    for method in args.dp_methods:
+        print(f"data parallel: joint {method} LeNet-300-100, batch {args.dp_batch}, "
+              f"{args.dp_steps - 1} timed steps, {args.threads} thread(s) per process")
+        dp = {}
+        for k in ks:
+            dp[k] = _launch(k, [f"--dp-worker={method}", f"--dp-batch={args.dp_batch}",
+                                f"--dp-steps={args.dp_steps}", f"--threads={args.threads}",
+                                f"--device={args.device}"])
+            print(f"K={k}: {dp[k]['seconds_per_step'] * 1e3:8.1f} ms/step, CPU "
+                  f"{dp[k]['cpu_per_step'] * 1e3:.1f} ms/step per process (test accuracy after "
+                  f"2 epochs {dp[k]['test_acc']:.4f})", flush=True)
+        for k in ks[1:]:
+            print(f"speed-up K={k} over K={ks[0]}: "
+                  f"{dp[ks[0]]['seconds_per_step'] / dp[k]['seconds_per_step']:.2f}x")
 
 
 if __name__ == "__main__":

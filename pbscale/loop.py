@@ -356,7 +356,7 @@ def run(task: Task, method: Method, loop: LoopConfig, out: str | Path,
             else:
                 order, first, losses = task.epoch_order(generator), 0, []
             for i in range(first, task.steps_per_epoch):
-                if flag["term"]:
+                if _stop_requested(flag, dev):
                     save(epoch, {"order": order.cpu(), "step": i, "losses": losses})
                     bar.close()
                     print(f"SIGTERM: checkpoint written to {ckpt_path}; rerun to resume",
@@ -425,6 +425,17 @@ def _restore(state: dict, method: Method, task: Task, weights: list[torch.nn.Par
         raise ValueError("history length")
     fixed = state["fixed"].to(dev) if state["fixed"] is not None else None
     return history, start, fixed, state.get("position")
+
+
+def _stop_requested(flag: dict, dev: torch.device) -> bool:
+    """SIGTERM seen by this process or, under torch.distributed, by any rank (one all-reduce
+    of the flag per step), so that all ranks checkpoint before the same step."""
+    if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
+        return flag["term"]
+    t = torch.tensor([float(flag["term"])], device=dev)
+    torch.distributed.all_reduce(t)
+    flag["term"] = bool(t.item() > 0)
+    return flag["term"]
 
 
 def _check_finite(method: Method, epoch: int) -> None:

@@ -19,6 +19,11 @@ the last 20% while the weights fine-tune. Evaluation mask of MC runs: 10 masks s
 scored (training loss) on the same 10 training batches, the best kept for validation and test;
 BatchNorm running statistics of mask methods are recomputed for the evaluation mask on those
 batches before it is scored on validation and test.
+
+Under ``torchrun`` (:func:`distribute`, :mod:`pbscale.distributed`) MC runs split their samples
+over the ranks and CP, MP, GMP and dense runs their minibatches (data parallelism, gradients
+averaged by one flat all-reduce per step); evaluation is split too; rank i > 0 writes its copy
+of the run folder under ``OUT/.rank<i>``.
 """
 
 from __future__ import annotations
@@ -292,6 +297,10 @@ class PruneTask:
         self.aug_gen = torch.Generator().manual_seed(cfg.seed)
         self.eval_mask: torch.Tensor | None = None
         self.export_dir: Path | None = None
+        #: torchrun: this rank's :class:`pbscale.distributed.Shard` (batches and evaluation
+        #: split over the ranks) and the run's :class:`pbscale.distributed.GradAverage`
+        self.shard: distributed.Shard | None = None
+        self.averager: distributed.GradAverage | None = None
 
     # ------------------------------------------------------------------ Task protocol
 
@@ -308,12 +317,34 @@ class PruneTask:
     def batch_loss(self, order: torch.Tensor, i: int):
         B = self.cfg.batch_size
         idx = order[i * B:(i + 1) * B].to(self.data.train.y.device)
-        x = self.data.train.x[idx]
-        if self.data.augment:
-            x = datamod.augment_batch(x, self.aug_gen)
         self.model.train()
-        return self.layout.loss_fn(self.data.prepare(x), self.data.train.y[idx],
-                                   cross_entropy_per_mask)
+        if self.shard is None:
+            x = self.data.train.x[idx]
+            if self.data.augment:
+                x = datamod.augment_batch(x, self.aug_gen)
+            return self.layout.loss_fn(self.data.prepare(x), self.data.train.y[idx],
+                                       cross_entropy_per_mask)
+        # torchrun: the whole batch is augmented on every rank (the generator advances alike),
+        # each rank gathers and converts only the rows it evaluates
+        aug = datamod.augment_batch(self.data.train.x[idx], self.aug_gen) \
+            if self.data.augment else None
+
+        def make(rows: slice):
+            x = aug[rows] if aug is not None else self.data.train.x[idx[rows]]
+            return self.layout.loss_fn(self.data.prepare(x), self.data.train.y[idx[rows]],
+                                       cross_entropy_per_mask)
+
+        if self.averager is not None:
+            self.averager.new_step()
+        return distributed.DataParallelLoss(
+            make, len(idx), self.shard,
+            on_split=self.averager.split if self.averager is not None else None)
+
+    def _mine(self, batches):
+        """The batches this rank handles in a split evaluation (every K-th; all without a
+        shard); the caller all-reduces the sums."""
+        s = self.shard
+        return (b for j, b in enumerate(batches) if s is None or j % s.world == s.rank)
 
     def state_dict(self) -> dict:
         return {"model": {k: v.detach().cpu() for k, v in self.model.state_dict().items()},
@@ -355,8 +386,10 @@ class PruneTask:
             k = min(method.chunk, left)
             z = method.sample_masks(k)
             losses = torch.zeros(k, device=self.device)
-            for x, y in batches:
+            for x, y in self._mine(batches):
                 losses += self.layout.loss_fn(x, y, cross_entropy_per_mask)(z)
+            if self.shard is not None:
+                losses = distributed.all_sum(losses.cpu(), self.shard).to(losses)
             i = int(torch.argmin(losses))
             if float(losses[i]) < best_loss:
                 best, best_loss = z[i].clone(), float(losses[i])
@@ -392,14 +425,18 @@ class PruneTask:
 
     @torch.no_grad()
     def score(self, params: dict, batches) -> tuple[float, float]:
-        """(mean cross-entropy, accuracy) of the network under ``params`` in eval mode."""
+        """(mean cross-entropy, accuracy) of the network under ``params`` in eval mode (under
+        torchrun each rank scores every K-th batch and the sums are all-reduced)."""
         self.model.eval()
         loss, correct, count = 0.0, 0, 0
-        for x, y in batches:
+        for x, y in self._mine(batches):
             out = functional_call(self.model, params, (x,))
             loss += float(F.cross_entropy(out, y, reduction="sum"))
             correct += int((out.argmax(1) == y).sum())
             count += len(y)
+        if self.shard is not None:
+            loss, correct, count = distributed.all_sum([loss, correct, count], self.shard).tolist()
+            correct, count = round(correct), round(count)
         return loss / max(count, 1), correct / max(count, 1)
 
     def evaluate(self, ctx: EvalContext) -> dict[str, float]:
@@ -539,20 +576,19 @@ def run(cfg: PruneConfig, out: str | Path, device: str = "cpu", *, quiet: bool =
         shard=None) -> dict:
     """Train (or resume, or read back) the run of ``cfg`` under ``out``; returns its summary
     with the run folder, both weight counts and the final metrics. ``shard``
-    (:mod:`pbscale.distributed`, a torchrun launch): supermask MC samples split over the ranks,
-    rank i > 0 writing its copy under ``out/.rank<i>``."""
+    (:mod:`pbscale.distributed`, a torchrun launch): MC samples split over the ranks, CP, MP,
+    GMP and dense runs (and the fixed-mask epochs of joint MC runs) data-parallel, evaluation
+    split; rank i > 0 writing its copy under ``out/.rank<i>``."""
     cfg, dev, data = prepare(cfg, device, download, download_url)
     task, method, loop, weight_opt = build(cfg, data, dev)
     if shard is not None:
-        if cfg.method not in MC or cfg.mode != "supermask":
-            raise PBInputError("under torchrun only supermask MC runs split their samples "
-                               "(joint and CP/MP/GMP/dense runs: no DDP yet); run without "
-                               "torchrun")
-        method.shard = shard
+        distribute(task, method, weight_opt, shard)
         out = distributed.rank_out(out, shard)
         quiet = quiet or shard.rank > 0
     folder = run_folder(out, task.name, full_config(task, method, loop))
     task.export_dir = folder
+    if shard is not None:  # every rank resumes from rank 0's checkpoint
+        distributed.sync_resume_files(folder, shard, dev)
     if not quiet:
         print(f"{folder.name}: {cfg.model} on {cfg.dataset}, {cfg.mode} {cfg.method}; "
               f"{task.d:,} masked weights of {task.num_all:,} parameters; device {dev}",
@@ -565,6 +601,21 @@ def run(cfg: PruneConfig, out: str | Path, device: str = "cpu", *, quiet: bool =
     if not quiet:
         report(summary, task)
     return summary
+
+
+def distribute(task: PruneTask, method, weight_opt: torch.optim.Optimizer | None,
+               shard: distributed.Shard) -> None:
+    """Set a built run up for torch.distributed (see :mod:`pbscale.distributed`): batches and
+    evaluation split over the ranks, MC samples split over the ranks, and the gradients of the
+    weights (joint, dense) and of CP's logits averaged by one flat all-reduce per step, with
+    the BatchNorm running statistics."""
+    task.shard = shard
+    if task.cfg.method in MC:
+        distributed.split_samples(method, shard)
+    tracked = list(task.weights()) + ([method.r] if task.cfg.method == "cp" else [])
+    if tracked:
+        task.averager = distributed.GradAverage(shard, tracked, list(task.model.buffers()))
+        task.averager.attach([*method.optimizers, *([weight_opt] if weight_opt else [])])
 
 
 def report(summary: dict, task: PruneTask) -> None:
