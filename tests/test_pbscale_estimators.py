@@ -152,15 +152,17 @@ def test_straight_through_is_the_gradient_in_z():
     torch.testing.assert_close(est.grad, expected.mean(0))
 
 
-def test_copula_sampler_marginals_and_correlation():
-    theta1 = torch.tensor([0.2, 0.5, 0.85], dtype=torch.float64)
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])  # stick-breaking; thresholds
+def test_copula_sampler_marginals_and_correlation(dtype):
+    theta1 = torch.tensor([0.2, 0.5, 0.85], dtype=dtype)
     reps, n = 20000, 4
     theta = theta1.repeat(reps)  # reps independent copies of a d = 3 problem side by side
     z = CopulaSampler(theta, n, torch.Generator().manual_seed(0)).next(n).reshape(n, reps, 3)
-    np.testing.assert_allclose(z.mean((0, 1)).numpy(), theta1.numpy(), atol=0.01)
-    a, b = z[0], z[1]
+    np.testing.assert_allclose(z.double().mean((0, 1)).numpy(), theta1.double().numpy(), atol=0.01)
+    a, b = z[0].double(), z[1].double()
     corr = ((a * b).mean(0) - a.mean(0) * b.mean(0)) / (a.std(0) * b.std(0))
-    np.testing.assert_allclose(corr.numpy(), arms_correlation(theta1.numpy(), n), atol=0.03)
+    np.testing.assert_allclose(corr.double().numpy(), arms_correlation(theta1.double().numpy(), n),
+                               atol=0.03)
     assert float(arms_correlation(theta1, n).min()) < -0.1  # antithetic: not a vacuous check
 
 
@@ -241,6 +243,48 @@ def test_copula_sampler_same_numbers_whatever_the_chunking():
     one = CopulaSampler(theta, 6, torch.Generator().manual_seed(4)).next(6)
     s = CopulaSampler(theta, 6, torch.Generator().manual_seed(4))
     assert torch.equal(torch.cat([s.next(1), s.next(4), s.next(1)]), one)
+
+
+@pytest.mark.parametrize("d", [30_001, 8])  # odd d: whole words per row; 30,001: 4 sum batches
+def test_copula_cpu_float32_same_samples_whatever_the_chunking(d):
+    # the CPU float32 sampler sums the n draws first (drawing them twice when a chunk is not all
+    # n): every chunking gives the same bits and fractions and leaves the generator where one
+    # chunk of n leaves it
+    n = 37
+    theta = torch.rand(d, generator=torch.Generator().manual_seed(0))
+    gen = torch.Generator().manual_seed(5)
+    one = CopulaSampler(theta, n, gen).next(n)
+    after = torch.rand(3, generator=gen)
+    for sizes in ([1, 9, 20, 7], [10, 10, 10, 7], [36, 1]):
+        g = torch.Generator().manual_seed(5)
+        s = CopulaSampler(theta, n, g)
+        assert torch.equal(torch.cat([s.next(k) for k in sizes]), one), sizes
+        assert torch.equal(torch.rand(3, generator=g), after)
+    D = torch.cat([CopulaSampler(theta, n, torch.Generator().manual_seed(5)).fractions(n)])
+    parts = CopulaSampler(theta, n, torch.Generator().manual_seed(5))
+    torch.testing.assert_close(torch.cat([parts.fractions(k) for k in (3, 34)]), D, rtol=0,
+                               atol=0)
+    assert 0.3 < one.mean() < 0.7 and one.dtype == torch.float32
+
+
+def test_arms_float32_unbiased_against_enumeration_in_chunks():
+    # the float32 CPU sampler through mc_gradient in chunks of 2 of n = 4 (the draw-twice path)
+    masked, f = small_problem((2, 3, 1))
+    table = _enumerated(masked, f)
+    param = get_parametrization("sigmoid")
+    theta = np.linspace(0.2, 0.8, masked.d)
+    r_np, r_t = logits_for(param, theta)
+    exact = param.chain(true_gradient(table, theta), r_np)
+    gen = torch.Generator().manual_seed(0)
+
+    def f32(z):
+        return f(z.double()).float()
+
+    ests = torch.stack([mc_gradient(f32, r_t.float(), param, "arms", 4, gen, chunk=2).grad
+                        for _ in range(1500)]).double().numpy()
+    mean, se = ests.mean(0), ests.std(0, ddof=1) / np.sqrt(len(ests))
+    assert np.all(np.abs(mean - exact) <= 4.5 * se + 1e-6), (mean, exact, se)
+    assert np.any(np.abs(exact) > 4.5 * se)
 
 
 def test_copula_sampler_float32_marginals_at_extreme_theta_and_large_n():
