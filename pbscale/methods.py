@@ -107,17 +107,18 @@ def uniform_bits24(shape: tuple[int, ...], generator: torch.Generator) -> torch.
     """float32 m, uniform on {0, ..., 2^24 - 1}, of shape ``shape``, from a CPU generator: 24
     bits of each 32-bit half of ``random_()`` int64 draws (uniform on [0, 2^63 - 1]), which
     the CPU generator makes much faster than float uniforms (m / 2^24 is torch.rand's float32
-    resolution). The stream depends only on the number of values drawn (pairs of values per
-    int64 word)."""
-    total = math.prod(shape)
-    words = torch.empty(((total + 1) // 2,), dtype=torch.int64)
+    resolution). Each row (last dimension, d values) takes ceil(d/2) words, so the stream does
+    not depend on how the rows are split into chunks, odd d included."""
+    d = shape[-1] if shape else 1
+    rows = math.prod(shape[:-1]) if shape else 1
+    words = torch.empty((rows, (d + 1) // 2), dtype=torch.int64)
     words.random_(generator=generator)
-    m = words.view(torch.int32)[:total].view(shape).bitwise_and_((1 << 24) - 1)
+    m = words.view(torch.int32)[:, :d].bitwise_and_((1 << 24) - 1)
     # m as float32 (exact: m < 2^24) over the same memory: an elementwise in-place cast,
     # which spares a fresh (k, d) buffer (a fresh buffer costs more than the cast itself)
-    u = words.view(torch.float32)[:total].view(shape)
+    u = words.view(torch.float32)[:, :d]
     u.copy_(m)
-    return u
+    return u.reshape(shape)  # a copy only for odd d
 
 
 class CopulaSampler:
@@ -130,22 +131,19 @@ class CopulaSampler:
     D <= c and D >= c, c = 1 - (1 - theta)^(1/(n-1)) resp. 1 - theta^(1/(n-1)) (computed once per
     step, d values, log and expm1). Two ways to the same law:
 
-    * float32 on the CPU (integer thresholds): U_s = (m_s + 1) / 2^24 where theta > 1/2 and
-      (2^24 - m_s) / 2^24 elsewhere, m_s uniform on {0, ..., 2^24 - 1} (torch.rand's float32
-      grid reflected: never 0), from 24 bits of each 32-bit half of ``random_()`` int64 draws,
-      ceil(d/2) words per row. D_s <= c is E_s <= c R_0, i.e. U_s >= exp(-c R_0), and D_s >= c
-      is U_s <= exp(-c R_0): both read m_s >= an integer threshold per coordinate, so a chunk
-      costs what the Bernoulli sampler's does (one comparison per element) plus R_0 =
-      24 n ln 2 - sum_s log |m_s - p| (p = -1 or 2^24): products of 10 rows of 2^-12 |m_s - p|
-      in float32, their logs summed in float64, in batches fixed by the sample index. R_0 needs
-      all n draws: a
-      chunk of all n uses its own; smaller chunks draw the n rows once to sum them and again,
-      chunk by chunk, from the saved generator state (the RNG twice), so every chunking gives
-      the same samples.
-    * otherwise (GPU, float64): a uniform stick-breaking, Q_0 = 1, Q_s = Q_(s-1) U_s^(1/(n-s))
-      (Q_n = 0), D_s = Q_(s-1) - Q_s, the Q of a chunk a running product over its rows, O(d)
-      state; the sign of the test rides on Q. No power of a (k, d) array is taken, so float32
-      keeps the tails (theta near 0 or 1); D has an absolute rounding error of about 1e-7
+    * float32 on the CPU with n d <= 2^24 (integer thresholds): the step's n rows are drawn at
+      its first chunk (at most 64 MiB) and served chunk by chunk, so every chunking gives the
+      same samples. U_s = (m_s + 1) / 2^24 where theta > 1/2 and (2^24 - m_s) / 2^24 elsewhere,
+      m_s uniform on {0, ..., 2^24 - 1} (torch.rand's float32 grid reflected: never 0), from 24
+      bits of each 32-bit half of ``random_()`` int64 draws. D_s <= c is E_s <= c R_0, i.e.
+      U_s >= exp(-c R_0), and D_s >= c is U_s <= exp(-c R_0): both read m_s >= an integer
+      threshold per coordinate, so a sample costs what a Bernoulli sample does (one comparison
+      per element) plus R_0 = 24 n ln 2 - sum_s log |m_s - p| (p = -1 or 2^24): products of
+      10 rows of 2^-12 |m_s - p| in float32, their logs summed in float64.
+    * otherwise (GPU, float64, larger n d): a uniform stick-breaking, Q_0 = 1, Q_s = Q_(s-1)
+      U_s^(1/(n-s)) (Q_n = 0), D_s = Q_(s-1) - Q_s, the Q of a chunk a running product over its
+      rows, O(d) state; the sign of the test rides on Q. No power of a (k, d) array is taken, so
+      float32 keeps the tails (theta near 0 or 1); D has an absolute rounding error of about 1e-7
       (float32), which moves P(z~_i = 1) by at most about n 1e-7 (1 - theta_i) (resp. theta_i).
     """
 
@@ -154,7 +152,8 @@ class CopulaSampler:
         self.n = check_n(n, "ARMS", 2)
         self.generator = generator
         self.drawn = 0
-        self._ints = theta.dtype == torch.float32 and theta.device.type == "cpu"
+        cpu32 = theta.dtype == torch.float32 and theta.device.type == "cpu"
+        self._ints = cpu32 and self.n * theta.numel() <= _ALL_DRAWS_ELEMENTS
         # the branch and its threshold c = 1 - m^(1/(n-1)), m = 1 - theta (theta > 1/2) or
         # theta, by log and expm1 (a few ulps of the dtype, also for m near 0 or 1)
         if self._ints:
@@ -173,6 +172,7 @@ class CopulaSampler:
             fixed = torch.where(hi, 0.0, 2.0**24).double()[one]
             self._fixed = (one, fixed) if bool(one.any()) else None
             self._bound: torch.Tensor | None = None  # m >= bound, once R_0 is known
+            self._m: torch.Tensor | None = None  # the step's n rows of m, drawn at draw 1
             return
         hi, m = branch_side(theta.detach())
         c = branch_threshold(m, self.n)
@@ -188,16 +188,6 @@ class CopulaSampler:
 
     # --- float32 on the CPU: integer thresholds on the sum of exponentials ------------------
 
-    def _rows(self, k: int) -> torch.Tensor:
-        """m (k, d) float32, uniform on {0, ..., 2^24 - 1} (24 bits of each 32-bit half of
-        int64 draws uniform on [0, 2^63 - 1], cast over their own memory); each row takes
-        ceil(d/2) words, so the stream does not depend on how the rows are chunked."""
-        d = self.theta.numel()
-        words = torch.empty((k, (d + 1) // 2), dtype=torch.int64)
-        words.random_(generator=self.generator)
-        m = words.view(torch.int32)[:, :d].bitwise_and_((1 << 24) - 1)
-        return words.view(torch.float32)[:, :d].copy_(m)  # exact: m < 2^24
-
     def _sum_of_logs(self, m: torch.Tensor) -> torch.Tensor:
         """sum over the rows of m of log(2^-12 |m - p|), float64 (d,), by products of
         _PRODUCT_ROWS rows (the last may be shorter) in float32."""
@@ -211,19 +201,14 @@ class CopulaSampler:
         prods = torch.cat(parts) if len(parts) > 1 else parts[0]
         return prods.abs_().log_().sum(0, dtype=torch.float64)
 
-    def _start_step(self, m: torch.Tensor | None) -> None:
-        """R_0 = sum_s E_s = 12 n ln 2 - sum_s log(2^-12 |m_s - p|) over the step's n draws (from
-        m, all n rows, or by drawing them and restoring the generator), then the bound per
-        coordinate: theta > 1/2: m + 1 >= 2^24 exp(-c R_0); else 2^24 - m <= 2^24 exp(-c R_0)."""
-        # the same batches of rows either way, so the same float32 products
-        state = self.generator.get_state() if m is None else None
+    def _start_step(self, m: torch.Tensor) -> None:
+        """R_0 = sum_s E_s = 12 n ln 2 - sum_s log(2^-12 |m_s - p|) over the step's n draws m
+        (n, d), then the bound per coordinate: theta > 1/2: m + 1 >= 2^24 exp(-c R_0); else
+        2^24 - m <= 2^24 exp(-c R_0)."""
         logs = torch.zeros(self.theta.numel(), dtype=torch.float64)
         rows = _PRODUCT_ROWS * max(1, _SUM_ELEMENTS // (_PRODUCT_ROWS * self.theta.numel()))
         for g0 in range(0, self.n, rows):
-            g1 = min(g0 + rows, self.n)
-            logs += self._sum_of_logs(m[g0:g1] if m is not None else self._rows(g1 - g0))
-        if state is not None:
-            self.generator.set_state(state)
+            logs += self._sum_of_logs(m[g0:g0 + rows])
         self._r0 = torch.sub(12 * self.n * math.log(2.0), logs)
         t = torch.addcmul(self._a, self._b, torch.mul(self._r0, self._neg_c).expm1_())
         t = t.ceil_().clamp_(0, 2.0**24)  # m integer: m >= t iff m >= ceil(t)
@@ -232,13 +217,11 @@ class CopulaSampler:
         self._bound = t.to(torch.float32)  # integers <= 2^24: exact in float32
 
     def _draw_ints(self, k: int, bits: bool) -> torch.Tensor:
-        self._check(k)
-        whole = self.drawn == 0 and k == self.n
-        if self.drawn == 0 and not whole:
-            self._start_step(None)
-        m = self._rows(k)
-        if whole:
-            self._start_step(m)
+        first = self._check(k)
+        if first == 1:
+            self._m = uniform_bits24((self.n, self.theta.numel()), self.generator)
+            self._start_step(self._m)
+        m = self._m[first - 1:first - 1 + k]  # each row is served once
         self.drawn += k
         shape = (k,) + tuple(self.theta.shape)
         if bits:  # z~ = 1[m >= bound], over m's memory
@@ -257,8 +240,13 @@ class CopulaSampler:
         rows = (k,) + (1,) * self.theta.dim()
         s = torch.arange(first, first + k, device=dev, dtype=dt)
         per_row = (self.n - s).clamp_min(1).reciprocal_().view(rows)  # 1 / (n - s)
-        out = torch.rand(shape, generator=self.generator, dtype=dt, device=dev)
-        block = max(1, _CACHE_ELEMENTS // max(self.theta.numel(), 1)) if dev.type == "cpu" else k
+        cpu = dev.type == "cpu"
+        if dt == torch.float32 and cpu:
+            # U = m / 2^24, torch.rand's float32 grid (U = 0: log U = -inf, U^(1/(n-s)) = 0)
+            out = uniform_bits24(shape, self.generator).mul_(2.0**-24)
+        else:
+            out = torch.rand(shape, generator=self.generator, dtype=dt, device=dev)
+        block = max(1, _CACHE_ELEMENTS // max(self.theta.numel(), 1)) if cpu else k
         for b0 in range(0, k, block):
             b1 = min(b0 + block, k)
             L = out[b0:b1].log_().mul_(per_row[b0:b1])  # log U^(1/(n-s))
@@ -266,7 +254,7 @@ class CopulaSampler:
                 L[-1] = -math.inf  # the last draw takes the whole remaining stick
             q = torch.exp(L, out=_scratch(L.shape, L))
             q[0].mul_(self._q)
-            if dev.type == "cpu":  # a row loop beats the CPU cumprod kernel along dim 0 (3x)
+            if cpu:  # a row loop beats the CPU cumprod kernel along dim 0 (3x)
                 qs = q.unbind(0)
                 for i in range(1, b1 - b0):
                     qs[i].mul_(qs[i - 1])
@@ -299,7 +287,10 @@ class CopulaSampler:
 _PRODUCT_ROWS = 10
 #: Elements of a batch of rows whose products the CPU copula sampler forms at once (1 MiB).
 _SUM_ELEMENTS = 1 << 18
-#: Elements of a block of rows the CPU stick-breaking works on at once (512 KiB float64).
+#: The CPU float32 copula sampler keeps a step's n d draws up to this many (64 MiB); beyond,
+#: stick-breaking with O(d) state (a chunked step's memory stays flat in n).
+_ALL_DRAWS_ELEMENTS = 1 << 24
+#: Elements of a block of rows the CPU stick-breaking works on at once (about 256 KiB float32).
 _CACHE_ELEMENTS = 1 << 16
 _SCRATCH: dict = {}
 

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import torch
 
+import pbscale.methods as M
 from pbexact import estimators as E
 from pbexact.copula import arms_correlation
 from pbexact.errors import PBInputError
@@ -17,6 +18,7 @@ from pbscale.masks import MaskedModule
 from pbscale.methods import (
     MC_METHODS,
     SAMPLERS,
+    BernoulliSampler,
     CopulaSampler,
     FixedSampler,
     HybridControl,
@@ -245,30 +247,58 @@ def test_copula_sampler_same_numbers_whatever_the_chunking():
     assert torch.equal(torch.cat([s.next(1), s.next(4), s.next(1)]), one)
 
 
-@pytest.mark.parametrize("d", [30_001, 8])  # odd d: whole words per row; 30,001: 4 sum batches
-def test_copula_cpu_float32_same_samples_whatever_the_chunking(d):
-    # the CPU float32 sampler sums the n draws first (drawing them twice when a chunk is not all
-    # n): every chunking gives the same bits and fractions and leaves the generator where one
-    # chunk of n leaves it
+@pytest.mark.parametrize("stick", [False, True])  # n d <= 2^24 (thresholds) and beyond
+@pytest.mark.parametrize("d", [30_001, 8])
+def test_copula_cpu_float32_same_samples_whatever_the_chunking(d, stick, monkeypatch):
+    # every chunking gives the same bits and fractions and leaves the generator where one chunk
+    # of n leaves it, on both CPU float32 paths (stick-breaking forced by a budget of 0)
+    if stick:
+        monkeypatch.setattr(M, "_ALL_DRAWS_ELEMENTS", 0)
     n = 37
     theta = torch.rand(d, generator=torch.Generator().manual_seed(0))
     gen = torch.Generator().manual_seed(5)
-    one = CopulaSampler(theta, n, gen).next(n)
+    s = CopulaSampler(theta, n, gen)
+    assert s._ints is not stick
+    one = s.next(n)
     after = torch.rand(3, generator=gen)
     for sizes in ([1, 9, 20, 7], [10, 10, 10, 7], [36, 1]):
         g = torch.Generator().manual_seed(5)
         s = CopulaSampler(theta, n, g)
         assert torch.equal(torch.cat([s.next(k) for k in sizes]), one), sizes
         assert torch.equal(torch.rand(3, generator=g), after)
-    D = torch.cat([CopulaSampler(theta, n, torch.Generator().manual_seed(5)).fractions(n)])
+    D = CopulaSampler(theta, n, torch.Generator().manual_seed(5)).fractions(n)
     parts = CopulaSampler(theta, n, torch.Generator().manual_seed(5))
     torch.testing.assert_close(torch.cat([parts.fractions(k) for k in (3, 34)]), D, rtol=0,
                                atol=0)
     assert 0.3 < one.mean() < 0.7 and one.dtype == torch.float32
 
 
+def test_bernoulli_cpu_float32_same_samples_whatever_the_chunking():
+    # 24-bit draws take whole words per row, so an odd d does not pair rows differently
+    theta = torch.rand(7, generator=torch.Generator().manual_seed(0))
+    one = BernoulliSampler(theta, torch.Generator().manual_seed(2)).next(9)
+    s = BernoulliSampler(theta, torch.Generator().manual_seed(2))
+    assert torch.equal(torch.cat([s.next(k) for k in (1, 3, 5)]), one)
+
+
+@pytest.mark.parametrize("stick", [False, True])
+def test_copula_cpu_float32_paths_marginals_and_correlation(stick, monkeypatch):
+    if stick:
+        monkeypatch.setattr(M, "_ALL_DRAWS_ELEMENTS", 0)
+    theta1 = torch.tensor([0.2, 0.5, 0.85, 0.03])
+    reps, n = 20000, 5
+    s = CopulaSampler(theta1.repeat(reps), n, torch.Generator().manual_seed(1))
+    assert s._ints is not stick
+    z = s.next(n).reshape(n, reps, 4).double()
+    np.testing.assert_allclose(z.mean((0, 1)).numpy(), theta1.double().numpy(), atol=0.01)
+    a, b = z[1], z[3]
+    corr = ((a * b).mean(0) - a.mean(0) * b.mean(0)) / (a.std(0) * b.std(0))
+    np.testing.assert_allclose(corr.numpy(), arms_correlation(theta1.double().numpy(), n),
+                               atol=0.03)
+
+
 def test_arms_float32_unbiased_against_enumeration_in_chunks():
-    # the float32 CPU sampler through mc_gradient in chunks of 2 of n = 4 (the draw-twice path)
+    # the float32 CPU sampler (integer thresholds) through mc_gradient in chunks of 2 of n = 4
     masked, f = small_problem((2, 3, 1))
     table = _enumerated(masked, f)
     param = get_parametrization("sigmoid")
