@@ -76,15 +76,19 @@ def arms_correlation(theta: Array, n: int) -> Array:
 
     P(both samples beyond c) = (1 - 2c)_+^(n-1), by exp((n-1) log1p(-2c)) (`upper_tails`)."""
     xp = arrays.namespace(theta)
-    _, m = branch_side(theta)  # the branch's "theta" in the paper's formula
-    inside = (theta > 0) & (theta < 1)
-    var = xp.where(inside, theta * (1 - theta), 1.0)
-    c = branch_threshold(xp.where(inside, m, 0.5), n)
-    # (1 - 2c)_+^(n-1): log1p(-1) = -inf where c >= 1/2, so exp gives the 0 of the positive part
-    # (c is finite: theta outside (0, 1) or NaN took m = 0.5 above)
+    m = xp.minimum(theta, 1 - theta)  # the branch's "theta" in the paper's formula (branch_side)
     with np.errstate(divide="ignore", invalid="ignore"):
+        # inside (0 < theta < 1) iff theta (1 - theta) > 0; `one` is 1 there and 0 at theta 0
+        # or 1, so var = theta (1 - theta) or 1 and c uses m or 0.5 as before, bit for bit,
+        # with arithmetic instead of torch's slow CPU where (invalid theta: 0, below)
+        var = theta * (1 - theta)
+        inside = var > 0
+        one = xp.sign(var)
+        var = var + (1 - one)
+        c = branch_threshold(m + 0.5 * (1 - one), n)
+        # (1 - 2c)_+^(n-1): log1p(-1) = -inf where c >= 1/2, so exp gives the positive part's 0
         both = xp.exp((n - 1) * xp.log1p(arrays.clip(-2 * c, -1.0, None)))
-    return xp.where(inside, (both - m**2) / var, 0.0)
+        return xp.where(inside, (both - m**2) / var, 0.0)
 
 
 def antithetic_correlation(theta: Array) -> Array:

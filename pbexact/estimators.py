@@ -252,11 +252,7 @@ class LinearEstimate:
         (U - (center + baseline) B) / (norm divisor)."""
         if sums.count == 0:
             raise PBInputError("no samples were accumulated; call update() at least once")
-        g = sums.U
-        if hasattr(self.center, "shape"):
-            g = g - self.center[..., None] * sums.B
-        elif self.center != 0.0:
-            g = g - self.center * sums.B
+        g = sums.centered(self.center)
         if not _is_scalar(self.baseline, 0.0):
             g = g - self.baseline * sums.B
         return self._scale(g)
@@ -342,6 +338,21 @@ class SampleSums:
         else:
             p[3], p[4], p[5], p[6] = p[3] + wz, p[4] + zs, p[5] + sw, p[6] + k
         self._add_losses(J)
+
+    def centered(self, center: Array | float = 0.0) -> Array:
+        """U - center B, shape (..., P), center a scalar or (...,) (one per estimate). From
+        affine updates alone it is formed per bit and expanded once:
+        expand(sum w z - center sum z) b + (sum w - center k) a."""
+        if self._affine is not None and self._U is None:
+            a, b, param, wz, zs, sw, k = self._affine
+            if hasattr(center, "shape"):
+                wz, sw = wz - center[..., None] * zs, sw - center * k
+            elif center != 0.0:
+                wz, sw = wz - center * zs, sw - center * k
+            return param.expand(wz) * b + sw[..., None] * a
+        if hasattr(center, "shape"):
+            return self.U - center[..., None] * self.B
+        return self.U - center * self.B if center != 0.0 else self.U
 
     def _flush(self) -> None:
         if self._affine is None:

@@ -156,21 +156,19 @@ class CopulaSampler:
         self._ints = cpu32 and self.n * theta.numel() <= _ALL_DRAWS_ELEMENTS
         # the branch and its threshold c = 1 - m^(1/(n-1)), m = 1 - theta (theta > 1/2) or
         # theta, by log and expm1 (a few ulps of the dtype, also for m near 0 or 1)
-        if self._ints:
-            hi, m = branch_side(theta.detach().reshape(-1).double())
-            self._hi, self._c = hi, branch_threshold(m, self.n)
-            # 2^-12 |m - p| = 2^-12 (m + 1) (theta > 1/2) or 2^-12 (2^24 - m): 2^-12 m + q
-            self._shift = torch.where(hi, 2.0**-12, -(2.0**12)).to(torch.float32)
-            # the bound is a + b expm1(-c R_0): theta > 1/2: m + 1 >= 2^24 exp(-c R_0), i.e.
-            # m >= 2^24 - 1 + 2^24 expm1(-c R_0); otherwise 2^24 - m <= 2^24 exp(-c R_0), i.e.
-            # m >= -2^24 expm1(-c R_0)
-            self._a = hi.double().mul_(2.0**24 - 1)
-            self._b = hi.double().mul_(2.0**25).sub_(2.0**24)
-            self._neg_c = -self._c
-            # c = 1 (theta 0 or 1): D <= 1 always holds (theta = 1), D >= 1 never (theta = 0)
-            one = self._c >= 1
-            fixed = torch.where(hi, 0.0, 2.0**24).double()[one]
-            self._fixed = (one, fixed) if bool(one.any()) else None
+        if self._ints:  # float arithmetic only: torch's CPU where and bool kernels are slow
+            t = theta.detach().reshape(-1)
+            m = torch.minimum(t, 1 - t)  # branch_side's m
+            hi = torch.sign(t - m)  # 1 where theta > 1/2, else 0
+            # -c, and -inf where m = 0 (theta 0 or 1): the bound below is then 0 (theta = 1:
+            # D <= 1 always) or 2^24 (theta = 0: D >= 1 never)
+            self._neg_c = branch_threshold(m, self.n).div_(torch.sign(m)).neg_()
+            # 2^-12 |m - p| = 2^-12 m + shift: 2^-12 (m + 1) (theta > 1/2), -2^-12 (2^24 - m)
+            self._shift = hi * 2.0**-12 + (hi - 1) * 2.0**12
+            # the bound a + b exp(-c R_0): theta > 1/2: m + 1 >= 2^24 exp(-c R_0); otherwise
+            # 2^24 - m <= 2^24 exp(-c R_0)
+            self._a = (1 - hi) * 2.0**24 - hi
+            self._b = (2 * hi - 1) * 2.0**24
             self._bound: torch.Tensor | None = None  # m >= bound, once R_0 is known
             self._m: torch.Tensor | None = None  # the step's n rows of m, drawn at draw 1
             return
@@ -210,11 +208,9 @@ class CopulaSampler:
         for g0 in range(0, self.n, rows):
             logs += self._sum_of_logs(m[g0:g0 + rows])
         self._r0 = torch.sub(12 * self.n * math.log(2.0), logs)
-        t = torch.addcmul(self._a, self._b, torch.mul(self._r0, self._neg_c).expm1_())
-        t = t.ceil_().clamp_(0, 2.0**24)  # m integer: m >= t iff m >= ceil(t)
-        if self._fixed is not None:
-            t[self._fixed[0]] = self._fixed[1]
-        self._bound = t.to(torch.float32)  # integers <= 2^24: exact in float32
+        # float32: the integer bound is off by at most about 1 (2^-24 in probability)
+        e = torch.mul(self._neg_c, self._r0.float()).exp_()
+        self._bound = torch.addcmul(self._a, self._b, e).ceil_().clamp_(0, 2.0**24)
 
     def _draw_ints(self, k: int, bits: bool) -> torch.Tensor:
         first = self._check(k)
