@@ -2,7 +2,7 @@
 (`sec:microworld_exp_approaches`, `ch:other`, `sec:app_microworld_hypers`).
 
 The estimators themselves are pbscale's (:mod:`pbscale.methods`: ``cp_temperature``,
-``cp_relaxed_loss``, ``cp_hard_mask``, ``straight_through``, ``rebar_relax``, ``HybridControl``),
+``cp_step``, ``cp_hard_mask``, ``straight_through``, ``rebar_relax``, ``HybridControl``),
 called here with a leading seeds dimension: logits r of shape (seeds, d), uniforms of shape
 (n, seeds, d), and a differentiable batched loss f: (..., d) -> (...) such as
 :class:`pbexact.benchmarks.NNLoss`. The loop is :func:`pbscale.loop.sgd`, the REBAR/RELAX set-up and
@@ -36,7 +36,7 @@ from pbscale.methods import (  # noqa: F401 (PerSeedMLP, RELAX_*: re-exported, m
     PerSeedControl,
     PerSeedMLP,
     cp_hard_mask,
-    cp_relaxed_loss,
+    cp_step,
     cp_temperature,
     hybrid_gradient,
     make_control,
@@ -94,11 +94,9 @@ def run_torch(
         return torch.rand((n, seeds, d), generator=gen, dtype=torch.float64)
 
     def gradient(step: int, r: torch.Tensor) -> torch.Tensor:
-        if method == "cp":
-            rr = r.detach().requires_grad_(True)
+        if method == "cp":  # the exact losses of 1[r > 0] come from J, not from f
             tau = cp_temperature(step, steps, cp_final_tau, cp_every)
-            (grad,) = torch.autograd.grad(cp_relaxed_loss(f, rr, tau).sum(), rr)
-            return grad
+            return cp_step(f, r, tau, hard=False).grad
         return hybrid_gradient(method, f, r, uniforms, control, control_opts).grad
 
     logger = CurveLogger(steps, log_every)

@@ -252,11 +252,7 @@ class LinearEstimate:
         (U - (center + baseline) B) / (norm divisor)."""
         if sums.count == 0:
             raise PBInputError("no samples were accumulated; call update() at least once")
-        g = sums.U
-        if hasattr(self.center, "shape"):
-            g = g - self.center[..., None] * sums.B
-        elif self.center != 0.0:
-            g = g - self.center * sums.B
+        g = sums.centered(self.center)
         if not _is_scalar(self.baseline, 0.0):
             g = g - self.baseline * sums.B
         return self._scale(g)
@@ -289,8 +285,33 @@ class SampleSums:
         self.pairs = pairs
         self.count = 0
         self.sum_j: Array = None
-        self.U: Array = None
-        self.B: Array = None
+        self._U: Array = None
+        self._B: Array = None
+        # affine updates not yet expanded to (..., P): [a, b, param, sum_s w_s z_s (..., d),
+        # sum_s z_s (..., d), sum_s w_s (...), k], so a chunk costs O(k d), not O(P) passes
+        self._affine: list | None = None
+
+    @property
+    def U(self) -> Array:
+        """sum_s w_s S^(s), shape (..., P) (w: the losses, pair-centered for DisARM)."""
+        self._flush()
+        return self._U
+
+    @U.setter
+    def U(self, value: Array) -> None:
+        self._flush()
+        self._U = value
+
+    @property
+    def B(self) -> Array:
+        """sum_s S^(s), shape (..., P)."""
+        self._flush()
+        return self._B
+
+    @B.setter
+    def B(self, value: Array) -> None:
+        self._flush()
+        self._B = value
 
     def _weights(self, J: Array) -> Array:
         return pair_centered(J) if self.pairs else J
@@ -303,20 +324,60 @@ class SampleSums:
     def update_affine(self, J: Array, z: Array, a: Array, b: Array, param: Any) -> None:
         """Add k samples z (..., k, d) with losses J (..., k), the scores given by
         ``param.affine_score(r) = (a, b)`` (shape (..., P)): sum_s w_s S_s =
-        expand(w z) b + (sum_s w_s) a, sum_s S_s = expand(sum_s z_s) b + k a."""
+        expand(sum_s w_s z_s) b + (sum_s w_s) a, sum_s S_s = expand(sum_s z_s) b + k a. The
+        per-bit sums over z are kept until U or B is read (the same (a, b) chunk after chunk),
+        so each chunk costs O(k d)."""
         w = self._weights(J)
-        k = J.shape[-1]
-        U = param.expand((w[..., None, :] @ z)[..., 0, :]) * b + w.sum(-1)[..., None] * a
-        B = param.expand(z.sum(-2)) * b + k * a
-        self._add(J, U, B)
+        wz, zs, sw, k = (w[..., None, :] @ z)[..., 0, :], z.sum(-2), w.sum(-1), J.shape[-1]
+        p = self._affine
+        if p is not None and not (p[0] is a and p[1] is b and p[2] is param):
+            self._flush()
+            p = None
+        if p is None:
+            self._affine = [a, b, param, wz, zs, sw, k]
+        else:
+            p[3], p[4], p[5], p[6] = p[3] + wz, p[4] + zs, p[5] + sw, p[6] + k
+        self._add_losses(J)
+
+    def centered(self, center: Array | float = 0.0) -> Array:
+        """U - center B, shape (..., P), center a scalar or (...,) (one per estimate). From
+        affine updates alone it is formed per bit and expanded once:
+        expand(sum w z - center sum z) b + (sum w - center k) a."""
+        if self._affine is not None and self._U is None:
+            a, b, param, wz, zs, sw, k = self._affine
+            if hasattr(center, "shape"):
+                wz, sw = wz - center[..., None] * zs, sw - center * k
+            elif center != 0.0:
+                wz, sw = wz - center * zs, sw - center * k
+            return param.expand(wz) * b + sw[..., None] * a
+        if hasattr(center, "shape"):
+            return self.U - center[..., None] * self.B
+        return self.U - center * self.B if center != 0.0 else self.U
+
+    def _flush(self) -> None:
+        if self._affine is None:
+            return
+        a, b, param, wz, zs, sw, k = self._affine
+        self._affine = None
+        U = param.expand(wz) * b + sw[..., None] * a
+        B = param.expand(zs) * b + k * a
+        if self._U is None:
+            self._U, self._B = U, B
+        else:
+            self._U, self._B = self._U + U, self._B + B
+
+    def _add_losses(self, J: Array) -> None:
+        sum_j = J.sum(-1)
+        self.sum_j = sum_j if self.count == 0 else self.sum_j + sum_j
+        self.count += J.shape[-1]
 
     def _add(self, J: Array, U: Array, B: Array) -> None:
-        sum_j = J.sum(-1)
-        if self.count == 0:
-            self.sum_j, self.U, self.B = sum_j, U, B
+        self._flush()
+        if self._U is None:
+            self._U, self._B = U, B
         else:
-            self.sum_j, self.U, self.B = self.sum_j + sum_j, self.U + U, self.B + B
-        self.count += J.shape[-1]
+            self._U, self._B = self._U + U, self._B + B
+        self._add_losses(J)
 
     def estimate(self, spec: EstimatorSpec | str, extra: Array | None = None) -> Array:
         """The estimator's value on the samples seen, shape (..., P)."""

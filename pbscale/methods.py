@@ -107,33 +107,44 @@ def uniform_bits24(shape: tuple[int, ...], generator: torch.Generator) -> torch.
     """float32 m, uniform on {0, ..., 2^24 - 1}, of shape ``shape``, from a CPU generator: 24
     bits of each 32-bit half of ``random_()`` int64 draws (uniform on [0, 2^63 - 1]), which
     the CPU generator makes much faster than float uniforms (m / 2^24 is torch.rand's float32
-    resolution). The stream depends only on the number of values drawn (pairs of values per
-    int64 word)."""
-    total = math.prod(shape)
-    words = torch.empty(((total + 1) // 2,), dtype=torch.int64)
+    resolution). Each row (last dimension, d values) takes ceil(d/2) words, so the stream does
+    not depend on how the rows are split into chunks, odd d included."""
+    d = shape[-1] if shape else 1
+    rows = math.prod(shape[:-1]) if shape else 1
+    words = torch.empty((rows, (d + 1) // 2), dtype=torch.int64)
     words.random_(generator=generator)
-    m = words.view(torch.int32)[:total].view(shape).bitwise_and_((1 << 24) - 1)
+    m = words.view(torch.int32)[:, :d].bitwise_and_((1 << 24) - 1)
     # m as float32 (exact: m < 2^24) over the same memory: an elementwise in-place cast,
     # which spares a fresh (k, d) buffer (a fresh buffer costs more than the cast itself)
-    u = words.view(torch.float32)[:total].view(shape)
+    u = words.view(torch.float32)[:, :d]
     u.copy_(m)
-    return u
+    return u.reshape(shape)  # a copy only for odd d
 
 
 class CopulaSampler:
-    """ARMS samples from the iterative Dirichlet copula (`alg:iter_dir`), k at a time, with O(d)
-    state, in theta's dtype and without any host synchronization (no data-dependent loop).
+    """ARMS samples from the Dirichlet copula (`alg:orig_arms`, `alg:iter_dir`), k at a time, in
+    theta's dtype and without any host synchronization (no data-dependent loop).
 
-    u~ depends on the Dirichlet fractions D_s = E_s / R_0 only, so the Gamma(n, 1) totals of
-    `alg:iter_dir` cancel and are not drawn: the fractions are a uniform stick-breaking,
-    Q_0 = 1, Q_s = Q_(s-1) U_s^(1/(n-s)) (Q_n = 0), D_s = Q_(s-1) - Q_s, the Q of a chunk a
-    running product over its rows. The bits of `alg:orig_arms`, z~ = 1[u~ <= theta]
-    (theta > 1/2) and 1[1 - u~ <= theta] (otherwise) with u~ = 1 - (1 - D)^(n-1), are threshold
-    tests on D: D <= 1 - (1 - theta)^(1/(n-1)) and D >= 1 - theta^(1/(n-1)), thresholds computed
-    once per step (d values, log and expm1); the sign of the test rides on Q. No power of a (k, d)
-    array is taken, so float32 keeps the tails (theta near 0 or 1); D has an absolute rounding
-    error of about 1e-7 (float32), which moves P(z~_i = 1) by at most about n 1e-7 (1 - theta_i)
-    (resp. theta_i).
+    u~ depends on the Dirichlet fractions D_s = E_s / R_0 only (E_s = -log U_s, R_0 = sum of the
+    n E_s), and the bits of `alg:orig_arms`, z~ = 1[u~ <= theta] (theta > 1/2) and
+    1[1 - u~ <= theta] (otherwise) with u~ = 1 - (1 - D)^(n-1), are threshold tests on D:
+    D <= c and D >= c, c = 1 - (1 - theta)^(1/(n-1)) resp. 1 - theta^(1/(n-1)) (computed once per
+    step, d values, log and expm1). Two ways to the same law:
+
+    * float32 on the CPU with n d <= 2^24 (integer thresholds): the step's n rows are drawn at
+      its first chunk (at most 64 MiB) and served chunk by chunk, so every chunking gives the
+      same samples. U_s = (m_s + 1) / 2^24 where theta > 1/2 and (2^24 - m_s) / 2^24 elsewhere,
+      m_s uniform on {0, ..., 2^24 - 1} (torch.rand's float32 grid reflected: never 0), from 24
+      bits of each 32-bit half of ``random_()`` int64 draws. D_s <= c is E_s <= c R_0, i.e.
+      U_s >= exp(-c R_0), and D_s >= c is U_s <= exp(-c R_0): both read m_s >= an integer
+      threshold per coordinate, so a sample costs what a Bernoulli sample does (one comparison
+      per element) plus R_0 = 24 n ln 2 - sum_s log |m_s - p| (p = -1 or 2^24): products of
+      10 rows of 2^-12 |m_s - p| in float32, their logs summed in float64.
+    * otherwise (GPU, float64, larger n d): a uniform stick-breaking, Q_0 = 1, Q_s = Q_(s-1)
+      U_s^(1/(n-s)) (Q_n = 0), D_s = Q_(s-1) - Q_s, the Q of a chunk a running product over its
+      rows, O(d) state; the sign of the test rides on Q. No power of a (k, d) array is taken, so
+      float32 keeps the tails (theta near 0 or 1); D has an absolute rounding error of about 1e-7
+      (float32), which moves P(z~_i = 1) by at most about n 1e-7 (1 - theta_i) (resp. theta_i).
     """
 
     def __init__(self, theta: torch.Tensor, n: int, generator: torch.Generator) -> None:
@@ -141,22 +152,85 @@ class CopulaSampler:
         self.n = check_n(n, "ARMS", 2)
         self.generator = generator
         self.drawn = 0
+        cpu32 = theta.dtype == torch.float32 and theta.device.type == "cpu"
+        self._ints = cpu32 and self.n * theta.numel() <= _ALL_DRAWS_ELEMENTS
         # the branch and its threshold c = 1 - m^(1/(n-1)), m = 1 - theta (theta > 1/2) or
-        # theta, by log and expm1 (a few ulps of theta's dtype, also for m near 0 or 1)
+        # theta, by log and expm1 (a few ulps of the dtype, also for m near 0 or 1)
+        if self._ints:  # float arithmetic only: torch's CPU where and bool kernels are slow
+            t = theta.detach().reshape(-1)
+            m = torch.minimum(t, 1 - t)  # branch_side's m
+            hi = torch.sign(t - m)  # 1 where theta > 1/2, else 0
+            # -c, and -inf where m = 0 (theta 0 or 1): the bound below is then 0 (theta = 1:
+            # D <= 1 always) or 2^24 (theta = 0: D >= 1 never)
+            self._neg_c = branch_threshold(m, self.n).div_(torch.sign(m)).neg_()
+            # 2^-12 |m - p| = 2^-12 m + shift: 2^-12 (m + 1) (theta > 1/2), -2^-12 (2^24 - m)
+            self._shift = hi * 2.0**-12 + (hi - 1) * 2.0**12
+            # the bound a + b exp(-c R_0): theta > 1/2: m + 1 >= 2^24 exp(-c R_0); otherwise
+            # 2^24 - m <= 2^24 exp(-c R_0)
+            self._a = (1 - hi) * 2.0**24 - hi
+            self._b = (2 * hi - 1) * 2.0**24
+            self._bound: torch.Tensor | None = None  # m >= bound, once R_0 is known
+            self._m: torch.Tensor | None = None  # the step's n rows of m, drawn at draw 1
+            return
         hi, m = branch_side(theta.detach())
         c = branch_threshold(m, self.n)
-        self._sign = torch.where(hi, 1.0, -1.0).to(theta.dtype)
+        self._sign = hi.to(theta.dtype).mul_(2).sub_(1)  # +1 / -1 (faster than torch.where)
         self._bound = c.mul_(self._sign)  # z = 1[sign D <= sign c]
         self._q = self._sign.clone()  # sign Q of the last draw (sign times the stick left)
 
-    def _draw(self, k: int, bits: bool) -> torch.Tensor:
-        """The next k draws, s = drawn + 1, ..., drawn + k, shape (k, d): z~ if ``bits``, else
-        sign D_s (sign = +1 where theta > 1/2, -1 elsewhere). On the CPU the chunk is worked
-        through in blocks of rows that stay in cache (every step below is one pass over
-        memory, and the chunk is usually larger than the cache)."""
+    def _check(self, k: int) -> int:
         first = self.drawn + 1
         if first + k - 1 > self.n:
             raise PBInputError(f"all n={self.n} ARMS samples of this step were already drawn")
+        return first
+
+    # --- float32 on the CPU: integer thresholds on the sum of exponentials ------------------
+
+    def _sum_of_logs(self, m: torch.Tensor) -> torch.Tensor:
+        """sum over the rows of m of log(2^-12 |m - p|), float64 (d,), by products of
+        _PRODUCT_ROWS rows (the last may be shorter) in float32."""
+        k, d = m.shape
+        # 2^-12 (m + 1) or -2^-12 (2^24 - m): exact (24 significant bits), in [2^-12, 2^12]
+        t = torch.add(self._shift, m, alpha=2.0**-12, out=_scratch((k, d), m))
+        q = k // _PRODUCT_ROWS
+        parts = [t[: q * _PRODUCT_ROWS].view(q, _PRODUCT_ROWS, d).prod(1)] if q else []
+        if k > q * _PRODUCT_ROWS:
+            parts.append(t[q * _PRODUCT_ROWS:].prod(0, keepdim=True))
+        prods = torch.cat(parts) if len(parts) > 1 else parts[0]
+        return prods.abs_().log_().sum(0, dtype=torch.float64)
+
+    def _start_step(self, m: torch.Tensor) -> None:
+        """R_0 = sum_s E_s = 12 n ln 2 - sum_s log(2^-12 |m_s - p|) over the step's n draws m
+        (n, d), then the bound per coordinate: theta > 1/2: m + 1 >= 2^24 exp(-c R_0); else
+        2^24 - m <= 2^24 exp(-c R_0)."""
+        logs = torch.zeros(self.theta.numel(), dtype=torch.float64)
+        rows = _PRODUCT_ROWS * max(1, _SUM_ELEMENTS // (_PRODUCT_ROWS * self.theta.numel()))
+        for g0 in range(0, self.n, rows):
+            logs += self._sum_of_logs(m[g0:g0 + rows])
+        self._r0 = torch.sub(12 * self.n * math.log(2.0), logs)
+        # float32: the integer bound is off by at most about 1 (2^-24 in probability)
+        e = torch.mul(self._neg_c, self._r0.float()).exp_()
+        self._bound = torch.addcmul(self._a, self._b, e).ceil_().clamp_(0, 2.0**24)
+
+    def _draw_ints(self, k: int, bits: bool) -> torch.Tensor:
+        first = self._check(k)
+        if first == 1:
+            self._m = uniform_bits24((self.n, self.theta.numel()), self.generator)
+            self._start_step(self._m)
+        m = self._m[first - 1:first - 1 + k]  # each row is served once
+        self.drawn += k
+        shape = (k,) + tuple(self.theta.shape)
+        if bits:  # z~ = 1[m >= bound], over m's memory
+            return torch.ge(m, self._bound, out=m).reshape(shape)
+        E = 12 * math.log(2.0) - torch.add(self._shift, m, alpha=2.0**-12).abs_().double().log_()
+        return E.div_(self._r0).to(self.theta.dtype).reshape(shape)  # D_s = E_s / R_0
+
+    # --- elsewhere: stick-breaking -------------------------------------------------------
+
+    def _draw(self, k: int, bits: bool) -> torch.Tensor:
+        """The next k draws, s = drawn + 1, ..., drawn + k, shape (k, d): z~ if ``bits``, else
+        sign D_s (sign = +1 where theta > 1/2, -1 elsewhere), by stick-breaking."""
+        first = self._check(k)
         dev, dt = self.theta.device, self.theta.dtype
         shape = (k,) + tuple(self.theta.shape)
         rows = (k,) + (1,) * self.theta.dim()
@@ -193,14 +267,26 @@ class CopulaSampler:
 
     def fractions(self, k: int) -> torch.Tensor:
         """The next k Dirichlet fractions D_s (k, d), s = drawn + 1, ..., drawn + k."""
+        if self._ints:
+            return self._draw_ints(k, bits=False)
         return self._draw(k, bits=False).mul_(self._sign)
 
     def next(self, k: int) -> torch.Tensor:
         """z~ of the next k samples, (k, d), in theta's dtype."""
+        if self._ints:
+            return self._draw_ints(k, bits=True)
         return self._draw(k, bits=True)
 
 
-#: Elements of a block of rows the CPU copula sampler works on at once (about 256 KiB float32).
+#: Rows per product of the CPU copula sampler's sum of logs: 10 factors in [2^-12, 2^12] stay in
+#: [2^-120, 2^120], float32's normal range.
+_PRODUCT_ROWS = 10
+#: Elements of a batch of rows whose products the CPU copula sampler forms at once (1 MiB).
+_SUM_ELEMENTS = 1 << 18
+#: The CPU float32 copula sampler keeps a step's n d draws up to this many (64 MiB); beyond,
+#: stick-breaking with O(d) state (a chunked step's memory stays flat in n).
+_ALL_DRAWS_ELEMENTS = 1 << 24
+#: Elements of a block of rows the CPU stick-breaking works on at once (about 256 KiB float32).
 _CACHE_ELEMENTS = 1 << 16
 _SCRATCH: dict = {}
 
@@ -457,6 +543,35 @@ def cp_relaxed_loss(f: BatchedLoss, r: torch.Tensor, tau: float) -> torch.Tensor
 def cp_hard_mask(r: torch.Tensor) -> torch.Tensor:
     """The mask CP is evaluated with, 1[r > 0] (the tau -> 0 limit)."""
     return (r > 0).to(r.dtype)
+
+
+@dataclass
+class CPStep:
+    """One CP evaluation at logits r (..., d): the relaxed losses f(sigmoid(r / tau)) (...), with
+    their autograd graph back to the weights of f when asked for; their gradient over r (the
+    shape of r); and the losses of the hard mask f(1[r > 0]) (...), detached, or None."""
+
+    relaxed: torch.Tensor
+    grad: torch.Tensor
+    hard: torch.Tensor | None
+
+
+def cp_step(f: BatchedLoss, r: torch.Tensor, tau: float, hard: bool = True,
+            keep_graph: bool = False) -> CPStep:
+    """CP's gradient (`eq:sigmoid_cp`, `sec:pb_application`): d/dr sum f(sigmoid(r / tau)) for r
+    of any leading shape (..., d) (one problem, or one per seed), f: (..., d) -> (...). With
+    ``hard``, f also evaluates 1[r > 0] in the same batched call (stacked in front: f sees
+    (2, ..., d)), the loss CP reports. ``keep_graph`` keeps the relaxed losses' graph (to train
+    the weights of f from them too). The one definition for `MaskTrainer` and the microworld."""
+    rr = r.detach().requires_grad_(True)
+    soft = torch.sigmoid(rr / tau)
+    if hard:
+        out = f(torch.stack([soft, cp_hard_mask(rr.detach())]))
+        relaxed, hard_loss = out[0], out[1].detach()
+    else:
+        relaxed, hard_loss = cp_relaxed_loss(f, rr, tau), None
+    (grad,) = torch.autograd.grad(relaxed.sum(), rr, retain_graph=keep_graph)
+    return CPStep(relaxed, grad, hard_loss)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -776,13 +891,11 @@ class MaskTrainer:
             theta_fn = self.param.theta
         elif self.method == "cp":
             tau = self.tau()
-            rr = self.r.detach().requires_grad_(True)
-            out = f(torch.stack([torch.sigmoid(rr / tau), cp_hard_mask(rr.detach())]))
-            (grad,) = torch.autograd.grad(out[0], rr, retain_graph=record is not None)
+            cp = cp_step(f, self.r, tau, hard=True, keep_graph=record is not None)
             if record is not None:
-                record.append(out[0])
+                record.append(cp.relaxed)
             # the training loss CP reports is that of 1[r > 0], as the paper does
-            est = Estimate(grad, float(out[1].detach()))
+            est = Estimate(cp.grad, float(cp.hard))
 
             def theta_fn(x: torch.Tensor) -> torch.Tensor:
                 return torch.sigmoid(x / tau)

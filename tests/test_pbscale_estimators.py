@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import torch
 
+import pbscale.methods as M
 from pbexact import estimators as E
 from pbexact.copula import arms_correlation
 from pbexact.errors import PBInputError
@@ -17,6 +18,7 @@ from pbscale.masks import MaskedModule
 from pbscale.methods import (
     MC_METHODS,
     SAMPLERS,
+    BernoulliSampler,
     CopulaSampler,
     FixedSampler,
     HybridControl,
@@ -152,15 +154,17 @@ def test_straight_through_is_the_gradient_in_z():
     torch.testing.assert_close(est.grad, expected.mean(0))
 
 
-def test_copula_sampler_marginals_and_correlation():
-    theta1 = torch.tensor([0.2, 0.5, 0.85], dtype=torch.float64)
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])  # stick-breaking; thresholds
+def test_copula_sampler_marginals_and_correlation(dtype):
+    theta1 = torch.tensor([0.2, 0.5, 0.85], dtype=dtype)
     reps, n = 20000, 4
     theta = theta1.repeat(reps)  # reps independent copies of a d = 3 problem side by side
     z = CopulaSampler(theta, n, torch.Generator().manual_seed(0)).next(n).reshape(n, reps, 3)
-    np.testing.assert_allclose(z.mean((0, 1)).numpy(), theta1.numpy(), atol=0.01)
-    a, b = z[0], z[1]
+    np.testing.assert_allclose(z.double().mean((0, 1)).numpy(), theta1.double().numpy(), atol=0.01)
+    a, b = z[0].double(), z[1].double()
     corr = ((a * b).mean(0) - a.mean(0) * b.mean(0)) / (a.std(0) * b.std(0))
-    np.testing.assert_allclose(corr.numpy(), arms_correlation(theta1.numpy(), n), atol=0.03)
+    np.testing.assert_allclose(corr.double().numpy(), arms_correlation(theta1.double().numpy(), n),
+                               atol=0.03)
     assert float(arms_correlation(theta1, n).min()) < -0.1  # antithetic: not a vacuous check
 
 
@@ -243,6 +247,76 @@ def test_copula_sampler_same_numbers_whatever_the_chunking():
     assert torch.equal(torch.cat([s.next(1), s.next(4), s.next(1)]), one)
 
 
+@pytest.mark.parametrize("stick", [False, True])  # n d <= 2^24 (thresholds) and beyond
+@pytest.mark.parametrize("d", [30_001, 8])
+def test_copula_cpu_float32_same_samples_whatever_the_chunking(d, stick, monkeypatch):
+    # every chunking gives the same bits and fractions and leaves the generator where one chunk
+    # of n leaves it, on both CPU float32 paths (stick-breaking forced by a budget of 0)
+    if stick:
+        monkeypatch.setattr(M, "_ALL_DRAWS_ELEMENTS", 0)
+    n = 37
+    theta = torch.rand(d, generator=torch.Generator().manual_seed(0))
+    gen = torch.Generator().manual_seed(5)
+    s = CopulaSampler(theta, n, gen)
+    assert s._ints is not stick
+    one = s.next(n)
+    after = torch.rand(3, generator=gen)
+    for sizes in ([1, 9, 20, 7], [10, 10, 10, 7], [36, 1]):
+        g = torch.Generator().manual_seed(5)
+        s = CopulaSampler(theta, n, g)
+        assert torch.equal(torch.cat([s.next(k) for k in sizes]), one), sizes
+        assert torch.equal(torch.rand(3, generator=g), after)
+    D = CopulaSampler(theta, n, torch.Generator().manual_seed(5)).fractions(n)
+    parts = CopulaSampler(theta, n, torch.Generator().manual_seed(5))
+    torch.testing.assert_close(torch.cat([parts.fractions(k) for k in (3, 34)]), D, rtol=0,
+                               atol=0)
+    assert 0.3 < one.mean() < 0.7 and one.dtype == torch.float32
+
+
+def test_bernoulli_cpu_float32_same_samples_whatever_the_chunking():
+    # 24-bit draws take whole words per row, so an odd d does not pair rows differently
+    theta = torch.rand(7, generator=torch.Generator().manual_seed(0))
+    one = BernoulliSampler(theta, torch.Generator().manual_seed(2)).next(9)
+    s = BernoulliSampler(theta, torch.Generator().manual_seed(2))
+    assert torch.equal(torch.cat([s.next(k) for k in (1, 3, 5)]), one)
+
+
+@pytest.mark.parametrize("stick", [False, True])
+def test_copula_cpu_float32_paths_marginals_and_correlation(stick, monkeypatch):
+    if stick:
+        monkeypatch.setattr(M, "_ALL_DRAWS_ELEMENTS", 0)
+    theta1 = torch.tensor([0.2, 0.5, 0.85, 0.03])
+    reps, n = 20000, 5
+    s = CopulaSampler(theta1.repeat(reps), n, torch.Generator().manual_seed(1))
+    assert s._ints is not stick
+    z = s.next(n).reshape(n, reps, 4).double()
+    np.testing.assert_allclose(z.mean((0, 1)).numpy(), theta1.double().numpy(), atol=0.01)
+    a, b = z[1], z[3]
+    corr = ((a * b).mean(0) - a.mean(0) * b.mean(0)) / (a.std(0) * b.std(0))
+    np.testing.assert_allclose(corr.numpy(), arms_correlation(theta1.double().numpy(), n),
+                               atol=0.03)
+
+
+def test_arms_float32_unbiased_against_enumeration_in_chunks():
+    # the float32 CPU sampler (integer thresholds) through mc_gradient in chunks of 2 of n = 4
+    masked, f = small_problem((2, 3, 1))
+    table = _enumerated(masked, f)
+    param = get_parametrization("sigmoid")
+    theta = np.linspace(0.2, 0.8, masked.d)
+    r_np, r_t = logits_for(param, theta)
+    exact = param.chain(true_gradient(table, theta), r_np)
+    gen = torch.Generator().manual_seed(0)
+
+    def f32(z):
+        return f(z.double()).float()
+
+    ests = torch.stack([mc_gradient(f32, r_t.float(), param, "arms", 4, gen, chunk=2).grad
+                        for _ in range(1500)]).double().numpy()
+    mean, se = ests.mean(0), ests.std(0, ddof=1) / np.sqrt(len(ests))
+    assert np.all(np.abs(mean - exact) <= 4.5 * se + 1e-6), (mean, exact, se)
+    assert np.any(np.abs(exact) > 4.5 * se)
+
+
 def test_copula_sampler_float32_marginals_at_extreme_theta_and_large_n():
     # float32 arithmetic keeps the tails: P(z = 1) = theta within 4 standard errors
     theta1 = torch.tensor([0.003, 0.2, 0.5, 0.9, 0.997])
@@ -251,3 +325,26 @@ def test_copula_sampler_float32_marginals_at_extreme_theta_and_large_n():
     freq = z.reshape(n * reps, 5).double().mean(0)
     se = (theta1.double() * (1 - theta1.double()) / (n * reps)).sqrt()
     assert ((freq - theta1.double()).abs() <= 4 * se).all(), (freq, theta1)
+
+
+@pytest.mark.parametrize("name", ["reinforce", "loorf", "arms", "disarm"])
+@pytest.mark.parametrize("param_name", ["sigmoid", "escort"])
+def test_affine_sums_over_leading_dims_and_chunks_equal_the_batch_form(name, param_name):
+    # SampleSums keeps per-bit sums across affine chunks and expands once (centered: U - c B);
+    # with leading dims (3 problems), the estimate equals the batch form on full scores
+    spec, param = E.get_estimator(name), get_parametrization(param_name)
+    gen = torch.Generator().manual_seed(0)
+    d, n = 5, 6
+    theta = torch.rand(3, d, generator=gen, dtype=torch.float64) * 0.8 + 0.1
+    r = param.logits(theta)
+    z = (torch.rand(3, n, d, generator=gen, dtype=torch.float64) < theta[:, None]).double()
+    J = torch.randn(3, n, generator=gen, dtype=torch.float64)
+    extra = spec.constant_of(theta, n, param)
+    a, b = param.affine_score(r)
+    sums = E.SampleSums(pairs=spec.center == "pair")
+    for c0, c1 in ((0, 2), (2, 6)):
+        sums.update_affine(J[:, c0:c1], z[:, c0:c1], a, b, param)
+    S = param.score(z, r[:, None, :])
+    expected = spec.form(J, extra).evaluate(S)
+    torch.testing.assert_close(sums.estimate(spec, extra), expected, rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(sums.B, S.sum(-2), rtol=1e-10, atol=1e-12)
