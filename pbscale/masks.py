@@ -48,6 +48,9 @@ LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 #: A mask-to-weight hook: (parameter name, weight (*shape), masks (k, *shape)) -> (k, *shape).
 WeightHook = Callable[[str, torch.Tensor, torch.Tensor], torch.Tensor]
 
+#: How :meth:`MaskedModule.forward` runs k masks of a network off the MLP fast path.
+BACKENDS = ("auto", "folded", "loop", "vmap")
+
 #: Elementwise activations the fast path applies as they are (any tensor layout is fine).
 _ELEMENTWISE = (nn.ReLU, nn.LeakyReLU, nn.Tanh, nn.Sigmoid, nn.ELU, nn.GELU, nn.SiLU,
                 nn.Softplus, nn.Identity)
@@ -83,10 +86,22 @@ class MaskedModule:
     every parameter is detached and only the mask is optimized; with ``train_weights=True``
     (joint) the outputs carry the weights' autograd graph. ``weight_hook`` maps (name, w, z) to
     the masked weight (default w * z; :func:`rescaled_weight` for dynamic weight rescaling).
+
+    ``backend`` (how :meth:`forward` runs k masks when the MLP fast path does not apply):
+    ``"auto"`` (default) picks, per call, by the input's device: for a network
+    :func:`pbscale.batched.foldable` accepts (every model of :mod:`pbscale.models`),
+    ``"folded"`` on a GPU (:func:`pbscale.batched.forward_masked`, k masks as one network of
+    grouped convolutions and batched products) and for networks without convolutions, and
+    ``"loop"`` for conv nets on a CPU (the same code one mask at a time: grouped convolutions
+    cost 1.2-1.4 dense forwards per mask on a CPU core, a loop about 1,
+    `benchmarks/bench_prune.py`); ``"vmap"`` for any other network. ``amp`` (e.g.
+    ``torch.bfloat16``, autocast) and ``channels_last`` apply to the folded and loop backends.
     """
 
     def __init__(self, module: nn.Module, names: Sequence[str] | None = None,
-                 train_weights: bool = False, weight_hook: WeightHook | None = None) -> None:
+                 train_weights: bool = False, weight_hook: WeightHook | None = None,
+                 backend: str = "auto", amp: torch.dtype | None = None,
+                 channels_last: bool = False) -> None:
         params = dict(module.named_parameters())
         if names is None:
             names = [k for k, p in params.items() if k.endswith("weight") and p.dim() >= 2]
@@ -113,6 +128,35 @@ class MaskedModule:
         self._plan = self._fast_plan()
         self._flat_cache: tuple | None = None
         self._scratch: dict = {}
+        self._init_backend(backend, amp, channels_last)
+
+    def _init_backend(self, backend: str, amp: torch.dtype | None, channels_last: bool) -> None:
+        from pbscale.batched import foldable  # batched builds on this module
+
+        if backend not in BACKENDS:
+            raise PBInputError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+        self.foldable = foldable(self.module)
+        if backend in ("folded", "loop") and not self.foldable:
+            raise PBInputError(f"backend {backend!r} cannot run this network (a layer or forward "
+                               "pbscale.batched.foldable does not accept); use backend='vmap'")
+        if (amp is not None or channels_last) and not self.foldable:
+            raise PBInputError("amp and channels_last need the folded or loop backend, which "
+                               "cannot run this network; leave them unset")
+        self.backend, self.amp, self.channels_last = backend, amp, bool(channels_last)
+        self._has_conv = any(isinstance(m, nn.modules.conv._ConvNd) for m in self.module.modules())
+
+    def backend_for(self, device: torch.device | str) -> str:
+        """The backend :meth:`forward` uses on ``device`` (for networks off the MLP fast path):
+        the requested one, or for ``"auto"``: "folded" on cuda and for networks without
+        convolutions, "loop" for conv nets elsewhere, "vmap" for a network
+        :func:`pbscale.batched.foldable` rejects."""
+        if self.backend != "auto":
+            return self.backend
+        if not self.foldable:
+            return "vmap"
+        if torch.device(device).type == "cuda" or not self._has_conv:
+            return "folded"
+        return "loop"
 
     @property
     def device(self) -> torch.device:
@@ -224,9 +268,27 @@ class MaskedModule:
         if z.dim() != 2 or z.shape[-1] != self.d:
             raise PBInputError(f"masks must have shape (k, {self.d}), got {tuple(z.shape)}")
         if (self._plan is not None and x.dim() == 2 and x.shape[0] > 1 and z.shape[0] > 0
-                and z.dtype == self.dtype and x.dtype == self.dtype):
+                and z.dtype == self.dtype and x.dtype == self.dtype
+                and self.backend == "auto" and self.amp is None):
             return self._forward_fast(z, x)
-        return self.forward_vmap(z, x)
+        backend = self.backend_for(x.device)
+        if backend == "vmap" or z.shape[0] == 0:
+            return self.forward_vmap(z, x)
+        return self.forward_folded(z, x, group=1 if backend == "loop" else None)
+
+    def forward_folded(self, z: torch.Tensor, x: torch.Tensor, group: int | None = None
+                       ) -> torch.Tensor:
+        """:meth:`forward` by :func:`pbscale.batched.forward_masked` (``group`` masks per
+        folded call; 1: a loop over the masks), with the same running-statistics rule as the
+        vmap path; for networks :func:`pbscale.batched.foldable` accepts."""
+        from pbscale.batched import forward_masked
+
+        if z.dim() != 2 or z.shape[-1] != self.d:
+            raise PBInputError(f"masks must have shape (k, {self.d}), got {tuple(z.shape)}")
+        return forward_masked(self.module, self.split(z), x, amp=self.amp,
+                              channels_last=self.channels_last,
+                              weight_hook=self.weight_hook or plain_weight, params=self.base,
+                              group=group, update_stats=True)
 
     def forward_vmap(self, z: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         """:meth:`forward` by ``vmap`` over ``functional_call``: works for any module."""
