@@ -40,6 +40,11 @@ def test_tiny_run_writes_every_measurement(tmp_path, capsys):
                     ("fwd_fast", 2), ("fwd_vmap", 2), ("fwd_loop", 2)):
             assert (model, *key) in whats
     assert ("lenet", "fwd_mlp_fast", 2) in whats
+    # what pruning runs: MaskedModule's backend for the CPU (a loop over masks for conv nets)
+    assert {(r["model"], r["backend"]) for r in rows} == {("lenet", "folded"),
+                                                          ("resnet20", "loop")}
+    for model in ("lenet", "resnet20"):
+        assert (model, "fwd_module", 2) in whats
     for r in rows:
         assert float(r["ms_median"]) > 0 and float(r["per_dense_forward"]) > 0
         if r["what"] == "mc_step":
@@ -62,8 +67,10 @@ def test_tiny_run_bf16_and_both_layouts(tmp_path):
     configs = {(r["amp"], str(r["channels_last"])) for r in rows if r["what"] == "mc_step"}
     assert configs == {("none", "False"), ("none", "True"), ("bf16", "False"), ("bf16", "True")}
     for r in rows:
-        if r["what"] == "fwd_fast":  # bf16 agrees with the bf16 loop to its precision
+        if r["what"] in ("fwd_fast", "fwd_module"):  # bf16: the bf16 loop to its precision
             assert float(r["max_rel_diff"]) < (5e-2 if r["amp"] == "bf16" else 1e-5)
+    assert {r["backend"] for r in rows} == {"loop"}
+    assert len([r for r in rows if r["what"] == "fwd_module"]) == 4
 
 
 def test_in_process_peak_branch_restores_the_chunk():
