@@ -7,7 +7,7 @@ each step.
 
     python -m benchmarks.bench_prune [--device cpu|cuda] [--amp none,bf16] [--ns 1,10,100]
         [--models lenet,resnet20] [--batch 128] [--chunk K] [--repeats R]
-        [--layouts nchw,channels_last] [--out figures]
+        [--layouts nchw,channels_last] [--groups 1,10] [--out figures]
 
 Goals (`issue 12`): on a CPU an MC step at n costs at most 1.2 n dense forward passes and its
 peak memory is flat in n (n samples evaluated k = chunk at a time); on a GPU an n = 100 step of
@@ -69,6 +69,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--layouts", default="nchw",
                    help="memory layouts of the convolutional model's activations: nchw, "
                    "channels_last or both (nchw,channels_last); default nchw")
+    p.add_argument("--groups", default="",
+                   help="also time the k-mask forward with forward_masked(group=g) for these g "
+                   "(masks per folded call; 1 = a loop), comma-separated; default none")
     p.add_argument("--estimator", default="arms", help="MC estimator for n >= 2 (default arms)")
     p.add_argument("--param", default="escort", help="parametrization (default escort)")
     p.add_argument("--no-memory", action="store_true", help="skip the peak-memory runs")
@@ -103,6 +106,7 @@ def check_args(args: argparse.Namespace) -> argparse.Namespace:
                            f"{args.layouts!r}")
     args.channels_last = args.layout_list[0] == "channels_last"
     args.ns = _positive_ints(args.ns, "--ns")
+    args.group_list = _positive_ints(args.groups, "--groups") if args.groups.strip() else []
     args.models = [m.strip() for m in args.models.split(",") if m.strip()]
     bad = [m for m in args.models if m not in BENCH_MODELS]
     if bad or not args.models:
@@ -278,6 +282,9 @@ def forward_rows(setup: Setup, args: argparse.Namespace, model: str, base: dict,
         fns["fwd_vmap"] = autocast(fns["fwd_vmap"])
         fns["fwd_loop"] = autocast(fns["fwd_loop"])
     fns["fwd_module"] = lambda: setup.layout.forward(z, x)  # what pruning runs (its backend)
+    for g in args.group_list:
+        fns[f"fwd_group{g}"] = lambda g=g: forward_masked(
+            setup.net, masks, x, amp=setup.amp, channels_last=setup.channels_last, group=g)
     if type(setup.net) is nn.Sequential or isinstance(setup.net, nn.Sequential):
         fns["fwd_mlp_fast"] = lambda: setup.layout.forward(z, x)  # MaskedModule's own fast path
     with torch.no_grad():
@@ -315,6 +322,8 @@ def bench_model(model: str, args: argparse.Namespace) -> list[dict]:
                     max(args.repeats, 5), setup.dev)
     dense = {what: _stats(ts) for what, ts in dense_t.items()}
     fwd, train = dense["dense_forward"], dense["dense_train"]
+    # the dense forward each row's ratios use (MC steps: the one timed beside them)
+    base.update(dense_forward_ms=fwd["ms_median"], dense_forward_cpu_ms=fwd["cpu_ms_median"])
     print(f"{model}: d={setup.layout.d:,} masked weights, batch {args.batch}, {args.device} "
           f"({base['device_name']}, {base['threads']} threads), amp {args.amp}, "
           f"{'channels_last' if setup.channels_last else 'nchw'}, MaskedModule backend "
@@ -329,19 +338,28 @@ def bench_model(model: str, args: argparse.Namespace) -> list[dict]:
                      "max_rel_diff": float("nan")})
     for n in args.ns:
         tr = setup.trainer(args, n)
-        st = _stats(_time({"mc": lambda tr=tr: tr.step(setup.f)}, args.repeats, setup.dev)["mc"])
+        # dense forwards interleaved with the steps (before and after each): the ratios of a
+        # step use the dense forward timed beside it, not one from minutes earlier
+        ts = _time({"dense_a": setup.dense_forward, "mc": lambda tr=tr: tr.step(setup.f),
+                    "dense_b": setup.dense_forward}, args.repeats, setup.dev)
+        st = _stats(ts["mc"])
+        near = {**dense, "dense_forward": _stats(ts["dense_a"] + ts["dense_b"])}
         one_shot = (_peak(args, model, "mc_step", n, setup, chunk=n) if tr.chunk < n
                     else float("nan"))
         row = {**base, "what": "mc_step", "n": n, "chunk": tr.chunk, "estimator": tr.method,
                **st, "peak_mib": _peak(args, model, "mc_step", n, setup),
-               "peak_one_shot_mib": one_shot, **_ratios(st, n, dense),
-               "max_rel_diff": float("nan")}
+               "peak_one_shot_mib": one_shot, **_ratios(st, n, near),
+               "max_rel_diff": float("nan"),
+               "dense_forward_ms": near["dense_forward"]["ms_median"],
+               "dense_forward_cpu_ms": near["dense_forward"]["cpu_ms_median"]}
         rows.append(row)
         print(f"  MC step n={n:4d} ({tr.method}, chunk {tr.chunk:3d}): {st['ms_median']:10.2f} ms "
               f"[{st['ms_min']:.2f}-{st['ms_max']:.2f}] = {row['per_dense_forward']:6.2f} x n "
               f"dense forwards (CPU time: {row['per_dense_forward_cpu']:6.2f}) = "
               f"{row['per_dense_train']:7.2f} dense training steps; peak "
-              f"{row['peak_mib']:8.1f} MiB (one-shot, chunk n: {one_shot:8.1f})", flush=True)
+              f"{row['peak_mib']:8.1f} MiB (one-shot, chunk n: {one_shot:8.1f}); dense forward "
+              f"beside it {row['dense_forward_ms']:.2f} ms (CPU time "
+              f"{row['dense_forward_cpu_ms']:.2f})", flush=True)
     peaks = [r["peak_mib"] for r in rows]
     print(f"  peak MiB: dense forward {peaks[0]:.1f}, dense training step {peaks[1]:.1f}",
           flush=True)

@@ -3,17 +3,23 @@
 A :class:`MaskedModule` wraps an ``nn.Module`` and a list of its weight tensors; a mask is a flat
 vector z of shape (d,), d = total number of masked weights, laid out tensor after tensor in the
 order given (row-major within a tensor). :meth:`MaskedModule.forward` runs a batch of k masks
-(k, d) through the network at once with ``torch.func.vmap`` over ``functional_call`` (memory
-O(k d) plus activations), which is how the n samples of one step are evaluated in chunks
-(`alg:iter_loorf`, `alg:iter_arms`). Masks may be soft (values in [0, 1]) so that CP and the
-hybrid estimators can differentiate through them.
+(k, d) through the network (memory O(k d) plus activations), which is how the n samples of one
+step are evaluated in chunks (`alg:iter_loorf`, `alg:iter_arms`). Masks may be soft (values in
+[0, 1]) so that CP and the hybrid estimators can differentiate through them. Backends: for the
+networks :func:`pbscale.batched.foldable` accepts (Conv / Linear / BatchNorm layers joined by
+channel-wise operations: every model of :mod:`pbscale.models`),
+:func:`pbscale.batched.forward_masked`, with all k masks as one network of grouped convolutions
+("folded": on a GPU, and for networks without convolutions) or one mask at a time ("loop": conv
+nets on a CPU, where grouped convolutions cost more per mask than a plain one); for any other
+network ``torch.func.vmap`` over ``functional_call`` (:meth:`MaskedModule.forward_vmap`). All
+three compute the same function, gradients and running-statistics update (tested).
 
 When the module is a plain ``nn.Sequential`` of Linear layers (only their weights masked),
 BatchNorm1d layers that always use batch statistics, and elementwise activations, and the input
 is (B, features), :meth:`MaskedModule.forward` takes a fast path that computes the same function
 (to float rounding) with batched matrix products over the k masks and BatchNorm statistics per
 mask, in place on cached buffers when nothing needs gradients; any other module goes through the
-generic vmap path (:meth:`MaskedModule.forward_vmap`).
+backends above.
 
 Trainable networks: with ``train_weights=True`` (joint pruning) the network's parameters are
 used as they are, so the outputs are differentiable in the weights and a loss's ``backward``
@@ -25,8 +31,9 @@ rescaling. BatchNorm with running statistics in training mode: each of the k mas
 with its own batch statistics, and the running statistics are updated once per forward call
 with the mean over the k masks of their batch statistics (the update is linear, so this is the
 mean of k per-mask updates); in eval mode all k masks use the running statistics. Dropout draws
-independent units per mask (``vmap(..., randomness="different")``, torch's global generator,
-which :mod:`pbscale.loop` seeds and checkpoints).
+independent units per mask (``vmap(..., randomness="different")``, or per mask's channels in the
+folded layout, or per loop iteration; torch's global generator, which :mod:`pbscale.loop` seeds
+and checkpoints; the draws differ between backends).
 """
 
 from __future__ import annotations
