@@ -32,7 +32,7 @@ with ``channelwise_forward = True``).
 
 ``group=g`` runs the k masks g at a time through the same code (g = 1: a loop over masks, each a
 forward of the plain network's size): on one CPU core a grouped convolution over k-times-wider
-activations costs more per mask than k plain ones (ResNet-20, batch 32: 1.2-1.4 dense forwards
+activations costs more per mask than k plain ones (ResNet-20, batch 32: 1.2-1.6 dense forwards
 per mask at k = 2-10 against about 1.0 for the loop, `benchmarks/bench_prune.py`), while on a
 GPU the single folded call wins (H200, k = 100: 53 ms against 85 ms for vmap).
 

@@ -100,7 +100,7 @@ class MaskedModule:
     ``"folded"`` on a GPU (:func:`pbscale.batched.forward_masked`, k masks as one network of
     grouped convolutions and batched products) and for networks without convolutions, and
     ``"loop"`` for conv nets on a CPU (the same code one mask at a time: grouped convolutions
-    cost 1.2-1.4 dense forwards per mask on a CPU core, a loop about 1,
+    cost 1.2-1.6 dense forwards per mask on a CPU core, a loop about 1,
     `benchmarks/bench_prune.py`); ``"vmap"`` for any other network. ``amp`` (e.g.
     ``torch.bfloat16``, autocast) and ``channels_last`` apply to the folded and loop backends.
     """
@@ -132,10 +132,10 @@ class MaskedModule:
         self.shapes = [tuple(self.base[k].shape) for k in names]
         self.sizes = [math.prod(s) for s in self.shapes]
         self.d = sum(self.sizes)
+        self._init_backend(backend, amp, channels_last)
         self._plan = self._fast_plan()
         self._flat_cache: tuple | None = None
         self._scratch: dict = {}
-        self._init_backend(backend, amp, channels_last)
 
     def _init_backend(self, backend: str, amp: torch.dtype | None, channels_last: bool) -> None:
         from pbscale.batched import foldable  # batched builds on this module
@@ -205,6 +205,8 @@ class MaskedModule:
 
         Each entry: ("linear", offset into z or None, weight name, bias name or None),
         ("bn", module) or ("act", module)."""
+        if self.backend != "auto" or self.amp is not None:
+            return None  # a backend asked for by name, or autocast: not this path
         if type(self.module) is not nn.Sequential:
             return None
         offsets, pos = {}, 0
@@ -275,9 +277,12 @@ class MaskedModule:
         if z.dim() != 2 or z.shape[-1] != self.d:
             raise PBInputError(f"masks must have shape (k, {self.d}), got {tuple(z.shape)}")
         if (self._plan is not None and x.dim() == 2 and x.shape[0] > 1 and z.shape[0] > 0
-                and z.dtype == self.dtype and x.dtype == self.dtype
-                and self.backend == "auto" and self.amp is None):
+                and z.dtype == self.dtype and x.dtype == self.dtype):
             return self._forward_fast(z, x)
+        return self._forward_generic(z, x)
+
+    def _forward_generic(self, z: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """:meth:`forward` off the MLP fast path: the backend of :meth:`backend_for`."""
         backend = self.backend_for(x.device)
         if backend == "vmap" or z.shape[0] == 0:
             return self.forward_vmap(z, x)

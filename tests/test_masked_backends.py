@@ -149,6 +149,24 @@ def test_backend_choice_and_bad_backend():
         MaskedModule(net, backend="grouped")
 
 
+def test_named_backend_or_amp_bypasses_the_mlp_fast_path():
+    """An MLP the fast path takes under "auto" runs the named backend instead (same values)."""
+    from pbscale.regression import mlp
+
+    torch.manual_seed(0)
+    net = mlp((3, 5, 4, 1)).double()
+    x = torch.rand(6, 3, dtype=torch.float64)
+    auto = MaskedModule(net)
+    assert auto._plan is not None
+    z = (torch.rand(4, auto.d, generator=torch.Generator().manual_seed(1)) < 0.7).double()
+    ref = auto.forward(z, x)
+    for backend in ("folded", "loop", "vmap"):
+        layout = MaskedModule(net, backend=backend)
+        assert layout._plan is None
+        torch.testing.assert_close(layout.forward(z, x), ref)
+    assert MaskedModule(net, amp=torch.bfloat16)._plan is None
+
+
 class CumulativeBN(nn.Module):
     """Conv, BN with momentum=None (cumulative average), a BN on the shared input first."""
 
