@@ -127,6 +127,21 @@ def test_networks_only_vmap_runs(make, xshape):
         MaskedModule(net, amp=torch.bfloat16)
 
 
+def test_foldable_needs_the_forward_vouched_by_its_own_class():
+    """A subclass overriding a vouched forward is not trusted until it vouches itself; an
+    nn.Sequential subclass keeping Sequential's forward is."""
+    from pbscale.models import BasicBlock
+
+    class Mixer(BasicBlock):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:  # mixes channels: roll
+            return super().forward(x).roll(1, dims=1)
+
+    assert foldable(BasicBlock(2, 4, 1)) and not foldable(Mixer(2, 4, 1))
+    Mixer.channelwise_forward = True  # its author's promise (here false: this is the check)
+    assert foldable(Mixer(2, 4, 1))
+    assert foldable(build_model("lenet"))  # an nn.Sequential subclass
+
+
 def test_tied_parameters_are_not_foldable():
     """A module used twice: a mask on its one parameter name must reach both uses, which the
     per-layer folding cannot promise."""
