@@ -19,8 +19,12 @@ LeNet defaults to 265,200 rather than Zhou et al.'s 266,200 (all three layers ma
 ``mask_head=True`` gives 266,200 and ``mask_shortcuts=True`` gives ResNet-20's 270,256 (3x3 and
 1x1 convolutions, the benchmark anchor of the issue).
 
-LeNet is a plain ``nn.Sequential`` of Linear and ReLU layers fed flat images (B, 784), so
-:class:`pbscale.masks.MaskedModule` runs it on its batched-matmul fast path.
+LeNet is an ``nn.Sequential`` (subclass) of Linear and ReLU layers fed flat images (B, 784), so
+:class:`pbscale.masks.MaskedModule` runs its k masks as batched matrix products (the "folded"
+backend; the MLP fast path takes plain ``nn.Sequential`` instances only). The classes with their
+own ``forward`` (ResNet-20 and its blocks, VGG-19) set ``channelwise_forward = True``: their
+forwards join layers by channel-wise operations only, which lets
+:func:`pbscale.batched.forward_masked` run k masks of them as one network.
 """
 
 from __future__ import annotations
