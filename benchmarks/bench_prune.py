@@ -7,13 +7,16 @@ each step.
 
     python -m benchmarks.bench_prune [--device cpu|cuda] [--amp none,bf16] [--ns 1,10,100]
         [--models lenet,resnet20] [--batch 128] [--chunk K] [--repeats R]
-        [--layouts nchw,channels_last] [--out figures]
+        [--layouts nchw,channels_last] [--groups 1,10] [--out figures]
 
 Goals (`issue 12`): on a CPU an MC step at n costs at most 1.2 n dense forward passes and its
 peak memory is flat in n (n samples evaluated k = chunk at a time); on a GPU an n = 100 step of
 ResNet-20 at batch 128 costs at most 3 dense training steps. n = 1 uses REINFORCE (ARMS needs
 n >= 2). The MC step is :meth:`pbscale.methods.MaskTrainer.step` (sampling, the chunked forward
-passes, the iterative accumulator and the RMSprop update of the mask logits). Masked tensors: the
+passes, the iterative accumulator and the RMSprop update of the mask logits) on the loss pruning
+evaluates, :meth:`pbscale.masks.MaskedModule.loss_fn` with the backend MaskedModule picks for
+the device (printed; the ``backend`` column: ResNet-20 "loop" on a CPU, "folded" on a GPU; LeNet
+"folded"). Masked tensors: the
 models' rule (:meth:`pbscale.models.PrunableNet.masked_names`), for ResNet-20 with the 1x1
 shortcuts (270,256 weights, as the issue's H200 anchor). Writes ``OUT/bench_prune_<device>.csv``
 (one row per measurement; the ``amp`` column tells float32 from bf16).
@@ -39,7 +42,7 @@ from torch.nn import functional as F
 from analysis.cli import run
 from pbexact.errors import ArgumentParser, PBInputError
 from pbscale import io
-from pbscale.batched import forward_masked, forward_masked_loop, masked_loss
+from pbscale.batched import cross_entropy_per_mask, forward_masked, forward_masked_loop
 from pbscale.masks import MaskedModule
 from pbscale.memory import peak_memory
 from pbscale.methods import MaskTrainer, MethodConfig
@@ -59,13 +62,16 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"comma-separated, from {', '.join(BENCH_MODELS)}")
     p.add_argument("--batch", type=int, default=128, help="batch size (default 128)")
     p.add_argument("--chunk", type=int, default=None,
-                   help="masks per batched forward (default: on cpu 10 for lenet and 2 for "
-                   "resnet20, the sizes measured fastest per mask there; on cuda the largest n)")
+                   help="masks per chunk of an MC step (default: on cpu 10, on cuda the "
+                   "largest n)")
     p.add_argument("--repeats", type=int, default=None,
                    help="timed repetitions after one warm-up (default 3 on cpu, 10 on cuda)")
     p.add_argument("--layouts", default="nchw",
                    help="memory layouts of the convolutional model's activations: nchw, "
                    "channels_last or both (nchw,channels_last); default nchw")
+    p.add_argument("--groups", default="",
+                   help="also time the k-mask forward with forward_masked(group=g) for these g "
+                   "(masks per folded call; 1 = a loop), comma-separated; default none")
     p.add_argument("--estimator", default="arms", help="MC estimator for n >= 2 (default arms)")
     p.add_argument("--param", default="escort", help="parametrization (default escort)")
     p.add_argument("--no-memory", action="store_true", help="skip the peak-memory runs")
@@ -100,6 +106,7 @@ def check_args(args: argparse.Namespace) -> argparse.Namespace:
                            f"{args.layouts!r}")
     args.channels_last = args.layout_list[0] == "channels_last"
     args.ns = _positive_ints(args.ns, "--ns")
+    args.group_list = _positive_ints(args.groups, "--groups") if args.groups.strip() else []
     args.models = [m.strip() for m in args.models.split(",") if m.strip()]
     bad = [m for m in args.models if m not in BENCH_MODELS]
     if bad or not args.models:
@@ -120,11 +127,12 @@ def check_args(args: argparse.Namespace) -> argparse.Namespace:
 
 
 def default_chunk(args: argparse.Namespace, model: str) -> int:
-    """Masks per forward: on the CPU the grouped convolutions of :func:`forward_masked` cost more
-    per mask as k grows (1.0, 1.1, 1.2, 1.4 dense forwards at k = 1, 2, 4, 10 for ResNet-20,
-    batch 32, CPU time), while LeNet's batched products gain; on a GPU, all n at once."""
+    """Masks per chunk: on a CPU 10 for both models (LeNet's batched products gain up to there;
+    ResNet-20 runs its masks one at a time on a CPU, MaskedModule's "loop" backend, so the chunk
+    only amortizes the sampler's per-chunk work: 1.25, 1.12 and 1.24 n dense forwards per MC
+    step at chunks 2, 10 and 50, CPU time, one loaded run); on a GPU, all n at once."""
     if args.device == "cpu":
-        return 2 if model == "resnet20" else 10
+        return 10
     return max(args.ns)
 
 
@@ -148,15 +156,18 @@ class Setup:
             net = net.to(memory_format=torch.channels_last)
         self.net = net.train()
         self.names = net.masked_names(mask_shortcuts=True)
-        self.layout = MaskedModule(net, self.names)
+        self.layout = MaskedModule(net, self.names, amp=self.amp,
+                                   channels_last=self.channels_last)
+        self.backend = self.layout.backend_for(dev)
         gen = torch.Generator(device=dev).manual_seed(0)
         shape = INPUT_SHAPES[MODELS[name].dataset]
         self.x = torch.randn((args.batch, *shape), generator=gen, device=dev)
         if self.channels_last:
             self.x = self.x.contiguous(memory_format=torch.channels_last)
         self.y = torch.randint(0, 10, (args.batch,), generator=gen, device=dev)
-        self.f = masked_loss(net, self.x, self.y, self.names, amp=self.amp,
-                             channels_last=self.channels_last)
+        # the loss pruning evaluates (pbscale.prune.PruneTask.batch_loss): MaskedModule's
+        # backend for this device, running statistics updated as in training
+        self.f = self.layout.loss_fn(self.x, self.y, cross_entropy_per_mask)
         self.opt = torch.optim.SGD(net.parameters(), lr=0.1, momentum=0.9, nesterov=True,
                                    weight_decay=1e-4)
 
@@ -240,9 +251,11 @@ def _step_fn(setup: Setup, args: argparse.Namespace, what: str, n: int) -> Calla
 
 def forward_rows(setup: Setup, args: argparse.Namespace, model: str, base: dict,
                  dense: dict) -> list[dict]:
-    """The k-mask forward alone (no grad), k = the chunk: forward_masked, vmap over
-    functional_call (BatchNorm on batch statistics: running-stat tracking off in a copy, the
-    same function in training mode), the per-mask loop; and the maximum difference."""
+    """The k-mask forward alone (no grad), k = the chunk: forward_masked (all k folded: grouped
+    convolutions), vmap over functional_call (BatchNorm on batch statistics: running-stat
+    tracking off in a copy, the same function in training mode), the per-mask functional_call
+    loop, MaskedModule.forward with its backend for the device (``fwd_module``: what pruning
+    runs); and each one's largest difference from the loop."""
     k = args.chunk
     gen = torch.Generator(device=setup.dev).manual_seed(1)
     z = (torch.rand((k, setup.layout.d), generator=gen, device=setup.dev) < 0.5).float()
@@ -268,19 +281,23 @@ def forward_rows(setup: Setup, args: argparse.Namespace, model: str, base: dict,
             return g
         fns["fwd_vmap"] = autocast(fns["fwd_vmap"])
         fns["fwd_loop"] = autocast(fns["fwd_loop"])
+    fns["fwd_module"] = lambda: setup.layout.forward(z, x)  # what pruning runs (its backend)
+    for g in args.group_list:
+        fns[f"fwd_group{g}"] = lambda g=g: forward_masked(
+            setup.net, masks, x, amp=setup.amp, channels_last=setup.channels_last, group=g)
     if type(setup.net) is nn.Sequential or isinstance(setup.net, nn.Sequential):
         fns["fwd_mlp_fast"] = lambda: setup.layout.forward(z, x)  # MaskedModule's own fast path
     with torch.no_grad():
-        fast = fns["fwd_fast"]().float()
         ref = fns["fwd_loop"]().float()
-        diff = float((fast - ref).abs().max() / ref.abs().max().clamp_min(1e-30))
+        scale = ref.abs().max().clamp_min(1e-30)
+        diffs = {w: float((fn().float() - ref).abs().max() / scale) for w, fn in fns.items()}
         times = _time(fns, args.repeats, setup.dev)
     rows = []
     for what, ts in times.items():
         st = _stats(ts)
         rows.append({**base, "what": what, "n": k, "chunk": k, "estimator": "", **st,
                      "peak_mib": float("nan"), "peak_one_shot_mib": float("nan"),
-                     **_ratios(st, k, dense), "max_rel_diff": diff})
+                     **_ratios(st, k, dense), "max_rel_diff": diffs[what]})
     return rows
 
 
@@ -299,14 +316,18 @@ def bench_model(model: str, args: argparse.Namespace) -> list[dict]:
             "device_name": (torch.cuda.get_device_name(setup.dev) if args.device == "cuda"
                             else "cpu"),
             "threads": torch.get_num_threads(), "amp": args.amp,
-            "channels_last": setup.channels_last, "batch": args.batch, "d": setup.layout.d}
+            "channels_last": setup.channels_last, "batch": args.batch, "d": setup.layout.d,
+            "backend": setup.backend}
     dense_t = _time({"dense_forward": setup.dense_forward, "dense_train": setup.dense_train},
                     max(args.repeats, 5), setup.dev)
     dense = {what: _stats(ts) for what, ts in dense_t.items()}
     fwd, train = dense["dense_forward"], dense["dense_train"]
+    # the dense forward each row's ratios use (MC steps: the one timed beside them)
+    base.update(dense_forward_ms=fwd["ms_median"], dense_forward_cpu_ms=fwd["cpu_ms_median"])
     print(f"{model}: d={setup.layout.d:,} masked weights, batch {args.batch}, {args.device} "
           f"({base['device_name']}, {base['threads']} threads), amp {args.amp}, "
-          f"{'channels_last' if setup.channels_last else 'nchw'}; dense forward "
+          f"{'channels_last' if setup.channels_last else 'nchw'}, MaskedModule backend "
+          f"{setup.backend}; dense forward "
           f"{fwd['ms_median']:.2f} ms (CPU time {fwd['cpu_ms_median']:.2f}), dense training step "
           f"{train['ms_median']:.2f} ms (CPU time {train['cpu_ms_median']:.2f})", flush=True)
     rows = []
@@ -317,19 +338,28 @@ def bench_model(model: str, args: argparse.Namespace) -> list[dict]:
                      "max_rel_diff": float("nan")})
     for n in args.ns:
         tr = setup.trainer(args, n)
-        st = _stats(_time({"mc": lambda tr=tr: tr.step(setup.f)}, args.repeats, setup.dev)["mc"])
+        # dense forwards interleaved with the steps (before and after each): the ratios of a
+        # step use the dense forward timed beside it, not one from minutes earlier
+        ts = _time({"dense_a": setup.dense_forward, "mc": lambda tr=tr: tr.step(setup.f),
+                    "dense_b": setup.dense_forward}, args.repeats, setup.dev)
+        st = _stats(ts["mc"])
+        near = {**dense, "dense_forward": _stats(ts["dense_a"] + ts["dense_b"])}
         one_shot = (_peak(args, model, "mc_step", n, setup, chunk=n) if tr.chunk < n
                     else float("nan"))
         row = {**base, "what": "mc_step", "n": n, "chunk": tr.chunk, "estimator": tr.method,
                **st, "peak_mib": _peak(args, model, "mc_step", n, setup),
-               "peak_one_shot_mib": one_shot, **_ratios(st, n, dense),
-               "max_rel_diff": float("nan")}
+               "peak_one_shot_mib": one_shot, **_ratios(st, n, near),
+               "max_rel_diff": float("nan"),
+               "dense_forward_ms": near["dense_forward"]["ms_median"],
+               "dense_forward_cpu_ms": near["dense_forward"]["cpu_ms_median"]}
         rows.append(row)
         print(f"  MC step n={n:4d} ({tr.method}, chunk {tr.chunk:3d}): {st['ms_median']:10.2f} ms "
               f"[{st['ms_min']:.2f}-{st['ms_max']:.2f}] = {row['per_dense_forward']:6.2f} x n "
               f"dense forwards (CPU time: {row['per_dense_forward_cpu']:6.2f}) = "
               f"{row['per_dense_train']:7.2f} dense training steps; peak "
-              f"{row['peak_mib']:8.1f} MiB (one-shot, chunk n: {one_shot:8.1f})", flush=True)
+              f"{row['peak_mib']:8.1f} MiB (one-shot, chunk n: {one_shot:8.1f}); dense forward "
+              f"beside it {row['dense_forward_ms']:.2f} ms (CPU time "
+              f"{row['dense_forward_cpu_ms']:.2f})", flush=True)
     peaks = [r["peak_mib"] for r in rows]
     print(f"  peak MiB: dense forward {peaks[0]:.1f}, dense training step {peaks[1]:.1f}",
           flush=True)
@@ -342,7 +372,8 @@ def bench_model(model: str, args: argparse.Namespace) -> list[dict]:
     print(f"  forward of k={args.chunk} masks: {line}; fast/vmap speedup "
           f"{by['fwd_vmap']['ms_median'] / by['fwd_fast']['ms_median']:.2f}x, fast/loop "
           f"{by['fwd_loop']['ms_median'] / by['fwd_fast']['ms_median']:.2f}x; max relative "
-          f"difference fast vs loop {frows[0]['max_rel_diff']:.2e}", flush=True)
+          f"difference from the loop: fast {by['fwd_fast']['max_rel_diff']:.2e}, module "
+          f"({setup.backend}) {by['fwd_module']['max_rel_diff']:.2e}", flush=True)
     return rows
 
 

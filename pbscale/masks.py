@@ -3,20 +3,26 @@
 A :class:`MaskedModule` wraps an ``nn.Module`` and a list of its weight tensors; a mask is a flat
 vector z of shape (d,), d = total number of masked weights, laid out tensor after tensor in the
 order given (row-major within a tensor). :meth:`MaskedModule.forward` runs a batch of k masks
-(k, d) through the network at once with ``torch.func.vmap`` over ``functional_call`` (memory
-O(k d) plus activations), which is how the n samples of one step are evaluated in chunks
-(`alg:iter_loorf`, `alg:iter_arms`). Masks may be soft (values in [0, 1]) so that CP and the
-hybrid estimators can differentiate through them.
+(k, d) through the network (memory O(k d) plus activations), which is how the n samples of one
+step are evaluated in chunks (`alg:iter_loorf`, `alg:iter_arms`). Masks may be soft (values in
+[0, 1]) so that CP and the hybrid estimators can differentiate through them. Backends: for the
+networks :func:`pbscale.batched.foldable` accepts (Conv / Linear / BatchNorm layers joined by
+channel-wise operations: every model of :mod:`pbscale.models`),
+:func:`pbscale.batched.forward_masked`, with all k masks as one network of grouped convolutions
+("folded": on a GPU, and for networks without convolutions) or one mask at a time ("loop": conv
+nets on a CPU, where grouped convolutions cost more per mask than a plain one); for any other
+network ``torch.func.vmap`` over ``functional_call`` (:meth:`MaskedModule.forward_vmap`). All
+three compute the same function, gradients and running-statistics update (tested).
 
 When the module is a plain ``nn.Sequential`` of Linear layers (only their weights masked),
 BatchNorm1d layers that always use batch statistics, and elementwise activations, and the input
 is (B, features), :meth:`MaskedModule.forward` takes a fast path that computes the same function
 (to float rounding) with batched matrix products over the k masks and BatchNorm statistics per
 mask, in place on cached buffers when nothing needs gradients; any other module goes through the
-generic vmap path (:meth:`MaskedModule.forward_vmap`). The forward also takes a leading group
-dimension, masks (G, k, d) and inputs (G, B, ...), group g's masks on group g's inputs (G runs
-stepped together, :mod:`pbscale.batched_seeds`): one pass of the fast path over the G k masks,
-group by group elsewhere.
+backends above. The forward also takes a leading group dimension, masks (G, k, d) and inputs
+(G, B, ...), group g's masks on group g's inputs (G runs stepped together,
+:mod:`pbscale.batched_seeds`): one pass of the fast path over the G k masks, group by group
+elsewhere.
 
 Trainable networks: with ``train_weights=True`` (joint pruning) the network's parameters are
 used as they are, so the outputs are differentiable in the weights and a loss's ``backward``
@@ -28,8 +34,9 @@ rescaling. BatchNorm with running statistics in training mode: each of the k mas
 with its own batch statistics, and the running statistics are updated once per forward call
 with the mean over the k masks of their batch statistics (the update is linear, so this is the
 mean of k per-mask updates); in eval mode all k masks use the running statistics. Dropout draws
-independent units per mask (``vmap(..., randomness="different")``, torch's global generator,
-which :mod:`pbscale.loop` seeds and checkpoints).
+independent units per mask (``vmap(..., randomness="different")``, or per mask's channels in the
+folded layout, or per loop iteration; torch's global generator, which :mod:`pbscale.loop` seeds
+and checkpoints; the draws differ between backends).
 """
 
 from __future__ import annotations
@@ -50,6 +57,9 @@ LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 #: A mask-to-weight hook: (parameter name, weight (*shape), masks (k, *shape)) -> (k, *shape).
 WeightHook = Callable[[str, torch.Tensor, torch.Tensor], torch.Tensor]
+
+#: How :meth:`MaskedModule.forward` runs k masks of a network off the MLP fast path.
+BACKENDS = ("auto", "folded", "loop", "vmap")
 
 #: Elementwise activations the fast path applies as they are (any tensor layout is fine).
 _ELEMENTWISE = (nn.ReLU, nn.LeakyReLU, nn.Tanh, nn.Sigmoid, nn.ELU, nn.GELU, nn.SiLU,
@@ -86,10 +96,22 @@ class MaskedModule:
     every parameter is detached and only the mask is optimized; with ``train_weights=True``
     (joint) the outputs carry the weights' autograd graph. ``weight_hook`` maps (name, w, z) to
     the masked weight (default w * z; :func:`rescaled_weight` for dynamic weight rescaling).
+
+    ``backend`` (how :meth:`forward` runs k masks when the MLP fast path does not apply):
+    ``"auto"`` (default) picks, per call, by the input's device: for a network
+    :func:`pbscale.batched.foldable` accepts (every model of :mod:`pbscale.models`),
+    ``"folded"`` on a GPU (:func:`pbscale.batched.forward_masked`, k masks as one network of
+    grouped convolutions and batched products) and for networks without convolutions, and
+    ``"loop"`` for conv nets on a CPU (the same code one mask at a time: grouped convolutions
+    cost 1.2-1.6 dense forwards per mask on a CPU core, a loop about 1,
+    `benchmarks/bench_prune.py`); ``"vmap"`` for any other network. ``amp`` (e.g.
+    ``torch.bfloat16``, autocast) and ``channels_last`` apply to the folded and loop backends.
     """
 
     def __init__(self, module: nn.Module, names: Sequence[str] | None = None,
-                 train_weights: bool = False, weight_hook: WeightHook | None = None) -> None:
+                 train_weights: bool = False, weight_hook: WeightHook | None = None,
+                 backend: str = "auto", amp: torch.dtype | None = None,
+                 channels_last: bool = False) -> None:
         params = dict(module.named_parameters())
         if names is None:
             names = [k for k, p in params.items() if k.endswith("weight") and p.dim() >= 2]
@@ -104,6 +126,10 @@ class MaskedModule:
             )
         if len(set(names)) != len(names):
             raise PBInputError("a weight tensor is listed twice in names; list each once")
+        if len(list(module.named_parameters(remove_duplicate=False))) != len(params):
+            raise PBInputError("the network uses one parameter in two places (a reused layer or "
+                               "tied weights), which masking does not support; give each "
+                               "place its own layer")
         self.module = module
         self.names = names
         self.train_weights = bool(train_weights)
@@ -113,9 +139,38 @@ class MaskedModule:
         self.shapes = [tuple(self.base[k].shape) for k in names]
         self.sizes = [math.prod(s) for s in self.shapes]
         self.d = sum(self.sizes)
+        self._init_backend(backend, amp, channels_last)
         self._plan = self._fast_plan()
         self._flat_cache: tuple | None = None
         self._scratch: dict = {}
+
+    def _init_backend(self, backend: str, amp: torch.dtype | None, channels_last: bool) -> None:
+        from pbscale.batched import foldable  # batched builds on this module
+
+        if backend not in BACKENDS:
+            raise PBInputError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+        self.foldable = foldable(self.module)
+        if backend in ("folded", "loop") and not self.foldable:
+            raise PBInputError(f"backend {backend!r} cannot run this network (a layer or forward "
+                               "pbscale.batched.foldable does not accept); use backend='vmap'")
+        if (amp is not None or channels_last) and not self.foldable:
+            raise PBInputError("amp and channels_last need the folded or loop backend, which "
+                               "cannot run this network; leave them unset")
+        self.backend, self.amp, self.channels_last = backend, amp, bool(channels_last)
+        self._has_conv = any(isinstance(m, nn.modules.conv._ConvNd) for m in self.module.modules())
+
+    def backend_for(self, device: torch.device | str) -> str:
+        """The backend :meth:`forward` uses on ``device`` (for networks off the MLP fast path):
+        the requested one, or for ``"auto"``: "folded" on cuda and for networks without
+        convolutions, "loop" for conv nets elsewhere, "vmap" for a network
+        :func:`pbscale.batched.foldable` rejects."""
+        if self.backend != "auto":
+            return self.backend
+        if not self.foldable:
+            return "vmap"
+        if torch.device(device).type == "cuda" or not self._has_conv:
+            return "folded"
+        return "loop"
 
     @property
     def device(self) -> torch.device:
@@ -157,7 +212,13 @@ class MaskedModule:
 
         Each entry: ("linear", offset into z or None, weight name, bias name or None),
         ("bn", module) or ("act", module)."""
-        if type(self.module) is not nn.Sequential:
+        if self.backend != "auto" or self.amp is not None:
+            return None  # a backend asked for by name, or autocast: not this path
+        seq = self.module
+        # a Sequential subclass that keeps Sequential's forward (LeNet300100) qualifies; a layer
+        # reused twice (named_children lists it once) does not
+        if (not isinstance(seq, nn.Sequential) or type(seq).forward is not nn.Sequential.forward
+                or len(list(seq.named_children())) != len(seq)):
             return None
         offsets, pos = {}, 0
         for k, size in zip(self.names, self.sizes):
@@ -242,7 +303,28 @@ class MaskedModule:
                 return self._forward_fast(z, x)
         if grouped:
             return torch.stack([self.forward(zg, xg) for zg, xg in zip(z, x)])
-        return self.forward_vmap(z, x)
+        return self._forward_generic(z, x)
+
+    def _forward_generic(self, z: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """:meth:`forward` off the MLP fast path: the backend of :meth:`backend_for`."""
+        backend = self.backend_for(x.device)
+        if backend == "vmap" or z.shape[0] == 0:
+            return self.forward_vmap(z, x)
+        return self.forward_folded(z, x, group=1 if backend == "loop" else None)
+
+    def forward_folded(self, z: torch.Tensor, x: torch.Tensor, group: int | None = None
+                       ) -> torch.Tensor:
+        """:meth:`forward` by :func:`pbscale.batched.forward_masked` (``group`` masks per
+        folded call; 1: a loop over the masks), with the same running-statistics rule as the
+        vmap path; for networks :func:`pbscale.batched.foldable` accepts."""
+        from pbscale.batched import forward_masked
+
+        if z.dim() != 2 or z.shape[-1] != self.d:
+            raise PBInputError(f"masks must have shape (k, {self.d}), got {tuple(z.shape)}")
+        return forward_masked(self.module, self.split(z), x, amp=self.amp,
+                              channels_last=self.channels_last,
+                              weight_hook=self.weight_hook or plain_weight, params=self.base,
+                              group=group, update_stats=True)
 
     def _wants_graph(self, z: torch.Tensor, x: torch.Tensor) -> bool:
         """Whether the fast path must record autograd (then it runs out of place)."""

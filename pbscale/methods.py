@@ -220,8 +220,10 @@ class CopulaSampler:
         m = self._m[first - 1:first - 1 + k]  # each row is served once
         self.drawn += k
         shape = (k,) + tuple(self.theta.shape)
-        if bits:  # z~ = 1[m >= bound], over m's memory
-            return torch.ge(m, self._bound, out=m).reshape(shape)
+        if bits:  # z~ = 1[m >= bound], in a fresh tensor: a view of the step's draws would
+            # share their version counter, and autograd (joint runs save the masks of one chunk
+            # for the weights' backward) would see it bumped by the next chunk's comparison
+            return torch.ge(m, self._bound, out=torch.empty_like(m)).reshape(shape)
         E = 12 * math.log(2.0) - torch.add(self._shift, m, alpha=2.0**-12).abs_().double().log_()
         return E.div_(self._r0).to(self.theta.dtype).reshape(shape)  # D_s = E_s / R_0
 

@@ -19,8 +19,12 @@ LeNet defaults to 265,200 rather than Zhou et al.'s 266,200 (all three layers ma
 ``mask_head=True`` gives 266,200 and ``mask_shortcuts=True`` gives ResNet-20's 270,256 (3x3 and
 1x1 convolutions, the benchmark anchor of the issue).
 
-LeNet is a plain ``nn.Sequential`` of Linear and ReLU layers fed flat images (B, 784), so
-:class:`pbscale.masks.MaskedModule` runs it on its batched-matmul fast path.
+LeNet is an ``nn.Sequential`` (subclass) of Linear and ReLU layers fed flat images (B, 784), so
+:class:`pbscale.masks.MaskedModule` runs its k masks as batched matrix products (the "folded"
+backend; the MLP fast path takes plain ``nn.Sequential`` instances only). The classes with their
+own ``forward`` (ResNet-20 and its blocks, VGG-19) set ``channelwise_forward = True``: their
+forwards join layers by channel-wise operations only, which lets
+:func:`pbscale.batched.forward_masked` run k masks of them as one network.
 """
 
 from __future__ import annotations
@@ -119,6 +123,9 @@ class BasicBlock(nn.Module):
     """Two 3x3 conv-BN layers with ReLU and a residual connection; a 1x1 conv-BN projection
     shortcut where the shape changes (stride 2 or more channels)."""
 
+    #: forward chains the layers with channel-wise operations only (pbscale.batched.foldable)
+    channelwise_forward = True
+
     def __init__(self, c_in: int, c_out: int, stride: int) -> None:
         super().__init__()
         self.conv1 = nn.Conv2d(c_in, c_out, 3, stride=stride, padding=1, bias=False)
@@ -144,6 +151,9 @@ class ResNet20(nn.Module, PrunableNet):
     3x3 conv 16 + BN + ReLU; three stages of 3 basic blocks with 16, 32, 64 channels (stride 2 at
     the start of stages 2 and 3, with 1x1 projection shortcuts); global average pool; Linear
     64-10."""
+
+    #: forward chains the layers with channel-wise operations only (pbscale.batched.foldable)
+    channelwise_forward = True
 
     head = "fc"
     shortcut_marker = "shortcut"
@@ -179,6 +189,9 @@ class VGG19(nn.Module, PrunableNet):
     3x3 conv-BN-ReLU layers as in :data:`VGG19_PLAN`, 2x2 average pool of the final 2x2 map,
     Linear 512-10. Convolutions carry no bias (a BatchNorm follows each one); the masked-weight
     count (20,018,880) does not depend on that."""
+
+    #: forward chains the layers with channel-wise operations only (pbscale.batched.foldable)
+    channelwise_forward = True
 
     head = "fc"
     dataset = "cifar10"

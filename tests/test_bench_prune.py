@@ -20,6 +20,7 @@ from pbscale import io
     (["--batch", "1"], "--batch must be >= 2"),
     (["--chunk", "0"], "--chunk must be a positive integer"),
     (["--layouts", "nhwc"], "--layouts must be"),
+    (["--groups", "0"], "--groups must be positive"),
     (["--param", "nope"], "unknown parametrization"),
 ])
 def test_bad_arguments_exit_2(argv, match, capsys, tmp_path):
@@ -40,6 +41,11 @@ def test_tiny_run_writes_every_measurement(tmp_path, capsys):
                     ("fwd_fast", 2), ("fwd_vmap", 2), ("fwd_loop", 2)):
             assert (model, *key) in whats
     assert ("lenet", "fwd_mlp_fast", 2) in whats
+    # what pruning runs: MaskedModule's backend for the CPU (a loop over masks for conv nets)
+    assert {(r["model"], r["backend"]) for r in rows} == {("lenet", "folded"),
+                                                          ("resnet20", "loop")}
+    for model in ("lenet", "resnet20"):
+        assert (model, "fwd_module", 2) in whats
     for r in rows:
         assert float(r["ms_median"]) > 0 and float(r["per_dense_forward"]) > 0
         if r["what"] == "mc_step":
@@ -56,14 +62,21 @@ def test_tiny_run_writes_every_measurement(tmp_path, capsys):
 def test_tiny_run_bf16_and_both_layouts(tmp_path):
     argv = ["--models", "resnet20", "--batch", "2", "--ns", "2", "--chunk", "2", "--repeats",
             "1", "--no-memory", "--amp", "none,bf16", "--layouts", "nchw,channels_last",
-            "--out", str(tmp_path)]
+            "--groups", "1", "--out", str(tmp_path)]
     assert run(bench_prune.main, argv) == 0
     rows = io.read_csv(tmp_path / "bench_prune_cpu.csv")
     configs = {(r["amp"], str(r["channels_last"])) for r in rows if r["what"] == "mc_step"}
     assert configs == {("none", "False"), ("none", "True"), ("bf16", "False"), ("bf16", "True")}
     for r in rows:
-        if r["what"] == "fwd_fast":  # bf16 agrees with the bf16 loop to its precision
+        if r["what"] in ("fwd_fast", "fwd_module", "fwd_group1"):  # bf16: to its precision
             assert float(r["max_rel_diff"]) < (5e-2 if r["amp"] == "bf16" else 1e-5)
+    assert {r["backend"] for r in rows} == {"loop"}
+    assert len([r for r in rows if r["what"] == "fwd_module"]) == 4
+    assert len([r for r in rows if r["what"] == "fwd_group1"]) == 4
+    for r in rows:  # an MC step's ratio is against the dense forward timed beside it
+        if r["what"] == "mc_step":
+            assert math.isclose(float(r["per_dense_forward"]),
+                                float(r["ms_median"]) / (2 * float(r["dense_forward_ms"])))
 
 
 def test_in_process_peak_branch_restores_the_chunk():

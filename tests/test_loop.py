@@ -342,3 +342,24 @@ def test_prune_counts_cp_and_mc_steps_with_the_loops_phase_rule(method, mode, ep
     task, trainer, loop, _ = P.build(cfg, data, dev)
     assert loop.phase_epochs() == phases
     assert trainer.total_steps == max(phases[1] * task.steps_per_epoch, 1)
+
+
+@pytest.mark.parametrize("method", ["arms", "loorf", "disarm"])
+def test_joint_surrogate_in_chunks_equals_one_chunk(method):
+    """Joint training records each chunk's losses with their graph: chunks of 2 must give the
+    weights the gradient of one chunk of n on the same samples (the samplers' streams do not
+    depend on the chunking), so no chunk's saved masks may be changed by a later draw (the CPU
+    float32 ARMS sampler keeps a step's draws in one buffer)."""
+    grads = []
+    for chunk in (2, 6):
+        torch.manual_seed(0)
+        net = nn.Sequential(nn.Linear(5, 4), nn.ReLU(), nn.Linear(4, 1))
+        mm = MaskedModule(net, train_weights=True)
+        x, y = torch.randn(8, 5), torch.randn(8, 1)
+        trainer = M.MaskTrainer(M.MethodConfig(method=method, n=6, chunk=chunk, seed=3), mm.d, 5)
+        value, _ = trainer.surrogate(mm.loss_fn(x, y), weights=True)
+        value.backward()
+        grads.append((trainer.r.grad.clone(), [p.grad.clone() for p in net.parameters()]))
+    torch.testing.assert_close(grads[0][0], grads[1][0], rtol=1e-5, atol=1e-6)
+    for a, b in zip(grads[0][1], grads[1][1]):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)

@@ -310,3 +310,22 @@ def test_run_folder_is_found_without_training_and_matches_train(tmp_path):
         "loop": {"epochs": 1, "seed": 0, "mask_milestones": [], "mask_gamma": 0.1,
                  "weight_milestones": [], "weight_gamma": 0.1, "mask_warmup": 0.0,
                  "freeze_masks": None, "metrics_file": "history.csv"}}))
+
+
+def test_fast_path_takes_sequential_subclasses_but_not_reused_layers():
+    """LeNet-300-100 (an nn.Sequential subclass keeping Sequential's forward) runs on the MLP
+    fast path and matches vmap; a network that reuses one Linear twice is refused with one line
+    (the fast path would list it once, vmap's functional_call leaks its tensors)."""
+    from pbscale.models import build_model
+
+    net = build_model("lenet").double()
+    masked = MaskedModule(net)
+    assert masked._plan is not None
+    gen = torch.Generator().manual_seed(3)
+    x = torch.randn(7, 784, generator=gen, dtype=torch.float64)
+    z = (torch.rand(3, masked.d, generator=gen) < 0.5).double()
+    torch.testing.assert_close(masked.forward(z, x), masked.forward_vmap(z, x))
+
+    lin = torch.nn.Linear(4, 4, bias=False)
+    with pytest.raises(PBInputError, match="reused layer"):
+        MaskedModule(torch.nn.Sequential(lin, torch.nn.ReLU(), lin))
