@@ -71,6 +71,11 @@ def test_each_injected_sync_is_caught_with_its_line(kind: str):
     assert len(v.syncs) == 1
 
 
+def test_other_data_needs_are_reported():
+    v = cgs.emulated_check(lambda: x.numpy())
+    assert not v.clean and v.problem.startswith(f"SYNC? needs the data at {HERE}:")
+
+
 def test_no_false_alarm_on_async_work():
     def fine() -> None:
         y = torch.randn(5, 3, device=META, generator=torch.Generator().manual_seed(1))
