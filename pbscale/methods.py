@@ -507,8 +507,9 @@ def mc_surrogate(f: BatchedLoss, r: torch.Tensor, param: Parametrization, estima
     estimate."""
     est = mc_gradient(f, r, param, estimator, n, generator, chunk, sampler)
     loss = est.loss if isinstance(est.loss, float) else float(est.loss.sum())
-    value = torch.tensor(loss, dtype=r.dtype, device=r.device)
-    return surrogate_loss(est.grad, r, value), est
+    # the value as a Python scalar: a tensor made from it on r's device would be a second,
+    # blocking host-to-device copy per step on a GPU (`benchmarks/check_gpu_sync.py`)
+    return surrogate_loss(est.grad, r, loss), est
 
 
 def dense_regularizer(r: torch.Tensor, theta_fn: Callable[[torch.Tensor], torch.Tensor],

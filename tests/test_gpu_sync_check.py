@@ -173,3 +173,34 @@ def test_gpu_check_reports_an_item():
     y = torch.ones(3, device="cuda")
     v = cgs.gpu_check(lambda: y.sum().item())
     assert not v.clean and HERE in v.problem
+
+
+@pytest.mark.parametrize("lead", [(), (2,)])
+def test_mc_surrogate_makes_no_second_sync(lead: tuple[int, ...]):
+    """mc_surrogate used to turn the read-back loss into a device tensor (torch.tensor(loss,
+    device=...)): a second, blocking copy per step. Its value is unchanged by passing the float:
+    float32(loss) exactly, as the tensor made from it was."""
+    from pbexact.parametrizations import get_parametrization
+
+    sigmoid = get_parametrization("sigmoid")
+
+    def setup(device: torch.device | str):
+        w = torch.linspace(-1, 1, 6, device=device)
+        gens = ([torch.Generator().manual_seed(s) for s in range(2)] if lead
+                else torch.Generator().manual_seed(0))
+        r = torch.full((*lead, 6), 0.2, device=device, requires_grad=True)
+        return (lambda z: (z * w).sum(-1)), r, gens
+
+    f, r, gens = setup(META)
+
+    def run() -> None:
+        L, _ = M.mc_surrogate(f, r, sigmoid, "arms", 4, gens, 2)
+        L.backward()
+
+    assert cgs.emulated_check(run, {cgs.LOSS_READBACK: 1}, 1).clean
+    f, r, gens = setup("cpu")
+    L, est = M.mc_surrogate(f, r, sigmoid, "arms", 4, gens, 2)
+    loss = est.loss if isinstance(est.loss, float) else float(est.loss.sum())
+    assert L.dtype == r.dtype and L.item() == torch.tensor(loss, dtype=r.dtype).item()
+    L.backward()
+    assert torch.equal(r.grad, est.grad)
