@@ -158,7 +158,7 @@ class Setup:
         self.names = net.masked_names(mask_shortcuts=True)
         self.layout = MaskedModule(net, self.names, amp=self.amp,
                                    channels_last=self.channels_last)
-        self.backend = self.layout.backend_for(dev)
+        self.backend = self.layout.path_for(dev)
         gen = torch.Generator(device=dev).manual_seed(0)
         shape = INPUT_SHAPES[MODELS[name].dataset]
         self.x = torch.randn((args.batch, *shape), generator=gen, device=dev)

@@ -172,6 +172,11 @@ class MaskedModule:
             return "folded"
         return "loop"
 
+    def path_for(self, device: torch.device | str) -> str:
+        """How :meth:`forward` runs masks (k, d) on (B, features) inputs on ``device``: "mlp_fast"
+        for a network the MLP fast path takes, else :meth:`backend_for`."""
+        return "mlp_fast" if self._plan is not None else self.backend_for(device)
+
     @property
     def device(self) -> torch.device:
         return self.base[self.names[0]].device

@@ -220,10 +220,12 @@ class CopulaSampler:
         m = self._m[first - 1:first - 1 + k]  # each row is served once
         self.drawn += k
         shape = (k,) + tuple(self.theta.shape)
-        if bits:  # z~ = 1[m >= bound], in a fresh tensor: a view of the step's draws would
-            # share their version counter, and autograd (joint runs save the masks of one chunk
-            # for the weights' backward) would see it bumped by the next chunk's comparison
-            return torch.ge(m, self._bound, out=torch.empty_like(m)).reshape(shape)
+        if bits:  # z~ = 1[m >= bound]: over m's memory when the chunk is the whole step (the
+            # next step draws a new buffer), else in a fresh tensor: a view of the step's draws
+            # shares their version counter, and autograd (joint runs save a chunk's masks for
+            # the weights' backward) would see it bumped by the next chunk's comparison
+            out = m if k == self.n else torch.empty_like(m)
+            return torch.ge(m, self._bound, out=out).reshape(shape)
         E = 12 * math.log(2.0) - torch.add(self._shift, m, alpha=2.0**-12).abs_().double().log_()
         return E.div_(self._r0).to(self.theta.dtype).reshape(shape)  # D_s = E_s / R_0
 

@@ -41,8 +41,8 @@ def test_tiny_run_writes_every_measurement(tmp_path, capsys):
                     ("fwd_fast", 2), ("fwd_vmap", 2), ("fwd_loop", 2)):
             assert (model, *key) in whats
     assert ("lenet", "fwd_mlp_fast", 2) in whats
-    # what pruning runs: MaskedModule's backend for the CPU (a loop over masks for conv nets)
-    assert {(r["model"], r["backend"]) for r in rows} == {("lenet", "folded"),
+    # what pruning runs on the CPU: the MLP fast path (LeNet), a loop over masks (conv nets)
+    assert {(r["model"], r["backend"]) for r in rows} == {("lenet", "mlp_fast"),
                                                           ("resnet20", "loop")}
     for model in ("lenet", "resnet20"):
         assert (model, "fwd_module", 2) in whats
