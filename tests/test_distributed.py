@@ -6,13 +6,12 @@ a distributed run interrupted mid-epoch (SIGTERM on every rank) resumes."""
 from __future__ import annotations
 
 import math
-import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import torch
+from _launch import free_port, worker_env
 
 from pbscale import io
 from pbscale.distributed import Shard
@@ -22,22 +21,10 @@ WORKER = str(ROOT / "tests" / "_distributed_worker.py")
 TIMING = ("train_seconds", "val_seconds")
 
 
-def _env() -> dict:
-    path = os.environ.get("PYTHONPATH", "")
-    return {**os.environ, "OMP_NUM_THREADS": "1",
-            "PYTHONPATH": f"{ROOT}{os.pathsep}{path}" if path else str(ROOT)}
-
-
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _torchrun(out: Path, *extra: str) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node",
-                             "2", "--master_addr", "127.0.0.1", "--master_port", str(_port()),
-                             WORKER, str(out), *extra], env=_env(), stdout=subprocess.PIPE,
+                             "2", "--master_addr", "127.0.0.1", "--master_port", str(free_port()),
+                             WORKER, str(out), *extra], env=worker_env(), stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
 
 
@@ -63,7 +50,7 @@ def test_two_ranks_equal_one_process_and_resume(tmp_path):
     k1, k2 = tmp_path / "k1", tmp_path / "k2"
     k1.mkdir()
     k2.mkdir()
-    single = subprocess.Popen([sys.executable, WORKER, str(k1)], env=_env(),
+    single = subprocess.Popen([sys.executable, WORKER, str(k1)], env=worker_env(),
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     first = _torchrun(k2, "4")  # SIGTERM on every rank before step 4 (mid second epoch)
     out1, _ = single.communicate(timeout=300)
@@ -121,12 +108,12 @@ def test_prune_supermask_two_ranks(tmp_path):
             "--method", "arms", "--chunk", "3", "--eval-batches", "1", "--eval-masks", "2",
             "--threads", "1", "--quiet", "--samples", "5"]
     single = subprocess.Popen([sys.executable, "-m", "pbscale.prune", *args, "--out",
-                               str(tmp_path / "k1")], env=_env(), stdout=subprocess.PIPE,
+                               str(tmp_path / "k1")], env=worker_env(), stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True)
     two = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node",
-                            "2", "--master_addr", "127.0.0.1", "--master_port", str(_port()),
+                            "2", "--master_addr", "127.0.0.1", "--master_port", str(free_port()),
                             "-m", "pbscale.prune", *args, "--out", str(tmp_path / "k2")],
-                           env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                           env=worker_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                            text=True)
     out1, _ = single.communicate(timeout=300)
     out2, _ = two.communicate(timeout=300)
@@ -143,10 +130,10 @@ def test_prune_supermask_two_ranks(tmp_path):
     assert float((a - b0).abs().max()) < 5e-3
     assert float((a - b0).abs().mean()) < 1e-5
     cp = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
-                         "--master_addr", "127.0.0.1", "--master_port", str(_port()), "-m",
+                         "--master_addr", "127.0.0.1", "--master_port", str(free_port()), "-m",
                          "pbscale.prune", "--model", "lenet", "--synthetic", "256", "--epochs",
                          "1", "--method", "cp", "--out", str(tmp_path / "k3"), "--quiet"],
-                        env=_env(), capture_output=True, text=True, timeout=300)
+                        env=worker_env(), capture_output=True, text=True, timeout=300)
     # CP under torchrun is data-parallel now (it used to be refused): the CLI run finishes and
     # both ranks export the same masks (tests/test_distributed_prune.py checks it in depth)
     assert cp.returncode == 0, cp.stderr[-3000:]

@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
+from _launch import free_port, worker_env
 
 from pbscale import io
 
@@ -33,25 +32,13 @@ ALL = [*LENET, "resnet-dense", "resnet-cp"]
 TOL = 1e-4
 
 
-def _env() -> dict:
-    path = os.environ.get("PYTHONPATH", "")
-    return {**os.environ, "OMP_NUM_THREADS": "1",
-            "PYTHONPATH": f"{ROOT}{os.pathsep}{path}" if path else str(ROOT)}
-
-
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _launch(out: Path, cases: list[str], *stops: str, ranks: int = 2) -> subprocess.Popen:
     out.mkdir(parents=True, exist_ok=True)
     pre = ([] if ranks == 1 else
            ["-m", "torch.distributed.run", "--nproc_per_node", str(ranks), "--master_addr",
-            "127.0.0.1", "--master_port", str(_port())])
+            "127.0.0.1", "--master_port", str(free_port())])
     return subprocess.Popen([sys.executable, *pre, WORKER, str(out), ",".join(cases), *stops],
-                            env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            env=worker_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True)
 
 
@@ -195,7 +182,7 @@ def test_resume_after_sigterm_on_one_rank(runs, tmp_path):
                                       (["--ks", "1,0"], "--ks")])
 def test_bench_distributed_bad_input_is_one_line(args, msg):
     cp = subprocess.run([sys.executable, "-m", "benchmarks.bench_distributed", *args],
-                        env=_env(), capture_output=True, text=True, timeout=120, cwd=ROOT)
+                        env=worker_env(), capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert cp.returncode == 2
     lines = cp.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error:") and msg in lines[0], cp.stderr
