@@ -19,7 +19,8 @@ at every checkpoint. ``pbscale.prune`` runs resume every rank from rank 0's chec
 its last checkpoint, another K) resumes consistently; ``pbscale.regress`` resumes each rank
 from its own copy. A SIGTERM seen by
 any rank stops every rank before the same step (:func:`pbscale.loop.run` all-reduces the flag
-once per step), so the ranks' checkpoints always describe the same step.
+once per step on the host, :func:`any_rank`), so the ranks' checkpoints always describe the same
+step.
 
 Data parallelism (``torchrun -m pbscale.prune`` with CP, MP, GMP or dense, supermask or joint):
 every rank draws the same minibatch (the loop's shared generator; CIFAR augmentation of the
@@ -122,6 +123,26 @@ def from_env(device: torch.device | str = "cpu") -> Shard | None:
             torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
         dist.init_process_group(backend)
     return Shard(dist.get_rank(), dist.get_world_size())
+
+
+#: A gloo group beside an nccl default group, for host-side flags (:func:`any_rank`).
+_HOST_GROUP = None
+
+
+def any_rank(value: bool) -> bool:
+    """Whether ``value`` is True on any rank (every rank calls it at the same point): one
+    all-reduce of a CPU tensor, over the default group under gloo and over a gloo group made at
+    the first call under nccl, so that reading the answer never waits for a GPU stream (an nccl
+    all-reduce read back by ``.item()`` would synchronize the host with the GPU every step)."""
+    global _HOST_GROUP
+    group = None
+    if dist.get_backend() != "gloo":
+        if _HOST_GROUP is None:
+            _HOST_GROUP = dist.new_group(backend="gloo")  # collective: every rank is here
+        group = _HOST_GROUP
+    t = torch.tensor([float(value)])
+    dist.all_reduce(t, group=group)
+    return bool(t[0] > 0)
 
 
 def rank_out(out: str | Path, shard: Shard | None) -> Path:
@@ -325,5 +346,7 @@ def all_sum(values: Sequence[float] | torch.Tensor, shard: Shard | None) -> torc
 
 
 def shutdown() -> None:
+    global _HOST_GROUP
+    _HOST_GROUP = None
     if dist.is_initialized():
         dist.destroy_process_group()

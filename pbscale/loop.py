@@ -56,7 +56,7 @@ from pbexact.errors import PBInputError
 from pbexact.io import check_out_dir
 from pbexact.sgd import sgd  # noqa: F401 (the microworld loop, re-exported)
 
-from . import io
+from . import distributed, io
 
 #: A batched loss: masks (k, d) -> losses (k,).
 BatchedLoss = Callable[[torch.Tensor], torch.Tensor]
@@ -356,7 +356,7 @@ def run(task: Task, method: Method, loop: LoopConfig, out: str | Path,
             else:
                 order, first, losses = task.epoch_order(generator), 0, []
             for i in range(first, task.steps_per_epoch):
-                if _stop_requested(flag, dev):
+                if _stop_requested(flag):
                     save(epoch, {"order": order.cpu(), "step": i, "losses": losses})
                     bar.close()
                     print(f"SIGTERM: checkpoint written to {ckpt_path}; rerun to resume",
@@ -427,14 +427,12 @@ def _restore(state: dict, method: Method, task: Task, weights: list[torch.nn.Par
     return history, start, fixed, state.get("position")
 
 
-def _stop_requested(flag: dict, dev: torch.device) -> bool:
-    """SIGTERM seen by this process or, under torch.distributed, by any rank (one all-reduce
-    of the flag per step), so that all ranks checkpoint before the same step."""
-    if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
-        return flag["term"]
-    t = torch.tensor([float(flag["term"])], device=dev)
-    torch.distributed.all_reduce(t)
-    flag["term"] = bool(t.item() > 0)
+def _stop_requested(flag: dict) -> bool:
+    """SIGTERM seen by this process or, under torch.distributed, by any rank (one host-side
+    all-reduce of the flag per step, :func:`pbscale.distributed.any_rank`), so that all ranks
+    checkpoint before the same step."""
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        flag["term"] = distributed.any_rank(flag["term"])
     return flag["term"]
 
 
