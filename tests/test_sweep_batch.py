@@ -84,6 +84,19 @@ def test_plan_groups_products_and_keeps_the_rest_single(tmp_path):
     assert p.batch and all(isinstance(j, sweep.Run) for j in sweep.plan(p, p.runs))
 
 
+def test_paper_regression_sweep_batches_into_15_groups():
+    """sweeps/regression.toml: the 200 MC runs form 15 groups (10 seeds, x 2 rates where a
+    setting has both), the 80 ST / REBAR / CP runs stay single."""
+    s = sweep.load(Path(__file__).resolve().parents[1] / "sweeps" / "regression.toml")
+    jobs = sweep.plan(s, s.runs)
+    groups = [j for j in jobs if isinstance(j, sweep.Group)]
+    assert len(s.runs) == 280 and len(jobs) == 95 and len(groups) == 15
+    assert sorted(len(g.runs) for g in groups) == [10] * 10 + [20] * 5
+    assert all(g.seeds == list(range(10)) for g in groups)
+    assert sorted({j.full["method"] for j in jobs if isinstance(j, sweep.Run)}) == [
+        "cp", "rebar", "st"]
+
+
 def test_batch_key_must_be_boolean(tmp_path):
     with pytest.raises(PBInputError, match="batch must be true or false"):
         sweep.load(_write(tmp_path, '[sweep]\ncommand = "regress"\nout = "o"\nbatch = 1\n'))
