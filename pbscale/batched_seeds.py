@@ -27,7 +27,9 @@ Design (the loop stays single-run; a group is one run of it):
   ``history.csv``; ``summary.json`` after the last epoch), so a killed group leaves each run's
   progress, and sweeps and ``python -m analysis.regression --collect`` read the runs; members
   already finished there are left out of the group. A member's seconds are the group's divided
-  by G.
+  by G. A launcher (``pbscale.sweep`` with batching) names the members' sweep ids in
+  ``$PBSCALE_RUN_INFO`` as ``{"sweep_ids": {member_key(seed, lr): id}}``; each member's
+  ``config.json`` "info" then holds its own ``sweep_id``, as a separate run's does.
 
 ``python -m pbscale.batched_seeds --method loorf --n 10 --lrs 0.1,0.01 --seeds 0-9 --epochs
 300`` trains the unfinished runs of those settings as one group.
@@ -52,7 +54,7 @@ from pbexact.errors import (
 )
 
 from . import io
-from .loop import LoopConfig, full_config, run, run_folder, write_summary
+from .loop import LoopConfig, _env_info, full_config, run, run_folder, write_summary
 from .methods import MC_METHODS, MaskTrainerGroup, MethodConfig
 from .regress import DEFAULT_OUT, resolve_device, run_name, set_threads
 from .regress import run_folder as regress_folder
@@ -63,6 +65,11 @@ GROUPS = ".groups"
 TIMING = ("train_seconds", "val_seconds")
 
 
+def member_key(seed: int, lr: float) -> str:
+    """The name of a member (seed, learning rate) in ``$PBSCALE_RUN_INFO``'s "sweep_ids"."""
+    return f"seed{int(seed)}-lr{float(lr)!r}"
+
+
 class _GroupRun(RegressionGroupTask):
     """The group task that also writes each member's run folder after every epoch."""
 
@@ -71,13 +78,18 @@ class _GroupRun(RegressionGroupTask):
         super().__init__(problem, group, data_seed,
                          [run_name(m.config) for m in group.members])
         self.records, self.folders = [], []
+        env = _env_info()
+        sweep_ids = env.pop("sweep_ids", {})
         for t, m in zip(self.members, group.members):
             loop = LoopConfig(epochs=epochs, seed=m.config.seed, metrics_file="history.csv")
             cfg = full_config(t, m, loop)
             self.folders.append(run_folder(out, t.name, cfg))
             self.records.append({**cfg, "info": {"device": str(device), "chunk": group.chunk,
                                                  "torch_threads": torch.get_num_threads(),
-                                                 "batched_runs": len(group.members)}})
+                                                 "batched_runs": len(group.members), **env}})
+            key = member_key(m.config.seed, m.config.lr)
+            if key in sweep_ids:
+                self.records[-1]["info"]["sweep_id"] = sweep_ids[key]
         self.device = device
 
     def after_epoch(self, history: list[dict], final: bool) -> None:

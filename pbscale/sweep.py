@@ -35,6 +35,18 @@ pinned to one GPU with ``CUDA_VISIBLE_DEVICES``). ``--engine ray`` (``pip instal
 runs share a GPU; ``--address`` joins an existing cluster (``ray.init(address=...)``; the run
 folders must then be on a file system all nodes share), otherwise a local Ray is started with
 ``--jobs`` CPUs. Both engines run the same child command, so their results are identical.
+
+Batched seeds (``batch = true`` under ``[sweep]``, or ``sweep run --batch``): the ``regress``
+runs of MC methods (:data:`pbscale.methods.MC_METHODS`) that differ only in ``seed`` and ``lr``
+form groups (:func:`plan`), each one child ``python -m pbscale.batched_seeds --lrs ... --seeds
+...`` that steps its members together (one grouped forward per step) and writes each member's run
+folder where ``pbscale.regress`` would, to the same numbers up to round-off. A group's seeds x
+learning rates is a full product (else it is split per learning rate); a group of one, CP, the
+hybrid methods, a run with its own ``chunk`` and ``prune`` sweeps launch as single runs. Records
+stay per run (the members' records name the group and share its log ``group-<id>.log``), so
+status, results and skipping finished runs are as without batching; a group interrupted and
+launched again resumes from its checkpoint under ``OUT/.groups``. A group occupies the
+resources of one run (``cpus``, ``gpus``).
 """
 
 from __future__ import annotations
@@ -66,6 +78,10 @@ ENGINES = ("local", "ray")
 STATES = ("finished", "running", "failed", "interrupted", "pending")
 #: Keys a sweep may not set per run: the sweep sets them.
 RESERVED = ("out", "threads", "quiet")
+#: Module of a group of batched runs, and the regress options it takes once per group (the
+#: others, seed and lr, as lists).
+BATCH_MODULE = "pbscale.batched_seeds"
+BATCH_SHARED = ("method", "n", "param", "optimizer", "epochs", "data_seed", "lam", "device")
 
 
 @dataclass
@@ -73,6 +89,19 @@ class Run:
     """One run of a sweep: its options (flag name without ``--``, ``_`` for ``-``) and id."""
 
     options: dict[str, Any]
+    id: str
+    #: every option of the command, defaults filled in (what the run's id hashes)
+    full: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Group:
+    """Runs that differ only in seed and lr, trained as one ``python -m pbscale.batched_seeds``
+    child: ``seeds`` x ``lrs`` are exactly the members' (seed, lr) pairs. Id ``g`` + hash."""
+
+    runs: list[Run]
+    seeds: list[int]
+    lrs: list[float]
     id: str
 
 
@@ -88,6 +117,7 @@ class Sweep:
     cpus: float = 1.0
     gpus: float = 0.0
     extra: dict = field(default_factory=dict)
+    batch: bool = False
 
     @property
     def module(self) -> str:
@@ -108,6 +138,19 @@ class Sweep:
             elif value is not False:
                 args += [flag, str(value)]
         return [*args, "--out", str(self.out), "--threads", str(self.threads), "--quiet"]
+
+    def command_line(self, job: Run | Group) -> list[str]:
+        """``-m MODULE ARGS`` of a run's or a group's child (after the Python executable)."""
+        if isinstance(job, Run):
+            return ["-m", self.module, *self.argv(job)]
+        full = job.runs[0].full
+        args: list[str] = []
+        for key in BATCH_SHARED:
+            args += ["--" + key.replace("_", "-"), str(full[key])]
+        args += ["--lrs", ",".join(repr(v) for v in job.lrs),
+                 "--seeds", ",".join(str(v) for v in job.seeds)]
+        return ["-m", BATCH_MODULE, *args, "--out", str(self.out), "--threads",
+                str(self.threads), "--quiet"]
 
 
 def run_id(command: str, options: dict) -> str:
@@ -162,10 +205,13 @@ def load(path: str | Path, out: str | Path | None = None) -> Sweep:
     if command not in COMMANDS:
         raise PBInputError(f"{path}: [sweep] command must be one of {', '.join(COMMANDS)}, got "
                            f"{command!r}")
-    bad = set(head) - {"command", "out", "threads", "cpus", "gpus", "description"}
+    bad = set(head) - {"command", "out", "threads", "cpus", "gpus", "description", "batch"}
     if bad:
         raise PBInputError(f"{path}: unknown [sweep] key {sorted(bad)[0]!r}; use command, out, "
-                           "threads, cpus, gpus, description")
+                           "threads, cpus, gpus, batch, description")
+    batch = head.get("batch", False)
+    if not isinstance(batch, bool):
+        raise PBInputError(f"{path}: [sweep] batch must be true or false, got {batch!r}")
     target = out if out is not None else head.get("out")
     if not target:
         raise PBInputError(f"{path}: no output folder; set [sweep] out or pass --out")
@@ -201,9 +247,61 @@ def load(path: str | Path, out: str | Path | None = None) -> Sweep:
     for o in expand(base, grids):
         full = {k: v for k, v in {**defaults, **o}.items() if k not in RESERVED}
         key = run_id(command, full)
-        runs.setdefault(key, Run(o, key))
+        runs.setdefault(key, Run(o, key, full))
     return Sweep(path, command, Path(target).absolute(), list(runs.values()), threads,
-                 float(cpus), float(gpus), extra={"description": head.get("description", "")})
+                 float(cpus), float(gpus), extra={"description": head.get("description", "")},
+                 batch=batch)
+
+
+def _batchable(sweep: Sweep, run: Run) -> bool:
+    """A regress run of an MC method whose options batched_seeds takes (no own chunk)."""
+    from .methods import MC_METHODS
+    full = run.full
+    return (sweep.command == "regress" and full.get("method") in MC_METHODS
+            and full.get("chunk") is None
+            and set(full) <= {*BATCH_SHARED, "seed", "lr", "chunk"})
+
+
+def _group(runs: list[Run], seeds: list[int], lrs: list[float]) -> Group:
+    ids = ",".join(sorted(r.id for r in runs))
+    return Group(runs, seeds, lrs, "g" + hashlib.sha256(ids.encode()).hexdigest()[:11])
+
+
+def plan(sweep: Sweep, runs: list[Run]) -> list[Run | Group]:
+    """The children that run ``runs``: batchable runs (:func:`_batchable`) that differ only in
+    seed and lr form :class:`Group` s, one per setting whose (seed, lr) pairs are a full
+    product of its seeds and learning rates, else one per learning rate; groups of one and
+    other runs stay single :class:`Run` s. Groups come first, in order of their first run;
+    seeds and learning rates sorted, so the same runs always form the same group (and a group
+    launched again resumes its checkpoint)."""
+    settings: dict[str, list[Run]] = {}
+    singles: list[Run | Group] = []
+    for r in runs:
+        if _batchable(sweep, r):
+            key = json.dumps({k: v for k, v in r.full.items() if k not in ("seed", "lr")},
+                             sort_keys=True, default=str)
+            settings.setdefault(key, []).append(r)
+        else:
+            singles.append(r)
+    groups: list[Run | Group] = []
+    for members in settings.values():
+        pairs = {(int(r.full["seed"]), float(r.full["lr"])): r for r in members}
+        seeds, lrs = sorted({s for s, _ in pairs}), sorted({lr for _, lr in pairs})
+        if len(pairs) == len(seeds) * len(lrs):
+            parts = [(seeds, lrs)]
+        else:  # not a product: one group per learning rate
+            parts = [(sorted(s for s, v in pairs if v == lr), [lr]) for lr in lrs]
+        for ss, ls in parts:
+            part = [pairs[(s, lr)] for lr in ls for s in ss]
+            if len(part) == 1:
+                singles.append(part[0])
+            else:
+                groups.append(_group(part, ss, ls))
+    return groups + singles
+
+
+def members(job: Run | Group) -> list[Run]:
+    return job.runs if isinstance(job, Group) else [job]
 
 
 # ---------------------------------------------------------------------- records
@@ -246,36 +344,52 @@ def state_of(sweep: Sweep, run: Run) -> str:
     return state
 
 
-def launch(sweep: Sweep, run: Run, env: dict | None = None,
+def launch(sweep: Sweep, job: Run | Group, env: dict | None = None,
            procs: dict | None = None) -> int:
-    """Run one child to its end (``python -m MODULE argv``, output appended to ``<id>.log``);
-    writes the record before and after; returns the child's exit code. ``procs`` (id -> Popen)
-    lets the caller signal running children."""
+    """Run one child (a run, or a :class:`Group` of batched runs) to its end, output appended
+    to ``<id>.log`` (a group: ``group-<id>.log``); writes each run's record before and after;
+    returns the child's exit code. ``procs`` (id -> Popen) lets the caller signal children."""
+    from .batched_seeds import member_key
     sweep.record_dir.mkdir(parents=True, exist_ok=True)
-    log = sweep.record_dir / f"{run.id}.log"
-    cmd = [sys.executable, "-m", sweep.module, *sweep.argv(run)]
-    rec = {"id": run.id, "command": sweep.command, "options": run.options, "argv": cmd[1:],
-           "log": str(log), "host": os.uname().nodename}
+    grouped = isinstance(job, Group)
+    log = sweep.record_dir / (f"group-{job.id}.log" if grouped else f"{job.id}.log")
+    cmd = [sys.executable, *sweep.command_line(job)]
+    if grouped:
+        info = {"sweep": sweep.path.stem, "sweep_ids": {
+            member_key(r.full["seed"], r.full["lr"]): r.id for r in job.runs}}
+    else:
+        info = {"sweep": sweep.path.stem, "sweep_id": job.id}
+    recs = {r.id: {"id": r.id, "command": sweep.command, "options": r.options,
+                   "argv": cmd[1:], "log": str(log), "host": os.uname().nodename,
+                   **({"group": job.id} if grouped else {})} for r in members(job)}
     t0 = time.time()
     with open(log, "a") as fh:
         fh.write(f"# {time.strftime('%Y-%m-%d %H:%M:%S')} start: {' '.join(cmd[1:])}\n")
         fh.flush()
-        info = json.dumps({"sweep": sweep.path.stem, "sweep_id": run.id})
         proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT,
-                                env={**os.environ, **(env or {}), "PBSCALE_RUN_INFO": info},
+                                env={**os.environ, **(env or {}),
+                                     "PBSCALE_RUN_INFO": json.dumps(info)},
                                 start_new_session=True)
         if procs is not None:
-            procs[run.id] = proc
-        io.write_json(_record_path(sweep, run), {**rec, "state": "running", "pid": proc.pid,
-                                                 "started": t0})
+            procs[job.id] = proc
+        for r in members(job):
+            io.write_json(_record_path(sweep, r), {**recs[r.id], "state": "running",
+                                                   "pid": proc.pid, "started": t0})
         code = proc.wait()
         if procs is not None:
-            procs.pop(run.id, None)
+            procs.pop(job.id, None)
         fh.write(f"# exit code {code}\n")
     state = "finished" if code == 0 else ("interrupted" if code in (143, -15) else "failed")
-    io.write_json(_record_path(sweep, run), {**rec, "state": state, "returncode": code,
-                                             "started": t0, "seconds": time.time() - t0})
+    for r in members(job):
+        io.write_json(_record_path(sweep, r), {**recs[r.id], "state": state,
+                                               "returncode": code, "started": t0,
+                                               "seconds": time.time() - t0})
     return code
+
+
+def _per_run(jobs: list[Run | Group], codes: list[int]) -> dict[str, int]:
+    """{run id: exit code of the child that ran it}."""
+    return {r.id: c for job, c in zip(jobs, codes) for r in members(job)}
 
 
 # ---------------------------------------------------------------------- engines
@@ -309,16 +423,17 @@ def todo(sweep: Sweep, retry_failed: bool = True) -> list[Run]:
     return [r for r in sweep.runs if state_of(sweep, r) not in skip]
 
 
-def run_local(sweep: Sweep, runs: list[Run], jobs: int) -> dict[str, int]:
-    """A pool of ``jobs`` children; returns {run id: exit code}. SIGTERM/SIGINT: children get
-    SIGTERM (they checkpoint), nothing new starts, and :class:`SystemExit` (143) is raised."""
+def run_local(sweep: Sweep, runs: list[Run | Group], jobs: int) -> dict[str, int]:
+    """A pool of ``jobs`` children (runs or groups); returns {run id: exit code}.
+    SIGTERM/SIGINT: children get SIGTERM (they checkpoint), nothing new starts, and
+    :class:`SystemExit` (143) is raised."""
     procs: dict[str, subprocess.Popen] = {}
     stop = threading.Event()
     n_gpu = _gpu_count() if sweep.gpus > 0 else 0
     slots: list[int] = list(range(jobs))
     slot_lock = threading.Lock()
 
-    def one(run: Run) -> int:
+    def one(run: Run | Group) -> int:
         if stop.is_set():
             return -1
         with slot_lock:
@@ -340,7 +455,7 @@ def run_local(sweep: Sweep, runs: list[Run], jobs: int) -> dict[str, int]:
     old = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
     try:
         with ThreadPoolExecutor(max_workers=jobs) as pool:
-            codes = dict(zip([r.id for r in runs], pool.map(one, runs)))
+            codes = _per_run(runs, list(pool.map(one, runs)))
     finally:
         for s, h in old.items():
             signal.signal(s, h)
@@ -349,8 +464,10 @@ def run_local(sweep: Sweep, runs: list[Run], jobs: int) -> dict[str, int]:
     return codes
 
 
-def run_ray(sweep: Sweep, runs: list[Run], jobs: int, address: str | None) -> dict[str, int]:
-    """Each run a Ray task declaring num_cpus=cpus, num_gpus=gpus; returns {run id: code}."""
+def run_ray(sweep: Sweep, runs: list[Run | Group], jobs: int, address: str | None
+            ) -> dict[str, int]:
+    """Each run (or group) a Ray task declaring num_cpus=cpus, num_gpus=gpus; returns {run id:
+    code}."""
     try:
         import ray
     except ImportError:
@@ -365,7 +482,7 @@ def run_ray(sweep: Sweep, runs: list[Run], jobs: int, address: str | None) -> di
     try:
         task = ray.remote(num_cpus=sweep.cpus, num_gpus=sweep.gpus, max_retries=0)(launch)
         refs = [task.remote(sweep, r) for r in runs]
-        return dict(zip([r.id for r in runs], ray.get(refs)))
+        return _per_run(runs, ray.get(refs))
     finally:
         if started:
             ray.shutdown()
@@ -416,7 +533,8 @@ def _print_status(sweep: Sweep, verbose: bool) -> None:
     print("  " + ", ".join(f"{s} {len(groups[s])}" for s in STATES))
     for s in ("failed", "running", "interrupted"):
         for r in groups[s]:
-            print(f"  {s:<11} {r.id}  {_label(r)}  log: {sweep.record_dir / (r.id + '.log')}")
+            log = (read_record(sweep, r) or {}).get("log", sweep.record_dir / f"{r.id}.log")
+            print(f"  {s:<11} {r.id}  {_label(r)}  log: {log}")
     if verbose:
         for s in ("finished", "pending"):
             for r in groups[s]:
@@ -442,6 +560,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--out", default=None, help="parent folder of the runs (overrides the file)")
     r.add_argument("--no-retry", action="store_true", help="leave failed runs alone")
     r.add_argument("--dry-run", action="store_true", help="print the command lines only")
+    r.add_argument("--batch", action="store_true", help="batched seeds: runs differing only in "
+                   "seed and lr train together in one python -m pbscale.batched_seeds child "
+                   "(also [sweep] batch = true)")
     s = sub.add_parser("status", help="finished / running / failed / interrupted / pending")
     s.add_argument("sweep")
     s.add_argument("--out", default=None)
@@ -474,18 +595,22 @@ def main(argv: list[str] | None = None) -> int:
         if args.jobs < 0:
             raise PBInputError(f"--jobs must be >= 1 (0: from the machine), got {args.jobs}")
         runs = todo(sweep, retry_failed=not args.no_retry)
+        children = plan(sweep, runs) if (args.batch or sweep.batch) else list(runs)
         if args.dry_run:
-            for r in runs:
-                print(" ".join(["python", "-m", sweep.module, *sweep.argv(r)]))
+            for c in children:
+                print(" ".join(["python", *sweep.command_line(c)]))
             return 0
         jobs = args.jobs or default_jobs(sweep)
+        n_groups = sum(isinstance(c, Group) for c in children)
+        batched = (f" ({n_groups} batched groups, {len(children)} children)"
+                   if args.batch or sweep.batch else "")
         print(f"{len(sweep.runs) - len(runs)} of {len(sweep.runs)} runs already finished; "
-              f"running {len(runs)} with --engine {args.engine} ({jobs} at once)",
+              f"running {len(runs)}{batched} with --engine {args.engine} ({jobs} at once)",
               file=sys.stderr, flush=True)
         if args.engine == "ray":
-            codes = run_ray(sweep, runs, jobs, args.address)
+            codes = run_ray(sweep, children, jobs, args.address)
         else:
-            codes = run_local(sweep, runs, jobs)
+            codes = run_local(sweep, children, jobs)
     except PBInputError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
