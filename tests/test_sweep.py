@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import math
 import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
+from _launch import sigterm_when
 
 from pbexact.errors import PBInputError
 from pbscale import io, sweep
@@ -133,16 +132,13 @@ def killed_and_resumed(tmp_path_factory):
     facts: dict = {"path": path, "out": out, "sweep": s, "tmp": tmp_path,
                    "before": {r.id: sweep.state_of(s, r) for r in s.runs}}
     first, second, _ = s.runs
-    proc = subprocess.Popen([sys.executable, "-m", "pbscale.sweep", "run", str(path), "--jobs",
-                             "1"], env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    deadline, killed = time.time() + 300, False
-    while time.time() < deadline and proc.poll() is None:
+    def second_checkpointed() -> bool:
         folder = sweep.folder_index(out).get(second.id)
-        if folder is not None and (folder / "checkpoint.pt").exists():
-            proc.send_signal(signal.SIGTERM)
-            killed = True
-            break
-        time.sleep(0.05)
+        return folder is not None and (folder / "checkpoint.pt").exists()
+
+    proc, killed = sigterm_when(
+        [sys.executable, "-m", "pbscale.sweep", "run", str(path), "--jobs", "1"], _env(),
+        second_checkpointed)
     facts["killed"] = killed
     facts["code"] = proc.wait(timeout=120)
     facts["after_kill"] = {r.id: sweep.state_of(s, r) for r in s.runs}

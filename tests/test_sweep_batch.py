@@ -7,13 +7,11 @@ redoing finished runs, and still runs the runs it cannot batch (ST)."""
 from __future__ import annotations
 
 import math
-import signal
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
+from _launch import sigterm_when
 from test_sweep import _env, _histories, _starts, _sweep_cli, _write
 
 from pbexact.errors import PBInputError
@@ -196,15 +194,9 @@ def batched_killed_and_resumed(tmp_path_factory):
     path = _write(tmp, TINY.format(out=out, batch="batch = true"), "batched.toml")
     s = sweep.load(path)
     facts: dict = {"path": path, "out": out, "sweep": s, "tmp": tmp}
-    proc = subprocess.Popen([sys.executable, "-m", "pbscale.sweep", "run", str(path), "--jobs",
-                             "1"], env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    deadline, killed = time.time() + 300, False
-    while time.time() < deadline and proc.poll() is None:
-        if any((out / GROUPS).glob("group-arms-*/checkpoint.pt")):
-            proc.send_signal(signal.SIGTERM)
-            killed = True
-            break
-        time.sleep(0.05)
+    proc, killed = sigterm_when(
+        [sys.executable, "-m", "pbscale.sweep", "run", str(path), "--jobs", "1"], _env(),
+        lambda: any((out / GROUPS).glob("group-arms-*/checkpoint.pt")))
     facts["killed"] = killed
     facts["code"] = proc.wait(timeout=120)
     facts["first_stderr"] = proc.stderr.read().decode()
