@@ -231,6 +231,21 @@ def full_config(task: Task, method: Method, loop: LoopConfig) -> dict:
 
 
 @contextmanager
+def flush_denormals(device: torch.device) -> Iterator[None]:
+    """On the CPU, subnormal floats (below 1.2e-38 in float32) are flushed to zero while the
+    block runs, then the default (no flushing) is restored. x86 arithmetic on subnormals is
+    about 100 times slower, and CP's relaxed masks sigmoid(r / tau) reach them as tau falls to
+    1/200: a LeNet CP epoch took 11.9 s instead of 3.1 s with the same metrics."""
+    if device.type != "cpu" or not torch.set_flush_denormal(True):
+        yield
+        return
+    try:
+        yield
+    finally:
+        torch.set_flush_denormal(False)
+
+
+@contextmanager
 def _sigterm_flag() -> Iterator[dict]:
     """Turns SIGTERM into a flag the loop checks after every step (main thread only)."""
     flag = {"term": False}
@@ -334,7 +349,7 @@ def run(task: Task, method: Method, loop: LoopConfig, out: str | Path,
     after_epoch = getattr(task, "after_epoch", None)
     bar = tqdm(range(start, loop.epochs), initial=start, total=loop.epochs,
                disable=not progress, desc=task.name, unit="epoch", file=sys.stderr)
-    with _sigterm_flag() as flag:
+    with _sigterm_flag() as flag, flush_denormals(dev):
         for epoch in bar:
             phase = loop.phase(epoch)
             if phase == "warmup":

@@ -363,3 +363,17 @@ def test_joint_surrogate_in_chunks_equals_one_chunk(method):
     torch.testing.assert_close(grads[0][0], grads[1][0], rtol=1e-5, atol=1e-6)
     for a, b in zip(grads[0][1], grads[1][1]):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_flush_denormals_only_while_the_loop_runs():
+    """Subnormal floats are flushed to zero inside the block (CPU, where supported) and not
+    after it, so nothing outside a run (the exact core's tail tests) sees the setting."""
+    from pbscale.loop import flush_denormals
+
+    supported = torch.set_flush_denormal(True)
+    torch.set_flush_denormal(False)
+    x = torch.tensor([1e-40], dtype=torch.float32)  # subnormal in float32
+    assert float(x * 1.0) != 0.0
+    with flush_denormals(torch.device("cpu")):
+        assert (float(x * 1.0) == 0.0) == supported
+    assert float(x * 1.0) != 0.0
