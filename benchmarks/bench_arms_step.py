@@ -14,7 +14,7 @@ import time
 
 import torch
 
-from pbexact.errors import ArgumentParser
+from pbexact.errors import ArgumentParser, positive_int
 from pbscale.methods import BernoulliSampler, CopulaSampler, MaskTrainer, MethodConfig
 from pbscale.regression import BATCH, make_problem
 
@@ -22,8 +22,8 @@ from pbscale.regression import BATCH, make_problem
 def main(argv: list[str] | None = None) -> None:
     ap = ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ns", default="100")
-    ap.add_argument("--repeats", type=int, default=40)
-    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--repeats", type=positive_int, default=40)
+    ap.add_argument("--threads", type=positive_int, default=1)
     ap.add_argument("--device", default="cpu")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)

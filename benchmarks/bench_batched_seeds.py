@@ -26,7 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
-from pbexact.errors import ArgumentParser
+from pbexact.errors import ArgumentParser, positive_int
 from pbscale import regress
 from pbscale.batched_seeds import train_batched
 from pbscale.methods import MethodConfig
@@ -36,13 +36,13 @@ from pbscale.regression import make_problem
 def main(argv: list[str] | None = None) -> None:
     ap = ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--method", default="loorf")
-    ap.add_argument("--n", type=int, default=10)
-    ap.add_argument("--seeds", type=int, default=4)
+    ap.add_argument("--n", type=positive_int, default=10)
+    ap.add_argument("--seeds", type=positive_int, default=4)
     ap.add_argument("--lrs", default="0.1,0.01")
-    ap.add_argument("--epochs", type=int, default=2)
-    ap.add_argument("--procs", type=int, default=2, help="parallel processes")
+    ap.add_argument("--epochs", type=positive_int, default=2)
+    ap.add_argument("--procs", type=positive_int, default=2, help="parallel processes")
     ap.add_argument("--device", default="cpu")
-    ap.add_argument("--threads", type=int, default=1, help="torch threads per process")
+    ap.add_argument("--threads", type=positive_int, default=1, help="torch threads per process")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     dev = torch.device(args.device)

@@ -16,7 +16,7 @@ import time
 
 import torch
 
-from pbexact.errors import ArgumentParser
+from pbexact.errors import ArgumentParser, positive_int
 from pbscale.methods import BernoulliSampler, CopulaSampler, uniform_bits24
 from pbscale.models import INPUT_SHAPES, MODELS, build_model
 
@@ -25,10 +25,10 @@ def main(argv: list[str] | None = None) -> None:
     ap = ArgumentParser(prog="python -m benchmarks.bench_sampling_floor",
                         description=__doc__.splitlines()[0])
     ap.add_argument("--models", default="lenet")
-    ap.add_argument("--batch", type=int, default=128)
-    ap.add_argument("--n", type=int, default=100)
-    ap.add_argument("--repeats", type=int, default=20)
-    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--batch", type=positive_int, default=128)
+    ap.add_argument("--n", type=positive_int, default=100)
+    ap.add_argument("--repeats", type=positive_int, default=20)
+    ap.add_argument("--threads", type=positive_int, default=1)
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     n = args.n

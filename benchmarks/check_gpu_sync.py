@@ -34,7 +34,6 @@ otherwise.
 
 from __future__ import annotations
 
-import argparse
 import ast
 import contextlib
 import copy
@@ -49,6 +48,8 @@ from dataclasses import dataclass, field
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
+
+from pbexact.errors import ArgumentParser, positive_int
 
 #: The device the emulated check puts a step's tensors on: shapes without data, not "cpu", so
 #: the code takes the branches a CUDA device takes.
@@ -477,10 +478,11 @@ def make_pieces(dev: torch.device, n: int, chunk: int, steps: int,
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--n", type=int, default=100, help="samples per step (default 100)")
-    ap.add_argument("--chunk", type=int, default=25, help="samples per chunk (default 25)")
-    ap.add_argument("--steps", type=int, default=3, help="steps per piece (default 3)")
+    ap = ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--n", type=positive_int, default=100, help="samples per step (default 100)")
+    ap.add_argument("--chunk", type=positive_int, default=25,
+                    help="samples per chunk (default 25)")
+    ap.add_argument("--steps", type=positive_int, default=3, help="steps per piece (default 3)")
     ap.add_argument("--emulate", action="store_true",
                     help="emulate the GPU on the meta device even when a CUDA GPU is visible")
     args = ap.parse_args(argv)
