@@ -16,8 +16,8 @@ from pathlib import Path
 import sympy as sp
 
 from analysis.cli import check_out_file, run, write_json
+from pbexact.cli import ArgumentParser
 from pbexact.copula import MAX_SYMBOLIC_N, symbolic_pattern_table
-from pbexact.errors import ArgumentParser
 
 
 def multiset_label(n: int, ones: int) -> str:

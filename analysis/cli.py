@@ -29,7 +29,7 @@ def run(
     main: Callable[[Sequence[str] | None], int | None], argv: Sequence[str] | None = None
 ) -> int:
     """Call ``main``; bad input becomes ``error: ...`` on stderr and exit code 2 (argparse's own
-    errors, already printed as one line by `pbexact.errors.ArgumentParser`, return their code)."""
+    errors, already printed as one line by `pbexact.cli.ArgumentParser`, return their code)."""
     try:
         return int(main(argv) or 0)
     except PBInputError as exc:

@@ -36,6 +36,7 @@ from pbexact.bad_generalization import (  # noqa: E402
     first_binding_d,
     mc_bad_gen_table,
 )
+from pbexact.cli import ArgumentParser, positive_float, positive_int
 from pbexact.continuation import (  # noqa: E402
     CP_FINAL_TAU,
     DECEIVING_PIECEWISE,
@@ -45,12 +46,7 @@ from pbexact.continuation import (  # noqa: E402
     run_cp,
     sigmoid,
 )
-from pbexact.errors import (  # noqa: E402
-    ArgumentParser,
-    PBInputError,
-    positive_float,
-    positive_int,
-)
+from pbexact.errors import PBInputError
 from pbexact.io import check_out_dir  # noqa: E402
 from pbexact.polynomial import expected_loss, true_gradient, vertex_probabilities  # noqa: E402
 from pbexact.vertices import vertices  # noqa: E402

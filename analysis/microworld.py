@@ -53,14 +53,8 @@ from analysis.microworld_runs import (
     run_exact,
 )
 from pbexact.benchmarks import BENCHMARKS, NNLoss, benchmark_table
-from pbexact.errors import (
-    ArgumentParser,
-    PBInputError,
-    check_d,
-    nonneg_int,
-    positive_float,
-    positive_int,
-)
+from pbexact.cli import ArgumentParser, nonneg_int, positive_float, positive_int
+from pbexact.errors import PBInputError, check_d
 from pbexact.estimators import REGISTRY
 
 EXPERIMENTS = ("estimators", "params", "approaches")

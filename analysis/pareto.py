@@ -23,7 +23,8 @@ from pathlib import Path
 
 from analysis.cli import atomic_write_text, save_figure, write_csv
 from analysis.cli import run as cli_run
-from pbexact.errors import ArgumentParser, PBInputError
+from pbexact.cli import ArgumentParser
+from pbexact.errors import PBInputError
 
 MC = ("arms", "loorf", "disarm")
 

@@ -23,11 +23,12 @@ from pathlib import Path
 
 import numpy as np
 
-from pbexact.errors import ArgumentParser, PBInputError, positive_int, positive_int_list
+from pbexact.cli import ArgumentParser, positive_int, positive_int_list, resolve_device, set_threads
+from pbexact.errors import PBInputError
 from pbexact.io import check_out_dir
 from pbscale import io
 from pbscale.methods import MethodConfig
-from pbscale.regress import resolve_device, run_folder, run_name, set_threads, train
+from pbscale.regress import run_folder, run_name, train
 from pbscale.regression import make_problem
 
 FIGURES = ("est", "param", "approaches")

@@ -42,7 +42,8 @@ import numpy as np
 
 from analysis.claims import CLAIMS, OUTCOMES, Claim, ConfigResult, UnitResult, Verdict
 from analysis.cli import atomic_write_text, run, save_figure, write_csv, write_json
-from pbexact.errors import ArgumentParser, PBInputError, seed_list
+from pbexact.cli import ArgumentParser, seed_list
+from pbexact.errors import PBInputError
 
 EXPERIMENTS = ("estimators", "params", "approaches")
 BENCHMARKS = ("exponential", "nnloss")

@@ -37,15 +37,9 @@ from pbexact.bad_generalization import (
     mc_bad_gen_table,
     mc_bad_gen_threshold,
 )
+from pbexact.cli import ArgumentParser, int_at_least, nonneg_int, positive_float, positive_int
 from pbexact.copula import arms_correlation, joint_one_probability, pattern_probabilities
-from pbexact.errors import (
-    ArgumentParser,
-    PBInputError,
-    int_at_least,
-    nonneg_int,
-    positive_float,
-    positive_int,
-)
+from pbexact.errors import PBInputError
 from pbexact.io import check_out_dir
 from pbexact.parametrizations import get_parametrization
 from pbexact.polynomial import (

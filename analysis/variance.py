@@ -24,17 +24,9 @@ from tqdm import tqdm
 
 from analysis.cli import output_folders, read_table, run, save_figure, write_csv
 from pbexact.benchmarks import BENCHMARKS, benchmark_table
+from pbexact.cli import ArgumentParser, nonneg_int, positive_float, positive_int
 from pbexact.closed_form import MAX_CLOSED_FORM_D, check_closed_form_size, closed_form_moments
-from pbexact.errors import (
-    ArgumentParser,
-    PBInputError,
-    check_d,
-    check_learning_rate,
-    multiset_count,
-    nonneg_int,
-    positive_float,
-    positive_int,
-)
+from pbexact.errors import PBInputError, check_d, check_learning_rate, multiset_count
 from pbexact.estimators import ESTIMATORS, check_estimator, estimators_for, get_estimator
 from pbexact.parametrizations import Sigmoid
 from pbexact.polynomial import entropy, expected_loss, true_gradient

@@ -20,15 +20,9 @@ import numpy as np
 from analysis.cli import output_folders, run, save_figure, write_csv
 from analysis.variance import check_estimators, variance_trajectory
 from pbexact.benchmarks import BENCHMARKS, benchmark_table
+from pbexact.cli import ArgumentParser, nonneg_int, positive_float, positive_int
 from pbexact.closed_form import MAX_CLOSED_FORM_D
-from pbexact.errors import (
-    ArgumentParser,
-    PBInputError,
-    check_d,
-    nonneg_int,
-    positive_float,
-    positive_int,
-)
+from pbexact.errors import PBInputError, check_d
 from pbexact.estimators import ESTIMATORS, get_estimator
 
 

@@ -21,7 +21,8 @@ import numpy as np
 from analysis.cli import run, write_csv
 from analysis.variance import variance_trajectory
 from pbexact.benchmarks import BENCHMARKS, benchmark_table
-from pbexact.errors import ArgumentParser, PBInputError, check_d
+from pbexact.cli import ArgumentParser
+from pbexact.errors import PBInputError, check_d
 from pbexact.estimators import check_estimator
 
 

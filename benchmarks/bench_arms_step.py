@@ -14,7 +14,7 @@ import time
 
 import torch
 
-from pbexact.errors import ArgumentParser, positive_int
+from pbexact.cli import ArgumentParser, positive_int
 from pbscale.methods import BernoulliSampler, CopulaSampler, MaskTrainer, MethodConfig
 from pbscale.regression import BATCH, make_problem
 

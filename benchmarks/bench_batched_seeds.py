@@ -26,7 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
-from pbexact.errors import ArgumentParser, positive_int
+from pbexact.cli import ArgumentParser, positive_int
 from pbscale import regress
 from pbscale.batched_seeds import train_batched
 from pbscale.methods import MethodConfig

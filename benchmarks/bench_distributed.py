@@ -32,7 +32,7 @@ import time
 
 import torch
 
-from pbexact.errors import ArgumentParser, int_at_least, nonneg_int, positive_int, positive_int_list
+from pbexact.cli import ArgumentParser, int_at_least, nonneg_int, positive_int, positive_int_list
 from pbscale import distributed
 from pbscale.methods import MC_METHODS, MaskTrainer, MethodConfig
 from pbscale.regression import BATCH, make_problem

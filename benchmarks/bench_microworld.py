@@ -22,7 +22,8 @@ from analysis.cli import run, write_json
 from analysis.microworld_hybrid import run_torch
 from analysis.microworld_runs import run_exact
 from pbexact.benchmarks import NNLoss
-from pbexact.errors import ArgumentParser, check_d, positive_int
+from pbexact.cli import ArgumentParser, positive_int
+from pbexact.errors import check_d
 from pbexact.io import check_out_dir
 
 CASES = (

@@ -21,13 +21,12 @@ from pathlib import Path
 import torch
 
 from analysis.cli import run
-from pbexact.errors import ArgumentParser, positive_int_list
+from pbexact.cli import ArgumentParser, positive_int_list, resolve_device
 from pbexact.io import check_out_dir
 from pbscale import io
 from pbscale.masks import mean_absolute_error
 from pbscale.memory import peak_memory
 from pbscale.methods import MC_METHODS, MaskTrainer, MethodConfig
-from pbscale.regress import resolve_device
 from pbscale.regression import BATCH, make_problem
 
 REPEATS = {10: 30, 100: 10, 1000: 3}

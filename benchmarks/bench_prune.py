@@ -40,7 +40,8 @@ from torch.func import replace_all_batch_norm_modules_
 from torch.nn import functional as F
 
 from analysis.cli import run
-from pbexact.errors import ArgumentParser, PBInputError
+from pbexact.cli import ArgumentParser
+from pbexact.errors import PBInputError
 from pbscale import io
 from pbscale.batched import cross_entropy_per_mask, forward_masked, forward_masked_loop
 from pbscale.masks import MaskedModule

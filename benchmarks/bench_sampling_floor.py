@@ -16,7 +16,7 @@ import time
 
 import torch
 
-from pbexact.errors import ArgumentParser, positive_int
+from pbexact.cli import ArgumentParser, positive_int
 from pbscale.methods import BernoulliSampler, CopulaSampler, uniform_bits24
 from pbscale.models import INPUT_SHAPES, MODELS, build_model
 

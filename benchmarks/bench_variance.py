@@ -22,8 +22,8 @@ import numpy as np
 
 from analysis.cli import run
 from pbexact.benchmarks import exponential_tabular_loss
+from pbexact.cli import ArgumentParser
 from pbexact.copula import arms_correlation, pattern_probabilities
-from pbexact.errors import ArgumentParser
 from pbexact.polynomial import flipped_expectation, true_gradient
 from pbexact.variance import exact_moments
 

@@ -49,7 +49,7 @@ from dataclasses import dataclass, field
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from pbexact.errors import ArgumentParser, positive_int
+from pbexact.cli import ArgumentParser, positive_int
 
 #: The device the emulated check puts a step's tensors on: shapes without data, not "cpu", so
 #: the code takes the branches a CUDA device takes.

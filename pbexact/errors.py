@@ -1,4 +1,5 @@
-"""Input checks shared by the exact core, pbscale and the command-line tools.
+"""Input checks shared by the exact core, pbscale and the command-line tools (whose argparse
+types and parser live in :mod:`pbexact.cli`).
 
 Every check raises :class:`PBInputError`, whose message names the problem and the fix in one line;
 the command-line tools turn it into ``error: ...`` and exit code 2.
@@ -6,10 +7,8 @@ the command-line tools turn it into ``error: ...`` and exit code 2.
 
 from __future__ import annotations
 
-import argparse
 import math
-import sys
-from typing import Any, NoReturn
+from typing import Any
 
 import numpy as np
 
@@ -124,110 +123,3 @@ def check_finite_values(values: Any, what: str, cause: str) -> None:
     arr = np.asarray(values, dtype=np.float64)
     if not np.all(np.isfinite(arr)):
         raise PBInputError(f"{what} became NaN or inf: {cause}")
-
-
-# --- argparse ``type=`` functions: a bad value becomes argparse's one-line error and exit code 2
-# (argparse turns ArgumentTypeError into "error: argument --x: <message>").
-
-
-def _argparse_error(message: str) -> Exception:
-    return argparse.ArgumentTypeError(message)
-
-
-class ArgumentParser(argparse.ArgumentParser):
-    """argparse's parser whose usage errors are one line, ``error: ... (see PROG --help)``, exit
-    code 2, like the :class:`PBInputError` messages of every tool."""
-
-    def error(self, message: str) -> NoReturn:
-        print(f"error: {message} (see {self.prog} --help)", file=sys.stderr)
-        raise SystemExit(2)
-
-
-def _parse_int(text: str) -> int:
-    try:
-        return int(text)
-    except ValueError:
-        raise _argparse_error(f"expected an integer, got {text!r}") from None
-
-
-def positive_int(text: str) -> int:
-    """argparse type: an integer >= 1."""
-    value = _parse_int(text)
-    if value < 1:
-        raise _argparse_error(f"must be a positive integer (>= 1), got {value}")
-    return value
-
-
-def nonneg_int(text: str) -> int:
-    """argparse type: an integer >= 0 (seeds, instance numbers)."""
-    value = _parse_int(text)
-    if value < 0:
-        raise _argparse_error(f"must be an integer >= 0, got {value}")
-    return value
-
-
-def _parse_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise _argparse_error(f"expected a number, got {text!r}") from None
-    if not math.isfinite(value):
-        raise _argparse_error(f"must be a finite number, got {text}")
-    return value
-
-
-def positive_float(text: str) -> float:
-    """argparse type: a finite number > 0 (learning rates, temperatures)."""
-    value = _parse_float(text)
-    if value <= 0:
-        raise _argparse_error(f"must be a number > 0, got {text}")
-    return value
-
-
-def nonneg_float(text: str) -> float:
-    """argparse type: a finite number >= 0 (regularizer weights)."""
-    value = _parse_float(text)
-    if value < 0:
-        raise _argparse_error(f"must be a number >= 0, got {text}")
-    return value
-
-
-def positive_int_list(text: str) -> list[int]:
-    """argparse type: a comma-separated list of integers >= 1, e.g. ``2,10,100``."""
-    parts = [p.strip() for p in text.split(",")]
-    if not text.strip() or any(not p for p in parts):
-        raise _argparse_error(f"expected comma-separated positive integers like 2,10,100, "
-                              f"got {text!r}")
-    return [positive_int(p) for p in parts]
-
-
-def seed_list(text: str) -> list[int]:
-    """argparse type: seeds (integers >= 0) as ranges and lists, ``0-9`` or ``0,2,5`` or
-    ``0-3,7``, returned sorted without repeats."""
-    out: set[int] = set()
-    try:
-        for part in text.split(","):
-            if "-" in part.strip()[1:]:
-                a, b = part.split("-", 1)
-                out.update(range(int(a), int(b) + 1))
-            else:
-                out.add(int(part))
-    except ValueError:
-        raise _argparse_error(f"give a range like 0-9 or a list like 0,2,5, got {text!r}"
-                              ) from None
-    if not out or min(out) < 0:
-        raise _argparse_error(f"seeds are integers >= 0, got {text!r}")
-    return sorted(out)
-
-
-def int_at_least(minimum: int) -> Any:
-    """argparse type factory: an integer >= ``minimum``."""
-
-    def parse(text: str) -> int:
-        value = _parse_int(text)
-        if value < minimum:
-            raise _argparse_error(f"must be an integer >= {minimum}, got {value}")
-        return value
-
-    parse.__name__ = f"int_at_least_{minimum}"
-    return parse

@@ -44,19 +44,21 @@ from pathlib import Path
 
 import torch
 
-from pbexact.errors import (
+from pbexact.cli import (
     ArgumentParser,
-    PBInputError,
     nonneg_float,
     nonneg_int,
     positive_int,
+    resolve_device,
     seed_list,
+    set_threads,
 )
+from pbexact.errors import PBInputError
 
 from . import io
 from .loop import LoopConfig, _env_info, full_config, run, run_folder, write_summary
 from .methods import MC_METHODS, MaskTrainerGroup, MethodConfig
-from .regress import DEFAULT_OUT, resolve_device, run_name, set_threads
+from .regress import DEFAULT_OUT, run_name
 from .regress import run_folder as regress_folder
 from .regression import RegressionGroupTask, RegressionProblem, RegressionTask, make_problem
 

@@ -42,7 +42,8 @@ from torch.func import functional_call
 from torch.nn import functional as F
 from torch.nn.utils import prune as torch_prune
 
-from pbexact.errors import ArgumentParser, PBInputError
+from pbexact.cli import ArgumentParser, resolve_device, set_threads
+from pbexact.errors import PBInputError
 from pbexact.estimators import MIN_SAMPLES
 from pbexact.io import atomic_write_bytes
 from pbexact.parametrizations import PARAMETRIZATIONS
@@ -56,7 +57,6 @@ from pbscale.masks import MaskedModule, plain_weight, rescaled_weight
 from pbscale.methods import METHODS as MASK_METHODS
 from pbscale.methods import MaskTrainer, MethodConfig
 from pbscale.models import INITS, MODELS, build_model
-from pbscale.regress import resolve_device, set_threads
 
 MODES = ("supermask", "joint")
 MC = ("arms", "loorf", "disarm")

@@ -20,14 +20,16 @@ from pathlib import Path
 
 import torch
 
-from pbexact.errors import (
+from pbexact.cli import (
     ArgumentParser,
-    PBInputError,
     nonneg_float,
     nonneg_int,
     positive_float,
     positive_int,
+    resolve_device,
+    set_threads,
 )
+from pbexact.errors import PBInputError
 
 from . import distributed, io
 from .loop import LoopConfig, run
@@ -43,25 +45,6 @@ RUN_FILES = ("config.json", "history.csv", "checkpoint.pt", "summary.json")
 def run_name(cfg: MethodConfig) -> str:
     """The readable part of a run's folder name (the folder adds a hash of the configuration)."""
     return f"{cfg.method}-n{cfg.n}-{cfg.param}-lr{cfg.lr:g}-{cfg.optimizer}-seed{cfg.seed}"
-
-
-def set_threads(threads: int | None) -> None:
-    if threads is not None:
-        if threads < 1:
-            raise PBInputError(f"--threads must be >= 1, got {threads}")
-        torch.set_num_threads(threads)
-
-
-def resolve_device(device: str) -> torch.device:
-    if device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        dev = torch.device(device)
-    except RuntimeError:
-        raise PBInputError(f"unknown device {device!r}; use cpu, cuda, cuda:0 or auto") from None
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise PBInputError("--device cuda was asked for but no GPU is visible; use --device cpu")
-    return dev
 
 
 def _setup(cfg: MethodConfig, epochs: int, device: str, data_seed: int,

@@ -68,7 +68,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pbexact.errors import ArgumentParser, PBInputError
+from pbexact.cli import ArgumentParser
+from pbexact.errors import PBInputError
 
 from . import io
 
