@@ -1,4 +1,4 @@
-"""Do the microworld conclusions survive other instances? (`tab:app_results_summ`, issue 14)
+"""Do the microworld conclusions survive other instances? (`tab:app_results_summ`)
 
     python -m analysis.report --quick --out report_quick          # CI-sized check of the machinery
     python -m analysis.report --jobs 16 --results results/instances --out figures/instances
@@ -56,8 +56,7 @@ QUICK = dict(instances=[0, 1], seeds=5, steps=50)
 
 HELP_TIMES = """\
 measured on this project's 2-core development machine (one process per unit; CPU seconds,
-which other jobs inflate less than wall time; README "Do the conclusions survive other
-instances?"):
+which other jobs inflate less than wall time; docs/measurements.md, "Instance study"):
   --quick (2 instances, 5 seeds, 50 steps, d=4 row included, --jobs 1): 21 CPU-s
   (143 s of wall time while the machine ran at a load of 13)
   one unit at the paper's scale (d=10, 100 seeds, 10,000 steps): estimators 33 CPU-s (37 s wall,

@@ -188,7 +188,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="estimator draws per step for mc")
     p.add_argument("--out", type=Path, default=Path("results"), help="output folder")
     p.add_argument("--figures", type=Path, default=None,
-                   help="also copy figures and their CSVs here (the README's commands pass "
+                   help="also copy figures and their CSVs here (the commands in docs/exact.md pass "
                    "--figures figures to regenerate the committed ones; default: only --out)")
     return p
 

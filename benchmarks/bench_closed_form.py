@@ -1,4 +1,4 @@
-"""Benchmark of the closed-form variances (issue 4), printed, never asserted.
+"""Benchmark of the closed-form variances (`pbexact.closed_form`), printed, never asserted.
 
 1. Per theta at d=10, n=10, all four estimators (sigmoid): the closed form (best of 5) against
    the paper's Monte Carlo estimate with 10,000 estimator draws (`sec:app_true_var`, best of 3),

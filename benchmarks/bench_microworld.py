@@ -1,4 +1,4 @@
-"""Benchmark of the vectorized microworld runs (issue 6), printed, never asserted.
+"""Benchmark of the vectorized microworld runs (`analysis.microworld`), printed, never asserted.
 
 Per-step cost of training 100 seeds at once (one batched computation, `analysis.microworld_runs`
 and `analysis.microworld_hybrid`) against a Python loop over the same 100 seeds (each seed its

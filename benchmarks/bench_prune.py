@@ -9,7 +9,7 @@ each step.
         [--models lenet,resnet20] [--batch 128] [--chunk K] [--repeats R]
         [--layouts nchw,channels_last] [--groups 1,10] [--out figures]
 
-Goals (`issue 12`): on a CPU an MC step at n costs at most 1.2 n dense forward passes and its
+Goals: on a CPU an MC step at n costs at most 1.2 n dense forward passes and its
 peak memory is flat in n (n samples evaluated k = chunk at a time); on a GPU an n = 100 step of
 ResNet-20 at batch 128 costs at most 3 dense training steps. n = 1 uses REINFORCE (ARMS needs
 n >= 2). The MC step is :meth:`pbscale.methods.MaskTrainer.step` (sampling, the chunked forward
@@ -18,7 +18,7 @@ evaluates, :meth:`pbscale.masks.MaskedModule.loss_fn` with the backend MaskedMod
 the device (printed; the ``backend`` column: ResNet-20 "loop" on a CPU, "folded" on a GPU; LeNet
 "folded"). Masked tensors: the
 models' rule (:meth:`pbscale.models.PrunableNet.masked_names`), for ResNet-20 with the 1x1
-shortcuts (270,256 weights, as the issue's H200 anchor). Writes ``OUT/bench_prune_<device>.csv``
+shortcuts (270,256 weights). Writes ``OUT/bench_prune_<device>.csv``
 (one row per measurement; the ``amp`` column tells float32 from bf16).
 """
 

@@ -3,7 +3,7 @@
 (REINFORCE/LOORF) and an ARMS copula sample (one chunk of n; chunks of 10, which draw twice),
 against a dense forward pass of the same network at the same batch, timed interleaved in one
 process (CPU time). Says how close an MC step can come to the goal of 1.2 n dense forwards when
-sampling alone costs this much (`issue 12`).
+sampling alone costs this much.
 
     python -m benchmarks.bench_sampling_floor [--models lenet] [--batch 128] [--n 100]
         [--repeats 20] [--threads 1]

@@ -1,4 +1,4 @@
-"""Benchmark of the exact core (issue: pbexact), printed, never asserted.
+"""Benchmark of the exact core (`pbexact.variance`), printed, never asserted.
 
 1. Time per exact variance step at d=4, n=4 (REINFORCE, LOORF, ARMS, beta*; all 3,876 multisets)
    with pbexact against a straightforward pure-Python loop over the multisets, same run, same

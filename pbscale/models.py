@@ -12,12 +12,12 @@ vgg19      VGG-19 with BatchNorm (Frankle & Carbin, fig. 2)          (B, 3, 32, 
 
 Masked tensors (:meth:`PrunableNet.masked_names`): the weights of the Linear and Conv layers,
 except the classifier (the last Linear, ``head``) and, for ResNet-20, the 1x1 projection
-shortcuts. That is the rule of the paper's code as measured for the issue: ResNet-20 267,696
+shortcuts. That is the rule of the paper's code, as counted from it: ResNet-20 267,696
 masked (3x3 convolutions only), VGG 20,018,880 (convolutions only) and LeNet 265,200 (the
 784x300 and 300x100 layers; the 100x10 output layer unmasked). One rule for every model is why
 LeNet defaults to 265,200 rather than Zhou et al.'s 266,200 (all three layers masked);
 ``mask_head=True`` gives 266,200 and ``mask_shortcuts=True`` gives ResNet-20's 270,256 (3x3 and
-1x1 convolutions, the benchmark anchor of the issue).
+1x1 convolutions, the masks `benchmarks.bench_prune` times).
 
 LeNet is an ``nn.Sequential`` (subclass) of Linear and ReLU layers fed flat images (B, 784), so
 :class:`pbscale.masks.MaskedModule` runs its k masks as batched matrix products (the "folded"

@@ -118,7 +118,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default=DEFAULT_OUT, help=f"parent folder of runs ({DEFAULT_OUT})")
     p.add_argument("--threads", type=positive_int, default=None,
                    help="torch CPU threads (default: torch's choice; 1 is fastest on a shared "
-                   "2-core machine, see the README)")
+                   "2-core machine, see docs/pbscale.md)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     return p
 

@@ -1,4 +1,4 @@
-"""The emulated GPU host-synchronization check (`benchmarks/check_gpu_sync.py`, issue 11): a
+"""The emulated GPU host-synchronization check (`benchmarks/check_gpu_sync.py`): a
 step's CUDA code path, run on meta tensors, makes no host synchronization but the known loss
 read-back, and the check does catch each kind of sync when one is injected."""
 

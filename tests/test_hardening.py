@@ -1,4 +1,4 @@
-"""Issue 10 (hardening): no code runs from a loaded file, nothing is written outside --out, every
+"""Hardening: no code runs from a loaded file, nothing is written outside --out, every
 bad input is a one-line error with exit code 2 before any work, and the exact core stays accurate
 at the edges (tiny and near-one theta, huge n, the direct parametrization's clamp)."""
 

@@ -252,7 +252,7 @@ def test_bernoulli_sampler_frequencies_edges_and_determinism():
 
 
 def test_pinned_defaults_escort_power_direct_clamp_cp_final_tau():
-    # escort's default P = 4 (Mei et al.), as the README states
+    # escort's default P = 4 (Mei et al.), as docs/exact.md states
     from pbexact.parametrizations import get_parametrization
 
     assert get_parametrization("escort").power == 4.0

@@ -309,7 +309,7 @@ def test_every_model_mode_method_end_to_end(tmp_path, model, mode, method):
     if method == "disarm" and "disarm" not in MIN_SAMPLES:
         with pytest.raises(P.PBInputError, match="not available"):
             P.run(cfg, tmp_path, quiet=True)
-        pytest.skip("DisARM comes with the estimator registry of issue 11 (branch h11x)")
+        pytest.skip("DisARM is not in this build's estimator registry")
     s = P.run(cfg, tmp_path, quiet=True)
     rows = read_csv(Path(s["folder"]) / "metrics.csv")
     assert len(rows) == epochs + 1  # row 0: before training

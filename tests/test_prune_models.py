@@ -1,5 +1,5 @@
 """Masked-weight counts of the pruning models against counts by hand from their architectures
-and the numbers of the issue (paper's code as measured)."""
+and the counts of the paper's code."""
 
 import pytest
 import torch
