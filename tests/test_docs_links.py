@@ -1,7 +1,9 @@
-"""The documentation's links resolve: every relative link in README.md and docs/*.md points to a
+"""The documentation holds together: every relative link in README.md and docs/*.md points to a
 file or folder of the repository and, with a ``#anchor``, to a heading of the target Markdown
 file (GitHub's slugs); README.md stays a front door of at most 250 lines whose first code block
-holds exactly the two set-up commands (CI runs the second one's test command)."""
+holds exactly the two set-up commands (CI runs the second one's test command) and whose tour
+names every ``python -m`` entry point; and the tables of docs/measurements.md that a tool also
+wrote to a file under figures/ agree with that file to their printed digits."""
 
 from __future__ import annotations
 
@@ -127,6 +129,28 @@ def test_readme_is_a_front_door() -> None:
     assert "python -m pytest -q" in SETUP_COMMANDS[1]
 
 
+def entry_points(root: Path = ROOT) -> list[str]:
+    """Every ``python -m`` entry point of the packages: a package's ``__main__.py`` or a module
+    with a ``__main__`` guard."""
+    out = []
+    for package in ("pbexact", "pbscale", "analysis", "benchmarks"):
+        for path in sorted((root / package).rglob("*.py")):
+            parts = path.relative_to(root).with_suffix("").parts
+            if path.name == "__main__.py":
+                out.append(".".join(parts[:-1]))
+            elif re.search(r"""__name__\s*==\s*["']__main__["']""", path.read_text()):
+                out.append(".".join(parts))
+    return out
+
+
+def test_readme_tour_names_every_entry_point() -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    found = entry_points()
+    assert "pbscale.prune" in found and "analysis.theorems" in found
+    missing = [m for m in found if f"`python -m {m}`" not in readme]
+    assert missing == [], f"README's tour lacks {missing}"
+
+
 def test_checker_finds_broken_links(tmp_path: Path) -> None:
     (tmp_path / "docs").mkdir()
     (tmp_path / "docs" / "a.md").write_text("# Title A\n\n## Some `code` heading: here\n")
@@ -153,3 +177,95 @@ def test_github_slugs() -> None:
     assert github_slug("K = 1 against K = 2 processes") == "k--1-against-k--2-processes"
     assert github_slug("The paper's Monte Carlo variance") == "the-papers-monte-carlo-variance"
     assert github_slug("`python -m analysis.arms_table`") == "python--m-analysisarms_table"
+
+
+# ------------------------------------ typed tables of docs/measurements.md against their files
+
+
+def table_after(text: str, heading: str) -> list[list[str]]:
+    """The body rows (cells stripped) of the first Markdown table after the heading ``heading``."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines)
+                 if _HEADING.match(line) and _HEADING.match(line).group(2) == heading)
+    rows: list[list[str]] = []
+    for line in lines[start + 1:]:
+        if line.startswith("|"):
+            rows.append([c.strip() for c in line.strip().strip("|").split("|")])
+        elif rows:
+            break
+    return rows[2:]  # header and separator
+
+
+def agrees_to_printed_digits(printed: str, value: float) -> bool:
+    """``value`` rounds to ``printed`` (e.g. '6.2e-5', '0.00394', '-12.17', '1,000', '16%')."""
+    text = printed.replace(",", "").strip()
+    scale = 1.0
+    if text.endswith("%"):
+        text, scale = text[:-1], 100.0
+    mantissa, _, exponent = text.lower().partition("e")
+    decimals = len(mantissa.partition(".")[2])
+    unit = 10.0 ** (int(exponent or 0) - decimals)
+    return abs(float(text) - value * scale) <= unit / 2 * (1 + 1e-9) + 1e-15
+
+
+def _csv_rows(path: Path) -> list[dict[str, str]]:
+    import csv
+
+    with path.open(newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def test_agrees_to_printed_digits() -> None:
+    assert agrees_to_printed_digits("6.2e-5", 6.1988e-5)
+    assert agrees_to_printed_digits("-12.17", -12.1658)
+    assert agrees_to_printed_digits("16%", 0.1584)
+    assert not agrees_to_printed_digits("6.2e-5", 6.26e-5)
+    assert not agrees_to_printed_digits("0.0104", 0.01046)
+    assert not agrees_to_printed_digits("1%", 0.016)
+
+
+MEASUREMENTS = ROOT / "docs" / "measurements.md"
+
+
+def test_exact_variance_table_matches_its_csv() -> None:
+    rows = table_after(MEASUREMENTS.read_text(encoding="utf-8"),
+                       "Exact variances along the trajectory")
+    assert len(rows) == 6
+    columns = ["loss", "entropy", "var_reinforce", "var_loorf", "var_arms", "var_betastar"]
+    for bench, step, *printed in rows:
+        data = _csv_rows(ROOT / "figures" / f"{bench}_d4_n4_variance.csv")
+        row = next(r for r in data if int(r["step"]) == int(step.replace(",", "")))
+        for text, column in zip(printed, columns, strict=True):
+            assert agrees_to_printed_digits(text, float(row[column])), (bench, step, column)
+
+
+def test_disarm_table_matches_its_csv() -> None:
+    rows = table_after(MEASUREMENTS.read_text(encoding="utf-8"), "DisARM against LOORF and ARMS")
+    data = _csv_rows(ROOT / "figures" / "variance_table_disarm.csv")
+    assert len(rows) == 4
+    for label, *cells in rows:
+        bench, d = (s.strip() for s in label.split(","))
+        for n, cell in zip((2, 4, 10), cells, strict=True):
+            at_half, median, lower = (s.strip() for s in cell.split("/"))
+            row = next(r for r in data if (r["benchmark"], r["d"], r["n"], r["other"])
+                       == (bench, d, str(n), "loorf"))
+            assert agrees_to_printed_digits(at_half, float(row["ratio_step0"]))
+            assert agrees_to_printed_digits(median, float(row["ratio_median"]))
+            assert agrees_to_printed_digits(lower, float(row["lower_fraction"]))
+
+
+def test_bench_pbscale_table_matches_its_csv() -> None:
+    rows = table_after(MEASUREMENTS.read_text(encoding="utf-8"), "Chunked step against a loop")
+    data = {int(r["n"]): r for r in _csv_rows(ROOT / "figures" / "bench_pbscale_cpu.csv")
+            if r["threads"] == "1"}
+    one_thread = [r for r in rows if r[1] == "1"]
+    assert {int(r[0]) for r in one_thread} == set(data)
+    for n, _, chunked, loop, speedup, peak_chunked, peak_one_shot in one_thread:
+        row = data[int(n)]
+        assert agrees_to_printed_digits(chunked.split()[0], float(row["batched_ms"]))
+        assert agrees_to_printed_digits(loop.split()[0], float(row["loop_ms"]))
+        assert agrees_to_printed_digits(speedup.split()[0].rstrip("x"), float(row["speedup"]))
+        peak, chunk = peak_chunked.split()
+        assert agrees_to_printed_digits(peak, float(row["batched_peak_mib"]))
+        assert chunk.strip("()") == row["batched_chunk"]
+        assert agrees_to_printed_digits(peak_one_shot, float(row["one_shot_peak_mib"]))
