@@ -57,7 +57,7 @@ from pbexact.errors import PBInputError
 
 from . import io
 from .loop import LoopConfig, _env_info, full_config, run, run_folder, write_summary
-from .methods import MC_METHODS, MaskTrainerGroup, MethodConfig
+from .methods import MaskTrainerGroup, MethodConfig, names
 from .regress import DEFAULT_OUT, run_name
 from .regress import run_folder as regress_folder
 from .regression import RegressionGroupTask, RegressionProblem, RegressionTask, make_problem
@@ -153,7 +153,7 @@ def train_unfinished(configs: list[MethodConfig], epochs: int, problem: Regressi
 def main(argv: list[str] | None = None) -> int:
     p = ArgumentParser(prog="python -m pbscale.batched_seeds",
                        description=__doc__.splitlines()[0])
-    p.add_argument("--method", default="loorf", help=", ".join(MC_METHODS))
+    p.add_argument("--method", default="loorf", help=", ".join(names("batched")))
     p.add_argument("--n", type=positive_int, default=10)
     p.add_argument("--param", default="sigmoid")
     p.add_argument("--optimizer", default="rmsprop")

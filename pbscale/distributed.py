@@ -80,6 +80,8 @@ import torch.distributed as dist
 from pbexact.errors import PBInputError
 from pbexact.io import atomic_write_bytes
 
+from .methods.registry import get_family, names
+
 
 @dataclass
 class Shard:
@@ -155,10 +157,10 @@ def rank_out(out: str | Path, shard: Shard | None) -> Path:
 
 def check_method(method: str, shard: Shard | None) -> None:
     """Sample parallelism splits MC samples; other methods have none to split."""
-    from .methods import MC_METHODS
-    if shard is not None and method not in MC_METHODS:
+    if shard is not None and not get_family(method).samples:
         raise PBInputError(f"{method} draws no MC samples to split over ranks; run it without "
-                           f"torchrun (sample parallelism is for {', '.join(MC_METHODS)})")
+                           f"torchrun (sample parallelism is for "
+                           f"{', '.join(names(samples=True))})")
 
 
 class _RankShare(torch.autograd.Function):

@@ -54,7 +54,6 @@ from tqdm import tqdm
 
 from pbexact.errors import PBInputError
 from pbexact.io import check_out_dir
-from pbexact.sgd import sgd  # noqa: F401 (the microworld loop, re-exported)
 
 from . import distributed, io
 
