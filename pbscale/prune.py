@@ -50,7 +50,7 @@ from pbscale import data as datamod
 from pbscale import distributed
 from pbscale.batched import cross_entropy_per_mask
 from pbscale.io import read_json
-from pbscale.loop import EvalContext, LoopConfig, full_config, run_folder
+from pbscale.loop import EvalContext, LoopConfig, RunHooks, full_config, run_folder
 from pbscale.loop import run as loop_run
 from pbscale.masks import MaskedModule, plain_weight, rescaled_weight
 from pbscale.methods import REGISTRY, Family, MagnitudeMethod, MaskTrainer, MethodConfig
@@ -200,7 +200,7 @@ class PruneConfig:
 
 
 
-class PruneTask:
+class PruneTask(RunHooks):
     """One pruning run as a :class:`pbscale.loop.Task`: the network, its data and evaluation.
 
     Masks are flat (d,) vectors laid out by :class:`pbscale.masks.MaskedModule` over
@@ -332,8 +332,9 @@ class PruneTask:
             b.copy_(saved[k])
         return best
 
-    def select_mask(self, method, generator: torch.Generator) -> torch.Tensor:
-        """The mask frozen for the last epochs of a joint run (the evaluation rule)."""
+    def frozen_mask(self, method, generator: torch.Generator) -> torch.Tensor:
+        """The mask frozen for the last epochs of a joint run (the evaluation rule; the task is
+        its own :class:`pbscale.loop.RunHooks`)."""
         return self.choose_mask(method, self.selection_batches(generator))
 
     def eval_params(self, z: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -511,8 +512,9 @@ def run(cfg: PruneConfig, out: str | Path, device: str = "cpu", *, quiet: bool =
     split; rank i > 0 writing its copy under ``out/.rank<i>``."""
     cfg, dev, data = prepare(cfg, device, download, download_url)
     task, method, loop, weight_opt = build(cfg, data, dev)
+    hooks: list[RunHooks] = [task]  # the task chooses the mask a joint run freezes
     if shard is not None:
-        distribute(task, method, weight_opt, shard)
+        hooks += distribute(task, method, weight_opt, shard)
         out = distributed.rank_out(out, shard)
         quiet = quiet or shard.rank > 0
     folder = run_folder(out, task.name, full_config(task, method, loop))
@@ -525,7 +527,7 @@ def run(cfg: PruneConfig, out: str | Path, device: str = "cpu", *, quiet: bool =
               file=sys.stderr)
     folder = loop_run(task, method, loop, out, weight_optimizer=weight_opt, device=dev,
                       progress=not quiet, info={"data_dir": cfg.data_dir},
-                      step_hook=step_hook)
+                      step_hook=step_hook, hooks=hooks)
     summary = read_json(folder / "summary.json")
     summary.update({"folder": str(folder), "masked": task.d, "parameters": task.num_all})
     if not quiet:
@@ -534,18 +536,19 @@ def run(cfg: PruneConfig, out: str | Path, device: str = "cpu", *, quiet: bool =
 
 
 def distribute(task: PruneTask, method, weight_opt: torch.optim.Optimizer | None,
-               shard: distributed.Shard) -> None:
+               shard: distributed.Shard) -> list[RunHooks]:
     """Set a built run up for torch.distributed (see :mod:`pbscale.distributed`): batches and
     evaluation split over the ranks, MC samples split over the ranks, and the gradients of the
     weights (joint, dense) and of CP's logits averaged by one flat all-reduce per step, with
     the BatchNorm running statistics."""
     task.shard = shard
-    if task.family.samples:
-        distributed.split_samples(method, shard)
+    hooks: list[RunHooks] = [distributed.SampleParallel(method, shard) if task.family.samples
+                             else distributed.RankSync()]
     tracked = list(task.weights()) + ([method.r] if task.family.data_parallel_logits else [])
     if tracked:
         task.averager = distributed.GradAverage(shard, tracked, list(task.model.buffers()))
         task.averager.attach([*method.optimizers, *([weight_opt] if weight_opt else [])])
+    return hooks
 
 
 def report(summary: dict, task: PruneTask) -> None:

@@ -195,6 +195,13 @@ class MagnitudeMethod:
     def mode_mask(self) -> torch.Tensor:
         return self.mask
 
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.mask.dtype
+
+    def check_finite(self, epoch: int) -> None:
+        """No logits to check (the weights' optimizer is the task's)."""
+
     def config_dict(self) -> dict:
         return {"method": self.kind, "target": self.target, "cut": self.cut,
                 "start": self.start, "end": self.end, "every": self.every}

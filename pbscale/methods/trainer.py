@@ -190,6 +190,20 @@ class MaskTrainer:
         """The most probable mask, 1[theta > 1/2] (CP: 1[r > 0]), shape (d,)."""
         return (self.theta() > 0.5).to(self.r.dtype)
 
+    @property
+    def dtype(self) -> torch.dtype:
+        """The dtype of the logits and masks."""
+        return self.r.dtype
+
+    def check_finite(self, epoch: int) -> None:
+        """Refuse logits that became NaN or inf, naming the cause (the learning rate)."""
+        if not bool(torch.isfinite(self.r).all()):
+            c = self.config
+            raise PBInputError(
+                f"the mask logits became NaN or inf in epoch {epoch + 1}: the learning rate "
+                f"{c.lr} is too large for --optimizer {c.optimizer}; lower --lr"
+            )
+
     def config_dict(self) -> dict:
         return self.config.to_dict()
 
@@ -281,6 +295,10 @@ class MaskTrainerGroup:
 
     def theta(self) -> torch.Tensor:
         return torch.stack([m.theta() for m in self.members])
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.members[0].dtype
 
     def surrogate(self, f: BatchedLoss, weights: bool = False) -> tuple[torch.Tensor, float]:
         """One step's surrogate over the members: f: (k, G, d) -> (k, G); the value's gradient
