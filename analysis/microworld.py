@@ -47,6 +47,7 @@ from analysis.cli import output_folders, run, save_figure, write_csv, write_json
 from analysis.microworld_hybrid import TORCH_METHODS, check_torch_method, run_torch
 from analysis.microworld_runs import (
     DETERMINISTIC,
+    TRUE,
     Trajectory,
     check_method,
     found_optimum,
@@ -56,13 +57,22 @@ from pbexact.benchmarks import BENCHMARKS, NNLoss, benchmark_table
 from pbexact.cli import ArgumentParser, nonneg_int, positive_float, positive_int
 from pbexact.errors import PBInputError, check_d
 from pbexact.estimators import REGISTRY
+from pbscale.methods import REGISTRY as METHOD_REGISTRY
 
 EXPERIMENTS = ("estimators", "params", "approaches")
 #: The approaches sweep picks lr by the mean loss from this iteration on.
 SELECT_FROM_STEP = 10
+#: Legend text and colour of every gradient source: the estimators' and pbscale's registries,
+#: and the exact gradient.
 LABELS = {
     **{name: spec.label for name, spec in REGISTRY.items()},
-    "true": "true gradient", "cp": "CP", "st": "ST", "rebar": "REBAR", "relax": "RELAX",
+    **{name: METHOD_REGISTRY[name].label for name in TORCH_METHODS},
+    TRUE: "true gradient",
+}
+COLORS = {
+    **{name: spec.color or None for name, spec in REGISTRY.items()},
+    **{name: METHOD_REGISTRY[name].color or None for name in TORCH_METHODS},
+    TRUE: "k",
 }
 BENCH_LABELS = {"exponential": "ExponentialTabularLoss", "nnloss": "NNLoss"}
 
@@ -84,7 +94,7 @@ class Config:
 
     def label(self, with_param: bool = False) -> str:
         name = LABELS[self.method]
-        if self.method not in ("true", "cp"):
+        if self.method not in DETERMINISTIC:
             name += f" n={self.n}"
         return f"{name}, {self.param}" if with_param else name
 
@@ -328,8 +338,6 @@ def _last(results: dict[Config, Trajectory]) -> int:
     return max(int(t.steps[-1]) for t in results.values())
 
 
-COLORS = {"reinforce": "C0", "loorf": "C1", "arms": "C2", "betastar": "C3", "true": "k",
-          "cp": "C4", "st": "C5", "rebar": "C6", "relax": "C8", "disarm": "C9"}
 N_STYLES = {1: ":", 4: "--", 10: "-", 0: "-"}
 PARAM_COLORS = {"sigmoid": "C0", "cosine": "C1", "direct": "C2", "escort": "C3"}
 

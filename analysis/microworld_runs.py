@@ -29,11 +29,15 @@ from pbexact.polynomial import expected_loss, true_gradient
 from pbexact.sampling import sample_law, vertex_index
 from pbexact.sgd import sgd
 from pbexact.variance import apply_estimator, estimator_extra
+from pbscale.methods import names
 
+#: The exact gradient as a gradient source (`eq:true_as_avg`), beside the estimators.
+TRUE = "true"
 #: Gradient sources of the exact core: the MC estimators and the exact gradient.
-EXACT_METHODS = (*ESTIMATORS, "true")
-#: Methods whose runs draw no random numbers: every seed would follow the same trajectory.
-DETERMINISTIC = ("true", "cp")
+EXACT_METHODS = (*ESTIMATORS, TRUE)
+#: Methods whose runs draw no random numbers: every seed would follow the same trajectory (the
+#: exact gradient and the deterministic methods of pbscale's registry).
+DETERMINISTIC = (TRUE, *names("microworld", deterministic=True))
 
 
 @dataclass
@@ -101,7 +105,7 @@ def check_run(steps: int, seeds: int, log_every: int, lr: float) -> None:
 
 def check_method(method: str, n: int) -> None:
     """A gradient source of the exact core and its number of samples."""
-    if method == "true":
+    if method == TRUE:
         return
     if method not in EXACT_METHODS:
         raise PBInputError(
@@ -125,7 +129,7 @@ def exact_core_gradient(
     antithetic pairs, the others iid.
     """
     theta = param.theta(r)
-    if method == "true":
+    if method == TRUE:
         return param.chain(true_gradient(J, theta), r)
     z = sample_law(get_estimator(method).law, theta, n, (), rng)  # (seeds, n, d)
     S = param.score(z, r[..., None, :])  # (seeds, n, P)

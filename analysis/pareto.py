@@ -25,8 +25,10 @@ from analysis.cli import atomic_write_text, save_figure, write_csv
 from analysis.cli import run as cli_run
 from pbexact.cli import ArgumentParser
 from pbexact.errors import PBInputError
+from pbscale.methods import names
 
-MC = ("arms", "loorf", "disarm")
+#: The methods whose runs are labelled with their parametrization and n (the MC estimators).
+MC = names(samples=True)
 
 
 def find_runs(paths: Sequence[str | Path]) -> list[Path]:

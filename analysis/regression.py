@@ -85,10 +85,14 @@ def select(runs: dict[str, list[dict]]) -> tuple[str, list[dict]]:
 def collect(which: str, items, out: Path, epochs: int) -> dict:
     """{label: (setting, [histories])} of the finished runs, best setting per label."""
     grouped: dict[str, dict[str, list]] = defaultdict(lambda: defaultdict(list))
+    optimizers: dict[str, set[str]] = defaultdict(set)
+    for _, label, cfg in items:
+        optimizers[label].add(cfg.optimizer)
     for _, label, cfg in items:
         h = load_history(run_folder(cfg, epochs, out))
-        if h is not None:
-            setting = f"lr={cfg.lr:g}" + (f" {cfg.optimizer}" if cfg.method == "cp" else "")
+        if h is not None:  # the optimizer is named where a label's runs try several
+            several = len(optimizers[label]) > 1
+            setting = f"lr={cfg.lr:g}" + (f" {cfg.optimizer}" if several else "")
             grouped[label][setting].append(h)
     result = {}
     for label, runs in grouped.items():

@@ -42,6 +42,7 @@ import numpy as np
 
 from analysis.claims import CLAIMS, OUTCOMES, Claim, ConfigResult, UnitResult, Verdict
 from analysis.cli import atomic_write_text, run, save_figure, write_csv, write_json
+from analysis.microworld_hybrid import DETERMINISTIC_TORCH
 from pbexact.cli import ArgumentParser, seed_list
 from pbexact.errors import PBInputError
 
@@ -244,7 +245,8 @@ def read_unit(path: Path, unit: Unit, J: np.ndarray) -> UnitResult:
         steps = np.array([s for s, _ in rows])
         curve = np.array([m for _, m in rows])
         off = abs(curve[0] - start_J) > 1e-9 * max(1.0, abs(start_J))
-        if steps[0] != 0 or (off and key[0] != "cp"):  # CP logs J(1[r > 0]), not E_0.5[J]
+        # a deterministic method logs J of its hard mask (CP: J(1[r > 0])), not E_0.5[J]
+        if steps[0] != 0 or (off and key[0] not in DETERMINISTIC_TORCH):
             raise PBInputError(f"{path}: curve {key} does not start at E_0.5[J] = {start_J:.6g} "
                                f"of {unit.benchmark} instance {unit.instance}; delete the unit "
                                "folder and rerun")

@@ -481,8 +481,10 @@ def sgd_from_samples(
     [eps, 1 - eps]) with the REINFORCE (`eq:reinforce`) or LOORF (`eq:loorf`) estimate from n iid
     samples per step; final thetas, shape (runs, d)."""
     est.check_estimator(estimator, n)
-    if estimator not in ("reinforce", "loorf"):
-        raise PBInputError(f"use reinforce or loorf here, got {estimator!r}")
+    spec = est.get_estimator(estimator)
+    if spec.law != "iid" or spec.constant is not None:  # REINFORCE or LOORF
+        iid = [k for k, v in est.REGISTRY.items() if v.law == "iid" and v.constant is None]
+        raise PBInputError(f"use {' or '.join(iid)} here, got {estimator!r}")
     param = get_parametrization("direct")
     r = np.tile(np.asarray(theta0, dtype=float), (runs, 1))
 
@@ -490,8 +492,7 @@ def sgd_from_samples(
         theta = param.theta(r)
         z = (rng.random((runs, n, theta.shape[-1])) < theta[:, None, :]) * 1.0
         S = param.score(z, r[:, None, :])
-        return est.reinforce(J[vertex_index(z)], S) if estimator == "reinforce" else est.loorf(
-            J[vertex_index(z)], S)
+        return spec.form(J[vertex_index(z)]).evaluate(S)
 
     return param.theta(sgd(r, gradient, lr, steps, project=param.project))
 

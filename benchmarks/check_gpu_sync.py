@@ -384,7 +384,7 @@ def make_pieces(dev: torch.device, n: int, chunk: int, steps: int,
                 params: tuple[str, ...] = ("sigmoid", "escort"), group: int = 2) -> list[Piece]:
     """The samplers, the batched loss and whole steps on the MaskedNNRegression problem on
     ``dev`` (built outside any check); each run does ``steps`` steps."""
-    from pbscale.loop import _step as loop_step
+    from pbscale.loop import train_step as loop_step
     from pbscale.masks import MaskedModule, mean_absolute_error
     from pbscale.methods import (
         AntitheticSampler,

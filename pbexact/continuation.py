@@ -84,16 +84,21 @@ DECEIVING_SQUARED = PiecewiseFunction(
 CP_FINAL_TAU = 1 / 200
 
 
+def exponential_temperature(k: int, count: int, final: float = CP_FINAL_TAU) -> float:
+    """tau_k = final^(k / (K - 1)) of K = ``count`` temperatures (1 for K = 1): the one
+    definition of CP's exponential schedule (`sec:app_microworld_hypers`)."""
+    return 1.0 if count == 1 else final ** (k / (count - 1))
+
+
 def exponential_schedule(num_temperatures: int, final: float = CP_FINAL_TAU) -> np.ndarray:
-    """tau_k = final^(k / (K - 1)), from 1 down to ``final`` (the schedule of
-    `sec:app_microworld_hypers`: start at one, exponential decay to 1/200)."""
+    """tau_k = final^(k / (K - 1)), k = 0, ..., K - 1, from 1 down to ``final``
+    (:func:`exponential_temperature`, shape (K,))."""
     if num_temperatures < 1:
         raise PBInputError(f"need at least one temperature, got {num_temperatures}")
     if not 0 < final <= 1:
         raise PBInputError(f"the final temperature must be in (0, 1], got {final}")
-    if num_temperatures == 1:
-        return np.array([1.0])
-    return final ** (np.arange(num_temperatures) / (num_temperatures - 1))
+    return np.array([exponential_temperature(k, num_temperatures, final)
+                     for k in range(num_temperatures)])
 
 
 @dataclass(frozen=True)

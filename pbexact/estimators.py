@@ -47,7 +47,8 @@ class EstimatorSpec:
     messages, the fewest samples it takes (``min_samples``;
     ``even``: n must be even), the sampling ``law`` of its n samples, the ``center`` of its
     losses and its per-parameter ``constant``. ``needs_table``: the constant needs the whole
-    J table (beta*), so pbscale, which only evaluates J, cannot run it."""
+    J table (beta*), so pbscale, which only evaluates J, cannot run it. ``color``: the
+    matplotlib colour of its curves."""
 
     name: str
     label: str
@@ -59,6 +60,7 @@ class EstimatorSpec:
     even: bool = False
     needs_table: bool = False
     reference: str = ""
+    color: str = ""
 
     def accepts(self, n: int) -> bool:
         """Whether the estimator is defined for n samples."""
@@ -154,14 +156,15 @@ REGISTRY: dict[str, EstimatorSpec] = {
     spec.name: spec
     for spec in (
         EstimatorSpec("reinforce", "REINFORCE", "REINFORCE", 1, "iid", "none",
-                      reference="eq:reinforce"),
-        EstimatorSpec("loorf", "LOORF", "LOORF", 2, "iid", "mean", reference="eq:loorf"),
+                      reference="eq:reinforce", color="C0"),
+        EstimatorSpec("loorf", "LOORF", "LOORF", 2, "iid", "mean", reference="eq:loorf",
+                      color="C1"),
         EstimatorSpec("arms", "ARMS", "ARMS", 2, "copula", "mean", "rho",
-                      reference="alg:orig_arms"),
+                      reference="alg:orig_arms", color="C2"),
         EstimatorSpec("betastar", r"$\beta^*$", "beta*", 1, "iid", "none", "beta", needs_table=True,
-                      reference="eq:bstar_thm_estimator"),
+                      reference="eq:bstar_thm_estimator", color="C3"),
         EstimatorSpec("disarm", "DisARM", "DisARM", 2, "antithetic", "pair", "rho", even=True,
-                      reference="Dong, Mnih and Tucker (2020)"),
+                      reference="Dong, Mnih and Tucker (2020)", color="C9"),
     )
 }
 ESTIMATORS = tuple(REGISTRY)

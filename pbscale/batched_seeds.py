@@ -22,14 +22,14 @@ Design (the loop stays single-run; a group is one run of it):
   evaluation; the samplers' streams do not depend on the chunking when k d is even (d = 8,050 is),
   so every member's history equals that of the separate run up to the round-off of the grouped
   forward (``tests/test_batched_seeds.py``).
-* After every epoch (the Task's ``after_epoch`` hook of the loop) each member's run folder is
-  written exactly where and as ``python -m pbscale.regress`` writes it (same hash: ``config.json``,
-  ``history.csv``; ``summary.json`` after the last epoch), so a killed group leaves each run's
-  progress, and sweeps and ``python -m analysis.regression --collect`` read the runs; members
-  already finished there are left out of the group. A member's seconds are the group's divided
-  by G. A launcher (``pbscale.sweep`` with batching) names the members' sweep ids in
-  ``$PBSCALE_RUN_INFO`` as ``{"sweep_ids": {member_key(seed, lr): id}}``; each member's
-  ``config.json`` "info" then holds its own ``sweep_id``, as a separate run's does.
+* After every epoch (``after_epoch``: the group task is its own :class:`pbscale.loop.RunHooks`)
+  each member's run folder is written exactly where and as ``python -m pbscale.regress`` writes it
+  (same hash: ``config.json``, ``history.csv``; ``summary.json`` after the last epoch), so a
+  killed group leaves each run's progress, and sweeps and ``python -m analysis.regression
+  --collect`` read the runs; members already finished there are left out of the group. A member's
+  seconds are the group's divided by G. A launcher (``pbscale.sweep`` with batching) names the
+  members' sweep ids in ``$PBSCALE_RUN_INFO`` as ``{"sweep_ids": {member_key(seed, lr): id}}``;
+  each member's ``config.json`` "info" then holds its own ``sweep_id``, as a separate run's does.
 
 ``python -m pbscale.batched_seeds --method loorf --n 10 --lrs 0.1,0.01 --seeds 0-9 --epochs
 300`` trains the unfinished runs of those settings as one group.
@@ -56,8 +56,8 @@ from pbexact.cli import (
 from pbexact.errors import PBInputError
 
 from . import io
-from .loop import LoopConfig, _env_info, full_config, run, run_folder, write_summary
-from .methods import MC_METHODS, MaskTrainerGroup, MethodConfig
+from .loop import LoopConfig, RunHooks, env_info, full_config, run, run_folder, write_summary
+from .methods import MaskTrainerGroup, MethodConfig, names
 from .regress import DEFAULT_OUT, run_name
 from .regress import run_folder as regress_folder
 from .regression import RegressionGroupTask, RegressionProblem, RegressionTask, make_problem
@@ -72,15 +72,16 @@ def member_key(seed: int, lr: float) -> str:
     return f"seed{int(seed)}-lr{float(lr)!r}"
 
 
-class _GroupRun(RegressionGroupTask):
-    """The group task that also writes each member's run folder after every epoch."""
+class _GroupRun(RegressionGroupTask, RunHooks):
+    """The group task that also writes each member's run folder after every epoch (its own
+    :class:`pbscale.loop.RunHooks`)."""
 
     def __init__(self, problem: RegressionProblem, group: MaskTrainerGroup, data_seed: int,
                  epochs: int, out: Path, device: torch.device) -> None:
         super().__init__(problem, group, data_seed,
                          [run_name(m.config) for m in group.members])
         self.records, self.folders = [], []
-        env = _env_info()
+        env = env_info()
         sweep_ids = env.pop("sweep_ids", {})
         for t, m in zip(self.members, group.members):
             loop = LoopConfig(epochs=epochs, seed=m.config.seed, metrics_file="history.csv")
@@ -131,7 +132,7 @@ def train_batched(configs: list[MethodConfig], epochs: int, problem: RegressionP
         record["info"]["group"] = f"{GROUPS}/{group_folder.name}"
     run(task, group, loop, Path(out) / GROUPS, device=dev, progress=progress,
         info={"chunk": group.chunk, "torch_threads": torch.get_num_threads()},
-        step_hook=step_hook)
+        step_hook=step_hook, hooks=[task])
     return [[{k: v for k, v in row.items() if k not in TIMING}
              for row in io.read_csv(folder / "history.csv")] for folder in task.folders]
 
@@ -153,7 +154,7 @@ def train_unfinished(configs: list[MethodConfig], epochs: int, problem: Regressi
 def main(argv: list[str] | None = None) -> int:
     p = ArgumentParser(prog="python -m pbscale.batched_seeds",
                        description=__doc__.splitlines()[0])
-    p.add_argument("--method", default="loorf", help=", ".join(MC_METHODS))
+    p.add_argument("--method", default="loorf", help=", ".join(names("batched")))
     p.add_argument("--n", type=positive_int, default=10)
     p.add_argument("--param", default="sigmoid")
     p.add_argument("--optimizer", default="rmsprop")

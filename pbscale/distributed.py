@@ -31,7 +31,7 @@ over its rows weighted by K times its share of the batch (n_i K / B), so the ave
 gradients is the gradient of the full-batch mean also for uneven splits; the loss VALUE each
 rank sees is the full-batch mean (the K weighted means summed by an all-reduce of the k values
 in the forward), so training losses, CP's hard-mask loss and histories are the single-process
-ones to round-off. Joint MC runs keep the sample split (:func:`split_samples`): the estimator
+ones to round-off. Joint MC runs keep the sample split (:class:`SampleParallel`): the estimator
 sums are all-reduced inside the estimate as in supermask runs, each rank's samples are evaluated
 on the whole minibatch and the weight gradient of its share of (1/n) sum_s J_s is averaged with
 the others' after scaling by K (their sum: the single-process weight gradient); that is a
@@ -73,12 +73,16 @@ import os
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.distributed as dist
 
 from pbexact.errors import PBInputError
 from pbexact.io import atomic_write_bytes
+
+from .loop import RunHooks
+from .methods.registry import get_family, names
 
 
 @dataclass
@@ -155,10 +159,10 @@ def rank_out(out: str | Path, shard: Shard | None) -> Path:
 
 def check_method(method: str, shard: Shard | None) -> None:
     """Sample parallelism splits MC samples; other methods have none to split."""
-    from .methods import MC_METHODS
-    if shard is not None and method not in MC_METHODS:
+    if shard is not None and not get_family(method).samples:
         raise PBInputError(f"{method} draws no MC samples to split over ranks; run it without "
-                           f"torchrun (sample parallelism is for {', '.join(MC_METHODS)})")
+                           f"torchrun (sample parallelism is for "
+                           f"{', '.join(names(samples=True))})")
 
 
 class _RankShare(torch.autograd.Function):
@@ -223,18 +227,26 @@ class DataParallelLoss:
         return _RankShare.apply(self.full(z), self.world, False)
 
 
-def split_samples(method, shard: Shard) -> None:
-    """Make an MC :class:`pbscale.methods.MaskTrainer` of a torchrun run sample-parallel: its
-    samples split over the ranks (``method.shard``), each evaluated on the whole minibatch
-    (:meth:`DataParallelLoss.whole`) while it trains; the fixed mask of warm-up and frozen
+class RankSync(RunHooks):
+    """The run-loop strategy of every torchrun run (:class:`pbscale.loop.RunHooks`): a SIGTERM
+    seen by any rank stops every rank before the same step (:func:`any_rank`, one host-side
+    all-reduce of the flag per step)."""
+
+    def stop_requested(self, flag: bool) -> bool:
+        return any_rank(flag)
+
+
+class SampleParallel(RankSync):
+    """The strategy of an MC :class:`pbscale.methods.MaskTrainer` under torchrun: its samples
+    split over the ranks (``method.shard``), each evaluated on the whole minibatch
+    (:meth:`DataParallelLoss.whole`) while masks train; the fixed mask of warm-up and frozen
     epochs, which the loop evaluates itself, takes the data-parallel split."""
-    method.shard = shard
-    surrogate = method.surrogate
 
-    def sample_parallel(f, weights: bool = False):
-        return surrogate(getattr(f, "whole", f), weights)
+    def __init__(self, method: Any, shard: Shard) -> None:
+        method.shard = shard
 
-    method.surrogate = sample_parallel
+    def training_loss(self, f: Callable) -> Callable:
+        return f.whole if isinstance(f, DataParallelLoss) else f
 
 
 class GradAverage:

@@ -28,10 +28,16 @@ that got no epoch takes one from the longest phase (while that has more than one
 (round(0.5) = 0 gave none). :meth:`LoopConfig.mask_epochs` (the mask-training epochs) is what
 CP's temperature schedule counts (`pbscale.prune`).
 
-A task may also define ``after_epoch(history, final)``: the loop calls it after every epoch's
-checkpoint (``final`` True after the last epoch) and, for a run whose last epoch was already
-checkpointed, once with ``final`` True before ``summary.json``. Batched runs
-(:mod:`pbscale.batched_seeds`) use it to write each member's own run folder.
+Callers add behaviour through explicit strategy objects, :class:`RunHooks` (every hook a
+no-op by default), passed as ``run(..., hooks=[...])``: ``before_step(epoch, i)``,
+``training_loss(f)`` (the batched loss the method's surrogate sees while masks train; sample
+parallelism hands over the whole batch), ``frozen_mask(method, generator)`` (the mask frozen for
+the last epochs; default the method's most probable mask), ``stop_requested(flag)`` (SIGTERM seen
+here or, under torch.distributed, by any rank) and ``after_epoch(history, final)`` (after every
+epoch's checkpoint, ``final`` True after the last epoch and, for a run whose last epoch was
+already checkpointed, once more before ``summary.json``). Distribution
+(:mod:`pbscale.distributed`) is such a strategy; batched runs (:mod:`pbscale.batched_seeds`)
+write each member's own run folder from ``after_epoch``.
 """
 
 from __future__ import annotations
@@ -43,7 +49,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -54,9 +60,8 @@ from tqdm import tqdm
 
 from pbexact.errors import PBInputError
 from pbexact.io import check_out_dir
-from pbexact.sgd import sgd  # noqa: F401 (the microworld loop, re-exported)
 
-from . import distributed, io
+from . import io
 
 #: A batched loss: masks (k, d) -> losses (k,).
 BatchedLoss = Callable[[torch.Tensor], torch.Tensor]
@@ -87,6 +92,16 @@ class Method(Protocol):
 
     def mode_mask(self) -> torch.Tensor: ...
 
+    @property
+    def dtype(self) -> torch.dtype:
+        """The dtype of its masks."""
+        ...
+
+    def check_finite(self, epoch: int) -> None:
+        """Refuse (:class:`PBInputError`) state that became NaN or inf in ``epoch``, naming the
+        cause."""
+        ...
+
     def config_dict(self) -> dict: ...
 
     def state_dict(self) -> dict: ...
@@ -105,9 +120,7 @@ class Task(Protocol):
     each epoch and checkpointed. ``batch_loss(order, i)``: the batched loss of step i.
     ``evaluate(ctx)``: metrics of the current state (a flat dict of numbers; ``ctx`` is an
     :class:`EvalContext`). ``state_dict`` / ``load_state_dict``: task state beyond
-    ``weights()`` (may be empty). Optional: ``select_mask(method, generator)`` (the mask to
-    freeze) and ``after_epoch(history, final)`` (called after every epoch's checkpoint; see the
-    module docstring)."""
+    ``weights()`` (may be empty). Behaviour beyond this comes from :class:`RunHooks`."""
 
     name: str
     d: int
@@ -214,6 +227,41 @@ class LoopConfig:
         return "train"
 
 
+class RunHooks:
+    """Callbacks of :func:`run` (see the module docstring); each does nothing by default.
+    Several hook objects compose: ``training_loss`` and ``stop_requested`` are chained in
+    order, ``frozen_mask`` takes the first answer that is not None, the others are called in
+    order."""
+
+    def before_step(self, epoch: int, i: int) -> None:
+        """Called before step i of ``epoch``."""
+
+    def training_loss(self, f: BatchedLoss) -> BatchedLoss:
+        """The batched loss the method's surrogate is given while masks train."""
+        return f
+
+    def frozen_mask(self, method: Method, generator: torch.Generator) -> torch.Tensor | None:
+        """The mask (d,) to freeze for the last epochs, or None (the method's mode mask)."""
+        return None
+
+    def stop_requested(self, flag: bool) -> bool:
+        """Whether the run stops before the next step, given this process's SIGTERM flag."""
+        return flag
+
+    def after_epoch(self, history: list[dict], final: bool) -> None:
+        """Called after every epoch's checkpoint (``final``: the last epoch is done)."""
+
+
+class StepHook(RunHooks):
+    """``fn(epoch, i)`` before every step (tests interrupt a run with it)."""
+
+    def __init__(self, fn: Callable[[int, int], None]) -> None:
+        self.fn = fn
+
+    def before_step(self, epoch: int, i: int) -> None:
+        self.fn(epoch, i)
+
+
 def config_hash(config: dict) -> str:
     """First 12 hex digits of the SHA-256 of the canonical JSON of ``config``."""
     text = json.dumps(config, sort_keys=True, separators=(",", ":"), default=str)
@@ -270,13 +318,16 @@ def _set_lrs(optimizers: list[torch.optim.Optimizer], factor: float) -> None:
 def run(task: Task, method: Method, loop: LoopConfig, out: str | Path,
         weight_optimizer: torch.optim.Optimizer | None = None, device: torch.device | str = "cpu",
         progress: bool = True, info: dict | None = None,
-        step_hook: Callable[[int, int], None] | None = None) -> Path:
+        step_hook: Callable[[int, int], None] | None = None,
+        hooks: Sequence[RunHooks] = ()) -> Path:
     """Train (or resume, or return at once if finished) one run; returns its folder.
 
     ``weight_optimizer`` over ``task.weights()`` (None: supermask, weights fixed). ``info``:
     extra facts written to config.json but not hashed (device, threads, chunk...).
-    ``step_hook(epoch, i)`` is called before every step (tests use it to interrupt a run).
+    ``hooks``: :class:`RunHooks` strategies; ``step_hook(epoch, i)`` is short for
+    ``StepHook(step_hook)`` after them.
     """
+    hooks = [*hooks, *([StepHook(step_hook)] if step_hook is not None else [])]
     loop.validate()
     dev = torch.device(device)
     config = full_config(task, method, loop)
@@ -286,7 +337,7 @@ def run(task: Task, method: Method, loop: LoopConfig, out: str | Path,
         if (folder / name).is_dir():
             raise PBInputError(f"damaged run folder: {folder / name} is a folder, not a file; "
                                f"{io.DAMAGED_FIX}")
-    record = {**config, "info": {"device": str(dev), **(info or {}), **_env_info()}}
+    record = {**config, "info": {"device": str(dev), **(info or {}), **env_info()}}
     if (folder / "config.json").exists():
         old = io.read_json(folder / "config.json")
         if not isinstance(old, dict):
@@ -343,22 +394,19 @@ def run(task: Task, method: Method, loop: LoopConfig, out: str | Path,
     if not history:
         phase0 = loop.phase(0)
         if phase0 == "warmup":
-            fixed = torch.ones(task.d, device=dev, dtype=_dtype(method))
+            fixed = torch.ones(task.d, device=dev, dtype=method.dtype)
         history.append({"epoch": 0, "train_loss": math.nan, **evaluate(0, phase0),
                         "train_seconds": 0.0, "val_seconds": 0.0})
-    after_epoch = getattr(task, "after_epoch", None)
     bar = tqdm(range(start, loop.epochs), initial=start, total=loop.epochs,
                disable=not progress, desc=task.name, unit="epoch", file=sys.stderr)
     with _sigterm_flag() as flag, flush_denormals(dev):
         for epoch in bar:
             phase = loop.phase(epoch)
             if phase == "warmup":
-                fixed = torch.ones(task.d, device=dev, dtype=_dtype(method))
+                fixed = torch.ones(task.d, device=dev, dtype=method.dtype)
             elif phase == "frozen" and (fixed is None or loop.phase(epoch - 1) != "frozen"):
                 if pos is None:
-                    chooser = getattr(task, "select_mask", None)
-                    fixed = (chooser(method, generator) if chooser is not None
-                             else method.mode_mask()).detach()
+                    fixed = _frozen_mask(hooks, method, generator).detach()
             elif phase == "train":
                 fixed = None
             _set_lrs(method.optimizers, loop.lr_factor(epoch, masks=True))
@@ -371,33 +419,37 @@ def run(task: Task, method: Method, loop: LoopConfig, out: str | Path,
             else:
                 order, first, losses = task.epoch_order(generator), 0, []
             for i in range(first, task.steps_per_epoch):
-                if _stop_requested(flag):
+                if _stop_requested(hooks, flag):
                     save(epoch, {"order": order.cpu(), "step": i, "losses": losses})
                     bar.close()
                     print(f"SIGTERM: checkpoint written to {ckpt_path}; rerun to resume",
                           file=sys.stderr)
                     sys.exit(143)
-                if step_hook is not None:
-                    step_hook(epoch, i)
-                losses.append(_step(task.batch_loss(order, i), method, weight_optimizer,
-                                    opts, fixed, joint))
+                for h in hooks:
+                    h.before_step(epoch, i)
+                f = task.batch_loss(order, i)
+                if fixed is None:
+                    for h in hooks:
+                        f = h.training_loss(f)
+                losses.append(train_step(f, method, weight_optimizer, opts, fixed, joint))
             if dev.type == "cuda":
                 torch.cuda.synchronize(dev)
             t1 = time.perf_counter()
-            _check_finite(method, epoch)
+            method.check_finite(epoch)
             metrics = evaluate(epoch + 1, phase)
             t2 = time.perf_counter()
             history.append({"epoch": epoch + 1, "train_loss": sum(losses) / max(len(losses), 1),
                             **metrics, "train_seconds": t1 - t0, "val_seconds": t2 - t1})
             save(epoch + 1, None)
             io.write_csv(folder / loop.metrics_file, history)
-            if after_epoch is not None:
-                after_epoch(history, epoch + 1 == loop.epochs)
+            for h in hooks:
+                h.after_epoch(history, epoch + 1 == loop.epochs)
             bar.set_postfix({k: f"{v:.4g}" for k, v in list(history[-1].items())[1:5]
                              if isinstance(v, float)})
     io.write_csv(folder / loop.metrics_file, history)
-    if after_epoch is not None and start == loop.epochs:  # trained before, summary missing
-        after_epoch(history, True)
+    if start == loop.epochs:  # trained before, summary missing
+        for h in hooks:
+            h.after_epoch(history, True)
     write_summary(folder, history, dev)
     return folder
 
@@ -442,46 +494,34 @@ def _restore(state: dict, method: Method, task: Task, weights: list[torch.nn.Par
     return history, start, fixed, state.get("position")
 
 
-def _stop_requested(flag: dict) -> bool:
-    """SIGTERM seen by this process or, under torch.distributed, by any rank (one host-side
-    all-reduce of the flag per step, :func:`pbscale.distributed.any_rank`), so that all ranks
-    checkpoint before the same step."""
-    if torch.distributed.is_available() and torch.distributed.is_initialized():
-        flag["term"] = distributed.any_rank(flag["term"])
+def _stop_requested(hooks: Sequence[RunHooks], flag: dict) -> bool:
+    """SIGTERM seen by this process or, through the hooks (:class:`pbscale.distributed.
+    RankSync`), by any rank, so that all ranks checkpoint before the same step."""
+    for h in hooks:
+        flag["term"] = h.stop_requested(flag["term"])
     return flag["term"]
 
 
-def _check_finite(method: Method, epoch: int) -> None:
-    """Mask logits that became NaN or inf stop the run naming the cause (the learning rate);
-    a method with its own ``check_finite(epoch)`` (a group of runs) checks itself."""
-    own = getattr(method, "check_finite", None)
-    if callable(own):
-        own(epoch)
-        return
-    r = getattr(method, "r", None)
-    if isinstance(r, torch.Tensor) and not bool(torch.isfinite(r).all()):
-        cfg = method.config_dict()
-        raise PBInputError(
-            f"the mask logits became NaN or inf in epoch {epoch + 1}: the learning rate "
-            f"{cfg.get('lr')} is too large for --optimizer {cfg.get('optimizer')}; "
-            "lower --lr"
-        )
+def _frozen_mask(hooks: Sequence[RunHooks], method: Method,
+                 generator: torch.Generator) -> torch.Tensor:
+    """The first mask a hook chooses to freeze, else the method's most probable mask."""
+    for h in hooks:
+        z = h.frozen_mask(method, generator)
+        if z is not None:
+            return z
+    return method.mode_mask()
 
 
-def _env_info() -> dict:
+def env_info() -> dict:
     """Facts a launcher (``pbscale.sweep``) passes in ``$PBSCALE_RUN_INFO`` (a JSON object)
     for config.json's unhashed "info" (e.g. the sweep's run id)."""
     text = os.environ.get("PBSCALE_RUN_INFO")
     return json.loads(text) if text else {}
 
 
-def _dtype(method: Method) -> torch.dtype:
-    r = getattr(method, "r", None)
-    return r.dtype if isinstance(r, torch.Tensor) else torch.float32
-
-
-def _step(f: BatchedLoss, method: Method, weight_optimizer: torch.optim.Optimizer | None,
-          opts: list[torch.optim.Optimizer], fixed: torch.Tensor | None, joint: bool) -> float:
+def train_step(f: BatchedLoss, method: Method, weight_optimizer: torch.optim.Optimizer | None,
+               opts: list[torch.optim.Optimizer], fixed: torch.Tensor | None,
+               joint: bool) -> float:
     """One step: masks train (surrogate of the method) or are fixed (warm-up / frozen: only the
     weights train, on the loss of the fixed mask). Returns the training loss."""
     if fixed is not None:

@@ -44,35 +44,35 @@ from torch.nn.utils import prune as torch_prune
 
 from pbexact.cli import ArgumentParser, resolve_device, set_threads
 from pbexact.errors import PBInputError
-from pbexact.estimators import MIN_SAMPLES
 from pbexact.io import atomic_write_bytes
 from pbexact.parametrizations import PARAMETRIZATIONS
 from pbscale import data as datamod
-from pbscale import distributed, magnitude
+from pbscale import distributed
 from pbscale.batched import cross_entropy_per_mask
 from pbscale.io import read_json
-from pbscale.loop import EvalContext, LoopConfig, full_config, run_folder
+from pbscale.loop import EvalContext, LoopConfig, RunHooks, full_config, run_folder
 from pbscale.loop import run as loop_run
 from pbscale.masks import MaskedModule, plain_weight, rescaled_weight
-from pbscale.methods import METHODS as MASK_METHODS
-from pbscale.methods import MaskTrainer, MethodConfig
+from pbscale.methods import REGISTRY, Family, MagnitudeMethod, MaskTrainer, MethodConfig
+from pbscale.methods.magnitude import check_fraction
+from pbscale.methods.registry import MC_START
 from pbscale.models import INITS, MODELS, build_model
 
 MODES = ("supermask", "joint")
-MC = ("arms", "loorf", "disarm")
-PRUNE_METHODS = ("cp", *MC, "mp", "gmp", "dense")
+#: The methods of the registry that prune (in either mode).
+PRUNE_METHODS = tuple(n for n, f in REGISTRY.items()
+                      if {f"prune-{m}" for m in MODES} & set(f.commands))
 MASK_OPTIMIZERS = ("rmsprop", "sgd")
 #: Default model -> data set.
 MODEL_DATA = {"lenet": "mnist", "conv6": "cifar10", "resnet20": "cifar10", "vgg19": "cifar10"}
 #: Weight optimizer of joint runs (`sec:app_joint_pruning_setup`): SGD, Nesterov momentum.
 WEIGHT_LR, WEIGHT_MOMENTUM, WEIGHT_DECAY = 0.1, 0.9, 1e-4
-#: Step decays of `tab:app_supermask_hypers` / `tab:app_pruning_broad` (fractions of epochs,
-#: multiplier): weights and CP masks x0.1 at 40% and 60%; MC masks x0.5 at 60%.
+#: Step decay of the weights (`tab:app_supermask_hypers` / `tab:app_pruning_broad`; fractions
+#: of epochs, multiplier): x0.1 at 40% and 60%. The masks' decay is their family's
+#: ``mask_schedule``, the dense start of joint runs its ``joint_warmup``.
 WEIGHT_MILESTONES, WEIGHT_GAMMA = (0.4, 0.6), 0.1
-CP_MILESTONES, CP_GAMMA = (0.4, 0.6), 0.1
-MC_MILESTONES, MC_GAMMA = (0.6,), 0.5
-#: Joint runs: MC masks start after 10% of epochs; masks frozen for the last 20%.
-MC_START, FREEZE_AT = 0.1, 0.8
+#: Joint runs: masks frozen for the last 20% of the epochs.
+FREEZE_AT = 0.8
 #: Evaluation rule of MC runs: masks sampled x training batches scored.
 EVAL_MASKS, EVAL_BATCHES = 10, 10
 
@@ -137,20 +137,14 @@ class PruneConfig:
         if c.method not in PRUNE_METHODS:
             raise PBInputError(f"unknown method {c.method!r}; choose one of "
                                f"{', '.join(PRUNE_METHODS)}")
-        if c.method in ("mp", "gmp") and c.mode != "joint":
-            raise PBInputError(f"{c.method.upper()} prunes trained weights; use --mode joint")
+        family = c.family
+        if f"prune-{c.mode}" not in family.commands:
+            modes = [m for m in MODES if f"prune-{m}" in family.commands]
+            raise PBInputError(f"{family.text} does not run in --mode {c.mode}; use --mode "
+                               f"{' or '.join(modes)}")
         if c.param not in PARAMETRIZATIONS:
             raise PBInputError(f"unknown parametrization {c.param!r}; choose one of "
                                f"{', '.join(PARAMETRIZATIONS)}")
-        if c.method in MC:
-            if c.method not in MASK_METHODS or c.method not in MIN_SAMPLES:
-                raise PBInputError(f"estimator {c.method!r} is not available in this build; "
-                                   f"use arms or loorf")
-            if not isinstance(c.n, int) or c.n < 2:
-                raise PBInputError(f"{c.method.upper()} needs n >= 2 samples per step, got "
-                                   f"n={c.n}; use e.g. --n 10")
-            if c.method == "disarm" and c.n % 2:
-                raise PBInputError(f"DisARM uses antithetic pairs: n must be even, got n={c.n}")
         if not (isinstance(c.lam, (int, float)) and math.isfinite(c.lam) and c.lam >= 0):
             raise PBInputError(f"--lam is an L0 strength and must be >= 0, got {c.lam}")
         if c.mask_opt not in MASK_OPTIMIZERS:
@@ -161,8 +155,8 @@ class PruneConfig:
             if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
                 raise PBInputError(f"--{name.replace('_', '-')} must be a positive number, "
                                    f"got {v}")
-        if c.method in ("mp", "gmp"):
-            magnitude.check_fraction(c.target)
+        if family.cuts:
+            check_fraction(c.target)
         if not isinstance(c.epochs, int) or c.epochs < 1:
             raise PBInputError(f"--epochs must be a positive integer, got {c.epochs}")
         if c.batch_size < 1:
@@ -180,7 +174,23 @@ class PruneConfig:
         if c.gmp_every < 1 or c.chunk < 0 or c.max_batches < 0 or c.synthetic < 0:
             raise PBInputError("--gmp-every must be >= 1; --chunk, --max-batches and "
                                "--synthetic must be >= 0 (0: off)")
+        if family.logits:  # the method's own rules (n, parametrization), checked once
+            c.method_config().validate()
         return c
+
+    @property
+    def family(self) -> Family:
+        """The method's family in the registry (:mod:`pbscale.methods.registry`)."""
+        return REGISTRY[self.method]
+
+    def method_config(self) -> MethodConfig:
+        """The :class:`MethodConfig` of a mask method (its logits' optimizer, samples and
+        parametrization; a deterministic method takes n = 1 and the sigmoid)."""
+        sampled = self.family.samples
+        return MethodConfig(method=self.method, n=self.n if sampled else 1,
+                            param=self.param if self.family.any_param else "sigmoid",
+                            lr=self.mask_lr, optimizer=self.mask_opt, seed=self.seed,
+                            chunk=self.chunk or None, lam=self.lam)
 
     def hashed(self) -> dict:
         """The fields that define the run (not where its data lives)."""
@@ -190,84 +200,7 @@ class PruneConfig:
 
 
 
-class MagnitudeMethod:
-    """MP, GMP or dense training as a :class:`pbscale.loop.Method`: one binary mask (d,) over the
-    masked weights (all ones for dense), no logits. ``apply`` (called by the loop after the
-    backward pass and before the weight step) makes the cuts: at step ``cut`` for MP, every
-    ``every`` steps from ``start`` to ``end`` on :func:`magnitude.gmp_fraction` for GMP. A cut
-    zeroes the pruned weights, their gradients and their momentum buffers, so with the mask in
-    the forward pass (zero gradient) and weight decay on a zero weight they stay exactly zero."""
-
-    def __init__(self, kind: str, layout: MaskedModule, target: float, cut: int, start: int,
-                 end: int, every: int) -> None:
-        self.kind, self.layout = kind, layout
-        self.target, self.cut, self.start, self.end, self.every = target, cut, start, end, every
-        self.d = layout.d
-        self.mask = torch.ones(self.d, device=layout.device, dtype=layout.dtype)
-        self.generator: torch.Generator | None = None
-        self.weight_optimizer: torch.optim.Optimizer | None = None
-        self.step_count = 0
-
-    @property
-    def optimizers(self) -> list[torch.optim.Optimizer]:
-        return []
-
-    def zero_grad(self) -> None:
-        pass
-
-    def surrogate(self, f, weights: bool = False) -> tuple[torch.Tensor, float]:
-        J = f(self.mask[None])[0]
-        return J, float(J.detach())
-
-    def fraction_at(self, step: int) -> float | None:
-        """The fraction of weights kept after a cut at ``step``, or None (no cut)."""
-        if self.kind == "mp":
-            return self.target if step == self.cut else None
-        if self.kind == "gmp" and self.start <= step <= self.end:
-            if (step - self.start) % self.every == 0 or step == self.end:
-                return magnitude.gmp_fraction(step, self.start, self.end, self.target)
-        return None
-
-    @torch.no_grad()
-    def apply(self) -> None:
-        frac = self.fraction_at(self.step_count)
-        self.step_count += 1
-        if frac is None:
-            return
-        params = dict(self.layout.module.named_parameters())
-        old = self.layout.split(self.mask[None])
-        new = magnitude.global_magnitude_masks({k: params[k] for k in self.layout.names}, frac,
-                                               {k: m[0] for k, m in old.items()})
-        self.mask = torch.cat([new[k].reshape(-1) for k in self.layout.names])
-        for k, m in new.items():
-            p = params[k]
-            p.mul_(m)
-            if p.grad is not None:
-                p.grad.mul_(m)
-            if self.weight_optimizer is not None:
-                buf = self.weight_optimizer.state.get(p, {}).get("momentum_buffer")
-                if buf is not None:
-                    buf.mul_(m)
-
-    def sample_masks(self, k: int) -> torch.Tensor:
-        return self.mask.expand(k, self.d)
-
-    def mode_mask(self) -> torch.Tensor:
-        return self.mask
-
-    def config_dict(self) -> dict:
-        return {"method": self.kind, "target": self.target, "cut": self.cut,
-                "start": self.start, "end": self.end, "every": self.every}
-
-    def state_dict(self) -> dict:
-        return {"mask": self.mask.cpu(), "step_count": self.step_count}
-
-    def load_state_dict(self, state: dict) -> None:
-        self.mask = state["mask"].to(self.mask.device)
-        self.step_count = int(state["step_count"])
-
-
-class PruneTask:
+class PruneTask(RunHooks):
     """One pruning run as a :class:`pbscale.loop.Task`: the network, its data and evaluation.
 
     Masks are flat (d,) vectors laid out by :class:`pbscale.masks.MaskedModule` over
@@ -279,11 +212,12 @@ class PruneTask:
         self.cfg, self.data, self.device = cfg, data, device
         self.model = build_model(cfg.model, cfg.seed, cfg.init).to(device)
         self.names = self.model.masked_names(cfg.mask_head, cfg.mask_shortcuts)
-        self.trains_weights = cfg.mode == "joint" or cfg.method == "dense"
+        self.family = cfg.family
+        self.trains_weights = cfg.mode == "joint" or self.family.dense_weights
         for p in self.model.parameters():
             p.requires_grad_(self.trains_weights)
         self.layout = MaskedModule(self.model, self.names, train_weights=self.trains_weights,
-                                   weight_hook=rescaled_weight if cfg.method in MC
+                                   weight_hook=rescaled_weight if self.family.samples
                                    else plain_weight)
         self.name = f"{cfg.model}-{cfg.mode}-{cfg.method}"
         self.d = self.layout.d
@@ -377,7 +311,7 @@ class PruneTask:
         """The evaluation mask (d,): MC: the best of ``eval_masks`` masks sampled by the
         method, by mean training loss on ``batches`` (each mask with its batch statistics, as
         in training); CP: 1[r > 0]; MP/GMP/dense: their mask."""
-        if self.cfg.method not in MC:
+        if not self.family.samples:
             return method.mode_mask().detach()
         self.model.train()
         saved = {k: b.clone() for k, b in self.model.named_buffers()}
@@ -398,8 +332,9 @@ class PruneTask:
             b.copy_(saved[k])
         return best
 
-    def select_mask(self, method, generator: torch.Generator) -> torch.Tensor:
-        """The mask frozen for the last epochs of a joint run (the evaluation rule)."""
+    def frozen_mask(self, method, generator: torch.Generator) -> torch.Tensor:
+        """The mask frozen for the last epochs of a joint run (the evaluation rule; the task is
+        its own :class:`pbscale.loop.RunHooks`)."""
         return self.choose_mask(method, self.selection_batches(generator))
 
     def eval_params(self, z: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -448,7 +383,7 @@ class PruneTask:
         z = ctx.mask if ctx.mask is not None else self.choose_mask(ctx.method, batches)
         self.eval_mask = z.detach().clone()
         params = self.eval_params(self.eval_mask)
-        if self.has_bn and self.cfg.method in (*MC, "cp"):
+        if self.has_bn and self.family.logits:
             self.recalibrate_bn(params, batches)
         val_loss, val_acc = self.score(params, self.data.batches("val", 1000))
         test_loss, test_acc = self.score(params, self.data.batches("test", 1000))
@@ -479,7 +414,7 @@ class PruneTask:
         blob = {f"mask.{k}": v for k, v in masks.items()}
         for k, m in masks.items():
             mean = float(m.mean())
-            if self.cfg.method in MC:
+            if self.family.samples:
                 blob[f"scale.{k}"] = torch.tensor(1.0 / mean if mean > 0 else 1.0)
         blob.update({f"weight.{k}": v.detach().cpu() for k, v in self.model.state_dict().items()})
         _save(folder / "masks.pt", blob)
@@ -544,10 +479,11 @@ def build(cfg: PruneConfig, data: datamod.Data, dev: torch.device):
     weight_opt = (torch.optim.SGD(task.weights(), lr=cfg.lr, momentum=WEIGHT_MOMENTUM,
                                   nesterov=True, weight_decay=WEIGHT_DECAY) if joint else None)
     wm = WEIGHT_MILESTONES if joint else ()
-    if cfg.method in ("mp", "gmp", "dense"):
+    family = cfg.family
+    if not family.logits:
         total = task.total_steps
         end = min(round(cfg.gmp_end * total), total - 1)
-        method = MagnitudeMethod(cfg.method, task.layout, cfg.target,
+        method = MagnitudeMethod(family, task.layout, cfg.target,
                                  cut=min(round(cfg.prune_at * E) * S, total - 1),
                                  start=min(round(cfg.gmp_start * total), end), end=end,
                                  every=cfg.gmp_every)
@@ -555,18 +491,13 @@ def build(cfg: PruneConfig, data: datamod.Data, dev: torch.device):
         loop = LoopConfig(epochs=E, seed=cfg.seed, weight_milestones=wm,
                           weight_gamma=WEIGHT_GAMMA)
         return task, method, loop, weight_opt
-    mc = cfg.method in MC
-    warmup = MC_START if (mc and cfg.mode == "joint") else 0.0
+    warmup = family.joint_warmup if cfg.mode == "joint" else 0.0
     freeze = FREEZE_AT if cfg.mode == "joint" else None
     mask_epochs = LoopConfig(epochs=E, mask_warmup=warmup, freeze_masks=freeze).mask_epochs()
-    mconf = MethodConfig(method=cfg.method, n=cfg.n if mc else 1,
-                         param=cfg.param if mc else "sigmoid", lr=cfg.mask_lr,
-                         optimizer=cfg.mask_opt, seed=cfg.seed, chunk=cfg.chunk or None,
-                         lam=cfg.lam)
-    method = MaskTrainer(mconf, task.d, max(mask_epochs * S, 1), dev)
-    loop = LoopConfig(epochs=E, seed=cfg.seed,
-                      mask_milestones=MC_MILESTONES if mc else CP_MILESTONES,
-                      mask_gamma=MC_GAMMA if mc else CP_GAMMA, weight_milestones=wm,
+    method = MaskTrainer(cfg.method_config(), task.d, max(mask_epochs * S, 1), dev)
+    milestones, gamma = family.mask_schedule
+    loop = LoopConfig(epochs=E, seed=cfg.seed, mask_milestones=milestones,
+                      mask_gamma=gamma, weight_milestones=wm,
                       weight_gamma=WEIGHT_GAMMA, mask_warmup=warmup, freeze_masks=freeze)
     return task, method, loop, weight_opt
 
@@ -581,8 +512,9 @@ def run(cfg: PruneConfig, out: str | Path, device: str = "cpu", *, quiet: bool =
     split; rank i > 0 writing its copy under ``out/.rank<i>``."""
     cfg, dev, data = prepare(cfg, device, download, download_url)
     task, method, loop, weight_opt = build(cfg, data, dev)
+    hooks: list[RunHooks] = [task]  # the task chooses the mask a joint run freezes
     if shard is not None:
-        distribute(task, method, weight_opt, shard)
+        hooks += distribute(task, method, weight_opt, shard)
         out = distributed.rank_out(out, shard)
         quiet = quiet or shard.rank > 0
     folder = run_folder(out, task.name, full_config(task, method, loop))
@@ -595,7 +527,7 @@ def run(cfg: PruneConfig, out: str | Path, device: str = "cpu", *, quiet: bool =
               file=sys.stderr)
     folder = loop_run(task, method, loop, out, weight_optimizer=weight_opt, device=dev,
                       progress=not quiet, info={"data_dir": cfg.data_dir},
-                      step_hook=step_hook)
+                      step_hook=step_hook, hooks=hooks)
     summary = read_json(folder / "summary.json")
     summary.update({"folder": str(folder), "masked": task.d, "parameters": task.num_all})
     if not quiet:
@@ -604,18 +536,19 @@ def run(cfg: PruneConfig, out: str | Path, device: str = "cpu", *, quiet: bool =
 
 
 def distribute(task: PruneTask, method, weight_opt: torch.optim.Optimizer | None,
-               shard: distributed.Shard) -> None:
+               shard: distributed.Shard) -> list[RunHooks]:
     """Set a built run up for torch.distributed (see :mod:`pbscale.distributed`): batches and
     evaluation split over the ranks, MC samples split over the ranks, and the gradients of the
     weights (joint, dense) and of CP's logits averaged by one flat all-reduce per step, with
     the BatchNorm running statistics."""
     task.shard = shard
-    if task.cfg.method in MC:
-        distributed.split_samples(method, shard)
-    tracked = list(task.weights()) + ([method.r] if task.cfg.method == "cp" else [])
+    hooks: list[RunHooks] = [distributed.SampleParallel(method, shard) if task.family.samples
+                             else distributed.RankSync()]
+    tracked = list(task.weights()) + ([method.r] if task.family.data_parallel_logits else [])
     if tracked:
         task.averager = distributed.GradAverage(shard, tracked, list(task.model.buffers()))
         task.averager.attach([*method.optimizers, *([weight_opt] if weight_opt else [])])
+    return hooks
 
 
 def report(summary: dict, task: PruneTask) -> None:

@@ -83,13 +83,14 @@ def train(cfg: MethodConfig, epochs: int = 300, out: str | Path = DEFAULT_OUT,
     writes its copy of the run under ``out/.rank<i>``."""
     dev, task, trainer, loop = _setup(cfg, epochs, device, data_seed, problem)
     info = {"chunk": trainer.chunk, "torch_threads": torch.get_num_threads()}
+    hooks = []
     if shard is not None:
         distributed.check_method(cfg.method, shard)
-        trainer.shard = shard
+        hooks.append(distributed.SampleParallel(trainer, shard))
         info["world_size"] = shard.world
         out = distributed.rank_out(out, shard)
         progress = progress and shard.rank == 0
-    return run(task, trainer, loop, out, device=dev, progress=progress, info=info)
+    return run(task, trainer, loop, out, device=dev, progress=progress, info=info, hooks=hooks)
 
 
 def build_parser() -> argparse.ArgumentParser:

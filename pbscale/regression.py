@@ -12,7 +12,6 @@ seed of its own (``data_seed``), so CPU and GPU runs see the same data and backb
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import torch
@@ -170,7 +169,7 @@ class RegressionTask:
     def evaluate(self, ctx) -> dict[str, float]:
         trainer, p = ctx.method, self.problem
         with torch.no_grad():
-            if trainer.method == "cp":
+            if trainer.family.deterministic:  # one mask (CP: 1[r > 0])
                 masks = trainer.sample_masks(1)
                 val = p.valid_loss()(masks)
                 out = {"val_loss": float(val[0]), "val_loss_chosen": float(val[0])}
@@ -182,7 +181,7 @@ class RegressionTask:
                 val = p.valid_loss()(masks)
                 out = {"val_loss": float(val.mean()), "val_loss_chosen": float(val[best])}
         out["theta_mean"] = float(trainer.theta().mean())
-        out["tau"] = trainer.tau() if trainer.method == "cp" else math.nan
+        out["tau"] = trainer.temperature()
         return out
 
     def state_dict(self) -> dict:

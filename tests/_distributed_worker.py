@@ -44,7 +44,8 @@ def main() -> None:
         task.name = method
         trainer = MaskTrainer(MethodConfig(method, n, "sigmoid", 0.1, chunk=chunk, seed=3),
                               task.d, 2 * task.steps_per_epoch)
-        trainer.shard = shard
+        # the samples split over the ranks (sets trainer.shard); alone: no strategy
+        hooks = [distributed.SampleParallel(trainer, shard)] if shard is not None else []
         trace = traces.setdefault(method, [])
         step = {"i": 0}
 
@@ -61,7 +62,7 @@ def main() -> None:
             traces[method] = trace
         try:
             run(task, trainer, LoopConfig(epochs=2, seed=3), distributed.rank_out(out, shard),
-                progress=False, step_hook=hook)
+                progress=False, step_hook=hook, hooks=hooks)
         finally:
             torch.save(traces, path)
     distributed.shutdown()

@@ -234,18 +234,17 @@ def test_finished_members_are_skipped_and_runs_read_like_regress_runs(tmp_path):
 
 
 def test_group_nan_check_names_the_member():
-    """The loop's NaN check asks the group, which names the member that diverged."""
-    from pbscale.loop import _check_finite
+    """The loop's NaN check (the method's check_finite) names the member that diverged."""
     from pbscale.methods import MaskTrainerGroup
 
     configs = [MethodConfig("loorf", 2, "sigmoid", 0.1, seed=0),
                MethodConfig("loorf", 2, "sigmoid", 30.0, seed=1)]
     group = MaskTrainerGroup(configs, 5, 10)
-    _check_finite(group, 0)  # all finite: passes
+    group.check_finite(0)  # all finite: passes
     with torch.no_grad():
         group.members[1].r[2] = math.nan
     with pytest.raises(PBInputError, match="lr=30.0, seed=1 became NaN or inf in epoch 4"):
-        _check_finite(group, 3)
+        group.check_finite(3)
 
 
 @pytest.mark.parametrize("argv, words", [

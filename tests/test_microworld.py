@@ -12,13 +12,13 @@ import torch
 
 from analysis.cli import run
 from analysis.microworld import main
-from analysis.microworld_hybrid import PerSeedControl, run_torch
+from analysis.microworld_hybrid import run_torch
 from analysis.microworld_runs import found_optimum, run_exact
 from pbexact.parametrizations import Sigmoid
 from pbexact.polynomial import true_gradient
 from pbexact.sampling import sample_arms
 from pbexact.vertices import vertices
-from pbscale.methods import cp_relaxed_loss, rebar_relax
+from pbscale.methods import PerSeedControl, cp_relaxed_loss, rebar_relax
 
 torch.set_num_threads(1)
 

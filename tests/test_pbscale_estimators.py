@@ -7,7 +7,6 @@ import numpy as np
 import pytest
 import torch
 
-import pbscale.methods as M
 from pbexact import estimators as E
 from pbexact.copula import arms_correlation
 from pbexact.errors import PBInputError
@@ -24,6 +23,7 @@ from pbscale.methods import (
     HybridControl,
     mc_gradient,
     rebar_relax,
+    samplers,
     standard_gamma,
     straight_through,
 )
@@ -253,7 +253,7 @@ def test_copula_cpu_float32_same_samples_whatever_the_chunking(d, stick, monkeyp
     # every chunking gives the same bits and fractions and leaves the generator where one chunk
     # of n leaves it, on both CPU float32 paths (stick-breaking forced by a budget of 0)
     if stick:
-        monkeypatch.setattr(M, "_ALL_DRAWS_ELEMENTS", 0)
+        monkeypatch.setattr(samplers, "_ALL_DRAWS_ELEMENTS", 0)
     n = 37
     theta = torch.rand(d, generator=torch.Generator().manual_seed(0))
     gen = torch.Generator().manual_seed(5)
@@ -284,7 +284,7 @@ def test_bernoulli_cpu_float32_same_samples_whatever_the_chunking():
 @pytest.mark.parametrize("stick", [False, True])
 def test_copula_cpu_float32_paths_marginals_and_correlation(stick, monkeypatch):
     if stick:
-        monkeypatch.setattr(M, "_ALL_DRAWS_ELEMENTS", 0)
+        monkeypatch.setattr(samplers, "_ALL_DRAWS_ELEMENTS", 0)
     theta1 = torch.tensor([0.2, 0.5, 0.85, 0.03])
     reps, n = 20000, 5
     s = CopulaSampler(theta1.repeat(reps), n, torch.Generator().manual_seed(1))

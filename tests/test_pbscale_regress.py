@@ -147,12 +147,13 @@ def test_dense_regularizer_closed_form():
 
 _PEAK_SCRIPT = """
 import json, torch
+from pbexact.parametrizations import get_parametrization
 from pbscale import methods as M
 from pbscale.memory import peak_memory
 from pbscale.regression import make_problem
 prob = make_problem(0, n_train=200, n_valid=10, target_hidden=(8, 8))  # d = 8,050
 f = prob.batch_loss(torch.arange(100))
-param = M.get_parametrization("sigmoid")
+param = get_parametrization("sigmoid")
 r = torch.zeros(prob.d)
 gen = torch.Generator().manual_seed(0)
 def grow(n, chunk):

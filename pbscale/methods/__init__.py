@@ -1,0 +1,86 @@
+"""Every mask-optimization method of the paper, in torch, for any batched loss f(z), and the one
+method registry (:mod:`pbscale.methods.registry`).
+
+The loss is a batched function ``f(z)`` of masks z of shape (..., d) returning (...); for the
+MC estimators it is only evaluated, for CP and the hybrid estimators it is differentiated
+(soft masks in [0, 1]). Nothing here knows about ``nn.Module`` masking: :mod:`pbscale.masks`
+supplies f for a masked network, and the microworld (NNLoss) can supply its own.
+
+Modules, by concern:
+
+* :mod:`~pbscale.methods.registry`: :class:`Family` (the hooks of a method), :data:`REGISTRY`,
+  :func:`get_family`, :func:`names`;
+* :mod:`~pbscale.methods.samplers`: the estimators' laws in torch (Bernoulli, Dirichlet copula,
+  antithetic pairs), per-run samplers and the chunk size;
+* :mod:`~pbscale.methods.mc`: the chunked MC estimators (`ch:monte_carlo`), their surrogate
+  loss and the dense regularizer; one registered family per estimator of
+  `pbexact.estimators.REGISTRY` that needs no J table;
+* :mod:`~pbscale.methods.cp`: CP (`sec:pb_application`) and its temperature schedule;
+* :mod:`~pbscale.methods.hybrids`: ST, REBAR and RELAX (`ch:other`) and their controls;
+* :mod:`~pbscale.methods.magnitude`: MP, GMP and dense training (`sec:app_joint_pruning_setup`);
+* :mod:`~pbscale.methods.trainer`: :class:`MethodConfig`, :class:`MaskTrainer`,
+  :class:`MaskTrainerGroup`.
+
+The import order below is the registration order of :data:`REGISTRY` (MC estimators, CP,
+hybrids, magnitude methods); a new method's module is imported here.
+"""
+
+from __future__ import annotations
+
+from . import cp, hybrids, magnitude, mc  # noqa: F401 (each registers its families)
+from .cp import CPFamily, CPStep, cp_hard_mask, cp_relaxed_loss, cp_step, cp_temperature
+from .hybrids import (
+    RELAX_HIDDEN,
+    RELAX_LR,
+    RELAX_WEIGHT_DECAY,
+    HybridControl,
+    HybridFamily,
+    PerSeedControl,
+    PerSeedMLP,
+    make_control,
+    rebar_relax,
+    rebar_relax_step,
+    straight_through,
+)
+from .magnitude import MagnitudeFamily, MagnitudeMethod
+from .mc import (
+    BatchedLoss,
+    Estimate,
+    MCFamily,
+    dense_regularizer,
+    mc_gradient,
+    mc_surrogate,
+    surrogate_loss,
+)
+from .registry import COMMANDS, REGISTRY, Family, get_family, names, register
+from .samplers import (
+    SAMPLERS,
+    AntitheticSampler,
+    BernoulliSampler,
+    CopulaSampler,
+    FixedSampler,
+    PerRunSampler,
+    auto_chunk,
+    standard_gamma,
+    uniform_bits24,
+)
+from .trainer import OPTIMIZERS, MaskTrainer, MaskTrainerGroup, MethodConfig
+
+#: The methods :class:`MaskTrainer` trains (``pbscale.regress --method``).
+METHODS = names("regress")
+#: The MC estimators (every estimator of `pbexact.estimators.REGISTRY` without a J table).
+MC_METHODS = names("regress", samples=True)
+#: The hybrid estimators of `ch:other`.
+HYBRID_METHODS = tuple(n for n in METHODS if isinstance(REGISTRY[n], HybridFamily))
+
+__all__ = [
+    "AntitheticSampler", "BatchedLoss", "BernoulliSampler", "COMMANDS", "CPFamily", "CPStep",
+    "CopulaSampler", "Estimate", "Family", "FixedSampler", "HYBRID_METHODS", "HybridControl",
+    "HybridFamily", "MCFamily", "MC_METHODS", "METHODS", "MagnitudeFamily", "MagnitudeMethod",
+    "MaskTrainer", "MaskTrainerGroup", "MethodConfig", "OPTIMIZERS", "PerRunSampler",
+    "PerSeedControl", "PerSeedMLP", "RELAX_HIDDEN", "RELAX_LR", "RELAX_WEIGHT_DECAY",
+    "REGISTRY", "SAMPLERS", "auto_chunk", "cp_hard_mask", "cp_relaxed_loss", "cp_step",
+    "cp_temperature", "dense_regularizer", "get_family", "make_control", "mc_gradient",
+    "mc_surrogate", "names", "rebar_relax", "rebar_relax_step", "register", "standard_gamma",
+    "straight_through", "surrogate_loss", "uniform_bits24",
+]

@@ -1,0 +1,120 @@
+"""CP, continuous relaxation of the mask (`sec:pb_application`): f(sigmoid(r / tau)) with tau
+annealed exponentially from 1 to 1/200, updated every 100 iterations
+(`sec:app_microworld_hypers`); evaluated with 1[r > 0]."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from pbexact.continuation import CP_FINAL_TAU, exponential_temperature
+from pbexact.parametrizations import Parametrization
+
+from .mc import BatchedLoss, Estimate
+from .registry import CP_GAMMA, CP_MILESTONES, Family, register
+
+
+def cp_temperature(step: int, total_steps: int, final: float = CP_FINAL_TAU,
+                   every: int = 100) -> float:
+    """tau at iteration ``step``: 1 at the start, multiplied by a constant every ``every``
+    iterations so that the last update of training reaches ``final``: the schedule
+    :func:`pbexact.continuation.exponential_temperature` over the updates."""
+    updates = max((total_steps - 1) // every, 1)
+    return exponential_temperature(min(step // every, updates), updates + 1, final)
+
+
+def cp_relaxed_loss(f: BatchedLoss, r: torch.Tensor, tau: float) -> torch.Tensor:
+    """f(sigmoid(r / tau)) (`eq:sigmoid_cp`), r of shape (..., d) -> (...), differentiable."""
+    return f(torch.sigmoid(r / tau))
+
+
+def cp_hard_mask(r: torch.Tensor) -> torch.Tensor:
+    """The mask CP is evaluated with, 1[r > 0] (the tau -> 0 limit)."""
+    return (r > 0).to(r.dtype)
+
+
+@dataclass
+class CPStep:
+    """One CP evaluation at logits r (..., d): the relaxed losses f(sigmoid(r / tau)) (...), with
+    their autograd graph back to the weights of f when asked for; their gradient over r (the
+    shape of r); and the losses of the hard mask f(1[r > 0]) (...), detached, or None."""
+
+    relaxed: torch.Tensor
+    grad: torch.Tensor
+    hard: torch.Tensor | None
+
+
+def cp_step(f: BatchedLoss, r: torch.Tensor, tau: float, hard: bool = True,
+            keep_graph: bool = False) -> CPStep:
+    """CP's gradient (`eq:sigmoid_cp`, `sec:pb_application`): d/dr sum f(sigmoid(r / tau)) for r
+    of any leading shape (..., d) (one problem, or one per seed), f: (..., d) -> (...). With
+    ``hard``, f also evaluates 1[r > 0] in the same batched call (stacked in front: f sees
+    (2, ..., d)), the loss CP reports. ``keep_graph`` keeps the relaxed losses' graph (to train
+    the weights of f from them too). The one definition for `MaskTrainer` and the microworld."""
+    rr = r.detach().requires_grad_(True)
+    soft = torch.sigmoid(rr / tau)
+    if hard:
+        out = f(torch.stack([soft, cp_hard_mask(rr.detach())]))
+        relaxed, hard_loss = out[0], out[1].detach()
+    else:
+        relaxed, hard_loss = cp_relaxed_loss(f, rr, tau), None
+    (grad,) = torch.autograd.grad(relaxed.sum(), rr, retain_graph=keep_graph)
+    return CPStep(relaxed, grad, hard_loss)
+
+
+
+@register
+class CPFamily(Family):
+    """CP as a method: logits start at r = 0 (sigmoid(0 / tau) = 0.5); each step differentiates
+    the relaxed loss at the trainer's temperature (:func:`cp_temperature`), reports the loss of
+    1[r > 0] and records the relaxed loss for the network weights; evaluated, sampled and
+    frozen with 1[r > 0]; draws nothing (under torchrun its batches are split and the gradient
+    of r averaged)."""
+
+    name, label, text, color = "cp", "CP", "CP", "C4"
+    commands = ("regress", "prune-supermask", "prune-joint", "microworld")
+    deterministic = True
+    trains_weights = True
+    data_parallel_logits = True
+    mask_schedule = (CP_MILESTONES, CP_GAMMA)
+
+    def initial_logits(self, param: Parametrization, d: int) -> torch.Tensor:
+        return torch.zeros(d, dtype=torch.float64)
+
+    def theta(self, trainer: Any) -> torch.Tensor:
+        return cp_hard_mask(trainer.r)
+
+    def temperature(self, trainer: Any) -> float:
+        c = trainer.config
+        return cp_temperature(trainer.step_count, trainer.total_steps, c.cp_final_tau,
+                              c.cp_every)
+
+    def gradient(self, trainer: Any, f: BatchedLoss, record: list | None
+                 ) -> tuple[Estimate, Callable[[torch.Tensor], torch.Tensor]]:
+        tau = self.temperature(trainer)
+        cp = cp_step(f, trainer.r, tau, hard=True, keep_graph=record is not None)
+        if record is not None:
+            record.append(cp.relaxed)
+
+        def theta_fn(x: torch.Tensor) -> torch.Tensor:
+            return torch.sigmoid(x / tau)
+
+        # the training loss CP reports is that of 1[r > 0], as the paper does
+        return Estimate(cp.grad, float(cp.hard)), theta_fn
+
+    def weight_loss(self, record: list[torch.Tensor], n: int) -> torch.Tensor:
+        return record[0]
+
+    def sample_masks(self, trainer: Any, k: int) -> torch.Tensor:
+        return cp_hard_mask(trainer.r.detach()).expand(k, trainer.d)
+
+    def vector_gradient(self, f: BatchedLoss, r: torch.Tensor,
+                        uniforms: Callable[[], torch.Tensor], control: Any,
+                        control_opts: list[torch.optim.Optimizer], tau: float) -> torch.Tensor:
+        return cp_step(f, r, tau, hard=False).grad
+
+    def run_theta(self, r: torch.Tensor) -> torch.Tensor:
+        return cp_hard_mask(r)

@@ -1,0 +1,201 @@
+"""The MC estimators (`ch:monte_carlo`) over mask logits, chunked: every estimator of the
+pbexact registry that needs no J table (REINFORCE, LOORF, ARMS, DisARM).
+
+The n samples of one step are drawn by the estimator's law (:mod:`pbscale.methods.samplers`) and
+evaluated in chunks of k, summed by pbexact's one accumulator (`SampleSums`: k, sum J,
+U = sum J S, B = sum S) and finished by the estimator's linear form (`alg:iter_reinforce`,
+`alg:iter_loorf`, `alg:iter_arms`; ARMS with the iterative Dirichlet copula of `alg:iter_dir`), so
+memory is O(k d) whatever n is and the gradient equals the one-shot batch form on the same
+samples. Scores come from the pbexact parametrizations' affine reading (`tab:alternative_param`,
+`Parametrization.affine_score`), never as a (k, P) matrix. :func:`mc_surrogate` gives the same
+estimate as a surrogate loss for autograd; :func:`dense_regularizer` the closed-form L0 term.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from pbexact.errors import PBInputError
+from pbexact.estimators import MC_ESTIMATORS, EstimatorSpec, SampleSums, get_estimator
+from pbexact.estimators import REGISTRY as ESTIMATOR_REGISTRY
+from pbexact.parametrizations import Parametrization
+
+from .registry import MC_GAMMA, MC_MILESTONES, MC_START, Family, register
+from .samplers import SAMPLERS, PerRunSampler
+
+#: A batched loss: masks (..., d) -> losses (...).
+BatchedLoss = Callable[[torch.Tensor], torch.Tensor]
+
+
+@dataclass
+class Estimate:
+    """One step's gradient over the logits, shape (..., P) (the shape of r), and the mean sampled
+    loss: a float for r of shape (P,), else a float64 CPU tensor of shape (...), one per run."""
+
+    grad: torch.Tensor
+    loss: float | torch.Tensor
+
+
+def mc_gradient(f: BatchedLoss, r: torch.Tensor, param: Parametrization, estimator: str, n: int,
+                generator: torch.Generator | Sequence[torch.Generator] | None = None,
+                chunk: int | None = None, sampler: Any = None, shard: Any = None) -> Estimate:
+    """The estimate of grad_r E[J(z)] by a registered MC estimator (REINFORCE, LOORF, ARMS,
+    DisARM) from n samples evaluated k = chunk at a time (`alg:iter_loorf`, `alg:iter_arms`);
+    r of shape (P,), f: (k, d) -> (k,). Pair estimators (DisARM) take chunks of whole pairs
+    (an odd chunk is rounded down, at least 2).
+
+    Leading dimensions batch independent runs: r of shape (..., P) (e.g. (G, P) for G runs),
+    f: (k, ..., d) -> (k, ...), and each run's estimate (grad (..., P), loss (...)) is its own,
+    equal to a separate call on the same samples (to round-off). ``generator`` is then one
+    generator for all runs, or a sequence of one generator per run (leading index flattened,
+    :class:`PerRunSampler`), so that run g's samples are those a separate call with its
+    generator draws. The samples' stream does not depend on the chunking when k d is even.
+
+    ``sampler`` (an object with ``next(k) -> (k, ..., d)``) replaces the default sampler of the
+    estimator's law, e.g. to replay given samples. ``shard`` (a
+    :class:`pbscale.distributed.Shard`): every chunk is drawn in full but f is evaluated on
+    this rank's rows only, and the sums are combined over the ranks by one all-reduce.
+    """
+    spec = get_estimator(estimator)
+    if spec.needs_table:
+        raise PBInputError(
+            f"{spec.text} needs the whole J table; pbscale runs {', '.join(MC_ESTIMATORS)}"
+        )
+    spec.check_n(n)
+    chunk = n if chunk is None else max(1, min(int(chunk), n))
+    pairs = spec.center == "pair"
+    if pairs:
+        chunk = max(2, chunk - chunk % 2)
+    lead = tuple(r.shape[:-1])
+    with torch.no_grad():
+        r = r.detach()
+        theta = param.theta(r)
+        extra = spec.constant_of(theta, n, param)
+        if sampler is None:
+            if isinstance(generator, (list, tuple)):
+                sampler = PerRunSampler(spec.law, theta, n, generator)
+            else:
+                sampler = SAMPLERS[spec.law](theta, n, generator)
+        a, b = param.affine_score(r)  # S = a + z b, never built in full
+        sums = SampleSums(pairs=pairs)
+        total, done = 0.0, 0
+        while done < n:
+            k = min(chunk, n - done)
+            z = sampler.next(k).to(r.dtype)  # (k, ..., d)
+            done += k
+            if shard is not None:
+                z = z[shard.rows(k, pairs)]
+                if z.shape[0] == 0:
+                    continue
+            J = f(z).to(r.dtype)  # (k, ...)
+            # SampleSums takes the samples last: J (..., k), z (..., k, d) (no-ops without runs)
+            sums.update_affine(J.movedim(0, -1), z.movedim(0, -2), a, b, param)
+            total = total + J.sum(0).double()  # on the device: one read-back per step, below
+        if shard is not None:
+            _reduce_sums(sums, shard, r)
+            total = sums.sum_j
+        loss = float(total) / n if not lead else total.cpu() / n
+        return Estimate(sums.estimate(spec, extra), loss)
+
+
+def _reduce_sums(sums: SampleSums, shard: Any, r: torch.Tensor) -> None:
+    """Replace this rank's (k, sum J, U, B) by their sums over the ranks (one all-reduce)."""
+    if sums.count == 0:  # no rows here: zeros of the right shapes
+        zero = torch.zeros_like(r)
+        sums.sum_j = torch.zeros(r.shape[:-1], dtype=r.dtype, device=r.device)
+        sums.U, sums.B = zero, zero
+    sums.count, sums.sum_j, sums.U, sums.B = shard.reduce(sums.count, sums.sum_j, sums.U, sums.B)
+
+
+def surrogate_loss(g: torch.Tensor, r: torch.Tensor, value: torch.Tensor | float = 0.0
+                   ) -> torch.Tensor:
+    """A scalar whose value is ``value`` and whose autograd gradient in r is the estimate g
+    (shape of r), the convention of the field's estimator libraries:
+
+        L(r) = value + sum_p g_p (r_p - stop_grad(r_p)),
+
+    so L = value and dL/dr = g exactly (g is detached: the estimate is a constant to autograd;
+    its dependence on r through the samples and the scores is already inside g). It composes:
+    L + R(r) backpropagates g + grad R, and through r into whatever produced r (a network that
+    outputs the logits, a shared parameter). Equivalent to the score-weighted log-probability
+    form sum_s w_s log p(z_s; theta(r)) with w_s the estimator's sample weights, except that it
+    also carries per-parameter constants (ARMS's 1 / (1 - rho), beta*) exactly.
+    """
+    return value + (g.detach() * (r - r.detach())).sum()
+
+
+def mc_surrogate(f: BatchedLoss, r: torch.Tensor, param: Parametrization, estimator: str, n: int,
+                 generator: torch.Generator | Sequence[torch.Generator] | None = None,
+                 chunk: int | None = None,
+                 sampler: Any = None) -> tuple[torch.Tensor, Estimate]:
+    """:func:`mc_gradient` as a surrogate loss: (L, estimate) with L a 0-dim tensor whose value is
+    the mean sampled loss and whose autograd gradient in r equals ``estimate.grad`` exactly
+    (:func:`surrogate_loss`). r may require grad (then L.backward() writes the estimate into
+    r.grad, plus the gradient of anything added to L); the samples are drawn as by
+    :func:`mc_gradient`, so the same generator state gives the same estimate. With leading
+    dimensions (r (..., P), one generator per run or one for all) L's value is the sum over the
+    runs of their mean sampled losses and its gradient in each run's row of r is that run's
+    estimate."""
+    est = mc_gradient(f, r, param, estimator, n, generator, chunk, sampler)
+    loss = est.loss if isinstance(est.loss, float) else float(est.loss.sum())
+    # the value as a Python scalar: a tensor made from it on r's device would be a second,
+    # blocking host-to-device copy per step on a GPU (`benchmarks/check_gpu_sync.py`)
+    return surrogate_loss(est.grad, r, loss), est
+
+
+def dense_regularizer(r: torch.Tensor, theta_fn: Callable[[torch.Tensor], torch.Tensor],
+                      lam: float) -> tuple[float, torch.Tensor]:
+    """lambda * sum_i theta_i(r) in closed form and its exact gradient over r, shape (P,).
+
+    For MC methods theta_fn is the parametrization's theta (E[sum z] = sum theta); for CP it is
+    r -> sigmoid(r / tau). Used by pruning (`sec:app_pruning_setup`); lambda = 0 here.
+    """
+    rr = r.detach().requires_grad_(True)
+    value = lam * theta_fn(rr).sum()
+    (grad,) = torch.autograd.grad(value, rr)
+    return float(value.detach()), grad
+
+
+
+class MCFamily(Family):
+    """An MC estimator of `pbexact.estimators.REGISTRY` as a method (one instance per estimator
+    that needs no J table, registered below): the estimator's name, label, fewest samples and
+    law; every parametrization; its n samples per step split over torchrun ranks; the network
+    weights train on the mean of J over the samples."""
+
+    commands = ("regress", "batched", "prune-supermask", "prune-joint")
+    any_param = True
+    samples = True
+    trains_weights = True
+    mask_schedule = (MC_MILESTONES, MC_GAMMA)
+    joint_warmup = MC_START
+
+    def __init__(self, spec: EstimatorSpec) -> None:
+        self.spec = spec
+        self.name, self.label, self.text, self.color = spec.name, spec.label, spec.text, spec.color
+        self.min_samples = spec.min_samples
+
+    def check(self, config: Any) -> None:
+        self.spec.check_n(config.n)
+
+    def gradient(self, trainer: Any, f: BatchedLoss, record: list | None
+                 ) -> tuple[Estimate, Callable[[torch.Tensor], torch.Tensor]]:
+        fn = f
+        if record is not None:
+            def fn(z: torch.Tensor) -> torch.Tensor:
+                with torch.enable_grad():
+                    J = f(z)
+                record.append(J)
+                return J.detach()
+        est = mc_gradient(fn, trainer.r, trainer.param, self.name, trainer.config.n,
+                          trainer.generator, trainer.chunk, shard=trainer.shard)
+        return est, trainer.param.theta
+
+
+for _spec in ESTIMATOR_REGISTRY.values():
+    if not _spec.needs_table:
+        register(MCFamily(_spec))

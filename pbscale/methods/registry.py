@@ -1,0 +1,179 @@
+"""The method registry: every mask-optimization method of pbscale as one :class:`Family` object,
+by name, in :data:`REGISTRY`.
+
+A family is a class whose hooks the trainers and tools call instead of testing method names
+(in the spirit of ``torch.nn.utils.prune.BasePruningMethod``): how the logits start, the gradient
+of one step (and what it records for the network weights), the probabilities and masks it is
+evaluated with, its temperature, its pruning schedule, and the tools it runs in
+(:data:`COMMANDS`). The families are registered where they are defined:
+
+* :class:`pbscale.methods.mc.MCFamily`: one per MC estimator of `pbexact.estimators.REGISTRY`
+  that needs no J table, derived from the estimator's spec;
+* :class:`pbscale.methods.cp.CPFamily` (CP);
+* :mod:`pbscale.methods.hybrids`: ST, REBAR and RELAX;
+* :mod:`pbscale.methods.magnitude`: MP, GMP and dense training (no mask logits).
+
+Every list of methods (CLI choices, sweeps, the microworld's torch methods) is a query of the
+registry (:func:`names`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from pbexact.errors import PBInputError, check_n
+from pbexact.parametrizations import Parametrization
+
+from .samplers import BernoulliSampler
+
+if TYPE_CHECKING:
+    from .mc import BatchedLoss, Estimate
+    from .trainer import MaskTrainer, MethodConfig
+
+#: The tools a family can run in: ``regress`` (:mod:`pbscale.regress`), ``batched``
+#: (:mod:`pbscale.batched_seeds`), ``prune-supermask`` and ``prune-joint`` (:mod:`pbscale.prune`
+#: ``--mode``) and ``microworld`` (the vectorized torch runs of
+#: :mod:`analysis.microworld_hybrid`; the MC estimators run there on the exact core).
+COMMANDS = ("regress", "batched", "prune-supermask", "prune-joint", "microworld")
+#: Mask step decays of the pruning experiments (`tab:app_supermask_hypers`,
+#: `tab:app_pruning_broad`; fractions of the epochs, multiplier): CP's logits x0.1 at 40% and
+#: 60%, MC logits x0.5 at 60%.
+CP_MILESTONES, CP_GAMMA = (0.4, 0.6), 0.1
+MC_MILESTONES, MC_GAMMA = (0.6,), 0.5
+#: Joint MC runs train the dense network for the first 10% of the epochs.
+MC_START = 0.1
+
+
+class Family:
+    """One method (or family member) and the hooks that define it.
+
+    Attributes: ``name`` (CLI value), ``label`` (legend text), ``text`` (messages), ``color``
+    (matplotlib colour of its curves), ``commands`` (a subset of :data:`COMMANDS`),
+    ``min_samples`` (fewest samples per step; None: the method draws none and ignores n),
+    ``any_param`` (every parametrization; else sigmoid only), ``samples`` (draws masks from
+    prod Bern(theta) for its estimate: its samples split over torchrun ranks, its evaluation
+    mask is the best of sampled masks, pruning rescales its weights dynamically),
+    ``deterministic`` (draws nothing: one mask, evaluated as is), ``logits`` (trains mask logits
+    with :class:`pbscale.methods.MaskTrainer`; False: a method object of its own),
+    ``trains_weights`` (its step gives a loss for the network weights too: joint pruning),
+    ``dense_weights`` (trains the weights even in supermask mode), ``cuts`` (prunes to
+    ``--target`` by magnitude), ``data_parallel_logits`` (torchrun averages the gradient of
+    its logits over the ranks), ``mask_schedule`` ((milestones, gamma) of its logits in
+    pruning) and ``joint_warmup`` (fraction of a joint run's epochs trained dense first)."""
+
+    name: str = ""
+    label: str = ""
+    text: str = ""
+    color: str = ""
+    commands: tuple[str, ...] = ()
+    min_samples: int | None = None
+    any_param: bool = False
+    samples: bool = False
+    deterministic: bool = False
+    logits: bool = True
+    trains_weights: bool = False
+    dense_weights: bool = False
+    cuts: bool = False
+    data_parallel_logits: bool = False
+    mask_schedule: tuple[tuple[float, ...], float] = ((), 1.0)
+    joint_warmup: float = 0.0
+
+    def __repr__(self) -> str:
+        return f"<method {self.name}>"
+
+    # ------------------------------------------------------------------ configuration
+
+    def check(self, config: MethodConfig) -> None:
+        """Refuse (:class:`PBInputError`) a parametrization or n this method does not take."""
+        if not self.any_param and config.param != "sigmoid":
+            raise PBInputError(
+                f"{self.text} is defined for the sigmoid parametrization only; use --param "
+                f"sigmoid (other parametrizations: {', '.join(names(any_param=True))})")
+        if self.min_samples is not None:
+            check_n(config.n, self.text, self.min_samples)
+
+    # ------------------------------------------------------------------ MaskTrainer hooks
+
+    def initial_logits(self, param: Parametrization, d: int) -> torch.Tensor:
+        """r_0 (d,) float64: theta = 0.5 for every weight (`sec:app_maskednnregression`)."""
+        return param.logits(torch.full((d,), 0.5, dtype=torch.float64))
+
+    def make_control(self, d: int, lr: float, generator: torch.Generator,
+                     seeds: int | None = None, device: torch.device | str | None = None,
+                     dtype: torch.dtype | None = None
+                     ) -> tuple[Any, list[torch.optim.Optimizer]]:
+        """A learned control and its optimizers (REBAR/RELAX); (None, []) for the others."""
+        return None, []
+
+    def theta(self, trainer: MaskTrainer) -> torch.Tensor:
+        """The mask probabilities (d,) of the trainer's logits."""
+        return trainer.param.theta(trainer.r)
+
+    def temperature(self, trainer: MaskTrainer) -> float:
+        """The relaxation temperature the trainer is at (NaN: no relaxation)."""
+        return math.nan
+
+    def gradient(self, trainer: MaskTrainer, f: BatchedLoss, record: list | None
+                 ) -> tuple[Estimate, Callable[[torch.Tensor], torch.Tensor]]:
+        """One step's estimate over the logits and the map r -> theta of the dense regularizer;
+        with ``record``, the losses the weights train on are appended to it."""
+        raise NotImplementedError
+
+    def weight_loss(self, record: list[torch.Tensor], n: int) -> torch.Tensor:
+        """The loss of the network weights from what :meth:`gradient` recorded."""
+        return sum(J.sum() for J in record) / n
+
+    def sample_masks(self, trainer: MaskTrainer, k: int) -> torch.Tensor:
+        """k masks (k, d) from the trainer's current distribution."""
+        return BernoulliSampler(trainer.theta(), trainer.generator).next(k)
+
+    # ------------------------------------------------------------------ microworld hooks
+
+    def vector_gradient(self, f: BatchedLoss, r: torch.Tensor,
+                        uniforms: Callable[[], torch.Tensor], control: Any,
+                        control_opts: list[torch.optim.Optimizer], tau: float) -> torch.Tensor:
+        """The gradient over sigmoid logits r (seeds, d) of one vectorized microworld step
+        (``uniforms()``: (n, seeds, d); ``tau``: CP's temperature at this step)."""
+        raise NotImplementedError
+
+    def run_theta(self, r: torch.Tensor) -> torch.Tensor:
+        """The probabilities (seeds, d) a vectorized microworld run logs at sigmoid logits r."""
+        return torch.sigmoid(r)
+
+
+#: Every method, by name, in registration order (MC estimators, CP, hybrids, magnitude).
+REGISTRY: dict[str, Family] = {}
+
+
+def register(family: Family | type[Family]) -> Any:
+    """Add a family (an instance, or a class instantiated without arguments) to
+    :data:`REGISTRY`; returns its argument, so it works as a class decorator."""
+    obj = family() if isinstance(family, type) else family
+    if not obj.name or obj.name in REGISTRY:
+        raise ValueError(f"method name {obj.name!r} is empty or registered twice")
+    unknown = set(obj.commands) - set(COMMANDS)
+    if unknown:
+        raise ValueError(f"{obj.name}: unknown commands {sorted(unknown)}")
+    REGISTRY[obj.name] = obj
+    return family
+
+
+def names(command: str | None = None, **flags: Any) -> tuple[str, ...]:
+    """The registered names that run in ``command`` (None: any) and whose attributes equal
+    ``flags`` (e.g. ``names("prune-joint", samples=True)``), in registration order."""
+    return tuple(f.name for f in REGISTRY.values()
+                 if (command is None or command in f.commands)
+                 and all(getattr(f, k) == v for k, v in flags.items()))
+
+
+def get_family(name: str, command: str | None = None) -> Family:
+    """The family of method ``name`` (one that runs in ``command``, if given); anything else is
+    a one-line :class:`PBInputError` listing the choices."""
+    choices = names(command)
+    if not isinstance(name, str) or name not in choices:
+        raise PBInputError(f"unknown method {name!r}; choose one of {', '.join(choices)}")
+    return REGISTRY[name]
