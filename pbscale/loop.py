@@ -15,10 +15,18 @@ everything else:
   method's most probable mask, is fixed while the weights go on training);
 * the run folder ``<out>/<task.name>-<hash>``, the hash taken over the task's, the method's and
   the loop's configuration (``config.json``; a folder whose ``config.json`` differs is refused);
-  ``checkpoint.pt`` written atomically after every epoch and on SIGTERM (mid-epoch, with the
-  epoch's batch order, then exit code 143), loaded with ``weights_only=True``; a resumed run
-  gives the same numbers as an uninterrupted one; the metrics CSV (one row per epoch, epoch 0 the
-  evaluation before training), a tqdm progress bar with the latest metrics and ``summary.json``.
+  ``checkpoint.pt`` written atomically after every epoch and on SIGTERM or SIGINT (Ctrl-C;
+  mid-epoch, with the epoch's batch order, then one line saying how to resume and exit code 143
+  or 130), loaded with ``weights_only=True``; a resumed run gives the same numbers as an
+  uninterrupted one; the metrics CSV (one row per epoch, epoch 0 the evaluation before
+  training), a tqdm progress bar with the latest metrics and ``summary.json``;
+* what the folder's name does not say but its results depend on, recorded in config.json's
+  "info" (:data:`PROVENANCE`: the data's fingerprint, the number of processes): a rerun whose
+  values differ is refused;
+* divergence: a step whose training loss is NaN or inf, or an epoch that leaves NaN or inf mask
+  logits or weights, stops the run with one line naming the step and the flag that sets the
+  learning rate to lower (:data:`LR_FLAGS`, a task's ``lr_flags`` overriding them); no summary
+  is written and the last checkpoint stays the last finite state.
 
 Phases of an epoch e of E: the first W epochs warm up, the last Z (only with freeze_masks) are
 frozen, the rest train masks, with (W, E - W - Z, Z) from :meth:`LoopConfig.phase_epochs`: the
@@ -40,10 +48,11 @@ import hashlib
 import json
 import math
 import os
+import shlex
 import signal
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -60,6 +69,14 @@ from . import distributed, io
 
 #: A batched loss: masks (k, d) -> losses (k,).
 BatchedLoss = Callable[[torch.Tensor], torch.Tensor]
+#: Flags named when a run diverges: the mask learning rate and optimizer, the weight learning
+#: rate (those of ``pbscale.regress``; a task's ``lr_flags`` dict overrides entries).
+LR_FLAGS = {"masks": "--lr", "optimizer": "--optimizer", "weights": "--lr"}
+#: Entries of ``info`` (config.json, unhashed) that must match when a run folder is reused:
+#: the fingerprint of the data and the number of processes (torchrun) that made the run.
+PROVENANCE = ("data", "world_size")
+#: Columns the loop writes into every history row.
+LOOP_COLUMNS = ("epoch", "train_loss", "train_seconds", "val_seconds")
 
 
 @runtime_checkable
@@ -247,17 +264,48 @@ def flush_denormals(device: torch.device) -> Iterator[None]:
 
 @contextmanager
 def _sigterm_flag() -> Iterator[dict]:
-    """Turns SIGTERM into a flag the loop checks after every step (main thread only)."""
-    flag = {"term": False}
+    """Turns SIGTERM and SIGINT (Ctrl-C) into a flag the loop checks after every step (main
+    thread only); ``flag["signal"]`` is the last one received."""
+    flag: dict[str, Any] = {"term": False, "signal": signal.SIGTERM}
+
+    def handler(signum: int, _frame: Any) -> None:
+        flag.update(term=True, signal=signum)
+
+    olds = {}
     try:
-        old = signal.signal(signal.SIGTERM, lambda *_: flag.__setitem__("term", True))
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            olds[sig] = signal.signal(sig, handler)
     except ValueError:  # not the main thread: no handler
         yield flag
         return
     try:
         yield flag
     finally:
-        signal.signal(signal.SIGTERM, old)
+        for sig, old in olds.items():
+            signal.signal(sig, old)
+
+
+def resume_command() -> str:
+    """The command line that started this process (``python -m MODULE ARGS`` for a module),
+    which resumes an interrupted run."""
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    head = ["python", "-m", spec.name] if spec is not None and spec.name else (
+        ["python", sys.argv[0]] if sys.argv and sys.argv[0] else [])
+    return shlex.join(head + sys.argv[1:]) if head else "the same command"
+
+
+def check_provenance(folder: Path, old: Any, new: dict) -> None:
+    """Refuse (one line) to reuse ``folder`` when its recorded :data:`PROVENANCE` (``old``:
+    config.json's "info") differs from this run's (``new``); an entry missing on either side
+    (a folder written before it was recorded) is not compared."""
+    old = old if isinstance(old, dict) else {}
+    for key in PROVENANCE:
+        if key in old and key in new and old[key] != new[key]:
+            what = ("other data (fingerprint {} there, {} now)" if key == "data" else
+                    "{} processes (torchrun), this run has {}")
+            raise PBInputError(
+                f"{folder} holds a run made from {what.format(old[key], new[key])}; choose "
+                f"another --out or delete the folder")
 
 
 def _set_lrs(optimizers: list[torch.optim.Optimizer], factor: float) -> None:
@@ -297,6 +345,7 @@ def run(task: Task, method: Method, loop: LoopConfig, out: str | Path,
                 f"{folder} holds a run with another configuration; choose another --out "
                 "or delete the folder"
             )
+        check_provenance(folder, old.get("info"), record["info"])
     if (folder / "summary.json").exists():
         return folder
     joint = weight_optimizer is not None
@@ -374,17 +423,21 @@ def run(task: Task, method: Method, loop: LoopConfig, out: str | Path,
                 if _stop_requested(flag):
                     save(epoch, {"order": order.cpu(), "step": i, "losses": losses})
                     bar.close()
-                    print(f"SIGTERM: checkpoint written to {ckpt_path}; rerun to resume",
-                          file=sys.stderr)
-                    sys.exit(143)
+                    sig = signal.Signals(flag["signal"])
+                    print(f"{sig.name}: checkpoint written to {ckpt_path}; resume with: "
+                          f"{resume_command()}", file=sys.stderr)
+                    sys.exit(128 + sig.value)
                 if step_hook is not None:
                     step_hook(epoch, i)
                 losses.append(_step(task.batch_loss(order, i), method, weight_optimizer,
                                     opts, fixed, joint))
+                if not math.isfinite(losses[-1]):
+                    _check_finite(method, epoch, task, weights,
+                                  step=(epoch * task.steps_per_epoch + i + 1, i + 1, fixed))
             if dev.type == "cuda":
                 torch.cuda.synchronize(dev)
             t1 = time.perf_counter()
-            _check_finite(method, epoch)
+            _check_finite(method, epoch, task, weights)
             metrics = evaluate(epoch + 1, phase)
             t2 = time.perf_counter()
             history.append({"epoch": epoch + 1, "train_loss": sum(losses) / max(len(losses), 1),
@@ -438,6 +491,10 @@ def _restore(state: dict, method: Method, task: Task, weights: list[torch.nn.Par
     history, start = list(state["history"]), int(state["epoch"])
     if not 0 <= start <= epochs or len(history) != start + 1:
         raise ValueError("history length")
+    columns = set(history[0]) if isinstance(history[0], dict) else set()
+    if not set(LOOP_COLUMNS) <= columns or any(not isinstance(h, dict) or set(h) != columns
+                                               for h in history):
+        raise ValueError("history rows")
     fixed = state["fixed"].to(dev) if state["fixed"] is not None else None
     return history, start, fixed, state.get("position")
 
@@ -451,21 +508,37 @@ def _stop_requested(flag: dict) -> bool:
     return flag["term"]
 
 
-def _check_finite(method: Method, epoch: int) -> None:
-    """Mask logits that became NaN or inf stop the run naming the cause (the learning rate);
-    a method with its own ``check_finite(epoch)`` (a group of runs) checks itself."""
+def _check_finite(method: Method, epoch: int, task: Any = None,
+                  weights: Sequence[torch.nn.Parameter] = (),
+                  step: tuple[int, int, torch.Tensor | None] | None = None) -> None:
+    """Stop a diverged run with one line naming where and the flag to lower
+    (:data:`LR_FLAGS`, updated by ``task.lr_flags``): mask logits or weights that became NaN or
+    inf after an epoch, or, with ``step`` = (step number, batch, fixed mask), a step whose
+    training loss is not finite. A method with its own ``check_finite(epoch)`` (a group of
+    runs) checks its logits itself (naming the member)."""
+    flags = {**LR_FLAGS, **getattr(task, "lr_flags", {})}
+    where = (f"step {step[0]} (epoch {epoch + 1}, batch {step[1]})" if step is not None
+             else f"epoch {epoch + 1}")
     own = getattr(method, "check_finite", None)
+    r = getattr(method, "r", None)
     if callable(own):
         own(epoch)
-        return
-    r = getattr(method, "r", None)
-    if isinstance(r, torch.Tensor) and not bool(torch.isfinite(r).all()):
+    elif isinstance(r, torch.Tensor) and not bool(torch.isfinite(r).all()):
         cfg = method.config_dict()
         raise PBInputError(
-            f"the mask logits became NaN or inf in epoch {epoch + 1}: the learning rate "
-            f"{cfg.get('lr')} is too large for --optimizer {cfg.get('optimizer')}; "
-            "lower --lr"
+            f"the mask logits became NaN or inf in {where}: the learning rate "
+            f"{cfg.get('lr')} is too large for {flags['optimizer']} {cfg.get('optimizer')}; "
+            f"lower {flags['masks']}"
         )
+    if any(not bool(torch.isfinite(p).all()) for p in weights):
+        raise PBInputError(f"the network weights became NaN or inf in {where}: the weight "
+                           f"learning rate is too large; lower {flags['weights']}")
+    if step is not None:
+        masks_train = isinstance(r, torch.Tensor) and step[2] is None
+        lower = " or ".join(dict.fromkeys(
+            ([flags["masks"]] if masks_train else []) + ([flags["weights"]] if weights else [])))
+        raise PBInputError(f"the training loss became NaN or inf at {where}: the run diverged; "
+                           f"lower {lower or flags['masks']}")
 
 
 def _env_info() -> dict:
