@@ -218,7 +218,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as exc:  # argparse's own one-line errors (exit 2) and --help (exit 0)
+        return int(exc.code or 0)
     try:
         set_threads(args.threads)
         lrs = args.lrs

@@ -347,6 +347,20 @@ def test_rerun_on_other_data_or_process_count_is_refused(tmp_path, capsys):
     assert P.main(argv) == 0
 
 
+def test_regress_rerun_with_another_process_count_is_refused(tmp_path):
+    cfg = MethodConfig(method="loorf", n=2, lr=0.1, seed=0)
+    problem = tiny_problem()
+    folder = regress.train(cfg, epochs=1, out=tmp_path, device="cpu", progress=False,
+                           problem=problem)
+    record = io.read_json(folder / "config.json")
+    assert record["info"]["world_size"] == 1
+    record["info"]["world_size"] = 2
+    io.write_json(folder / "config.json", record)
+    with pytest.raises(PBInputError, match="made from 2 processes .*this run has 1"):
+        regress.train(cfg, epochs=1, out=tmp_path, device="cpu", progress=False,
+                      problem=problem)
+
+
 def test_data_fingerprint_follows_the_bytes():
     a = data.synthetic("mnist", 20, 10, seed=0, val_size=5)
     b = data.synthetic("mnist", 20, 10, seed=0, val_size=5)
