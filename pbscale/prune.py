@@ -669,7 +669,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "training; writes a run folder (config.json, data.json, metrics.csv, "
                     "masks.pt, pruned.pt) under --out and resumes an interrupted run.")
     p.add_argument("--model", default=d.model, choices=list(MODELS))
-    p.add_argument("--dataset", default="", choices=["", *datamod.DATASETS],
+    p.add_argument("--dataset", default="", choices=datamod.DATASETS,
                    help="default: the model's")
     p.add_argument("--mode", default=d.mode, choices=MODES)
     p.add_argument("--method", default=d.method, choices=PRUNE_METHODS)
@@ -722,7 +722,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as exc:  # argparse's own one-line errors (exit 2) and --help (exit 0)
+        return int(exc.code or 0)
     fields = {k: v for k, v in vars(args).items() if k in PruneConfig.__dataclass_fields__}
     cfg = PruneConfig(**fields)
     try:

@@ -243,7 +243,7 @@ def test_choices_come_from_the_registries():
     assert choices(p, "method") == list(P.PRUNE_METHODS)
     assert choices(p, "mode") == list(P.MODES)
     assert choices(p, "param") == list(PARAMETRIZATIONS)
-    assert choices(p, "dataset") == ["", *data.DATASETS]
+    assert choices(p, "dataset") == list(data.DATASETS)
     assert choices(p, "init") == list(INITS)
     assert choices(p, "mask_opt") == list(P.MASK_OPTIMIZERS)
     r = regress.build_parser()
