@@ -290,6 +290,31 @@ def test_a_non_finite_training_loss_names_the_step(tmp_path):
     assert not (folder / "summary.json").exists() and not (folder / "checkpoint.pt").exists()
 
 
+def test_each_tool_names_its_own_learning_rate_flag():
+    """The divergence message names the flag of the tool that ran: pbscale.prune's mask flags
+    are --mask-lr / --mask-opt, pbscale.regress's --lr / --optimizer, batched seeds' --lrs."""
+    from pbscale.loop import _check_finite
+
+    trainer = MaskTrainer(MethodConfig(method="arms", n=2, lr=3.0, param="sigmoid"), 4, 1)
+    with torch.no_grad():
+        trainer.r[1] = math.nan
+    cases = [(P.PruneTask, "for --mask-opt rmsprop; lower --mask-lr"),
+             (object, "for --optimizer rmsprop; lower --lr")]
+    for task, words in cases:
+        with pytest.raises(PBInputError, match=re.escape(words) + "$"):
+            _check_finite(trainer, 2, task)
+    with torch.no_grad():
+        trainer.r[1] = 0.0
+    weight = torch.nn.Parameter(torch.tensor([math.inf]))
+    with pytest.raises(PBInputError, match="weights became NaN or inf in epoch 3.*lower --lr$"):
+        _check_finite(trainer, 2, P.PruneTask, [weight])
+    step = (7, 3, None)  # a finite state with a non-finite loss: the mask flag, or both
+    with pytest.raises(PBInputError, match=r"at step 7 \(epoch 3, batch 3\).*lower --lrs$"):
+        _check_finite(trainer, 2, batched_seeds._GroupRun, [], step=step)
+    with pytest.raises(PBInputError, match="lower --mask-lr or --lr$"):
+        _check_finite(trainer, 2, P.PruneTask, [torch.nn.Parameter(torch.ones(1))], step=step)
+
+
 # --------------------------------------------------------------------------------- CIFAR files
 
 
