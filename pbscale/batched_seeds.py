@@ -37,6 +37,7 @@ Design (the loop stays single-run; a group is one run of it):
 
 from __future__ import annotations
 
+import argparse
 import sys
 import tempfile
 from collections.abc import Callable
@@ -48,23 +49,66 @@ from pbexact.cli import (
     ArgumentParser,
     nonneg_float,
     nonneg_int,
+    positive_float,
     positive_int,
     resolve_device,
     seed_list,
     set_threads,
 )
 from pbexact.errors import PBInputError
+from pbexact.parametrizations import PARAMETRIZATIONS
 
 from . import io
-from .loop import LoopConfig, RunHooks, env_info, full_config, run, run_folder, write_summary
-from .methods import MaskTrainerGroup, MethodConfig, names
+from .loop import (
+    LoopConfig,
+    RunHooks,
+    env_info,
+    full_config,
+    resume_command,
+    run,
+    run_folder,
+    write_summary,
+)
+from .methods import OPTIMIZERS, MaskTrainerGroup, MethodConfig, names
 from .regress import DEFAULT_OUT, run_name
 from .regress import run_folder as regress_folder
 from .regression import RegressionGroupTask, RegressionProblem, RegressionTask, make_problem
 
 #: Subfolder of ``--out`` that holds the groups' own run folders (checkpoints, metrics).
 GROUPS = ".groups"
+#: Most runs (seeds x learning rates) in one group: each member keeps its logits, gradient and
+#: optimizer state (about 4 d floats, 130 kB at d = 8,050) and writes its run folder every
+#: epoch, so 10,000 runs hold about 1.3 GB and write 10,000 folders per epoch.
+MAX_RUNS = 10_000
 TIMING = ("train_seconds", "val_seconds")
+
+
+def group_seeds(text: str) -> list[int]:
+    """argparse type: :func:`pbexact.cli.seed_list`, refused before the list is built when its
+    ranges hold more than :data:`MAX_RUNS` seeds (``0-100000000`` would take gigabytes)."""
+    count = 0
+    for part in text.split(","):
+        if "-" in part.strip()[1:]:  # a range, split as seed_list splits it
+            a, b = part.split("-", 1)
+            try:
+                count += max(int(b) - int(a) + 1, 0)
+            except ValueError:
+                pass  # seed_list names the malformed part
+        else:
+            count += 1
+    if count > MAX_RUNS:
+        raise argparse.ArgumentTypeError(f"{count:,} seeds, more than the {MAX_RUNS:,} runs one "
+                                         f"group holds; split the seeds over several commands")
+    return seed_list(text)
+
+
+def lr_list(text: str) -> list[float]:
+    """argparse type: comma-separated learning rates, each a finite number > 0."""
+    parts = [v.strip() for v in text.split(",")]
+    if not text.strip() or not all(parts):
+        raise argparse.ArgumentTypeError(f"expected comma-separated learning rates like "
+                                         f"0.1,0.01, got {text!r}")
+    return [positive_float(v) for v in parts]
 
 
 def member_key(seed: int, lr: float) -> str:
@@ -75,6 +119,9 @@ def member_key(seed: int, lr: float) -> str:
 class _GroupRun(RegressionGroupTask, RunHooks):
     """The group task that also writes each member's run folder after every epoch (its own
     :class:`pbscale.loop.RunHooks`)."""
+
+    #: The flags named when a run diverges (:func:`pbscale.loop.run`).
+    lr_flags = {"masks": "--lrs"}
 
     def __init__(self, problem: RegressionProblem, group: MaskTrainerGroup, data_seed: int,
                  epochs: int, out: Path, device: torch.device) -> None:
@@ -89,7 +136,8 @@ class _GroupRun(RegressionGroupTask, RunHooks):
             self.folders.append(run_folder(out, t.name, cfg))
             self.records.append({**cfg, "info": {"device": str(device), "chunk": group.chunk,
                                                  "torch_threads": torch.get_num_threads(),
-                                                 "batched_runs": len(group.members), **env}})
+                                                 "batched_runs": len(group.members),
+                                                 "world_size": 1, **env}})
             key = member_key(m.config.seed, m.config.lr)
             if key in sweep_ids:
                 self.records[-1]["info"]["sweep_id"] = sweep_ids[key]
@@ -132,7 +180,7 @@ def train_batched(configs: list[MethodConfig], epochs: int, problem: RegressionP
         record["info"]["group"] = f"{GROUPS}/{group_folder.name}"
     run(task, group, loop, Path(out) / GROUPS, device=dev, progress=progress,
         info={"chunk": group.chunk, "torch_threads": torch.get_num_threads()},
-        step_hook=step_hook, hooks=[task])
+        step_hook=step_hook, hooks=[task], lr_flags=task.lr_flags)
     return [[{k: v for k, v in row.items() if k not in TIMING}
              for row in io.read_csv(folder / "history.csv")] for folder in task.folders]
 
@@ -151,15 +199,16 @@ def train_unfinished(configs: list[MethodConfig], epochs: int, problem: Regressi
     return len(configs) - len(todo), len(todo)
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     p = ArgumentParser(prog="python -m pbscale.batched_seeds",
                        description=__doc__.splitlines()[0])
-    p.add_argument("--method", default="loorf", help=", ".join(names("batched")))
+    p.add_argument("--method", default="loorf", choices=list(names("batched")))
     p.add_argument("--n", type=positive_int, default=10)
-    p.add_argument("--param", default="sigmoid")
-    p.add_argument("--optimizer", default="rmsprop")
-    p.add_argument("--lrs", default="0.1", help="comma-separated learning rates")
-    p.add_argument("--seeds", type=seed_list, default="0-9", help="e.g. 0-9 or 0,3,5")
+    p.add_argument("--param", default="sigmoid", choices=list(PARAMETRIZATIONS))
+    p.add_argument("--optimizer", default="rmsprop", choices=list(OPTIMIZERS))
+    p.add_argument("--lrs", type=lr_list, default="0.1", help="comma-separated learning rates")
+    p.add_argument("--seeds", type=group_seeds, default="0-9",
+                   help=f"e.g. 0-9 or 0,3,5 (at most {MAX_RUNS:,} runs: seeds x learning rates)")
     p.add_argument("--epochs", type=positive_int, default=300)
     p.add_argument("--data-seed", type=nonneg_int, default=0)
     p.add_argument("--lam", type=nonneg_float, default=0.0)
@@ -167,10 +216,21 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=positive_int, default=None)
     p.add_argument("--out", default=DEFAULT_OUT)
     p.add_argument("--quiet", action="store_true", help="no progress bar")
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as exc:  # argparse's own one-line errors (exit 2) and --help (exit 0)
+        return int(exc.code or 0)
     try:
         set_threads(args.threads)
-        lrs = [float(v) for v in args.lrs.split(",") if v]
+        lrs = args.lrs
+        if len(lrs) * len(args.seeds) > MAX_RUNS:
+            raise PBInputError(f"{len(lrs) * len(args.seeds):,} runs (seeds x learning rates), "
+                               f"more than the {MAX_RUNS:,} one group holds; split them over "
+                               f"several commands")
         configs = [MethodConfig(args.method, args.n, args.param, lr, args.optimizer, seed,
                                 chunk=None, lam=args.lam) for lr in lrs for seed in args.seeds]
         MaskTrainerGroup.check(configs)  # before drawing the data
@@ -181,6 +241,9 @@ def main(argv: list[str] | None = None) -> int:
     except (PBInputError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # before the run loop took over Ctrl-C (data, epoch 0)
+        print(f"interrupted; resume with: {resume_command()}", file=sys.stderr)
+        return 130
     print(f"{skipped} runs already finished, {trained} trained together in {args.out}")
     return 0
 

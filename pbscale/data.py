@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from pbexact.errors import PBInputError
-from pbexact.io import atomic_write_bytes
+from pbexact.io import atomic_write_bytes, check_out_dir
 
 #: sha256 of the decompressed MNIST IDX files (shared/data/README.md; the original bytes).
 MNIST_SHA256 = {
@@ -42,6 +42,8 @@ CIFAR10_DIR = "cifar-10-batches-bin"
 CIFAR10_TRAIN = tuple(f"data_batch_{i}.bin" for i in range(1, 6))
 CIFAR10_TEST = "test_batch.bin"
 CIFAR10_RECORD = 1 + 3 * 32 * 32
+#: Records (images) in each official CIFAR-10 batch file, training and test alike.
+CIFAR10_FILE_RECORDS = 10_000
 DATASETS = ("mnist", "cifar10")
 VAL_SIZE = 5000
 
@@ -60,8 +62,9 @@ class Split:
 @dataclass
 class Data:
     """A data set on one device: train / val / test splits, standardization constants of the
-    training split (mean, std: shape (1, C, 1, 1) for CIFAR, scalars as (1, 1) for MNIST) and
-    whether training batches are augmented (CIFAR: 4-pixel-pad random crop, horizontal flip)."""
+    training split (mean, std: shape (1, C, 1, 1) for CIFAR, scalars as (1, 1) for MNIST),
+    whether training batches are augmented (CIFAR: 4-pixel-pad random crop, horizontal flip) and
+    the data's fingerprint (:func:`fingerprint` of the arrays it was made from)."""
 
     name: str
     train: Split
@@ -70,10 +73,23 @@ class Data:
     mean: torch.Tensor
     std: torch.Tensor
     augment: bool
+    fingerprint: str = ""
 
     def prepare(self, x: torch.Tensor) -> torch.Tensor:
         """uint8 images -> standardized float32 of the same shape."""
         return (x.float() / 255.0 - self.mean) / self.std
+
+    def transform(self) -> dict:
+        """What a user of an exported network needs to feed it (``data.json`` of a pruning
+        run): the input shape, the standardization constants of :meth:`prepare` as lists (one
+        per channel for CIFAR, one for MNIST) and the test-time transform (no augmentation)."""
+        shape = list(self.train.x.shape[1:])
+        pixels = "784 pixels, row-major" if self.name == "mnist" else "3 x 32 x 32, RGB planes"
+        return {"dataset": self.name, "input_shape": shape,
+                "mean": self.mean.flatten().tolist(), "std": self.std.flatten().tolist(),
+                "test_transform": f"uint8 image ({pixels}) x -> (x / 255 - mean) / std in "
+                                  f"float32{', per channel' if len(shape) > 1 else ''}; "
+                                  f"no augmentation"}
 
     def batches(self, split: str, batch_size: int, generator: torch.Generator | None = None,
                 augment: bool | None = None, limit: int | None = None,
@@ -181,13 +197,19 @@ def _cifar_root(data_dir: Path) -> Path:
     return data_dir / CIFAR10_DIR if (data_dir / CIFAR10_DIR).is_dir() else data_dir
 
 
-def read_cifar_file(path: Path) -> tuple[np.ndarray, np.ndarray]:
-    """One binary batch file: records of 1 label byte and 3072 pixel bytes (red, green, blue
-    planes, row-major) -> images (N, 3, 32, 32) uint8 and labels (N,) uint8."""
+def read_cifar_file(path: Path, records: int | None = CIFAR10_FILE_RECORDS,
+                    ) -> tuple[np.ndarray, np.ndarray]:
+    """One binary batch file: ``records`` records (None: any whole number) of 1 label byte and
+    3072 pixel bytes (red, green, blue planes, row-major) -> images (N, 3, 32, 32) uint8 and
+    labels (N,) uint8."""
     raw = path.read_bytes()
     if len(raw) == 0 or len(raw) % CIFAR10_RECORD:
         raise PBInputError(f"{path} is corrupt ({len(raw)} bytes, not a whole number of "
                            f"{CIFAR10_RECORD}-byte records); delete it and rerun with --download")
+    if records is not None and len(raw) != records * CIFAR10_RECORD:
+        raise PBInputError(f"{path} is corrupt or cut short ({len(raw) // CIFAR10_RECORD:,} "
+                           f"records, an official batch file has {records:,}); delete it and "
+                           f"rerun with --download")
     rec = np.frombuffer(raw, dtype=np.uint8).reshape(-1, CIFAR10_RECORD)
     labels = rec[:, 0].copy()
     if labels.max() > 9:
@@ -206,13 +228,15 @@ def _require_cifar_files(root: Path) -> None:
                 f"there, or rerun with --download")
 
 
-def read_cifar10(data_dir: str | Path) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def read_cifar10(data_dir: str | Path, records: int | None = CIFAR10_FILE_RECORDS,
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(train images (N, 3, 32, 32), train labels, test images, test labels) from the binary
-    version in ``data_dir`` or ``data_dir/cifar-10-batches-bin`` (never the pickles)."""
+    version in ``data_dir`` or ``data_dir/cifar-10-batches-bin`` (never the pickles); each
+    batch file must hold ``records`` records (the official 10,000; None: any number)."""
     root = _cifar_root(Path(data_dir))
     _require_cifar_files(root)
-    parts = [read_cifar_file(root / name) for name in CIFAR10_TRAIN]
-    xte, yte = read_cifar_file(root / CIFAR10_TEST)
+    parts = [read_cifar_file(root / name, records) for name in CIFAR10_TRAIN]
+    xte, yte = read_cifar_file(root / CIFAR10_TEST, records)
     return (np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]),
             xte, yte)
 
@@ -235,8 +259,7 @@ def download(name: str, data_dir: str | Path, url: str | None = None,
     files already there and verified are kept. ``url`` (a base URL for MNIST, the archive URL for
     CIFAR-10; file:// works) and ``checksums`` (MNIST: {file: sha256 of its decompressed bytes};
     CIFAR-10: the archive's md5) default to the official ones. Returns ``data_dir``."""
-    d = Path(data_dir)
-    d.mkdir(parents=True, exist_ok=True)
+    d = check_out_dir(Path(data_dir), "--data-dir")
     if name == "mnist":
         sha = MNIST_SHA256 if checksums is None else checksums
         assert isinstance(sha, dict)
@@ -293,6 +316,17 @@ def check_data(name: str, data_dir: str | Path) -> None:
         raise PBInputError(f"unknown dataset {name!r}; choose one of {', '.join(DATASETS)}")
 
 
+def fingerprint(*arrays: np.ndarray) -> str:
+    """First 16 hex digits of the SHA-256 over the shapes and bytes of ``arrays``: what a run
+    folder records of its data (:func:`pbscale.loop.run` refuses a rerun on other data)."""
+    h = hashlib.sha256()
+    for a in arrays:
+        a = np.ascontiguousarray(a)
+        h.update(f"{a.dtype.str}{a.shape}".encode())
+        h.update(memoryview(a).cast("B"))
+    return h.hexdigest()[:16]
+
+
 def from_arrays(name: str, xtr: np.ndarray, ytr: np.ndarray, xte: np.ndarray, yte: np.ndarray,
                 device: torch.device | str = "cpu", val_size: int = VAL_SIZE,
                 split_seed: int = 0) -> Data:
@@ -320,6 +354,7 @@ def from_arrays(name: str, xtr: np.ndarray, ytr: np.ndarray, xte: np.ndarray, yt
         test=Split(torch.from_numpy(np.ascontiguousarray(xte)).to(dev),
                    torch.from_numpy(yte.astype(np.int64)).to(dev)),
         mean=mean.float().to(dev), std=std.float().to(dev), augment=name == "cifar10",
+        fingerprint=fingerprint(xtr, ytr, xte, yte),
     )
 
 

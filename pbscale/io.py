@@ -8,17 +8,19 @@ import csv
 import io
 import json
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from pbexact import io as exact_io
 from pbexact.errors import PBInputError
-from pbexact.io import atomic_write_bytes, atomic_write_text, write_json
-from pbexact.io import write_csv as write_table
+from pbexact.io import atomic_write_bytes, atomic_write_text
 
 __all__ = ["DAMAGED_FIX", "atomic_write_text", "load_checkpoint", "read_csv", "read_json",
-           "save_checkpoint", "write_csv", "write_json"]
+           "read_summary", "save_checkpoint", "write_csv", "write_json", "writing"]
 
 
 #: What to do about a damaged run file (named in every such error).
@@ -36,10 +38,45 @@ def read_json(path: str | Path) -> Any:
         raise PBInputError(f"damaged run file {path} ({why}); {DAMAGED_FIX}") from None
 
 
+def read_summary(path: str | Path, keys: tuple[str, ...] = ()) -> dict:
+    """The ``summary.json`` of a finished run: a JSON object holding ``keys``; anything else
+    (``[]``, ``{}``, entries missing, truncated) raises a one-line :class:`PBInputError` naming
+    the file and the fix."""
+    summary = read_json(path)
+    missing = [k for k in keys if not isinstance(summary, dict) or k not in summary]
+    if not isinstance(summary, dict) or not summary or missing:
+        what = "not a JSON object" if not isinstance(summary, dict) else (
+            f"no {missing[0]!r} entry" if missing else "empty")
+        raise PBInputError(f"damaged run file {path} ({what}); {DAMAGED_FIX}")
+    return summary
+
+
+@contextmanager
+def writing(path: str | Path) -> Iterator[None]:
+    """Turns an OSError while ``path`` is written (disk full, quota, read-only folder) into a
+    one-line :class:`PBInputError` naming the file. The writes are atomic, so the file's
+    previous version, and with it a run's last checkpoint, is intact."""
+    try:
+        yield
+    except OSError as exc:
+        why = exc.strerror or str(exc) or type(exc).__name__
+        raise PBInputError(
+            f"cannot write {path} ({why}); the files written before, a run's last checkpoint "
+            f"included, are intact: free disk space and rerun the same command to resume"
+        ) from None
+
+
+def write_json(path: str | Path, obj: Any) -> None:
+    """``obj`` as JSON, atomically (a failed write: one line, see :func:`writing`)."""
+    with writing(path):
+        exact_io.write_json(path, obj)
+
+
 def write_csv(path: str | Path, rows: list[dict]) -> None:
-    """Rows of equal keys as CSV with a header (nothing is written for no rows)."""
+    """Rows of equal keys as CSV with a header (nothing is written for no rows), atomically."""
     if rows:
-        write_table(path, list(rows[0]), [list(r.values()) for r in rows])
+        with writing(path):
+            exact_io.write_csv(path, list(rows[0]), [list(r.values()) for r in rows])
 
 
 def read_csv(path: str | Path) -> list[dict]:
@@ -56,9 +93,12 @@ def _number(v: str) -> Any:
 
 
 def save_checkpoint(path: str | Path, state: dict) -> None:
+    """``torch.save`` of ``state`` (tensors, numbers, strings, containers), atomically (a
+    failed write: one line, see :func:`writing`); checkpoints and exported networks."""
     buf = io.BytesIO()
     torch.save(state, buf)
-    atomic_write_bytes(path, buf.getvalue())
+    with writing(path):
+        atomic_write_bytes(path, buf.getvalue())
 
 
 def load_checkpoint(path: str | Path, keys: tuple[str, ...] = ()) -> dict | None:

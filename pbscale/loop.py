@@ -15,10 +15,18 @@ everything else:
   method's most probable mask, is fixed while the weights go on training);
 * the run folder ``<out>/<task.name>-<hash>``, the hash taken over the task's, the method's and
   the loop's configuration (``config.json``; a folder whose ``config.json`` differs is refused);
-  ``checkpoint.pt`` written atomically after every epoch and on SIGTERM (mid-epoch, with the
-  epoch's batch order, then exit code 143), loaded with ``weights_only=True``; a resumed run
-  gives the same numbers as an uninterrupted one; the metrics CSV (one row per epoch, epoch 0 the
-  evaluation before training), a tqdm progress bar with the latest metrics and ``summary.json``.
+  ``checkpoint.pt`` written atomically after every epoch and on SIGTERM or SIGINT (Ctrl-C;
+  mid-epoch, with the epoch's batch order, then one line saying how to resume and exit code 143
+  or 130), loaded with ``weights_only=True``; a resumed run gives the same numbers as an
+  uninterrupted one; the metrics CSV (one row per epoch, epoch 0 the evaluation before
+  training), a tqdm progress bar with the latest metrics and ``summary.json``;
+* what the folder's name does not say but its results depend on, recorded in config.json's
+  "info" (:data:`PROVENANCE`: the data's fingerprint, the number of processes): a rerun whose
+  values differ is refused;
+* divergence: a step whose training loss is NaN or inf, or an epoch that leaves NaN or inf mask
+  logits or weights, stops the run with one line naming the step and the flag that sets the
+  learning rate to lower (:data:`LR_FLAGS`, the caller's ``lr_flags`` overriding them); no summary
+  is written and the last checkpoint stays the last finite state.
 
 Phases of an epoch e of E: the first W epochs warm up, the last Z (only with freeze_masks) are
 frozen, the rest train masks, with (W, E - W - Z, Z) from :meth:`LoopConfig.phase_epochs`: the
@@ -46,6 +54,7 @@ import hashlib
 import json
 import math
 import os
+import shlex
 import signal
 import sys
 import time
@@ -65,6 +74,14 @@ from . import io
 
 #: A batched loss: masks (k, d) -> losses (k,).
 BatchedLoss = Callable[[torch.Tensor], torch.Tensor]
+#: Flags named when a run diverges: the mask learning rate and optimizer, the weight learning
+#: rate (those of ``pbscale.regress``; a task's ``lr_flags`` dict overrides entries).
+LR_FLAGS = {"masks": "--lr", "optimizer": "--optimizer", "weights": "--lr"}
+#: Entries of ``info`` (config.json, unhashed) that must match when a run folder is reused:
+#: the fingerprint of the data and the number of processes (torchrun) that made the run.
+PROVENANCE = ("data", "world_size")
+#: Columns the loop writes into every history row.
+LOOP_COLUMNS = ("epoch", "train_loss", "train_seconds", "val_seconds")
 
 
 @runtime_checkable
@@ -97,9 +114,10 @@ class Method(Protocol):
         """The dtype of its masks."""
         ...
 
-    def check_finite(self, epoch: int) -> None:
-        """Refuse (:class:`PBInputError`) state that became NaN or inf in ``epoch``, naming the
-        cause."""
+    def check_finite(self, where: str, flags: dict[str, str]) -> None:
+        """Refuse (:class:`PBInputError`) logits that became NaN or inf, naming ``where``
+        (e.g. "epoch 3") and the flag that sets their learning rate (``flags["masks"]``, its
+        optimizer ``flags["optimizer"]``; :data:`LR_FLAGS`)."""
         ...
 
     def config_dict(self) -> dict: ...
@@ -295,17 +313,48 @@ def flush_denormals(device: torch.device) -> Iterator[None]:
 
 @contextmanager
 def _sigterm_flag() -> Iterator[dict]:
-    """Turns SIGTERM into a flag the loop checks after every step (main thread only)."""
-    flag = {"term": False}
+    """Turns SIGTERM and SIGINT (Ctrl-C) into a flag the loop checks after every step (main
+    thread only); ``flag["signal"]`` is the last one received."""
+    flag: dict[str, Any] = {"term": False, "signal": signal.SIGTERM}
+
+    def handler(signum: int, _frame: Any) -> None:
+        flag.update(term=True, signal=signum)
+
+    olds = {}
     try:
-        old = signal.signal(signal.SIGTERM, lambda *_: flag.__setitem__("term", True))
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            olds[sig] = signal.signal(sig, handler)
     except ValueError:  # not the main thread: no handler
         yield flag
         return
     try:
         yield flag
     finally:
-        signal.signal(signal.SIGTERM, old)
+        for sig, old in olds.items():
+            signal.signal(sig, old)
+
+
+def resume_command() -> str:
+    """The command line that started this process (``python -m MODULE ARGS`` for a module),
+    which resumes an interrupted run."""
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    head = ["python", "-m", spec.name] if spec is not None and spec.name else (
+        ["python", sys.argv[0]] if sys.argv and sys.argv[0] else [])
+    return shlex.join(head + sys.argv[1:]) if head else "the same command"
+
+
+def check_provenance(folder: Path, old: Any, new: dict) -> None:
+    """Refuse (one line) to reuse ``folder`` when its recorded :data:`PROVENANCE` (``old``:
+    config.json's "info") differs from this run's (``new``); an entry missing on either side
+    (a folder written before it was recorded) is not compared."""
+    old = old if isinstance(old, dict) else {}
+    for key in PROVENANCE:
+        if key in old and key in new and old[key] != new[key]:
+            what = ("other data (fingerprint {} there, {} now)" if key == "data" else
+                    "{} processes (torchrun), this run has {}")
+            raise PBInputError(
+                f"{folder} holds a run made from {what.format(old[key], new[key])}; choose "
+                f"another --out or delete the folder")
 
 
 def _set_lrs(optimizers: list[torch.optim.Optimizer], factor: float) -> None:
@@ -319,14 +368,16 @@ def run(task: Task, method: Method, loop: LoopConfig, out: str | Path,
         weight_optimizer: torch.optim.Optimizer | None = None, device: torch.device | str = "cpu",
         progress: bool = True, info: dict | None = None,
         step_hook: Callable[[int, int], None] | None = None,
-        hooks: Sequence[RunHooks] = ()) -> Path:
+        hooks: Sequence[RunHooks] = (), lr_flags: dict[str, str] | None = None) -> Path:
     """Train (or resume, or return at once if finished) one run; returns its folder.
 
     ``weight_optimizer`` over ``task.weights()`` (None: supermask, weights fixed). ``info``:
     extra facts written to config.json but not hashed (device, threads, chunk...).
     ``hooks``: :class:`RunHooks` strategies; ``step_hook(epoch, i)`` is short for
-    ``StepHook(step_hook)`` after them.
+    ``StepHook(step_hook)`` after them. ``lr_flags``: the tool's names of the learning-rate
+    flags a divergence message tells the user to lower (keys of :data:`LR_FLAGS`).
     """
+    flags = {**LR_FLAGS, **(lr_flags or {})}
     hooks = [*hooks, *([StepHook(step_hook)] if step_hook is not None else [])]
     loop.validate()
     dev = torch.device(device)
@@ -348,6 +399,7 @@ def run(task: Task, method: Method, loop: LoopConfig, out: str | Path,
                 f"{folder} holds a run with another configuration; choose another --out "
                 "or delete the folder"
             )
+        check_provenance(folder, old.get("info"), record["info"])
     if (folder / "summary.json").exists():
         return folder
     joint = weight_optimizer is not None
@@ -422,9 +474,10 @@ def run(task: Task, method: Method, loop: LoopConfig, out: str | Path,
                 if _stop_requested(hooks, flag):
                     save(epoch, {"order": order.cpu(), "step": i, "losses": losses})
                     bar.close()
-                    print(f"SIGTERM: checkpoint written to {ckpt_path}; rerun to resume",
-                          file=sys.stderr)
-                    sys.exit(143)
+                    sig = signal.Signals(flag["signal"])
+                    print(f"{sig.name}: checkpoint written to {ckpt_path}; resume with: "
+                          f"{resume_command()}", file=sys.stderr)
+                    sys.exit(128 + sig.value)
                 for h in hooks:
                     h.before_step(epoch, i)
                 f = task.batch_loss(order, i)
@@ -432,10 +485,13 @@ def run(task: Task, method: Method, loop: LoopConfig, out: str | Path,
                     for h in hooks:
                         f = h.training_loss(f)
                 losses.append(train_step(f, method, weight_optimizer, opts, fixed, joint))
+                if not math.isfinite(losses[-1]):
+                    _check_finite(method, epoch, flags, weights,
+                                  step=(epoch * task.steps_per_epoch + i + 1, i + 1, fixed))
             if dev.type == "cuda":
                 torch.cuda.synchronize(dev)
             t1 = time.perf_counter()
-            method.check_finite(epoch)
+            _check_finite(method, epoch, flags, weights)
             metrics = evaluate(epoch + 1, phase)
             t2 = time.perf_counter()
             history.append({"epoch": epoch + 1, "train_loss": sum(losses) / max(len(losses), 1),
@@ -490,6 +546,10 @@ def _restore(state: dict, method: Method, task: Task, weights: list[torch.nn.Par
     history, start = list(state["history"]), int(state["epoch"])
     if not 0 <= start <= epochs or len(history) != start + 1:
         raise ValueError("history length")
+    columns = set(history[0]) if isinstance(history[0], dict) else set()
+    if not set(LOOP_COLUMNS) <= columns or any(not isinstance(h, dict) or set(h) != columns
+                                               for h in history):
+        raise ValueError("history rows")
     fixed = state["fixed"].to(dev) if state["fixed"] is not None else None
     return history, start, fixed, state.get("position")
 
@@ -510,6 +570,27 @@ def _frozen_mask(hooks: Sequence[RunHooks], method: Method,
         if z is not None:
             return z
     return method.mode_mask()
+
+
+def _check_finite(method: Method, epoch: int, flags: dict[str, str],
+                  weights: Sequence[torch.nn.Parameter] = (),
+                  step: tuple[int, int, torch.Tensor | None] | None = None) -> None:
+    """Stop a diverged run with one line naming where and the flag to lower (``flags``, see
+    :data:`LR_FLAGS`): mask logits (:meth:`Method.check_finite`) or weights that became NaN or
+    inf after an epoch, or, with ``step`` = (step number, batch, fixed mask), a step whose
+    training loss is not finite."""
+    where = (f"step {step[0]} (epoch {epoch + 1}, batch {step[1]})" if step is not None
+             else f"epoch {epoch + 1}")
+    method.check_finite(where, flags)
+    if any(not bool(torch.isfinite(p).all()) for p in weights):
+        raise PBInputError(f"the network weights became NaN or inf in {where}: the weight "
+                           f"learning rate is too large; lower {flags['weights']}")
+    if step is not None:
+        masks_train = bool(method.optimizers) and step[2] is None
+        lower = " or ".join(dict.fromkeys(
+            ([flags["masks"]] if masks_train else []) + ([flags["weights"]] if weights else [])))
+        raise PBInputError(f"the training loss became NaN or inf at {where}: the run diverged; "
+                           f"lower {lower or flags['masks']}")
 
 
 def env_info() -> dict:

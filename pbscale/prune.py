@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import io
 import math
 import sys
 from dataclasses import asdict, dataclass, field
@@ -42,15 +41,22 @@ from torch.func import functional_call
 from torch.nn import functional as F
 from torch.nn.utils import prune as torch_prune
 
-from pbexact.cli import ArgumentParser, resolve_device, set_threads
+from pbexact.cli import (
+    ArgumentParser,
+    nonneg_float,
+    nonneg_int,
+    positive_float,
+    positive_int,
+    resolve_device,
+    set_threads,
+)
 from pbexact.errors import PBInputError
-from pbexact.io import atomic_write_bytes
 from pbexact.parametrizations import PARAMETRIZATIONS
 from pbscale import data as datamod
 from pbscale import distributed
+from pbscale import io as runio
 from pbscale.batched import cross_entropy_per_mask
-from pbscale.io import read_json
-from pbscale.loop import EvalContext, LoopConfig, RunHooks, full_config, run_folder
+from pbscale.loop import EvalContext, LoopConfig, RunHooks, full_config, resume_command, run_folder
 from pbscale.loop import run as loop_run
 from pbscale.masks import MaskedModule, plain_weight, rescaled_weight
 from pbscale.methods import REGISTRY, Family, MagnitudeMethod, MaskTrainer, MethodConfig
@@ -75,6 +81,8 @@ WEIGHT_MILESTONES, WEIGHT_GAMMA = (0.4, 0.6), 0.1
 FREEZE_AT = 0.8
 #: Evaluation rule of MC runs: masks sampled x training batches scored.
 EVAL_MASKS, EVAL_BATCHES = 10, 10
+#: Entries of a finished run's summary.json that :func:`run` and :func:`report` read.
+SUMMARY_KEYS = ("final_test_acc", "final_remaining", "final_remaining_all")
 
 
 @dataclass
@@ -198,6 +206,24 @@ class PruneConfig:
         d.pop("data_dir")
         return d
 
+    def unused(self) -> list[str]:
+        """The fields of :meth:`hashed` that this run's method, mode and model do not read
+        (config.json's "info" lists them as "unused"; they stay in the hashed "task" so that
+        run folders keep their names). CP trains its masks through the sigmoid with one sample
+        (config.json's "method" records what it uses), MP, GMP and dense train no mask logits,
+        and supermask runs other than dense train no weights."""
+        family = REGISTRY[self.method]
+        out = [] if family.samples else ["n", "param", "eval_masks"]
+        if not family.logits:
+            out += ["lam", "mask_opt", "mask_lr", "chunk"]
+        out += [k for k in ("target", "prune_at", "gmp_start", "gmp_end", "gmp_every")
+                if k not in family.prune_settings]
+        if self.mode == "supermask" and not family.dense_weights:
+            out.append("lr")
+        if MODELS[self.model].shortcut_marker is None:
+            out.append("mask_shortcuts")
+        return out
+
 
 
 class PruneTask(RunHooks):
@@ -207,6 +233,9 @@ class PruneTask(RunHooks):
     :attr:`names` (model.masked_names()). ``batch_loss`` gives f(z (k, d)) -> CE per mask (k,)
     on one training batch (CIFAR: augmented on the device); ``evaluate`` scores the evaluation
     mask and, after the last epoch, writes ``masks.pt`` and ``pruned.pt``."""
+
+    #: The flags named when a run diverges (:func:`pbscale.loop.run`).
+    lr_flags = {"masks": "--mask-lr", "optimizer": "--mask-opt", "weights": "--lr"}
 
     def __init__(self, cfg: PruneConfig, data: datamod.Data, device: torch.device) -> None:
         self.cfg, self.data, self.device = cfg, data, device
@@ -417,7 +446,7 @@ class PruneTask(RunHooks):
             if self.family.samples:
                 blob[f"scale.{k}"] = torch.tensor(1.0 / mean if mean > 0 else 1.0)
         blob.update({f"weight.{k}": v.detach().cpu() for k, v in self.model.state_dict().items()})
-        _save(folder / "masks.pt", blob)
+        runio.save_checkpoint(folder / "masks.pt", blob)
         net = copy.deepcopy(self.model).cpu()
         mods = dict(net.named_modules())
         with torch.no_grad():
@@ -425,13 +454,7 @@ class PruneTask(RunHooks):
                 mod = mods[k.removesuffix(".weight")]
                 mod.weight.copy_(used[k])
                 torch_prune.custom_from_mask(mod, "weight", m)
-        _save(folder / "pruned.pt", net.state_dict())
-
-
-def _save(path: Path, obj) -> None:
-    buf = io.BytesIO()
-    torch.save(obj, buf)
-    atomic_write_bytes(path, buf.getvalue())
+        runio.save_checkpoint(folder / "pruned.pt", net.state_dict())
 
 
 def load_pruned(model_name: str, path: str | Path) -> nn.Module:
@@ -525,10 +548,13 @@ def run(cfg: PruneConfig, out: str | Path, device: str = "cpu", *, quiet: bool =
         print(f"{folder.name}: {cfg.model} on {cfg.dataset}, {cfg.mode} {cfg.method}; "
               f"{task.d:,} masked weights of {task.num_all:,} parameters; device {dev}",
               file=sys.stderr)
+    info = {"data_dir": cfg.data_dir, "data": data.fingerprint,
+            "world_size": 1 if shard is None else shard.world, "unused": cfg.unused()}
     folder = loop_run(task, method, loop, out, weight_optimizer=weight_opt, device=dev,
-                      progress=not quiet, info={"data_dir": cfg.data_dir},
-                      step_hook=step_hook, hooks=hooks)
-    summary = read_json(folder / "summary.json")
+                      progress=not quiet, info=info, step_hook=step_hook, hooks=hooks,
+                      lr_flags=task.lr_flags)
+    summary = runio.read_summary(folder / "summary.json", SUMMARY_KEYS)
+    runio.write_json(folder / "data.json", data.transform())
     summary.update({"folder": str(folder), "masked": task.d, "parameters": task.num_all})
     if not quiet:
         report(summary, task)
@@ -570,58 +596,66 @@ def build_parser() -> argparse.ArgumentParser:
     p = ArgumentParser(
         prog="python -m pbscale.prune",
         description="Supermask / joint pruning with CP, MC estimators, MP, GMP or dense "
-                    "training; writes a run folder (config.json, metrics.csv, masks.pt, "
-                    "pruned.pt) under --out and resumes an interrupted run.")
-    p.add_argument("--model", default=d.model, help=f"one of {', '.join(MODELS)}")
-    p.add_argument("--dataset", default="", help="mnist or cifar10 (default: the model's)")
-    p.add_argument("--mode", default=d.mode, help="supermask or joint")
-    p.add_argument("--method", default=d.method, help=", ".join(PRUNE_METHODS))
-    p.add_argument("--param", default=d.param, help="escort or sigmoid (MC methods)")
-    p.add_argument("--n", "--samples", dest="n", type=int, default=d.n,
+                    "training; writes a run folder (config.json, data.json, metrics.csv, "
+                    "masks.pt, pruned.pt) under --out and resumes an interrupted run.")
+    p.add_argument("--model", default=d.model, choices=list(MODELS))
+    p.add_argument("--dataset", default="", choices=datamod.DATASETS,
+                   help="default: the model's")
+    p.add_argument("--mode", default=d.mode, choices=MODES)
+    p.add_argument("--method", default=d.method, choices=PRUNE_METHODS)
+    p.add_argument("--param", default=d.param, choices=list(PARAMETRIZATIONS),
+                   help="parametrization of MC methods")
+    p.add_argument("--n", "--samples", dest="n", type=positive_int, default=d.n,
                    help="MC samples per step (under torchrun write --samples)")
-    p.add_argument("--lam", type=float, default=d.lam, help="L0 strength per weight")
-    p.add_argument("--mask-opt", default=d.mask_opt, help="rmsprop or sgd")
-    p.add_argument("--mask-lr", type=float, default=d.mask_lr)
-    p.add_argument("--target", type=float, default=d.target,
+    p.add_argument("--lam", type=nonneg_float, default=d.lam, help="L0 strength per weight")
+    p.add_argument("--mask-opt", default=d.mask_opt, choices=MASK_OPTIMIZERS)
+    p.add_argument("--mask-lr", type=positive_float, default=d.mask_lr)
+    p.add_argument("--target", type=positive_float, default=d.target,
                    help="MP/GMP: final fraction of masked weights remaining, in (0, 1]")
-    p.add_argument("--epochs", type=int, default=d.epochs)
-    p.add_argument("--batch-size", type=int, default=0,
-                   help="default 128 (64 for joint VGG)")
-    p.add_argument("--lr", type=float, default=d.lr, help="weight learning rate (joint)")
-    p.add_argument("--seed", type=int, default=d.seed)
-    p.add_argument("--init", default=d.init, help=", ".join(INITS))
+    p.add_argument("--epochs", type=positive_int, default=d.epochs)
+    p.add_argument("--batch-size", type=nonneg_int, default=0,
+                   help="0: 128 (64 for joint VGG)")
+    p.add_argument("--lr", type=positive_float, default=d.lr, help="weight learning rate (joint)")
+    p.add_argument("--seed", type=nonneg_int, default=d.seed)
+    p.add_argument("--init", default=d.init, choices=list(INITS))
     p.add_argument("--mask-head", action="store_true", help="mask the classifier layer too")
     p.add_argument("--mask-shortcuts", action="store_true",
                    help="mask ResNet 1x1 projection shortcuts too")
-    p.add_argument("--prune-at", type=float, default=d.prune_at,
-                   help="MP: fraction of epochs trained dense before the one-shot cut")
-    p.add_argument("--gmp-start", type=float, default=d.gmp_start)
-    p.add_argument("--gmp-end", type=float, default=d.gmp_end)
-    p.add_argument("--gmp-every", type=int, default=d.gmp_every, help="steps between GMP cuts")
-    p.add_argument("--chunk", type=int, default=0, help="masks per forward (0: automatic)")
-    p.add_argument("--max-batches", type=int, default=0,
+    p.add_argument("--prune-at", type=nonneg_float, default=d.prune_at,
+                   help="MP: fraction of epochs trained dense before the one-shot cut, in [0, 1]")
+    p.add_argument("--gmp-start", type=nonneg_float, default=d.gmp_start,
+                   help="GMP: fraction of training when cutting starts, in [0, 1]")
+    p.add_argument("--gmp-end", type=nonneg_float, default=d.gmp_end,
+                   help="GMP: fraction of training when the target is reached, in [0, 1]")
+    p.add_argument("--gmp-every", type=positive_int, default=d.gmp_every,
+                   help="steps between GMP cuts")
+    p.add_argument("--chunk", type=nonneg_int, default=0, help="masks per forward (0: automatic)")
+    p.add_argument("--max-batches", type=nonneg_int, default=0,
                    help="training batches per epoch (0: all)")
-    p.add_argument("--val-size", type=int, default=d.val_size)
-    p.add_argument("--split-seed", type=int, default=d.split_seed)
-    p.add_argument("--synthetic", type=int, default=0,
+    p.add_argument("--val-size", type=nonneg_int, default=d.val_size)
+    p.add_argument("--split-seed", type=nonneg_int, default=d.split_seed)
+    p.add_argument("--synthetic", type=nonneg_int, default=0,
                    help="random images instead of data (that many training images; tests)")
-    p.add_argument("--eval-masks", type=int, default=d.eval_masks,
+    p.add_argument("--eval-masks", type=positive_int, default=d.eval_masks,
                    help="MC evaluation: masks sampled, the best kept")
-    p.add_argument("--eval-batches", type=int, default=d.eval_batches,
+    p.add_argument("--eval-batches", type=positive_int, default=d.eval_batches,
                    help="training batches each evaluation mask is scored on")
     p.add_argument("--data-dir", default="", help="where the data set's files are")
     p.add_argument("--download", action="store_true",
                    help="fetch the official files into --data-dir first (needs a network)")
     p.add_argument("--download-url", default=None, help=argparse.SUPPRESS)
     p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:0 or auto")
-    p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--threads", type=positive_int, default=None)
     p.add_argument("--out", default="runs/prune", help="parent folder of run folders")
     p.add_argument("--quiet", action="store_true")
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as exc:  # argparse's own one-line errors (exit 2) and --help (exit 0)
+        return int(exc.code or 0)
     fields = {k: v for k, v in vars(args).items() if k in PruneConfig.__dataclass_fields__}
     cfg = PruneConfig(**fields)
     try:
@@ -632,6 +666,9 @@ def main(argv: list[str] | None = None) -> int:
     except PBInputError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # before the run loop took over Ctrl-C (loading, epoch 0)
+        print(f"interrupted; resume with: {resume_command()}", file=sys.stderr)
+        return 130
     finally:
         distributed.shutdown()
     return 0

@@ -30,9 +30,10 @@ from pbexact.cli import (
     set_threads,
 )
 from pbexact.errors import PBInputError
+from pbexact.parametrizations import PARAMETRIZATIONS
 
 from . import distributed, io
-from .loop import LoopConfig, run
+from .loop import LoopConfig, resume_command, run
 from .loop import run_folder as loop_run_folder
 from .methods import METHODS, OPTIMIZERS, MaskTrainer, MethodConfig
 from .regression import RegressionProblem, RegressionTask, make_problem, task_config
@@ -82,7 +83,7 @@ def train(cfg: MethodConfig, epochs: int = 300, out: str | Path = DEFAULT_OUT,
     its folder. ``shard`` (:mod:`pbscale.distributed`): MC samples split over ranks; rank i > 0
     writes its copy of the run under ``out/.rank<i>``."""
     dev, task, trainer, loop = _setup(cfg, epochs, device, data_seed, problem)
-    info = {"chunk": trainer.chunk, "torch_threads": torch.get_num_threads()}
+    info = {"chunk": trainer.chunk, "torch_threads": torch.get_num_threads(), "world_size": 1}
     hooks = []
     if shard is not None:
         distributed.check_method(cfg.method, shard)
@@ -99,14 +100,15 @@ def build_parser() -> argparse.ArgumentParser:
         description="Optimize a binary weight mask of the MaskedNNRegression backbone "
         "(sec:app_maskednnregression, d = 8,050) with one method; writes a resumable run folder.",
     )
-    p.add_argument("--method", default="loorf", help=f"one of {', '.join(METHODS)} (default loorf)")
+    p.add_argument("--method", default="loorf", choices=list(METHODS), help="(default loorf)")
     p.add_argument("--n", "--samples", dest="n", type=positive_int, default=10,
                    help="samples per step (ignored by cp; default 10); under torchrun write "
                    "--samples (torchrun reads --n as an abbreviation of its own options)")
-    p.add_argument("--param", default="sigmoid",
-                   help="parametrization: sigmoid, cosine, direct, escort (default sigmoid)")
+    p.add_argument("--param", default="sigmoid", choices=list(PARAMETRIZATIONS),
+                   help="parametrization (default sigmoid)")
     p.add_argument("--lr", type=positive_float, default=0.1, help="learning rate (default 0.1)")
-    p.add_argument("--optimizer", default="rmsprop", help=f"one of {', '.join(OPTIMIZERS)}")
+    p.add_argument("--optimizer", default="rmsprop", choices=list(OPTIMIZERS),
+                   help="(default rmsprop)")
     p.add_argument("--seed", type=nonneg_int, default=0, help="method seed (sampling, batches)")
     p.add_argument("--data-seed", type=nonneg_int, default=0,
                    help="seed of data, target and backbone, shared by all runs (default 0)")
@@ -138,14 +140,14 @@ def main(argv: list[str] | None = None) -> int:
                        data_seed=args.data_seed, progress=not args.quiet, shard=shard)
         if shard is not None and shard.rank > 0:
             return 0
-        summary = io.read_json(folder / "summary.json")
-        if not isinstance(summary, dict) or not {"final_val_loss_chosen", "seconds_per_epoch",
-                                                 "device"} <= set(summary):
-            raise PBInputError(f"damaged run file {folder / 'summary.json'} (entries missing); "
-                               f"{io.DAMAGED_FIX}")
+        summary = io.read_summary(folder / "summary.json",
+                                  ("final_val_loss_chosen", "seconds_per_epoch", "device"))
     except PBInputError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # before the run loop took over Ctrl-C (data, epoch 0)
+        print(f"interrupted; resume with: {resume_command()}", file=sys.stderr)
+        return 130
     finally:
         distributed.shutdown()
     print(f"{folder}: final validation loss {summary['final_val_loss_chosen']:.4f}, "

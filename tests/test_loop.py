@@ -187,8 +187,8 @@ def test_hybrid_methods_refuse_weight_training():
         tr.surrogate(task.batch_loss(torch.arange(24), 0), weights=True)
 
 
-def _run(tmp_path, loop, joint=True, method="loorf", step_hook=None):
-    task = ToyTask(joint=joint)
+def _run(tmp_path, loop, joint=True, method="loorf", step_hook=None, dropout=0.0):
+    task = ToyTask(joint=joint, dropout=dropout)
     tr = M.MaskTrainer(M.MethodConfig(method=method, n=2, seed=loop.seed), task.d,
                        loop.epochs * task.steps_per_epoch)
     wopt = torch.optim.SGD(task.weights(), lr=0.05, momentum=0.9) if joint else None
@@ -243,17 +243,20 @@ def test_phase_fractions_give_at_least_one_epoch(tmp_path):
     assert rows[1]["r0"] == rows[0]["r0"] and rows[2]["r0"] != rows[1]["r0"]
 
 
-def test_sigterm_checkpoint_and_resume_give_the_same_numbers(tmp_path):
+@pytest.mark.parametrize("dropout", [0.0, 0.5])
+def test_sigterm_checkpoint_and_resume_give_the_same_numbers(tmp_path, dropout):
+    """With dropout (torch's global generator) the resumed run must restore that generator's
+    state from the checkpoint too."""
     loop = LoopConfig(epochs=4, seed=1, mask_warmup=0.25, freeze_masks=0.75,
                       weight_milestones=(0.5,))
-    whole = _run(tmp_path / "whole", loop, method="arms")
+    whole = _run(tmp_path / "whole", loop, method="arms", dropout=dropout)
 
     def term(epoch, i):
         if (epoch, i) == (2, 1):
             os.kill(os.getpid(), signal.SIGTERM)
 
     with pytest.raises(SystemExit) as exc:
-        _run(tmp_path / "cut", loop, method="arms", step_hook=term)
+        _run(tmp_path / "cut", loop, method="arms", step_hook=term, dropout=dropout)
     assert exc.value.code == 143
     cfg = {k: v for k, v in io.read_json(whole / "config.json").items() if k != "info"}
     folder = run_folder(tmp_path / "cut", "toy", cfg)
@@ -261,7 +264,7 @@ def test_sigterm_checkpoint_and_resume_give_the_same_numbers(tmp_path):
     assert not (folder / "summary.json").exists()
     state = torch.load(folder / "checkpoint.pt", weights_only=True)
     assert state["position"]["step"] == 2 and state["epoch"] == 2
-    _run(tmp_path / "cut", loop, method="arms")
+    _run(tmp_path / "cut", loop, method="arms", dropout=dropout)
 
     def rows(path):
         return [{k: v for k, v in r.items() if not k.endswith("seconds")}

@@ -321,13 +321,13 @@ def test_every_model_mode_method_end_to_end(tmp_path, model, mode, method):
 
 
 @pytest.mark.parametrize("args,match", [
-    (["--model", "alexnet"], "unknown model"),
+    (["--model", "alexnet"], "--model: invalid choice: 'alexnet'"),
     (["--data-dir", "{tmp}/nothing"], "not found in"),
     (["--lam", "-1"], "lam"),
     (["--method", "arms", "--n", "1"], "n >= 2"),
     (["--method", "loorf", "--n", "1"], "n >= 2"),
     (["--method", "disarm", "--n", "3"], "even"),
-    (["--mode", "joint", "--method", "mp", "--target", "0"], r"\(0, 1\]"),
+    (["--mode", "joint", "--method", "mp", "--target", "0"], "--target: must be a number > 0"),
     (["--mode", "joint", "--method", "gmp", "--target", "1.5"], r"\(0, 1\]"),
     (["--method", "mp"], "--mode joint"),
     (["--dataset", "cifar10"], "use --dataset mnist"),

@@ -105,6 +105,7 @@ class MPFamily(MagnitudeFamily):
     name, label, text, color = "mp", "MP", "MP", "C7"
     commands = ("prune-joint",)
     cuts = True
+    prune_settings = ("target", "prune_at")
 
     def fraction_at(self, method: MagnitudeMethod, step: int) -> float | None:
         return method.target if step == method.cut else None
@@ -118,6 +119,7 @@ class GMPFamily(MagnitudeFamily):
     name, label, text, color = "gmp", "GMP", "GMP", "C3"
     commands = ("prune-joint",)
     cuts = True
+    prune_settings = ("target", "gmp_start", "gmp_end", "gmp_every")
 
     def fraction_at(self, method: MagnitudeMethod, step: int) -> float | None:
         m = method
@@ -199,7 +201,7 @@ class MagnitudeMethod:
     def dtype(self) -> torch.dtype:
         return self.mask.dtype
 
-    def check_finite(self, epoch: int) -> None:
+    def check_finite(self, where: str, flags: dict[str, str]) -> None:
         """No logits to check (the weights' optimizer is the task's)."""
 
     def config_dict(self) -> dict:

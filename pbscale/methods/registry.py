@@ -81,6 +81,9 @@ class Family:
     data_parallel_logits: bool = False
     mask_schedule: tuple[tuple[float, ...], float] = ((), 1.0)
     joint_warmup: float = 0.0
+    #: The pruning settings of its cut schedule that it reads (:mod:`pbscale.prune`: of
+    #: ``target``, ``prune_at``, ``gmp_start``, ``gmp_end``, ``gmp_every``).
+    prune_settings: tuple[str, ...] = ()
 
     def __repr__(self) -> str:
         return f"<method {self.name}>"

@@ -195,13 +195,15 @@ class MaskTrainer:
         """The dtype of the logits and masks."""
         return self.r.dtype
 
-    def check_finite(self, epoch: int) -> None:
-        """Refuse logits that became NaN or inf, naming the cause (the learning rate)."""
+    def check_finite(self, where: str, flags: dict[str, str]) -> None:
+        """Refuse logits that became NaN or inf, naming the cause (the learning rate and the
+        tool's flag for it, ``flags["masks"]``)."""
         if not bool(torch.isfinite(self.r).all()):
             c = self.config
             raise PBInputError(
-                f"the mask logits became NaN or inf in epoch {epoch + 1}: the learning rate "
-                f"{c.lr} is too large for --optimizer {c.optimizer}; lower --lr"
+                f"the mask logits became NaN or inf in {where}: the learning rate "
+                f"{c.lr} is too large for {flags['optimizer']} {c.optimizer}; "
+                f"lower {flags['masks']}"
             )
 
     def config_dict(self) -> dict:
@@ -328,15 +330,15 @@ class MaskTrainerGroup:
         self.epoch_losses = [[] for _ in self.members]
         return out
 
-    def check_finite(self, epoch: int) -> None:
+    def check_finite(self, where: str, flags: dict[str, str]) -> None:
         """Refuse logits that became NaN or inf, naming the member and its learning rate."""
         for m in self.members:
             if not bool(torch.isfinite(m.r).all()):
                 c = m.config
                 raise PBInputError(
                     f"the mask logits of the run with lr={c.lr}, seed={c.seed} became NaN or inf "
-                    f"in epoch {epoch + 1}: the learning rate is too large for --optimizer "
-                    f"{c.optimizer}; lower it or leave it out of the batch")
+                    f"in {where}: the learning rate is too large for {flags['optimizer']} "
+                    f"{c.optimizer}; lower it in {flags['masks']} or leave it out of the batch")
 
     @property
     def optimizers(self) -> list[torch.optim.Optimizer]:
