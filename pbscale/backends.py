@@ -179,10 +179,10 @@ class MlpAutograd(Backend):
 
     Networks: :func:`mlp_plan` accepts them; inputs x (B, features), B > 1, masks z (k, d)
     (k > 0) in the layout's dtype; groups one by one. Out of place: a Linear is one batched
-    product over the k masks, giving (k, B, out); ``F.batch_norm`` runs on the activations laid
-    out as (B, k * features), whose columns it normalizes over the B points, i.e. with each
-    mask's own batch statistics (the networks have no running statistics). Gradients flow to z,
-    x and (``train_weights``) the weights and BN affine parameters."""
+    product over the k masks, giving (k, B, out); BatchNorm1d is ``F.batch_norm`` on the
+    activations laid out as (B, k * features), whose columns it normalizes over the B points,
+    i.e. with each mask's own batch statistics (the networks have no running statistics).
+    Gradients flow to z, x and (``train_weights``) the weights and BN affine parameters."""
 
     name = "mlp_autograd"
 

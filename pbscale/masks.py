@@ -182,6 +182,14 @@ class MaskedModule:
             return torch.stack([self.forward(zg, xg) for zg, xg in zip(z, x)])
         return backend(z, x)
 
+    def forward_single(self, weights: dict[str, torch.Tensor], x: torch.Tensor
+                       ) -> torch.Tensor:
+        """The network on x (B, ...) under one set of weights {name: (*shape)} (one mask's
+        masked weights, or every parameter, e.g. a pruned network's), the other parameters and
+        the buffers the layout's: the function :class:`pbscale.backends.Vmap` maps over masks,
+        one ``functional_call``."""
+        return self.choice.vmap.one(weights, x)
+
     def forward_folded(self, z: torch.Tensor, x: torch.Tensor, group: int | None = None
                        ) -> torch.Tensor:
         """:meth:`forward` by the folded backend (:class:`pbscale.backends.Folded`, ``group``

@@ -22,9 +22,7 @@ from pbscale.masks import MaskedModule
 def forward_one(layout: MaskedModule, z: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     """Output of ``layout``'s network under one mask z (d,) on x (B, ...): one
     ``functional_call`` with the hooked masked weights and the layout's buffers."""
-    weights = {k: w[0] for k, w in layout.masked_weights(z[None]).items()}
-    params = {**layout.base, **weights}
-    return functional_call(layout.module, {**params, **layout.buffers}, (x,))
+    return layout.forward_single({k: w[0] for k, w in layout.masked_weights(z[None]).items()}, x)
 
 
 def forward_masked_loop(module: nn.Module, masks: Mapping[str, torch.Tensor],
