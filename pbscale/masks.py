@@ -18,13 +18,10 @@ fills their ``.grad`` next to the mask logits' (the surrogate losses of :mod:`pb
 with ``train_weights=False`` (supermask, the default) every parameter is a detached constant.
 A mask-to-weight hook ``weight_hook(name, weight, mask) -> masked weight`` (mask of shape
 (k, *weight.shape)) replaces the plain product w * z; :func:`rescaled_weight` is dynamic weight
-rescaling. BatchNorm with running statistics in training mode: each of the k masks normalizes
-with its own batch statistics, and the running statistics are updated once per forward call
-with the mean over the k masks of their batch statistics (the update is linear, so this is the
-mean of k per-mask updates); in eval mode all k masks use the running statistics. Dropout draws
-independent units per mask (``vmap(..., randomness="different")``, or per mask's channels in the
-folded layout, or per loop iteration; torch's global generator, which :mod:`pbscale.loop` seeds
-and checkpoints; the draws differ between backends).
+rescaling. BatchNorm statistics and Dropout draws: as each backend's contract in
+:mod:`pbscale.backends` states (per-mask batch statistics in training mode, one running-statistics
+update per call with the mean of the k masks' updates; Dropout from torch's global generator,
+which :mod:`pbscale.loop` seeds and checkpoints, drawn differently by each backend).
 """
 
 from __future__ import annotations
