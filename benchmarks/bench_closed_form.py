@@ -14,12 +14,10 @@
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
-
 import numpy as np
 
 from analysis.cli import run
+from benchmarks.timing import best_time
 from pbexact.benchmarks import BENCHMARKS, benchmark_table
 from pbexact.cli import ArgumentParser
 from pbexact.closed_form import closed_form_moments
@@ -29,15 +27,6 @@ from pbexact.variance import mc_moments, sample_estimates
 #: the registry; DisARM's own cost is printed on its own line.
 ESTIMATORS = ("reinforce", "loorf", "arms", "betastar")
 
-
-def best_time(fn: Callable[[], object], repeats: int) -> float:
-    """Fastest of ``repeats`` calls, in seconds (the least disturbed by other processes)."""
-    best = np.inf
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t0)
-    return best
 
 
 def compare_with_mc(thetas: int = 3, draws: int = 10_000) -> None:

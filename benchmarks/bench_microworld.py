@@ -11,16 +11,15 @@ as the experiments do. Goal: at least 20x for the exact-core estimators. Timings
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from analysis.cli import run, write_json
 from analysis.microworld_hybrid import run_torch
 from analysis.microworld_runs import run_exact
+from benchmarks.timing import best_time
 from pbexact.benchmarks import NNLoss
 from pbexact.cli import ArgumentParser, positive_int
 from pbexact.errors import check_d
@@ -32,14 +31,6 @@ CASES = (
     ("rebar", 1, "torch"), ("relax", 1, "torch"),
 )
 
-
-def best_time(fn: Callable[[], object], repeats: int) -> float:
-    best = np.inf
-    for _ in range(repeats):
-        t = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t)
-    return best
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -52,8 +52,8 @@ def main(argv: list[str] | None = None) -> None:
     batched = prob.batch_loss(idx)
 
     def looped(z: torch.Tensor) -> torch.Tensor:
-        # one plain forward per mask: no vmap, the per-sample loop the chunking replaces
-        return torch.stack([mean_absolute_error(prob.masked.forward_one(zs, x)[None], y)[0]
+        # one forward per mask, the per-sample loop the chunking replaces
+        return torch.stack([mean_absolute_error(prob.masked.forward(zs[None], x), y)[0]
                             for zs in z])
 
     def sync() -> None:

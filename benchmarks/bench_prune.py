@@ -2,7 +2,8 @@
 training step and a dense forward pass of the same network, measured in the same run, for
 LeNet-300-100 (MNIST-shaped batches) and ResNet-20 (CIFAR-shaped batches), synthetic data; plus
 the k-mask forward alone by :func:`pbscale.batched.forward_masked` (grouped convolutions) against
-``torch.func.vmap`` over ``functional_call`` and a loop over the masks, and the peak memory of
+``torch.func.vmap`` over ``functional_call`` and the same code one mask at a time (the loop
+backend), and the peak memory of
 each step.
 
     python -m benchmarks.bench_prune [--device cpu|cuda] [--amp none,bf16] [--ns 1,10,100]
@@ -43,7 +44,7 @@ from analysis.cli import run
 from pbexact.cli import ArgumentParser
 from pbexact.errors import PBInputError
 from pbscale import io
-from pbscale.batched import cross_entropy_per_mask, forward_masked, forward_masked_loop
+from pbscale.batched import cross_entropy_per_mask, forward_masked
 from pbscale.masks import MaskedModule
 from pbscale.memory import peak_memory
 from pbscale.methods import MaskTrainer, MethodConfig
@@ -254,9 +255,10 @@ def forward_rows(setup: Setup, args: argparse.Namespace, model: str, base: dict,
                  dense: dict) -> list[dict]:
     """The k-mask forward alone (no grad), k = the chunk: forward_masked (all k folded: grouped
     convolutions), vmap over functional_call (BatchNorm on batch statistics: running-stat
-    tracking off in a copy, the same function in training mode), the per-mask functional_call
-    loop, MaskedModule.forward with its backend for the device (``fwd_module``: what pruning
-    runs); and each one's largest difference from the loop."""
+    tracking off in a copy, the same function in training mode), the loop backend
+    (forward_masked one mask at a time, running statistics left alone), MaskedModule.forward
+    with its backend for the device (``fwd_module``: what pruning runs); and each one's largest
+    difference from the loop."""
     k = args.chunk
     gen = torch.Generator(device=setup.dev).manual_seed(1)
     z = (torch.rand((k, setup.layout.d), generator=gen, device=setup.dev) < 0.5).float()
@@ -272,7 +274,7 @@ def forward_rows(setup: Setup, args: argparse.Namespace, model: str, base: dict,
         "fwd_fast": lambda: forward_masked(setup.net, masks, x, amp=setup.amp,
                                            channels_last=setup.channels_last),
         "fwd_vmap": lambda: vlayout.forward_vmap(z, x_default),
-        "fwd_loop": lambda: forward_masked_loop(setup.net, masks, x),
+        "fwd_loop": lambda: forward_masked(setup.net, masks, x, group=1),
     }
     if setup.amp is not None:
         def autocast(fn):

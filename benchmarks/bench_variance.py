@@ -21,6 +21,7 @@ import time
 import numpy as np
 
 from analysis.cli import run
+from benchmarks.timing import best_time
 from pbexact.benchmarks import exponential_tabular_loss
 from pbexact.cli import ArgumentParser
 from pbexact.copula import arms_correlation, pattern_probabilities
@@ -59,14 +60,6 @@ def python_loop_variances(J: list[float], theta: list[float], n: int) -> dict[st
             second["arms"][i] += p_arms * ar * ar
     return {k: sum(v[i] - grad[i] ** 2 for i in range(d)) for k, v in second.items()}
 
-
-def best_time(fn, repeats: int) -> float:
-    best = math.inf
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - start)
-    return best
 
 
 def main(argv: list[str] | None = None) -> None:

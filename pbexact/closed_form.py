@@ -389,6 +389,16 @@ def closed_form_kind(spec: est.EstimatorSpec) -> str:
     return kinds[key]
 
 
+def has_closed_form(spec: est.EstimatorSpec) -> bool:
+    """Whether this module has a formula for the spec's law, centering and constant
+    (:func:`closed_form_kind` accepts it)."""
+    try:
+        closed_form_kind(spec)
+    except PBInputError:
+        return False
+    return True
+
+
 def _loorf_moments(
     n: int,
     es: np.ndarray,

@@ -99,32 +99,6 @@ class EstimatorSpec:
             return param.expand(antithetic_correlation(theta))
         raise PBInputError(f"{self.name}: no correlation rho for the {self.law} law")
 
-    def exact_moments(self, J: Array, r: Array, n: int, parametrization: Any = "sigmoid") -> Any:
-        """Exact per-parameter mean and variance by enumeration (`pbexact.variance`), at logits r
-        (P,) for the J table (2^d,): an `EstimatorMoments`."""
-        from .variance import exact_moments
-
-        return exact_moments(J, r, n, parametrization, (self.name,))[self.name]
-
-    @property
-    def has_closed_form(self) -> bool:
-        """Whether `pbexact.closed_form` has a formula for this law, centering and constant."""
-        from .closed_form import closed_form_kind
-
-        try:
-            closed_form_kind(self)
-        except PBInputError:
-            return False
-        return True
-
-    def closed_form_moments(self, J: Array, r: Array, n: int,
-                            parametrization: Any = "sigmoid") -> Any:
-        """Exact mean and variance in closed form (`pbexact.closed_form`; PBInputError where
-        :attr:`has_closed_form` is False)."""
-        from .closed_form import closed_form_moments
-
-        return closed_form_moments(J, r, n, parametrization, (self.name,))[self.name]
-
     def form(self, J: Array, extra: Array | None = None) -> LinearEstimate:
         """The linear form on losses J (..., n); ``extra`` is the constant of
         :meth:`constant_of`."""

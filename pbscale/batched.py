@@ -24,8 +24,8 @@ Everything without weights (ReLU and other elementwise functions, pooling, resid
 flatten) acts channel by channel and so works on the folded layout unchanged. Not supported (the
 result would be wrong or raise): operations that mix channels outside these layers (e.g. a
 channel-padding "option A" shortcut or a channel shuffle) and any other layer type with
-parameters (rejected with :class:`PBInputError`). The tests check equality with the per-mask
-loop (:func:`forward_masked_loop`) on the repository's networks, forward and gradients.
+parameters (rejected with :class:`PBInputError`). The tests check equality with a per-mask
+``functional_call`` loop on the repository's networks, forward and gradients.
 :func:`foldable` is the conservative check :class:`pbscale.masks.MaskedModule` applies before
 using this path (known layer types, and custom forwards only where the class vouches for them
 with ``channelwise_forward = True``).
@@ -37,23 +37,20 @@ per mask at k = 2-10 against about 1.0 for the loop, `benchmarks/bench_prune.py`
 GPU the single folded call wins (H200, k = 100: 53 ms against 85 ms for vmap).
 
 Weights are used live (not detached): gradients flow to the weights (joint training,
-`sec:app_joint_pruning_setup`) and to soft masks (CP, `sec:pb_application`). :func:`masked_loss`
-turns this into the batched loss f(z) (k, d) -> (k,) that :func:`pbscale.methods.mc_gradient`
-evaluates in chunks (`alg:iter_arms`).
+`sec:app_joint_pruning_setup`) and to soft masks (CP, `sec:pb_application`). The backends
+:class:`pbscale.backends.Folded` and :class:`pbscale.backends.Loop` run masks through it.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping
 
 import torch
 from torch import nn
-from torch.func import functional_call
 from torch.nn import functional as F
 
 from pbexact.errors import PBInputError
-from pbscale.masks import MaskedModule, WeightHook, plain_weight
 
 _CONV = (nn.Conv1d, nn.Conv2d, nn.Conv3d)
 _BN = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d)
@@ -61,6 +58,14 @@ _CONV_FN = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
 
 #: Loss per mask: outputs (k, B, C) and targets (B,) -> (k,).
 PerMaskLoss = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+
+#: A mask-to-weight hook: (parameter name, weight (*shape), masks (k, *shape)) -> (k, *shape).
+WeightHook = Callable[[str, torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+def plain_weight(name: str, weight: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """The default mask-to-weight map w * z: weight (*shape), mask (k, *shape) -> (k, *shape)."""
+    return weight * mask
 
 
 def cross_entropy_per_mask(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -339,21 +344,6 @@ def _unfold(out: torch.Tensor, state: _Fold) -> torch.Tensor:
     return out.reshape(B, k, out.shape[1] // k, *out.shape[2:]).transpose(0, 1)
 
 
-def forward_masked_loop(module: nn.Module, masks: Mapping[str, torch.Tensor],
-                        x: torch.Tensor, weight_hook: WeightHook = plain_weight) -> torch.Tensor:
-    """:func:`forward_masked` by a loop over the k masks, one ``functional_call`` each (the
-    reference the fast path is tested against; running statistics are not updated)."""
-    params = dict(module.named_parameters())
-    buffers = {n: b.clone() for n, b in module.named_buffers()}
-    k = next(iter(masks.values())).shape[0]
-    outs = []
-    for i in range(k):
-        p = {n: (weight_hook(n, v, masks[n][i : i + 1])[0] if n in masks else v)
-             for n, v in params.items()}
-        outs.append(functional_call(module, {**p, **buffers}, (x,)))
-    return torch.stack(outs)
-
-
 #: Parameter-free layers that act on each channel separately (the folded layout passes through).
 _CHANNELWISE = (
     nn.ReLU, nn.ReLU6, nn.LeakyReLU, nn.Tanh, nn.Sigmoid, nn.ELU, nn.GELU, nn.SiLU,
@@ -398,21 +388,3 @@ def foldable(module: nn.Module) -> bool:
                 return False
     return True
 
-
-def masked_loss(module: nn.Module, x: torch.Tensor, y: torch.Tensor,
-                names: Sequence[str] | None = None, loss: PerMaskLoss = cross_entropy_per_mask,
-                *, amp: torch.dtype | None = None, channels_last: bool = False,
-                weight_hook: WeightHook = plain_weight) -> Callable[[torch.Tensor], torch.Tensor]:
-    """J(z) on the batch (x, y) as a batched function f(z (k, d)) -> (k,) for
-    :func:`pbscale.methods.mc_gradient`; z is laid out as in :class:`pbscale.masks.MaskedModule`
-    over ``names`` (default: every weight with >= 2 dimensions)."""
-    layout = MaskedModule(module, names)
-
-    def f(z: torch.Tensor) -> torch.Tensor:
-        lead = z.shape[:-1]
-        z2 = z.reshape(-1, layout.d).to(layout.dtype)
-        out = forward_masked(module, layout.split(z2), x, amp=amp, channels_last=channels_last,
-                             weight_hook=weight_hook)
-        return loss(out, y).reshape(lead)
-
-    return f

@@ -37,7 +37,6 @@ from pathlib import Path
 
 import torch
 from torch import nn
-from torch.func import functional_call
 from torch.nn import functional as F
 from torch.nn.utils import prune as torch_prune
 
@@ -383,7 +382,7 @@ class PruneTask(RunHooks):
             m.momentum = None
         self.model.train()
         for x, _ in batches:
-            functional_call(self.model, params, (x,))
+            self.layout.forward_single(params, x)
         for m, mom in zip(bns, saved):
             m.momentum = mom
 
@@ -394,7 +393,7 @@ class PruneTask(RunHooks):
         self.model.eval()
         loss, correct, count = 0.0, 0, 0
         for x, y in self._mine(batches):
-            out = functional_call(self.model, params, (x,))
+            out = self.layout.forward_single(params, x)
             loss += float(F.cross_entropy(out, y, reduction="sum"))
             correct += int((out.argmax(1) == y).sum())
             count += len(y)

@@ -6,17 +6,13 @@ from __future__ import annotations
 
 import pytest
 import torch
+from _masked_reference import forward_masked_loop, masked_loss
 from torch import nn
 from torch.nn import functional as F
 
 from pbexact.errors import PBInputError
 from pbexact.parametrizations import get_parametrization
-from pbscale.batched import (
-    cross_entropy_per_mask,
-    forward_masked,
-    forward_masked_loop,
-    masked_loss,
-)
+from pbscale.batched import cross_entropy_per_mask, forward_masked
 from pbscale.masks import MaskedModule, rescaled_weight
 from pbscale.methods import FixedSampler, mc_gradient
 from pbscale.models import INPUT_SHAPES, MODELS, build_model
