@@ -59,16 +59,8 @@ from pbexact.errors import PBInputError
 from pbexact.parametrizations import PARAMETRIZATIONS
 
 from . import io
-from .loop import (
-    LoopConfig,
-    RunHooks,
-    env_info,
-    full_config,
-    resume_command,
-    run,
-    run_folder,
-    write_summary,
-)
+from .loop import env_info, full_config, resume_command, run, run_folder, write_summary
+from .loop_types import LoopConfig, RunHooks
 from .methods import OPTIMIZERS, MaskTrainerGroup, MethodConfig, names
 from .regress import DEFAULT_OUT, run_name
 from .regress import run_folder as regress_folder

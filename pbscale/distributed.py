@@ -81,7 +81,7 @@ import torch.distributed as dist
 from pbexact.errors import PBInputError
 from pbexact.io import atomic_write_bytes
 
-from .loop import RunHooks
+from .loop_types import RunHooks
 from .methods.registry import get_family, names
 
 

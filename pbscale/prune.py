@@ -55,8 +55,9 @@ from pbscale import data as datamod
 from pbscale import distributed
 from pbscale import io as runio
 from pbscale.batched import cross_entropy_per_mask
-from pbscale.loop import EvalContext, LoopConfig, RunHooks, full_config, resume_command, run_folder
+from pbscale.loop import full_config, resume_command, run_folder
 from pbscale.loop import run as loop_run
+from pbscale.loop_types import EvalContext, LoopConfig, RunHooks
 from pbscale.masks import MaskedModule, plain_weight, rescaled_weight
 from pbscale.methods import REGISTRY, Family, MagnitudeMethod, MaskTrainer, MethodConfig
 from pbscale.methods.magnitude import check_fraction

@@ -33,8 +33,9 @@ from pbexact.errors import PBInputError
 from pbexact.parametrizations import PARAMETRIZATIONS
 
 from . import distributed, io
-from .loop import LoopConfig, resume_command, run
+from .loop import resume_command, run
 from .loop import run_folder as loop_run_folder
+from .loop_types import LoopConfig
 from .methods import METHODS, OPTIMIZERS, MaskTrainer, MethodConfig
 from .regression import RegressionProblem, RegressionTask, make_problem, task_config
 

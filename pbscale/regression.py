@@ -138,7 +138,8 @@ def task_config(data_seed: int = 0, d: int = 8050, n_train: int = N_TRAIN,
 
 
 class RegressionTask:
-    """MaskedNNRegression as a :class:`pbscale.loop.Task`: batches of BATCH training points in an
+    """MaskedNNRegression as a :class:`pbscale.loop_types.Task`: batches of BATCH training points
+    in an
     order drawn each epoch (``torch.randperm`` from the loop's generator), J = MAE of the masked
     backbone, and the validation of `sec:app_maskednnregression`: MC and hybrid methods sample
     VALID_MASKS masks, pick the one with the lowest loss on SELECT_POINTS random training points
@@ -193,7 +194,7 @@ class RegressionTask:
 
 class RegressionGroupTask:
     """G MaskedNNRegression runs that share the problem and the epochs, as one
-    :class:`pbscale.loop.Task` paired with a :class:`pbscale.methods.MaskTrainerGroup`: each
+    :class:`pbscale.loop_types.Task` paired with a :class:`pbscale.methods.MaskTrainerGroup`: each
     epoch's order is (G, N_TRAIN), row g drawn by member g's :class:`RegressionTask` from member
     g's generator (the loop's generator is not used); the batched loss of step i is
     f: z (k, G, d) -> (k, G), member g's masks on its own BATCH points

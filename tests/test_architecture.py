@@ -26,17 +26,11 @@ MAX_LINES = 600
 #: Modules over MAX_LINES this round, each with its reason (their split by concern is planned;
 #: an entry goes with its split).
 KNOWN_LONG = {
-    "pbscale.methods": "being split into the package pbscale/methods/ (one module per family)",
     "pbscale.prune": "config, task, export and CLI: to be split by concern",
-    "pbscale.sweep": "file format and planning, records, engines, CLI: to be split by concern",
 }
 
-#: Private names taken across modules this round: the run loop's two helpers, which become
-#: public with the loop's explicit hooks (then these entries go).
-KNOWN_PRIVATE = {
-    ("benchmarks.check_gpu_sync", "pbscale.loop", "_step"),
-    ("pbscale.batched_seeds", "pbscale.loop", "_env_info"),
-}
+#: Private names taken across modules (none).
+KNOWN_PRIVATE: set[tuple[str, str, str]] = set()
 
 
 @dataclass

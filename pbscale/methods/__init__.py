@@ -44,15 +44,25 @@ from .hybrids import (
 )
 from .magnitude import MagnitudeFamily, MagnitudeMethod
 from .mc import (
-    BatchedLoss,
-    Estimate,
     MCFamily,
     dense_regularizer,
     mc_gradient,
     mc_surrogate,
     surrogate_loss,
 )
-from .registry import COMMANDS, REGISTRY, Family, get_family, names, register
+from .registry import (
+    COMMANDS,
+    OPTIMIZERS,
+    REGISTRY,
+    BatchedLoss,
+    Estimate,
+    Family,
+    MethodConfig,
+    Trainer,
+    get_family,
+    names,
+    register,
+)
 from .samplers import (
     SAMPLERS,
     AntitheticSampler,
@@ -64,7 +74,7 @@ from .samplers import (
     standard_gamma,
     uniform_bits24,
 )
-from .trainer import OPTIMIZERS, MaskTrainer, MaskTrainerGroup, MethodConfig
+from .trainer import MaskTrainer, MaskTrainerGroup
 
 #: The methods :class:`MaskTrainer` trains (``pbscale.regress --method``).
 METHODS = names("regress")
@@ -77,7 +87,7 @@ __all__ = [
     "AntitheticSampler", "BatchedLoss", "BernoulliSampler", "COMMANDS", "CPFamily", "CPStep",
     "CopulaSampler", "Estimate", "Family", "FixedSampler", "HYBRID_METHODS", "HybridControl",
     "HybridFamily", "MCFamily", "MC_METHODS", "METHODS", "MagnitudeFamily", "MagnitudeMethod",
-    "MaskTrainer", "MaskTrainerGroup", "MethodConfig", "OPTIMIZERS", "PerRunSampler",
+    "MaskTrainer", "MaskTrainerGroup", "MethodConfig", "OPTIMIZERS", "PerRunSampler", "Trainer",
     "PerSeedControl", "PerSeedMLP", "RELAX_HIDDEN", "RELAX_LR", "RELAX_WEIGHT_DECAY",
     "REGISTRY", "SAMPLERS", "auto_chunk", "cp_hard_mask", "cp_relaxed_loss", "cp_step",
     "cp_temperature", "dense_regularizer", "get_family", "make_control", "mc_gradient",

@@ -138,7 +138,8 @@ class DenseFamily(MagnitudeFamily):
 
 
 class MagnitudeMethod:
-    """MP, GMP or dense training as a :class:`pbscale.loop.Method`: one binary mask (d,) over the
+    """MP, GMP or dense training as a :class:`pbscale.loop_types.Method`: one binary mask (d,)
+    over the
     masked weights (all ones for dense), no logits. ``apply`` (called by the loop after the
     backward pass and before the weight step) makes the cuts: at step ``cut`` for MP, every
     ``every`` steps from ``start`` to ``end`` on :func:`gmp_fraction` for GMP. A cut

@@ -14,7 +14,6 @@ estimate as a surrogate loss for autograd; :func:`dense_regularizer` the closed-
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -24,22 +23,19 @@ from pbexact.estimators import MC_ESTIMATORS, EstimatorSpec, SampleSums, get_est
 from pbexact.estimators import REGISTRY as ESTIMATOR_REGISTRY
 from pbexact.parametrizations import Parametrization
 
-from .registry import MC_GAMMA, MC_MILESTONES, MC_START, Family, register
+from .registry import (
+    MC_GAMMA,
+    MC_MILESTONES,
+    MC_START,
+    BatchedLoss,
+    Estimate,
+    Family,
+    register,
+)
 from .samplers import SAMPLERS, PerRunSampler
 
+
 #: A batched loss: masks (..., d) -> losses (...).
-BatchedLoss = Callable[[torch.Tensor], torch.Tensor]
-
-
-@dataclass
-class Estimate:
-    """One step's gradient over the logits, shape (..., P) (the shape of r), and the mean sampled
-    loss: a float for r of shape (P,), else a float64 CPU tensor of shape (...), one per run."""
-
-    grad: torch.Tensor
-    loss: float | torch.Tensor
-
-
 def mc_gradient(f: BatchedLoss, r: torch.Tensor, param: Parametrization, estimator: str, n: int,
                 generator: torch.Generator | Sequence[torch.Generator] | None = None,
                 chunk: int | None = None, sampler: Any = None, shard: Any = None) -> Estimate:

@@ -21,18 +21,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from dataclasses import asdict, dataclass
+from typing import Any, Protocol
 
 import torch
 
+from pbexact.continuation import CP_FINAL_TAU
 from pbexact.errors import PBInputError, check_n
-from pbexact.parametrizations import Parametrization
+from pbexact.parametrizations import PARAMETRIZATIONS, Parametrization
 
 from .samplers import BernoulliSampler
-
-if TYPE_CHECKING:
-    from .mc import BatchedLoss, Estimate
-    from .trainer import MaskTrainer, MethodConfig
 
 #: The tools a family can run in: ``regress`` (:mod:`pbscale.regress`), ``batched``
 #: (:mod:`pbscale.batched_seeds`), ``prune-supermask`` and ``prune-joint`` (:mod:`pbscale.prune`
@@ -46,6 +44,43 @@ CP_MILESTONES, CP_GAMMA = (0.4, 0.6), 0.1
 MC_MILESTONES, MC_GAMMA = (0.6,), 0.5
 #: Joint MC runs train the dense network for the first 10% of the epochs.
 MC_START = 0.1
+
+
+#: A batched loss: masks z of shape (..., d) to losses (...).
+BatchedLoss = Callable[[torch.Tensor], torch.Tensor]
+
+
+@dataclass
+class Estimate:
+    """One step's gradient over the logits, shape (..., P) (the shape of r), and the mean sampled
+    loss: a float for r of shape (P,), else a float64 CPU tensor of shape (...), one per run."""
+
+    grad: torch.Tensor
+    loss: float | torch.Tensor
+
+
+
+class Trainer(Protocol):
+    """What the hooks of a :class:`Family` read and update of one run of mask logits
+    (:class:`pbscale.methods.MaskTrainer`): its configuration, logits r (P,), parametrization,
+    generator, chunk size, torchrun shard, step counts, REBAR/RELAX control, theta (d,) and
+    (n, d) uniforms."""
+
+    config: MethodConfig
+    d: int
+    r: torch.nn.Parameter
+    param: Parametrization
+    generator: torch.Generator
+    chunk: int
+    shard: Any
+    step_count: int
+    total_steps: int
+    control: Any
+    control_opts: list[torch.optim.Optimizer]
+
+    def theta(self) -> torch.Tensor: ...
+
+    def uniforms(self, n: int) -> torch.Tensor: ...
 
 
 class Family:
@@ -112,15 +147,15 @@ class Family:
         """A learned control and its optimizers (REBAR/RELAX); (None, []) for the others."""
         return None, []
 
-    def theta(self, trainer: MaskTrainer) -> torch.Tensor:
+    def theta(self, trainer: Trainer) -> torch.Tensor:
         """The mask probabilities (d,) of the trainer's logits."""
         return trainer.param.theta(trainer.r)
 
-    def temperature(self, trainer: MaskTrainer) -> float:
+    def temperature(self, trainer: Trainer) -> float:
         """The relaxation temperature the trainer is at (NaN: no relaxation)."""
         return math.nan
 
-    def gradient(self, trainer: MaskTrainer, f: BatchedLoss, record: list | None
+    def gradient(self, trainer: Trainer, f: BatchedLoss, record: list | None
                  ) -> tuple[Estimate, Callable[[torch.Tensor], torch.Tensor]]:
         """One step's estimate over the logits and the map r -> theta of the dense regularizer;
         with ``record``, the losses the weights train on are appended to it."""
@@ -130,7 +165,7 @@ class Family:
         """The loss of the network weights from what :meth:`gradient` recorded."""
         return sum(J.sum() for J in record) / n
 
-    def sample_masks(self, trainer: MaskTrainer, k: int) -> torch.Tensor:
+    def sample_masks(self, trainer: Trainer, k: int) -> torch.Tensor:
         """k masks (k, d) from the trainer's current distribution."""
         return BernoulliSampler(trainer.theta(), trainer.generator).next(k)
 
@@ -180,3 +215,53 @@ def get_family(name: str, command: str | None = None) -> Family:
     if not isinstance(name, str) or name not in choices:
         raise PBInputError(f"unknown method {name!r}; choose one of {', '.join(choices)}")
     return REGISTRY[name]
+
+
+OPTIMIZERS = ("rmsprop", "sgd")
+
+
+@dataclass
+class MethodConfig:
+    """A mask-optimization method and its hyperparameters (validated before training)."""
+
+    method: str = "loorf"
+    n: int = 10
+    param: str = "sigmoid"
+    lr: float = 0.1
+    optimizer: str = "rmsprop"
+    seed: int = 0
+    chunk: int | None = None
+    lam: float = 0.0
+    cp_final_tau: float = CP_FINAL_TAU
+    cp_every: int = 100
+
+    def validate(self) -> MethodConfig:
+        """Raise :class:`PBInputError` on the first bad setting."""
+        family = get_family(self.method, "regress")
+        if self.param not in PARAMETRIZATIONS:
+            raise PBInputError(
+                f"unknown parametrization {self.param!r}; "
+                f"choose one of {', '.join(PARAMETRIZATIONS)}"
+            )
+        family.check(self)
+        if not (isinstance(self.lr, (int, float)) and math.isfinite(self.lr) and self.lr > 0):
+            raise PBInputError(f"the learning rate must be a positive number, got lr={self.lr}")
+        if self.optimizer not in OPTIMIZERS:
+            raise PBInputError(
+                f"unknown optimizer {self.optimizer!r}; choose one of {', '.join(OPTIMIZERS)}"
+            )
+        if self.chunk is not None and (not isinstance(self.chunk, int) or self.chunk < 1):
+            raise PBInputError(f"chunk must be a positive integer (or omitted), got {self.chunk}")
+        if not (math.isfinite(self.lam) and self.lam >= 0):
+            raise PBInputError(f"the regularization weight must be >= 0, got lam={self.lam}")
+        if not 0 < self.cp_final_tau <= 1 or self.cp_every < 1:
+            raise PBInputError("CP needs 0 < final tau <= 1 and a schedule period >= 1")
+        return self
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @property
+    def family(self) -> Family:
+        """The method's :class:`pbscale.methods.registry.Family`."""
+        return get_family(self.method, "regress")

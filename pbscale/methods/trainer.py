@@ -7,68 +7,17 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
 
 import torch
 from torch import nn
 
-from pbexact.continuation import CP_FINAL_TAU
 from pbexact.errors import PBInputError
-from pbexact.parametrizations import PARAMETRIZATIONS, get_parametrization
+from pbexact.parametrizations import get_parametrization
 
 from .cp import cp_temperature
 from .mc import BatchedLoss, Estimate, dense_regularizer, mc_gradient, surrogate_loss
-from .registry import Family, get_family, names
+from .registry import MethodConfig, names
 from .samplers import auto_chunk
-
-OPTIMIZERS = ("rmsprop", "sgd")
-
-
-@dataclass
-class MethodConfig:
-    """A mask-optimization method and its hyperparameters (validated before training)."""
-
-    method: str = "loorf"
-    n: int = 10
-    param: str = "sigmoid"
-    lr: float = 0.1
-    optimizer: str = "rmsprop"
-    seed: int = 0
-    chunk: int | None = None
-    lam: float = 0.0
-    cp_final_tau: float = CP_FINAL_TAU
-    cp_every: int = 100
-
-    def validate(self) -> MethodConfig:
-        """Raise :class:`PBInputError` on the first bad setting."""
-        family = get_family(self.method, "regress")
-        if self.param not in PARAMETRIZATIONS:
-            raise PBInputError(
-                f"unknown parametrization {self.param!r}; "
-                f"choose one of {', '.join(PARAMETRIZATIONS)}"
-            )
-        family.check(self)
-        if not (isinstance(self.lr, (int, float)) and math.isfinite(self.lr) and self.lr > 0):
-            raise PBInputError(f"the learning rate must be a positive number, got lr={self.lr}")
-        if self.optimizer not in OPTIMIZERS:
-            raise PBInputError(
-                f"unknown optimizer {self.optimizer!r}; choose one of {', '.join(OPTIMIZERS)}"
-            )
-        if self.chunk is not None and (not isinstance(self.chunk, int) or self.chunk < 1):
-            raise PBInputError(f"chunk must be a positive integer (or omitted), got {self.chunk}")
-        if not (math.isfinite(self.lam) and self.lam >= 0):
-            raise PBInputError(f"the regularization weight must be >= 0, got lam={self.lam}")
-        if not 0 < self.cp_final_tau <= 1 or self.cp_every < 1:
-            raise PBInputError("CP needs 0 < final tau <= 1 and a schedule period >= 1")
-        return self
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-    @property
-    def family(self) -> Family:
-        """The method's :class:`pbscale.methods.registry.Family`."""
-        return get_family(self.method, "regress")
 
 
 class MaskTrainer:
@@ -236,7 +185,7 @@ class MaskTrainer:
 
 
 class MaskTrainerGroup:
-    """G MC runs that step together: one :class:`pbscale.loop.Method` over G
+    """G MC runs that step together: one :class:`pbscale.loop_types.Method` over G
     :class:`MaskTrainer` members (logits (P,), optimizer and generator each), whose n samples
     per step are drawn member by member from the members' own generators and evaluated in one
     batched call f: (k, G, d) -> (k, G) (:func:`mc_gradient` with leading dimension G and one
