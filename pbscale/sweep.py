@@ -251,7 +251,7 @@ def run_sweep(args: argparse.Namespace, argv: list[str]) -> int:
                 codes = run_local(sweep, children, jobs, progress)
         except Interrupted:
             print_status(sweep, verbose=False)
-            left = sum(state_of(sweep, r) != "finished" for r in sweep.runs)
+            left = len(sweep.runs) - len(status(sweep)["finished"])
             print(f"interrupted: {left} runs not finished (running children checkpointed); "
                   f"resume with: {resume}", file=sys.stderr)
             return 143

@@ -147,7 +147,7 @@ def canonical_value(action: argparse.Action, value: Any, where: str) -> Any:
     A switch (no argument) takes a boolean. Any other flag refuses booleans, and its value goes
     through the flag's ``type`` and ``choices``. A value equal to the flag's default is the
     default itself, so a default spelled out names the same run as one left out."""
-    flag = action.option_strings[-1]
+    flag = "--" + action.dest.replace("_", "-")
     if action.nargs == 0:
         if not isinstance(value, bool):
             raise PBInputError(f"{where}: {flag} is a switch; give true or false, got {value!r}")

@@ -82,9 +82,12 @@ def alive(pid: int, start: int | None = None) -> bool:
     return True
 
 
-def state_of(sweep: Sweep, run: Run) -> str:
+def state_of(sweep: Sweep, run: Run, done: set[str] | None = None) -> str:
     """finished / running / failed / interrupted / pending (no record). A record left
-    "running" on this host by a process that no longer exists counts as interrupted."""
+    "running" on this host by a process that no longer exists counts as interrupted, and an
+    interrupted run whose run folder holds its summary.json (the child was stopped, or the
+    sweep killed, after the summary was written) as finished. ``done``: the ids of the runs
+    with a summary (:func:`finished_folders`), computed here when not given."""
     rec = read_record(sweep, run)
     if rec is None:
         return "pending"
@@ -95,9 +98,14 @@ def state_of(sweep: Sweep, run: Run) -> str:
         try:
             pid, start = int(rec.get("pid", 0)), rec.get("pid_start")
         except (TypeError, ValueError):
-            return "interrupted"
+            pid, start = 0, None
         if not alive(pid, start if isinstance(start, int) else None):
-            return "interrupted"
+            state = "interrupted"
+    if state == "interrupted":
+        if done is None:
+            done = set(finished_folders(sweep))
+        if run.id in done:
+            return "finished"
     return state
 
 
@@ -105,9 +113,10 @@ def todo(sweep: Sweep, retry_failed: bool = True) -> tuple[list[Run], list[Run]]
     """(runs to launch, runs still running in a child of an earlier sweep on this host). A
     run to launch is not finished, not running, and not failed unless ``retry_failed``."""
     skip = {"finished"} | (set() if retry_failed else {"failed"})
+    done = set(finished_folders(sweep))
     launch_, running = [], []
     for r in sweep.runs:
-        state = state_of(sweep, r)
+        state = state_of(sweep, r, done)
         if state == "running" and (read_record(sweep, r) or {}).get("host") == \
                 os.uname().nodename:
             running.append(r)
@@ -282,8 +291,9 @@ def finished_folders(sweep: Sweep) -> dict[str, Path]:
 def status(sweep: Sweep) -> dict[str, list[Run]]:
     """Runs grouped by state (STATES order)."""
     groups: dict[str, list[Run]] = {s: [] for s in STATES}
+    done = set(finished_folders(sweep))
     for r in sweep.runs:
-        groups[state_of(sweep, r)].append(r)
+        groups[state_of(sweep, r, done)].append(r)
     return groups
 
 
