@@ -430,3 +430,55 @@ def test_sigkill_of_the_sweep_leaves_no_orphan_and_rerun_finishes_the_rest(tmp_p
         rows = io.read_csv(f.parent / "history.csv")
         assert [r["epoch"] for r in rows] == list(range(7))
         assert json.loads(f.read_text())
+
+
+def test_ray_interrupt_cancels_tasks_and_says_so(tmp_path, monkeypatch):
+    """SIGINT during a Ray sweep cancels every pending task (a stand-in ``ray`` module: the
+    first task ends, then Ctrl-C arrives); the tasks cancelled before they started stay
+    pending and :class:`Interrupted` carries the finished one's code."""
+    from pbscale import sweep_engines
+
+    s = sweep.load(_write(tmp_path, HEAD + "[[grid]]\nseed = [0, 1, 2]\n"))
+    cancelled: list[int] = []
+
+    class Ref:
+        def __init__(self, job):
+            self.job = job
+
+    class FakeRay:
+        calls = 0
+
+        @staticmethod
+        def is_initialized():
+            return True
+
+        @staticmethod
+        def remote(**kw):
+            return lambda fn: type("T", (), {"remote": staticmethod(lambda cwd, sw, job:
+                                                                     Ref(job))})
+
+        @staticmethod
+        def wait(refs, num_returns=1, timeout=None):
+            FakeRay.calls += 1
+            if FakeRay.calls == 2:
+                os.kill(os.getpid(), signal.SIGINT)
+            if cancelled:
+                return refs, []
+            return ([refs[0]], refs[1:]) if FakeRay.calls == 1 else ([], refs)
+
+        @staticmethod
+        def cancel(ref):
+            cancelled.append(ref.job.full["seed"])
+
+        @staticmethod
+        def get(ref):
+            if ref.job.full["seed"] in cancelled:
+                raise RuntimeError("TaskCancelledError")
+            return 0
+
+    monkeypatch.setitem(sys.modules, "ray", FakeRay)
+    with pytest.raises(sweep_engines.Interrupted) as exc:
+        sweep.run_ray(s, list(s.runs), 2, None)
+    assert exc.value.codes == {s.runs[0].id: 0}
+    assert cancelled == [1, 2]
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
