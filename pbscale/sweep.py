@@ -217,31 +217,23 @@ def write_results(sweep: Sweep, csv: str) -> int:
 
 
 def run_sweep(args: argparse.Namespace, argv: list[str]) -> int:
+    """``sweep run``: the lock first (so that what is left to do is read while no other sweep
+    runs this folder), then the runs not finished, on the chosen engine."""
     sweep = load(args.sweep, args.out)
     for note in sweep.notes:
         print(note, file=sys.stderr)
-    batched = args.batch or sweep.batch
-    runs, running = todo(sweep, retry_failed=not args.no_retry)
-    for r in running:
-        rec = read_record(sweep, r) or {}
-        print(f"still running from an earlier sweep (pid {rec.get('pid')}), left alone: {r.id}  "
-              f"{label(r)}", file=sys.stderr)
-    children = plan(sweep, runs) if batched else list(runs)
     if args.dry_run:
-        if not children:
-            print(f"nothing to do: {len(sweep.runs) - len(running)} of {len(sweep.runs)} runs "
-                  f"of {sweep.path} finished{' or failed' if args.no_retry else ''} in "
-                  f"{sweep.out}", file=sys.stderr)
-        for c in children:
-            print(" ".join(["python", *sweep.command_line(c)]))
-        return 0
+        return dry_run(sweep, args)
     resume = shlex.join(["python", "-m", "pbscale.sweep", *argv])
     with SweepLock(sweep.record_dir):
+        runs, running, children = plan_todo(sweep, args)
         jobs = args.jobs or default_jobs(sweep)
         n_groups = sum(isinstance(c, Group) for c in children)
-        how = f" ({n_groups} batched groups, {len(children)} children)" if batched else ""
+        how = (f" ({n_groups} batched groups, {len(children)} children)"
+               if args.batch or sweep.batch else "")
+        elsewhere = f" ({len(running)} still running)" if running else ""
         print(f"{len(sweep.runs) - len(runs) - len(running)} of {len(sweep.runs)} runs already "
-              f"finished; running {len(runs)}{how} with --engine {args.engine} "
+              f"finished{elsewhere}; running {len(runs)}{how} with --engine {args.engine} "
               f"({jobs} at once)", file=sys.stderr, flush=True)
         progress = Progress(sweep, len(runs))
         try:
@@ -257,6 +249,30 @@ def run_sweep(args: argparse.Namespace, argv: list[str]) -> int:
             return 143
     print_status(sweep, verbose=False)
     return 1 if any(c != 0 for c in codes.values()) else 0
+
+
+def plan_todo(sweep: Sweep, args: argparse.Namespace
+              ) -> tuple[list[Run], list[Run], list[Run | Group]]:
+    """(runs to launch, runs still running in a child of an earlier sweep on this host, the
+    children that run the runs to launch); a line per run still running, which is left
+    alone."""
+    runs, running = todo(sweep, retry_failed=not args.no_retry)
+    for r in running:
+        rec = read_record(sweep, r) or {}
+        print(f"still running from an earlier sweep (pid {rec.get('pid')}), left alone: {r.id}  "
+              f"{label(r)}", file=sys.stderr)
+    return runs, running, plan(sweep, runs) if (args.batch or sweep.batch) else list(runs)
+
+
+def dry_run(sweep: Sweep, args: argparse.Namespace) -> int:
+    """``sweep run --dry-run``: the command lines still to run, or that there are none."""
+    _, _, children = plan_todo(sweep, args)
+    if not children:
+        print(f"nothing to do: every run of {sweep.path} in {sweep.out} is finished"
+              f"{', failed' if args.no_retry else ''} or running", file=sys.stderr)
+    for c in children:
+        print(" ".join(["python", *sweep.command_line(c)]))
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
