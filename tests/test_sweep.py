@@ -140,7 +140,8 @@ def killed_and_resumed(tmp_path_factory):
         [sys.executable, "-m", "pbscale.sweep", "run", str(path), "--jobs", "1"], _env(),
         second_checkpointed)
     facts["killed"] = killed
-    facts["code"] = proc.wait(timeout=120)
+    facts["stderr"] = proc.communicate(timeout=120)[1].decode()
+    facts["code"] = proc.returncode
     facts["after_kill"] = {r.id: sweep.state_of(s, r) for r in s.runs}
     facts["folders"] = sweep.folder_index(out)
     facts["second_summary"] = (facts["folders"][second.id] / "summary.json").exists()
@@ -157,6 +158,10 @@ def test_killed_sweep_resumes_without_redoing_finished_runs(killed_and_resumed):
     assert set(f["before"].values()) == {"pending"}
     assert f["killed"], "the second run never reached a checkpoint"
     assert f["code"] == 143
+    # one line per run started and ended, and how to resume
+    assert f"finished    {first.id}" in f["stderr"] and f"started     {second.id}" in f["stderr"]
+    assert f"interrupted {second.id}" in f["stderr"]
+    assert f"resume with: python -m pbscale.sweep run {path} --jobs 1" in f["stderr"]
     assert f["after_kill"] == {first.id: "finished", second.id: "interrupted",
                                third.id: "pending"}
     assert not f["second_summary"]

@@ -7,6 +7,7 @@ redoing finished runs, and still runs the runs it cannot batch (ST)."""
 from __future__ import annotations
 
 import math
+import os
 import sys
 from pathlib import Path
 
@@ -15,7 +16,7 @@ from _launch import sigterm_when
 from test_sweep import _env, _histories, _starts, _sweep_cli, _write
 
 from pbexact.errors import PBInputError
-from pbscale import io, sweep
+from pbscale import io, sweep, sweep_engines
 from pbscale.batched_seeds import GROUPS
 
 PLAN = """
@@ -108,6 +109,10 @@ def test_ray_engine_launches_groups_as_tasks(tmp_path, monkeypatch):
     jobs = sweep.plan(s, s.runs)
     declared, launched = [], []
 
+    class Ref:
+        def __init__(self, value):
+            self.value = value
+
     class FakeRay:
         @staticmethod
         def is_initialized():
@@ -115,7 +120,7 @@ def test_ray_engine_launches_groups_as_tasks(tmp_path, monkeypatch):
 
         @staticmethod
         def init(**kw):
-            pass
+            inits.append(kw)
 
         @staticmethod
         def shutdown():
@@ -124,21 +129,29 @@ def test_ray_engine_launches_groups_as_tasks(tmp_path, monkeypatch):
         @staticmethod
         def remote(**kw):
             declared.append(kw)
-            return lambda fn: type("T", (), {"remote": staticmethod(fn)})
+            return lambda fn: type("T", (), {"remote": staticmethod(lambda *a: Ref(fn(*a)))})
 
         @staticmethod
-        def get(refs):
-            return list(refs)
+        def wait(refs, num_returns=1, timeout=None):
+            return refs[:num_returns], refs[num_returns:]
+
+        @staticmethod
+        def get(ref):
+            return ref.value
 
     def fake_launch(sw, job, env=None, procs=None):
         launched.append(job)
         return 3 if isinstance(job, sweep.Group) and job.runs[0].full["method"] == "arms" else 0
 
+    inits: list[dict] = []
     monkeypatch.setitem(sys.modules, "ray", FakeRay)
-    monkeypatch.setattr(sweep, "launch", fake_launch)
+    monkeypatch.setattr(sweep_engines, "launch", fake_launch)
     codes = sweep.run_ray(s, jobs, 2, None)
     assert launched == jobs
     assert declared == [{"num_cpus": 1.0, "num_gpus": 0.0, "max_retries": 0}]
+    # the workers find this checkout: its root first on their PYTHONPATH
+    root = str(Path(sweep_engines.__file__).resolve().parents[1])
+    assert inits[0]["runtime_env"]["env_vars"]["PYTHONPATH"].split(os.pathsep)[0] == root
     arms = {r.id for j in jobs if isinstance(j, sweep.Group) and j.runs[0].full["method"] ==
             "arms" for r in j.runs}
     assert codes == {r.id: 3 if r.id in arms else 0 for r in s.runs}

@@ -1,0 +1,323 @@
+"""Sweep records: one ``<id>.json`` record and ``<id>.log`` per run in ``OUT/sweep-<stem>/``,
+the lock that keeps one ``sweep run`` per sweep folder, launching one child, and reading the runs'
+folders back (status and results).
+
+A record holds the run's state (running, finished, failed, interrupted), the child's process id
+and start time, its return code, log and times. A record left "running" on this host whose
+process is gone (or whose process id now names another process: the start time differs) is
+interrupted. Children die with the sweep: each is started in its own session (a Ctrl-C at the
+terminal reaches the sweep only, which passes SIGTERM on) and, on Linux, asks the kernel for a
+SIGTERM when the sweep dies (``PR_SET_PDEATHSIG``), so a sweep killed with SIGKILL leaves no
+child running; the children checkpoint and exit, and the next ``sweep run`` resumes them.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import fcntl
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import IO, Any
+
+from pbexact.errors import PBInputError
+
+from . import io
+from .sweep_file import Group, Run, Sweep, members
+
+STATES = ("finished", "running", "failed", "interrupted", "pending")
+#: Exit codes of a child stopped by SIGTERM (it checkpointed: its run is interrupted).
+TERMINATED = (143, -signal.SIGTERM)
+PR_SET_PDEATHSIG = 1
+
+
+def record_path(sweep: Sweep, run: Run) -> Path:
+    """``OUT/sweep-<stem>/<id>.json``."""
+    return sweep.record_dir / f"{run.id}.json"
+
+
+def read_record(sweep: Sweep, run: Run) -> dict | None:
+    """A run's record, or None when there is none or it is damaged (the run is then pending;
+    launching it again finds its run folder)."""
+    p = record_path(sweep, run)
+    if not p.exists():
+        return None
+    try:
+        rec = io.read_json(p)
+    except (OSError, ValueError):  # PBInputError is a ValueError
+        return None
+    return rec if isinstance(rec, dict) else None
+
+
+def process_start(pid: int) -> int | None:
+    """When process ``pid`` started (clock ticks since boot, ``/proc/PID/stat`` field 22), or
+    None where that cannot be read (no such process, no ``/proc``)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        return int(stat.rsplit(")", 1)[1].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def alive(pid: int, start: int | None = None) -> bool:
+    """Whether process ``pid`` runs, and (with ``start``) is the process that started then,
+    not a later one given the same id."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    if start is not None:
+        now = process_start(pid)
+        if now is not None and now != start:
+            return False
+    return True
+
+
+def state_of(sweep: Sweep, run: Run, done: set[str] | None = None) -> str:
+    """finished / running / failed / interrupted / pending (no record). A record left
+    "running" on this host by a process that no longer exists counts as interrupted, and an
+    interrupted run whose run folder holds its summary.json (the child was stopped, or the
+    sweep killed, after the summary was written) as finished. ``done``: the ids of the runs
+    with a summary (:func:`finished_folders`), computed here when not given."""
+    rec = read_record(sweep, run)
+    if rec is None:
+        return "pending"
+    state = rec.get("state", "pending")
+    if state not in STATES:
+        return "pending"
+    if state == "running" and rec.get("host") == os.uname().nodename:
+        try:
+            pid, start = int(rec.get("pid", 0)), rec.get("pid_start")
+        except (TypeError, ValueError):
+            pid, start = 0, None
+        if not alive(pid, start if isinstance(start, int) else None):
+            state = "interrupted"
+    if state == "interrupted":
+        if done is None:
+            done = set(finished_folders(sweep))
+        if run.id in done:
+            return "finished"
+    return state
+
+
+def todo(sweep: Sweep, retry_failed: bool = True) -> tuple[list[Run], list[Run]]:
+    """(runs to launch, runs still running in a child of an earlier sweep on this host). A
+    run to launch is not finished, not running, and not failed unless ``retry_failed``."""
+    skip = {"finished"} | (set() if retry_failed else {"failed"})
+    done = set(finished_folders(sweep))
+    launch_, running = [], []
+    for r in sweep.runs:
+        state = state_of(sweep, r, done)
+        if state == "running" and (read_record(sweep, r) or {}).get("host") == \
+                os.uname().nodename:
+            running.append(r)
+        elif state not in skip:
+            launch_.append(r)
+    return launch_, running
+
+
+class SweepLock:
+    """The lock of a sweep folder (``OUT/sweep-<stem>/.lock``, ``flock``): one ``sweep run``
+    at a time. The lock file holds the holder's process id; the kernel drops the lock when the
+    holder exits, however it ends. Creating the folder, or a folder that cannot be written, is
+    a one-line :class:`PBInputError`."""
+
+    def __init__(self, record_dir: Path):
+        self.path = record_dir / ".lock"
+        self.fh: IO[str] | None = None
+
+    def __enter__(self) -> SweepLock:
+        folder = self.path.parent
+        if folder.parent.exists() and not folder.parent.is_dir():
+            raise PBInputError(f"output folder {folder.parent} is a file; give a folder with "
+                               "--out or [sweep] out")
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            fh = open(self.path, "a+")
+        except OSError as e:
+            raise PBInputError(f"cannot write the sweep folder {folder} ({e.strerror}); give a "
+                               "writable folder with --out or [sweep] out") from None
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            fh.seek(0)
+            pid = fh.read().strip() or "unknown"
+            fh.close()
+            raise PBInputError(f"another sweep run (pid {pid}) is running this sweep in "
+                               f"{folder}; wait for it to end or stop it (kill {pid}); status "
+                               "works meanwhile") from None
+        fh.seek(0)
+        fh.truncate()
+        fh.write(f"{os.getpid()}\n")
+        fh.flush()
+        self.fh = fh
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.fh is not None:
+            fcntl.flock(self.fh, fcntl.LOCK_UN)
+            self.fh.close()
+            self.fh = None
+
+
+def _prctl() -> Any:
+    name = ctypes.util.find_library("c") if sys.platform.startswith("linux") else None
+    if not name:
+        return None
+    try:
+        return ctypes.CDLL(name, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+
+
+PRCTL = _prctl()
+
+
+def die_with_parent(parent: int) -> Any:
+    """A ``preexec_fn`` under which the child gets SIGTERM when its parent dies (Linux
+    ``PR_SET_PDEATHSIG``; elsewhere nothing), and exits at once if the parent ``parent`` is
+    already gone."""
+    def setup() -> None:
+        if PRCTL is not None:
+            PRCTL(PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
+            if os.getppid() != parent:
+                os._exit(143)
+    return setup
+
+
+def launch(sweep: Sweep, job: Run | Group, env: dict | None = None,
+           procs: dict | None = None) -> int:
+    """Run one child (a run, or a :class:`Group` of batched runs) to its end, output appended
+    to ``<id>.log`` (a group: ``group-<id>.log``); writes each run's record before and after;
+    returns the child's exit code. ``procs`` (id -> Popen) lets the caller signal children.
+    A child stopped by SIGTERM is interrupted, unless its run wrote ``summary.json`` first
+    (then finished). An exception here (e.g. a cancelled Ray task) stops the child with
+    SIGTERM, records it as interrupted and is raised again."""
+    from .batched_seeds import member_key
+    sweep.record_dir.mkdir(parents=True, exist_ok=True)
+    grouped = isinstance(job, Group)
+    log = sweep.record_dir / (f"group-{job.id}.log" if grouped else f"{job.id}.log")
+    cmd = [sys.executable, *sweep.command_line(job)]
+    if grouped:
+        info = {"sweep": sweep.path.stem, "sweep_ids": {
+            member_key(r.full["seed"], r.full["lr"]): r.id for r in job.runs}}
+    else:
+        info = {"sweep": sweep.path.stem, "sweep_id": job.id}
+    recs = {r.id: {"id": r.id, "command": sweep.command, "options": r.options,
+                   "argv": cmd[1:], "log": str(log), "host": os.uname().nodename,
+                   **({"group": job.id} if grouped else {})} for r in members(job)}
+    t0 = time.time()
+    with open(log, "a") as fh:
+        fh.write(f"# {time.strftime('%Y-%m-%d %H:%M:%S')} start: {' '.join(cmd[1:])}\n")
+        fh.flush()
+        proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT,
+                                env={**os.environ, **(env or {}),
+                                     "PBSCALE_RUN_INFO": json.dumps(info)},
+                                start_new_session=True, preexec_fn=die_with_parent(os.getpid()))
+        if procs is not None:
+            procs[job.id] = proc
+        running = {"state": "running", "pid": proc.pid, "pid_start": process_start(proc.pid),
+                   "started": t0}
+        for r in members(job):
+            io.write_json(record_path(sweep, r), {**recs[r.id], **running})
+        try:
+            code = proc.wait()
+        except BaseException:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+                try:
+                    proc.wait(timeout=120)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+            _finish(sweep, job, recs, -int(signal.SIGTERM), t0)
+            raise
+        finally:
+            if procs is not None:
+                procs.pop(job.id, None)
+        fh.write(f"# exit code {code}\n")
+    _finish(sweep, job, recs, code, t0)
+    return code
+
+
+def _finish(sweep: Sweep, job: Run | Group, recs: dict, code: int, t0: float) -> None:
+    """Write each member's final record: finished (exit 0, or stopped after its summary was
+    written), interrupted (stopped by SIGTERM) or failed."""
+    done = finished_folders(sweep) if code in TERMINATED else {}
+    for r in members(job):
+        if code == 0 or r.id in done:
+            state = "finished"
+        else:
+            state = "interrupted" if code in TERMINATED else "failed"
+        io.write_json(record_path(sweep, r), {**recs[r.id], "state": state, "returncode": code,
+                                              "started": t0, "seconds": time.time() - t0})
+
+
+def per_run(jobs: list[Run | Group], codes: list[int]) -> dict[str, int]:
+    """{run id: exit code of the child that ran it}."""
+    return {r.id: c for job, c in zip(jobs, codes) for r in members(job)}
+
+
+def folder_index(out: Path, damaged: list[Path] | None = None) -> dict[str, Path]:
+    """{sweep run id: run folder} over the run folders directly under ``out``. A folder whose
+    config.json is damaged or of the wrong shape is left out (and appended to ``damaged``)."""
+    index = {}
+    for cfg in sorted(out.glob("*/config.json")):
+        try:
+            info = io.read_json(cfg).get("info", {})
+            sweep_id = info.get("sweep_id") if isinstance(info, dict) else None
+        except (OSError, ValueError, AttributeError):
+            sweep_id = None
+            if damaged is not None:
+                damaged.append(cfg)
+        if isinstance(sweep_id, str):
+            index[sweep_id] = cfg.parent
+    return index
+
+
+def finished_folders(sweep: Sweep) -> dict[str, Path]:
+    """{run id: run folder} of the sweep's runs whose folder holds a summary.json."""
+    return {k: v for k, v in folder_index(sweep.out).items() if (v / "summary.json").is_file()}
+
+
+def status(sweep: Sweep) -> dict[str, list[Run]]:
+    """Runs grouped by state (STATES order)."""
+    groups: dict[str, list[Run]] = {s: [] for s in STATES}
+    done = set(finished_folders(sweep))
+    for r in sweep.runs:
+        groups[state_of(sweep, r, done)].append(r)
+    return groups
+
+
+def results(sweep: Sweep, damaged: list[Path] | None = None) -> list[dict]:
+    """One row per finished run: its options, then ``folder`` and the run's summary.json
+    (``final_*`` metrics, seconds). A run's folder is the one under ``out`` whose config.json
+    "info" holds the run's sweep id (the sweep passes it to the child in $PBSCALE_RUN_INFO).
+    Run folders whose config.json or summary.json is damaged or not a JSON object are left out
+    and appended to ``damaged``."""
+    bad: list[Path] = []
+    folders = folder_index(sweep.out, bad)
+    rows = []
+    for r in sweep.runs:
+        folder = folders.get(r.id)
+        if folder is None or not (folder / "summary.json").exists():
+            continue
+        try:
+            summary = io.read_json(folder / "summary.json")
+        except (OSError, ValueError):
+            summary = None
+        if not isinstance(summary, dict):
+            bad.append(folder / "summary.json")
+            continue
+        rows.append({**r.options, "folder": str(folder), **summary})
+    if damaged is not None:
+        damaged.extend(bad)
+    return rows
