@@ -43,7 +43,7 @@ visible GPU, each child pinned to one GPU with ``CUDA_VISIBLE_DEVICES``). ``--en
 num_gpus=gpus``, so small runs share a GPU; ``--address`` joins an existing cluster
 (``ray.init(address=...)``; the run folders must then be on a file system all nodes share),
 otherwise a local Ray is started with ``--jobs`` CPUs. Both engines run the same child command,
-so their results are identical (docs/sweeps_ray.md says what a cluster needs).
+so their results are identical (docs/sweeps.md says what a cluster needs).
 
 Batched seeds (``batch = true`` under ``[sweep]``, or ``sweep run --batch``): the ``regress``
 runs of MC methods (:data:`pbscale.methods.MC_METHODS`) that differ only in ``seed`` and ``lr``

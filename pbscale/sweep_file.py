@@ -337,9 +337,10 @@ def load(path: str | Path, out: str | Path | None = None) -> Sweep:
 
 def batchable(sweep: Sweep, run: Run) -> bool:
     """A regress run of an MC method whose options batched_seeds takes (no own chunk)."""
-    from .methods import MC_METHODS
+    from .methods import names
+
     full = run.full
-    return (sweep.command == "regress" and full.get("method") in MC_METHODS
+    return (sweep.command == "regress" and full.get("method") in names("batched")
             and full.get("chunk") is None
             and set(full) <= {*BATCH_SHARED, "seed", "lr", "chunk"})
 
