@@ -301,15 +301,26 @@ def piece_arms_loorf(ctx: Context) -> Outcome:
 
 
 def piece_pbscale(ctx: Context) -> Outcome:
-    """bench_pbscale.main into the results folder (its CSV)."""
+    """bench_pbscale.main once per n (its own CSV rows, merged)."""
     from benchmarks import bench_pbscale
 
-    argv = ["--device", str(ctx.dev), "--estimator", "loorf", "--out", str(ctx.folder)]
-    argv += ["--ns", "2", "--no-memory"] if ctx.smoke else ["--ns", "10,100,1000"]
-    bench_pbscale.main(argv)
-    rows = io.read_csv(ctx.folder / ctx.csv)
-    ctx.rows = rows
-    return Outcome({}, ", ".join(f"n = {r['n']}: {r['speedup']:.1f}x" for r in rows))
+    ns, extra = ((2,), ["--no-memory"]) if ctx.smoke else ((10, 100, 1000), [])
+    rows: list[dict] = []
+    with tempfile.TemporaryDirectory(dir=ctx.folder, prefix=".tmp-") as tmp:
+        for n in ns:
+            try:
+                with ctx.within():
+                    bench_pbscale.main(["--device", str(ctx.dev), "--estimator", "loorf",
+                                        "--ns", str(n), "--out", tmp, *extra])
+            except PieceTimeout:
+                print(f"  pbscale: budget spent during n = {n}", flush=True)
+                break
+            rows += io.read_csv(Path(tmp) / ctx.csv)
+            ctx.save(rows)
+    if not rows:
+        raise RuntimeError("no n fitted in the budget")
+    return Outcome({}, ", ".join(f"n = {r['n']}: {r['speedup']:.1f}x" for r in rows),
+                   len(rows) < len(ns))
 
 
 def piece_batched_seeds(ctx: Context) -> Outcome:
@@ -569,7 +580,8 @@ def run_piece(piece: Piece, dev: torch.device, smoke: bool, folder: Path, budget
 
 
 def environment(dev: torch.device, smoke: bool, budget: float, pieces: list[str]) -> dict:
-    """Device, driver, library versions, TF32 flags, commit, host and date of this run."""
+    """Device, driver, library versions, TF32 flags, commit (``git rev-parse HEAD``, else the
+    environment variable ``GPU_SUITE_COMMIT``), host and date of this run."""
     env: dict[str, Any] = {
         "device": str(dev),
         "device_name": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
@@ -602,6 +614,11 @@ def environment(dev: torch.device, smoke: bool, budget: float, pieces: list[str]
                                     "--untracked-files=no"], capture_output=True, text=True,
                                    timeout=20)
             env["commit_dirty"] = bool(dirty.stdout.strip())
+    if env["commit"] is None and os.environ.get("GPU_SUITE_COMMIT"):
+        # a copy of the working tree without .git (a device machine): the commit it was made
+        # from, as the caller names it
+        env["commit"] = os.environ["GPU_SUITE_COMMIT"]
+        env["commit_source"] = "GPU_SUITE_COMMIT"
     return env
 
 
