@@ -509,10 +509,10 @@ def piece_regression(ctx: Context) -> Outcome:
 
 
 PIECES = {p.name: p for p in (
-    Piece("sync", "check_gpu_sync: host synchronizations in a step", "check_gpu_sync.csv", 0.06,
+    Piece("sync", "check_gpu_sync: host synchronizations in a step", "check_gpu_sync.csv", 0.08,
           piece_sync, ("piece", "mode", "verdict")),
     Piece("prune", "bench_prune: MC pruning step against dense steps", "bench_prune_{dev}.csv",
-          0.40, piece_prune, ("model", "amp", "channels_last", "backend", "what", "n", "chunk",
+          0.38, piece_prune, ("model", "amp", "channels_last", "backend", "what", "n", "chunk",
                               "ms_median", "per_dense_forward", "per_dense_train", "peak_mib")),
     Piece("arms_loorf", "bench_arms_step: ARMS step over LOORF step", "bench_arms_step.csv", 0.06,
           piece_arms_loorf, ("n", "chunk", "arms_ms", "loorf_ms", "ratio", "ratio_min",
