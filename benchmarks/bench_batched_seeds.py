@@ -23,6 +23,7 @@ import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import torch
 
@@ -30,7 +31,65 @@ from pbexact.cli import ArgumentParser, positive_int
 from pbscale import regress
 from pbscale.batched_seeds import train_batched
 from pbscale.methods import MethodConfig
-from pbscale.regression import make_problem
+from pbscale.regression import RegressionProblem, make_problem
+
+#: The modes :func:`time_modes` can time, by name.
+MODES = ("batched", "serial", "parallel")
+LABELS = {"batched": "batched (one process)", "serial": "one at a time (one process)",
+          "parallel": "{procs} parallel processes"}
+
+
+def time_modes(configs: list[MethodConfig], epochs: int, dev: torch.device,
+               modes: tuple[str, ...] = MODES, procs: int = 2, threads: int = 1,
+               problem: RegressionProblem | None = None, tmp_dir: str | Path | None = None
+               ) -> dict[str, tuple[float, float]]:
+    """Train the runs ``configs`` for ``epochs`` epochs in each mode of ``modes`` (batched:
+    :func:`pbscale.batched_seeds.train_batched`, all runs one group; serial:
+    :func:`pbscale.regress.train` one run after another; parallel: ``procs`` children
+    ``python -m pbscale.regress`` at once, each with ``threads`` torch threads, the paper's
+    problem); each mode in its own temporary folder (under ``tmp_dir``; default the system's).
+    ``problem``: the in-process modes' problem (default the paper's on ``dev``, built inside
+    each timed mode). Returns {mode: (wall
+    seconds, CPU seconds of this process and its children)}."""
+    res: dict[str, tuple[float, float]] = {}
+
+    def cpu() -> float:
+        own = time.process_time()
+        kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+        return own + kids.ru_utime + kids.ru_stime
+
+    def get_problem() -> RegressionProblem:
+        return make_problem(0, dev) if problem is None else problem
+
+    with tempfile.TemporaryDirectory(dir=tmp_dir) as tmp:
+        def batched() -> None:
+            train_batched(configs, epochs, get_problem(), out=f"{tmp}/batched", device=dev)
+
+        def serial() -> None:
+            prob = get_problem()
+            for c in configs:
+                regress.train(c, epochs, f"{tmp}/serial", device=str(dev), problem=prob,
+                              progress=False)
+
+        def child(c: MethodConfig) -> int:
+            cmd = [sys.executable, "-m", "pbscale.regress", "--method", c.method, "--n",
+                   str(c.n), "--lr", str(c.lr), "--seed", str(c.seed), "--epochs",
+                   str(epochs), "--device", str(dev), "--threads", str(threads),
+                   "--out", f"{tmp}/procs", "--quiet"]
+            return subprocess.run(cmd, capture_output=True, env=os.environ).returncode
+
+        def parallel() -> None:
+            with ThreadPoolExecutor(procs) as pool:
+                codes = list(pool.map(child, configs))
+            if any(codes):
+                raise RuntimeError(f"a child run failed: exit codes {codes}")
+
+        jobs = {"batched": batched, "serial": serial, "parallel": parallel}
+        for mode in modes:
+            t0, c0 = time.perf_counter(), cpu()
+            jobs[mode]()
+            res[mode] = (time.perf_counter() - t0, cpu() - c0)
+    return res
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -53,52 +112,19 @@ def main(argv: list[str] | None = None) -> None:
     print(f"{G} runs: {args.method} n={args.n}, lr in {lrs}, {args.seeds} seeds, "
           f"{args.epochs} epochs of 100 steps, d=8,050, device {dev}, {args.threads} thread(s)"
           f" per process")
-    res: dict[str, tuple[float, float]] = {}
-
-    def cpu() -> float:
-        own = time.process_time()
-        kids = resource.getrusage(resource.RUSAGE_CHILDREN)
-        return own + kids.ru_utime + kids.ru_stime
-
-    def timed(name: str, fn) -> None:
-        t0, c0 = time.perf_counter(), cpu()
-        fn()
-        res[name] = (time.perf_counter() - t0, cpu() - c0)
-
-    with tempfile.TemporaryDirectory() as tmp:
-        def batched() -> None:
-            problem = make_problem(0, dev)
-            train_batched(configs, args.epochs, problem, out=f"{tmp}/batched", device=dev)
-
-        def serial() -> None:
-            problem = make_problem(0, dev)
-            for c in configs:
-                regress.train(c, args.epochs, f"{tmp}/serial", device=str(dev), problem=problem,
-                              progress=False)
-
-        def child(c: MethodConfig) -> int:
-            cmd = [sys.executable, "-m", "pbscale.regress", "--method", c.method, "--n",
-                   str(c.n), "--lr", str(c.lr), "--seed", str(c.seed), "--epochs",
-                   str(args.epochs), "--device", str(dev), "--threads", str(args.threads),
-                   "--out", f"{tmp}/procs", "--quiet"]
-            return subprocess.run(cmd, capture_output=True, env=os.environ).returncode
-
-        def parallel() -> None:
-            with ThreadPoolExecutor(args.procs) as pool:
-                codes = list(pool.map(child, configs))
-            if any(codes):
-                sys.exit(f"a child run failed: exit codes {codes}")
-
-        timed("batched (one process)", batched)
-        timed("one at a time (one process)", serial)
-        timed(f"{args.procs} parallel processes", parallel)
-    base_wall, base_cpu = res["one at a time (one process)"]
+    try:
+        timed = time_modes(configs, args.epochs, dev, MODES, args.procs, args.threads)
+    except RuntimeError as e:
+        sys.exit(str(e))
+    res = {LABELS[m].format(procs=args.procs): v for m, v in timed.items()}
+    base_wall, base_cpu = timed["serial"]
     print(f"{'':<30} {'wall s':>8} {'runs/hour':>10} {'ratio':>6}   {'CPU s':>7} {'ratio':>6}")
     for name, (sec, cpu_s) in res.items():
         print(f"{name:<30} {sec:8.1f} {G / sec * 3600:10.0f} {base_wall / sec:5.2f}x   "
               f"{cpu_s:7.1f} {base_cpu / cpu_s:5.2f}x")
     print("ratio: one at a time / this mode (higher is faster); load average "
           f"{os.getloadavg()[0]:.1f}")
+
 
 if __name__ == "__main__":
     main()

@@ -39,6 +39,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--ns", type=positive_int_list, default=[10, 100, 1000],
                     help="sample counts n (default 10,100,1000)")
     ap.add_argument("--out", default="results", help="folder of the CSV (default results)")
+    ap.add_argument("--no-memory", action="store_true",
+                    help="skip the peak-memory measurements (a fresh process each)")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     for n in args.ns:
@@ -90,6 +92,11 @@ def main(argv: list[str] | None = None) -> None:
             res[f"{mode}_ms"] = 1e3 * statistics.median(times[mode])
         res["speedup"] = res["loop_ms"] / res["batched_ms"]
         for mode in ("batched", "loop", "one_shot"):
+            if args.no_memory:
+                res[f"{mode}_peak_mib"] = float("nan")
+                res[f"{mode}_chunk"] = {"batched": pair["batched"][0].chunk, "loop": 1,
+                                        "one_shot": n}[mode]
+                continue
             child = subprocess.run(
                 [sys.executable, "-m", "benchmarks.bench_pbscale", "--device", str(dev),
                  "--estimator", args.estimator, "--child", f"{n},{mode}"],

@@ -45,11 +45,15 @@ import traceback
 import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from pbexact.cli import ArgumentParser, positive_int
+
+if TYPE_CHECKING:
+    from pbscale.regression import RegressionProblem
 
 #: The device the emulated check puts a step's tensors on: shapes without data, not "cpu", so
 #: the code takes the branches a CUDA device takes.
@@ -60,8 +64,8 @@ aten = torch.ops.aten
 
 #: The read-backs made by design, at most once per step: (file under the repository, function)
 #: -> what is read back.
-LOSS_READBACK = ("pbscale/methods.py", "mc_gradient")
-CP_READBACK = ("pbscale/methods.py", "gradient")
+LOSS_READBACK = ("pbscale/methods/mc.py", "mc_gradient")
+CP_READBACK = ("pbscale/methods/cp.py", "gradient")
 READBACKS = {
     LOSS_READBACK: "the step's mean sampled loss",
     CP_READBACK: "CP's hard-mask loss",
@@ -381,9 +385,11 @@ class Piece:
 
 def make_pieces(dev: torch.device, n: int, chunk: int, steps: int,
                 estimators: tuple[str, ...] = ("arms", "loorf", "disarm", "reinforce"),
-                params: tuple[str, ...] = ("sigmoid", "escort"), group: int = 2) -> list[Piece]:
+                params: tuple[str, ...] = ("sigmoid", "escort"), group: int = 2,
+                problem: RegressionProblem | None = None) -> list[Piece]:
     """The samplers, the batched loss and whole steps on the MaskedNNRegression problem on
-    ``dev`` (built outside any check); each run does ``steps`` steps."""
+    ``dev`` (built outside any check; ``problem``: one made on ``dev`` with smaller data, default
+    the paper's); each run does ``steps`` steps."""
     from pbscale.loop import train_step as loop_step
     from pbscale.masks import MaskedModule, mean_absolute_error
     from pbscale.methods import (
@@ -398,7 +404,7 @@ def make_pieces(dev: torch.device, n: int, chunk: int, steps: int,
 
     emulated = dev.type == EMULATED.type
     gen_dev = "cpu" if emulated else dev
-    prob = make_problem(0, dev)
+    prob = make_problem(0, dev) if problem is None else problem
     idx = torch.arange(BATCH, device=dev)
     f = prob.batch_loss(idx)
     chunk = min(chunk, n)
@@ -477,6 +483,19 @@ def make_pieces(dev: torch.device, n: int, chunk: int, steps: int,
     return pieces
 
 
+def check_pieces(dev: torch.device, n: int, chunk: int, steps: int, **options: Any
+                 ) -> Iterator[tuple[Piece, Verdict]]:
+    """Each piece of :func:`make_pieces` on ``dev`` (``options``: its keyword arguments) with
+    its verdict, one after another: emulated on :data:`EMULATED`, else on the CUDA device after
+    one warm-up run of the piece outside the check (first-call allocations, cuBLAS handles)."""
+    for p in make_pieces(dev, n, chunk, steps, **options):
+        if dev.type == EMULATED.type:
+            yield p, emulated_check(p.run, p.allowed, steps)
+        else:
+            p.run()
+            yield p, gpu_check(p.run, p.allowed, steps)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=positive_int, default=100, help="samples per step (default 100)")
@@ -493,14 +512,8 @@ def main(argv: list[str] | None = None) -> int:
     if emulate and not args.emulate:
         print("check_gpu_sync: no CUDA GPU is visible; emulating one on the meta device")
     dev = EMULATED if emulate else torch.device("cuda")
-    pieces = make_pieces(dev, args.n, args.chunk, args.steps)
     clean = True
-    for p in pieces:
-        if emulate:
-            verdict = emulated_check(p.run, p.allowed, args.steps)
-        else:
-            p.run()  # warm-up outside the check (first-call allocations, cuBLAS handles)
-            verdict = gpu_check(p.run, p.allowed, args.steps)
+    for p, verdict in check_pieces(dev, args.n, args.chunk, args.steps):
         clean &= verdict.clean
         print(f"{p.name:37s} {verdict.describe()}")
     where = ("emulated on the meta device (CUDA branches, no data)" if emulate

@@ -1,0 +1,754 @@
+"""Every GPU measurement of the project in one command, within a time budget (8 minutes by
+default: what a session lent one GPU can spend), into one results folder.
+
+    python -m benchmarks.gpu_suite --out DIR [--smoke] [--device cuda|cpu] [--budget-s 480]
+        [--pieces sync,prune,arms_loorf,pbscale,batched_seeds,regression]
+
+Writes ``DIR/<device name>-<date>/`` (``-smoke`` appended with ``--smoke``): each piece's CSV,
+``summary.md`` (each piece's status, the speed goals met or not as computed from the numbers,
+a table per piece; rewritten after every piece, so a suite stopped from outside leaves the
+pieces done so far) and ``environment.json`` (device, driver, torch, CUDA and cuDNN versions,
+TF32 flags, commit, hostname, date). The pieces, in order:
+
+* ``sync``: :mod:`benchmarks.check_gpu_sync` on the device (emulated on the meta device
+  without one, or with ``--smoke``): host synchronizations inside the steps.
+* ``prune``: :mod:`benchmarks.bench_prune` for LeNet-300-100 and ResNet-20, amp none and bf16,
+  NCHW and channels-last, n = 1, 10, 100: the MC pruning step (ARMS, `alg:iter_arms`) over a
+  dense training step measured in the same process (``per_dense_train``); its CSV format.
+* ``arms_loorf``: :func:`benchmarks.bench_arms_step.step_ratio`, the ARMS over the LOORF step
+  on MaskedNNRegression at n = 10 and 100.
+* ``pbscale``: :mod:`benchmarks.bench_pbscale`, chunked-batched evaluation against a loop over
+  samples (LOORF, n = 10, 100, 1000), with peak memory.
+* ``batched_seeds``: :func:`benchmarks.bench_batched_seeds.time_modes`, runs per hour of
+  MaskedNNRegression runs trained as one batched group (20 runs: a group of the paper's sweep;
+  and 100 runs) against one run at a time.
+* ``regression``: a slice of the paper-scale MaskedNNRegression sweep (``sweeps/regression.toml``
+  as ``pbscale.sweep`` plans it with batched seeds: groups and single runs): each kind of job
+  trained for 2 epochs, and the projected wall time of the whole sweep (280 runs, 300 epochs)
+  with its jobs one after another on this device.
+
+Each piece runs in this process, under its share of the budget (what earlier pieces left
+unspent is shared out again); a piece that raises, or runs past its share (SIGALRM), is
+recorded as failed with its one-line error and the suite goes on. Pieces that loop over
+configurations stop early (status "partial") when their share runs out, keeping the rows
+measured. ``--smoke``: the same code paths on the CPU at tiny sizes (the test suite runs it);
+its numbers are not GPU measurements and its goal lines say so. Exit code 0 when every piece
+finished (ok or partial), 1 when one failed, 2 on bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime
+import math
+import os
+import platform
+import re
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import traceback
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from analysis.cli import run
+from pbexact.cli import ArgumentParser, positive_float
+from pbexact.errors import PBInputError
+from pbexact.io import atomic_write_text, check_out_dir, write_json
+from pbscale import io
+
+ROOT = Path(__file__).resolve().parents[1]
+#: The paper-scale sweep the ``regression`` piece projects (`sec:app_maskednnregression`).
+SWEEP_FILE = ROOT / "sweeps" / "regression.toml"
+#: Epochs of every run of that sweep.
+SWEEP_EPOCHS = 300
+DEFAULT_BUDGET_S = 480.0
+#: Seconds a piece may run past 1.25 x its share before it is stopped (SIGALRM).
+HARD_GRACE_S = 10.0
+
+
+@dataclass(frozen=True)
+class Goal:
+    """A speed goal: ``key`` names the metric a piece reports, met when the metric is at most
+    (``"<="``) or at least (``">="``) ``target``; ``"<"``: strictly below."""
+
+    key: str
+    text: str
+    op: str
+    target: float
+
+    def met(self, value: float) -> bool:
+        return {"<=": value <= self.target, ">=": value >= self.target,
+                "<": value < self.target}[self.op]
+
+
+GOALS = (
+    Goal("resnet20_fp32", "ResNet-20, batch 128, ARMS n = 100: MC step in dense training steps, "
+         "fp32 (TF32 as in environment.json)", "<=", 3.0),
+    Goal("resnet20_bf16", "ResNet-20, batch 128, ARMS n = 100: MC step in dense training steps, "
+         "bf16 autocast", "<=", 3.0),
+    Goal("lenet_fp32", "LeNet-300-100, batch 128, ARMS n = 100: MC step in dense training steps, "
+         "fp32", "<=", 2.0),
+    Goal("arms_loorf", "ARMS step / LOORF step, MaskedNNRegression, n = 100", "<=", 1.3),
+    Goal("batched_speedup", "batched MaskedNNRegression runs: runs per hour over one run at a "
+         "time", ">=", 20.0),
+    Goal("sweep_hours", "paper-scale regression sweep (280 runs x 300 epochs) on one device, "
+         "projected hours", "<", 1.0),
+    Goal("sync_clean", "check_gpu_sync: pieces with a host sync other than the known read-backs",
+         "<=", 0.0),
+)
+
+
+class PieceTimeout(BaseException):
+    """A piece ran past its share of the budget (BaseException: not caught by the pieces'
+    own ``except Exception``)."""
+
+
+@contextlib.contextmanager
+def alarm(seconds: float) -> Iterator[None]:
+    """Raise :class:`PieceTimeout` in this (main) thread after ``seconds`` (SIGALRM); inside
+    another ``alarm`` it fires at the earlier of the two, and the outer one goes on counting
+    afterwards. Off the main thread (or without SIGALRM) it does nothing."""
+    if not hasattr(signal, "setitimer") or \
+            threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def fire(signum: int, frame: object) -> None:
+        raise PieceTimeout(f"ran past its budget of {seconds:.1f} s")
+
+    outer = signal.getitimer(signal.ITIMER_REAL)[0]
+    t0 = time.perf_counter()
+    old = signal.signal(signal.SIGALRM, fire)
+    signal.setitimer(signal.ITIMER_REAL, max(min(seconds, outer) if outer else seconds, 0.01))
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+        if outer:
+            signal.setitimer(signal.ITIMER_REAL, max(outer - (time.perf_counter() - t0), 0.01))
+
+
+@dataclass
+class Context:
+    """What a piece gets: the device, the size mode, its results folder and its deadline."""
+
+    dev: torch.device
+    smoke: bool
+    folder: Path
+    deadline: float  # time.perf_counter() value
+    rows: list[dict] = field(default_factory=list)
+    csv: str = ""
+
+    def left(self) -> float:
+        """Seconds left of the piece's share."""
+        return self.deadline - time.perf_counter()
+
+    def within(self) -> contextlib.AbstractContextManager[None]:
+        """:func:`alarm` at the end of the piece's share: wrap one configuration in it, catch
+        :class:`PieceTimeout` and keep the ones measured before."""
+        return alarm(self.left())
+
+    def save(self, rows: list[dict]) -> None:
+        """Write the piece's CSV now (the rows so far): a piece stopped later keeps them."""
+        self.rows = rows
+        if rows and self.csv:
+            io.write_csv(self.folder / self.csv, rows)
+
+
+@dataclass
+class Outcome:
+    """What a piece reports: its metrics (goal keys -> value, and ``<key>_detail`` texts), a
+    one-line note and whether it stopped early for the budget."""
+
+    metrics: dict[str, Any] = field(default_factory=dict)
+    note: str = ""
+    partial: bool = False
+
+
+@dataclass(frozen=True)
+class Piece:
+    name: str
+    title: str
+    csv: str  # file name; "{dev}" stands for the device type
+    share: float  # of the budget
+    run: Callable[[Context], Outcome]
+    columns: tuple[str, ...]  # shown in summary.md (all present in the CSV)
+
+
+# ----------------------------------------------------------------------------- the pieces
+
+
+def piece_sync(ctx: Context) -> Outcome:
+    """check_gpu_sync on the CUDA device, or emulated on the meta device (CPU, smoke)."""
+    from benchmarks import check_gpu_sync as cgs
+    from pbscale.regression import make_problem
+
+    emulate = ctx.smoke or ctx.dev.type != "cuda"
+    dev = cgs.EMULATED if emulate else ctx.dev
+    n, chunk, steps = (4, 2, 1) if ctx.smoke else (100, 25, 3)
+    options: dict[str, Any] = {}
+    if ctx.smoke:
+        options["problem"] = make_problem(0, dev, n_train=200, n_valid=100)
+    rows, dirty = [], []
+    mode = "emulated (meta device)" if emulate else f"cuda ({torch.cuda.get_device_name(dev)})"
+    for p, verdict in cgs.check_pieces(dev, n, chunk, steps, **options):
+        rows.append({"piece": p.name, "mode": mode, "n": n, "chunk": min(chunk, n),
+                     "steps": steps, "clean": verdict.clean, "verdict": verdict.describe()})
+        if not verdict.clean:
+            dirty.append(p.name)
+        print(f"  {p.name:37s} {verdict.describe()}", flush=True)
+        ctx.save(rows)
+    detail = f"{mode}, n = {n}" + (f"; unexpected sync in: {', '.join(dirty)}" if dirty else "")
+    return Outcome({"sync_clean": len(dirty), "sync_clean_detail": detail},
+                   f"{len(rows)} pieces {mode}, {len(dirty)} with an unexpected sync")
+
+
+#: bench_prune configurations (amp, model, layout), the goals' first.
+PRUNE_CONFIGS = (("none", "resnet20", "nchw"), ("none", "lenet", "nchw"),
+                 ("bf16", "resnet20", "nchw"), ("none", "resnet20", "channels_last"),
+                 ("bf16", "resnet20", "channels_last"), ("bf16", "lenet", "nchw"))
+#: With --smoke: each model, amp and layout once.
+PRUNE_SMOKE = (("none", "resnet20", "nchw"), ("bf16", "resnet20", "channels_last"),
+               ("none", "lenet", "nchw"))
+
+
+def piece_prune(ctx: Context) -> Outcome:
+    """bench_prune.main once per configuration (its own CSV rows, merged)."""
+    from benchmarks import bench_prune
+
+    ns = "1,2" if ctx.smoke else "1,10,100"
+    size = (["--batch", "4", "--repeats", "1", "--chunk", "2", "--no-memory"] if ctx.smoke
+            else ["--batch", "128"])
+    configs = PRUNE_SMOKE if ctx.smoke else PRUNE_CONFIGS
+    rows: list[dict] = []
+    spent: list[float] = []
+    partial = False
+    with tempfile.TemporaryDirectory(dir=ctx.folder, prefix=".tmp-") as tmp:
+        for amp, model, layout in configs:
+            if spent and ctx.left() < 1.2 * max(spent):
+                partial = True
+                print(f"  prune: budget spent, skipping {model} {amp} {layout}", flush=True)
+                continue
+            t0 = time.perf_counter()
+            try:
+                with ctx.within():
+                    code = bench_prune.main(["--device", ctx.dev.type, "--amp", amp, "--models",
+                                             model, "--layouts", layout, "--ns", ns, "--out",
+                                             tmp, *size])
+            except PieceTimeout:
+                partial = True
+                print(f"  prune: budget spent during {model} {amp} {layout}", flush=True)
+                break
+            if code:
+                raise RuntimeError(f"bench_prune exit code {code} ({model} {amp} {layout})")
+            rows += io.read_csv(Path(tmp) / f"bench_prune_{ctx.dev.type}.csv")
+            ctx.save(rows)
+            spent.append(time.perf_counter() - t0)
+    if not rows:
+        raise RuntimeError("no configuration fitted in the budget")
+    metrics: dict[str, Any] = {}
+    n_top = max(r["n"] for r in rows if r["what"] == "mc_step")
+    for model, amp, key in (("resnet20", "none", "resnet20_fp32"),
+                            ("resnet20", "bf16", "resnet20_bf16"), ("lenet", "none", "lenet_fp32")):
+        cand = [r for r in rows if r["what"] == "mc_step" and r["n"] == n_top
+                and r["model"] == model and r["amp"] == amp]
+        if cand:
+            best = min(cand, key=lambda r: r["per_dense_train"])
+            layout = "channels_last" if str(best["channels_last"]) == "True" else "nchw"
+            others = ", ".join(f"{'channels_last' if str(r['channels_last']) == 'True' else 'nchw'}"
+                               f" {r['per_dense_train']:.2f}" for r in cand)
+            metrics[key] = best["per_dense_train"]
+            metrics[f"{key}_detail"] = (f"n = {n_top}, best layout {layout} ({others}); step "
+                                        f"{best['ms_median']:.2f} ms, backend {best['backend']}")
+    done = len(spent)
+    return Outcome(metrics, f"{done} of {len(configs)} configurations", partial)
+
+
+def piece_arms_loorf(ctx: Context) -> Outcome:
+    """The ARMS over the LOORF step (bench_arms_step.step_ratio) at each n."""
+    from benchmarks.bench_arms_step import step_ratio
+    from pbscale.regression import make_problem
+
+    if ctx.smoke:
+        ns, repeats = (4,), 2
+        prob = make_problem(0, ctx.dev, n_train=200, n_valid=100)
+    else:
+        ns, repeats = (10, 100), 40
+        prob = make_problem(0, ctx.dev)
+    rows = []
+    for n in ns:
+        r = step_ratio(n, repeats, ctx.dev, prob)
+        rows.append({"device": str(ctx.dev), "threads": torch.get_num_threads(),
+                     "repeats": repeats, **r})
+        ctx.save(rows)
+        print(f"  n={n}: ARMS {r['arms_ms']:.2f} ms, LOORF {r['loorf_ms']:.2f} ms, ratio "
+              f"{r['ratio']:.2f} (min-based {r['ratio_min']:.2f})", flush=True)
+    top = rows[-1]
+    return Outcome({"arms_loorf": top["ratio"],
+                    "arms_loorf_detail": f"n = {top['n']}, median of {repeats} interleaved; "
+                    f"min-based {top['ratio_min']:.2f}"}, f"n = {', '.join(map(str, ns))}")
+
+
+def piece_pbscale(ctx: Context) -> Outcome:
+    """bench_pbscale.main once per n (its own CSV rows, merged)."""
+    from benchmarks import bench_pbscale
+
+    ns, extra = ((2,), ["--no-memory"]) if ctx.smoke else ((10, 100, 1000), [])
+    rows: list[dict] = []
+    with tempfile.TemporaryDirectory(dir=ctx.folder, prefix=".tmp-") as tmp:
+        for n in ns:
+            try:
+                with ctx.within():
+                    bench_pbscale.main(["--device", str(ctx.dev), "--estimator", "loorf",
+                                        "--ns", str(n), "--out", tmp, *extra])
+            except PieceTimeout:
+                print(f"  pbscale: budget spent during n = {n}", flush=True)
+                break
+            rows += io.read_csv(Path(tmp) / ctx.csv)
+            ctx.save(rows)
+    if not rows:
+        raise RuntimeError("no n fitted in the budget")
+    return Outcome({}, ", ".join(f"n = {r['n']}: {r['speedup']:.1f}x" for r in rows),
+                   len(rows) < len(ns))
+
+
+def piece_batched_seeds(ctx: Context) -> Outcome:
+    """Runs per hour, batched groups against one at a time (bench_batched_seeds.time_modes)."""
+    from benchmarks.bench_batched_seeds import time_modes
+    from pbscale.methods import MethodConfig
+    from pbscale.regression import make_problem
+
+    if ctx.smoke:
+        method, n, seeds, lrs, epochs, serial_runs = "loorf", 2, (2, 4), (0.1,), 1, 2
+        prob = make_problem(0, ctx.dev, n_train=200, n_valid=100)
+    else:
+        method, n, seeds, lrs, epochs, serial_runs = "loorf", 10, (10, 50), (0.1, 0.01), 2, 4
+        prob = make_problem(0, ctx.dev)
+
+    def configs(n_seeds: int) -> list[MethodConfig]:
+        return [MethodConfig(method, n, "sigmoid", lr, seed=s)
+                for lr in lrs for s in range(n_seeds)]
+
+    # warm-up outside the timing (first-call kernels, allocator, lazy imports)
+    time_modes(configs(1)[:2], 1, ctx.dev, ("batched", "serial"), problem=prob,
+               tmp_dir=ctx.folder)
+    wall, _ = time_modes(configs(seeds[0])[:serial_runs], epochs, ctx.dev, ("serial",),
+                         problem=prob, tmp_dir=ctx.folder)["serial"]
+    per_hour_serial = serial_runs / wall * 3600
+    rows = [{"mode": "one at a time", "runs": serial_runs, "method": method, "n": n,
+             "epochs": epochs, "wall_s": wall, "runs_per_hour": per_hour_serial, "ratio": 1.0}]
+    ctx.save(rows)
+    for i, s in enumerate(seeds):
+        if i and ctx.left() < 2 * wall:  # the first group always runs
+            break
+        group = configs(s)
+        try:
+            with ctx.within() if i else contextlib.nullcontext():
+                gwall, _ = time_modes(group, epochs, ctx.dev, ("batched",), problem=prob,
+                                      tmp_dir=ctx.folder)["batched"]
+        except PieceTimeout:
+            print(f"  {len(group)} runs batched: budget spent", flush=True)
+            break
+        per_hour = len(group) / gwall * 3600
+        rows.append({"mode": "batched", "runs": len(group), "method": method, "n": n,
+                     "epochs": epochs, "wall_s": gwall, "runs_per_hour": per_hour,
+                     "ratio": per_hour / per_hour_serial})
+        ctx.save(rows)
+        print(f"  {len(group)} runs batched: {per_hour:.0f} runs/hour, "
+              f"{per_hour / per_hour_serial:.1f}x one at a time ({per_hour_serial:.0f})",
+              flush=True)
+    batched = [r for r in rows if r["mode"] == "batched"]
+    if not batched:
+        raise RuntimeError("no batched group fitted in the budget")
+    best = max(batched, key=lambda r: r["ratio"])
+    detail = ", ".join(f"{r['runs']} runs {r['ratio']:.1f}x" for r in batched)
+    return Outcome({"batched_speedup": best["ratio"],
+                    "batched_speedup_detail": f"{method} n = {n}, {epochs} epochs: {detail}"},
+                   detail, len(batched) < len(seeds))
+
+
+def _job_kinds(ctx: Context) -> list[dict]:
+    """The jobs of the paper's regression sweep planned with batched seeds
+    (:func:`pbscale.sweep.plan`), as kinds of equal cost: method, n, parametrization, optimizer,
+    lam and runs per job (``G``); per kind the jobs and runs of the sweep and one job's
+    MethodConfigs (a group's members, or the single run)."""
+    from pbscale.methods import MethodConfig
+    from pbscale.sweep import Group, load, members, plan
+
+    sweep = load(SWEEP_FILE, out=ctx.folder)
+    kinds: dict[tuple, dict] = {}
+    for job in plan(sweep, sweep.runs):
+        runs = members(job)
+        full = runs[0].full
+        key = (full["method"], full["n"], full["param"], full["optimizer"], full["lam"],
+               len(runs))
+        cfgs = [MethodConfig(method=r.full["method"], n=r.full["n"], param=r.full["param"],
+                             lr=float(r.full["lr"]), optimizer=r.full["optimizer"],
+                             seed=int(r.full["seed"]), lam=float(r.full["lam"])) for r in runs]
+        k = kinds.setdefault(key, {"method": key[0], "n": key[1], "param": key[2],
+                                   "optimizer": key[3], "runs_per_job": key[5], "jobs": 0,
+                                   "runs": 0, "group": isinstance(job, Group),
+                                   "configs": cfgs})
+        k["jobs"] += 1
+        k["runs"] += len(runs)
+    if any(int(r.full["epochs"]) != SWEEP_EPOCHS for r in sweep.runs):
+        raise RuntimeError(f"{SWEEP_FILE.name}: a run's epochs is not {SWEEP_EPOCHS}")
+    for k in kinds.values():
+        # masks evaluated per step: the cost measure unmeasured kinds are fitted in
+        k["masks_per_step"] = k["runs_per_job"] * (1 if k["method"] == "cp" else k["n"])
+    return list(kinds.values())
+
+
+def _train_job(kind: dict, epochs: int, problem: Any, out: Path, dev: torch.device
+               ) -> list[dict]:
+    """Train one job of a kind for ``epochs`` epochs under ``out``; its per-epoch history rows
+    (train_seconds, val_seconds) as the run loop records them."""
+    from pbscale import regress
+    from pbscale.batched_seeds import GROUPS, train_batched
+
+    if kind["group"]:
+        train_batched(kind["configs"], epochs, problem, out=out, device=dev)
+        (metrics,) = (out / GROUPS).glob("*/metrics.csv")
+        return io.read_csv(metrics)
+    folder = regress.train(kind["configs"][0], epochs, out, device=str(dev), problem=problem,
+                           progress=False)
+    return io.read_csv(folder / "history.csv")
+
+
+def _fit(points: list[tuple[float, float]]) -> tuple[float, float]:
+    """Least-squares a, b >= 0 of seconds = a + b x over (x, seconds) points (one point or one
+    x: b = seconds / x)."""
+    xs = [x for x, _ in points]
+    if len(set(xs)) < 2:
+        return 0.0, sum(s for _, s in points) / sum(xs)
+    mx, my = sum(xs) / len(xs), sum(s for _, s in points) / len(points)
+    b = sum((x - mx) * (s - my) for x, s in points) / sum((x - mx) ** 2 for x in xs)
+    b = max(b, 0.0)
+    return max(my - b * mx, 0.0), b
+
+
+def piece_regression(ctx: Context) -> Outcome:
+    """A slice of the regression sweep: kinds of jobs trained a few epochs; the projection."""
+    from pbscale.regression import make_problem
+
+    kinds = _job_kinds(ctx)
+    if ctx.smoke:
+        epochs = 1
+        problem = make_problem(0, ctx.dev, n_train=200, n_valid=100)
+        # the cheapest group and the cheapest single run
+        order = [min((k for k in kinds if k["group"] is g), key=lambda k: k["masks_per_step"])
+                 for g in (True, False)]
+    else:
+        epochs = 2
+        problem = make_problem(0, ctx.dev)
+        # the cheapest group (a point at the low end of the fit), then the costly ones first
+        first = min((k for k in kinds if k["group"]), key=lambda k: k["masks_per_step"])
+        order = [first] + sorted((k for k in kinds if k is not first),
+                                 key=lambda k: -k["masks_per_step"])
+    # a process start of a job (the sweep launches each job as `python -m ...`): imports and
+    # the device's first use
+    t0 = time.perf_counter()
+    subprocess.run([sys.executable, "-c", "import torch, pbscale.regress; "
+                    f"torch.zeros(1, device={str(ctx.dev)!r})"], check=True, capture_output=True)
+    start_s = time.perf_counter() - t0
+    spent: list[float] = []
+    with tempfile.TemporaryDirectory(dir=ctx.folder, prefix=".tmp-") as tmp:
+        for i, kind in enumerate(order):
+            if spent and ctx.left() < 1.5 * max(spent):
+                break
+            t0 = time.perf_counter()
+            try:
+                with ctx.within():
+                    history = _train_job(kind, epochs, problem, Path(tmp) / f"job{i}", ctx.dev)
+            except PieceTimeout:
+                print(f"  {kind['method']} n={kind['n']}: budget spent", flush=True)
+                break
+            wall = time.perf_counter() - t0
+            spent.append(wall)
+            last = history[-1]
+            kind["epoch_s"] = last["train_seconds"] + last["val_seconds"]
+            kind["setup_s"] = wall - sum(h["train_seconds"] + h["val_seconds"] for h in history)
+            kind["measured"] = True
+            print(f"  {kind['method']} n={kind['n']} {kind['param']} {kind['optimizer']}, "
+                  f"{kind['runs_per_job']} run(s) per job: {kind['epoch_s']:.2f} s/epoch",
+                  flush=True)
+    measured = [k for k in kinds if k.get("measured")]
+    if not measured:
+        raise RuntimeError("no kind of job fitted in the budget")
+    a, b = _fit([(k["masks_per_step"], k["epoch_s"]) for k in measured])
+    setup = sum(k["setup_s"] for k in measured) / len(measured)
+    rows, total = [], 0.0
+    for k in kinds:
+        if not k.get("measured"):
+            k.update(epoch_s=a + b * k["masks_per_step"], setup_s=setup, measured=False)
+        k["projected_s"] = k["jobs"] * (start_s + k["setup_s"] + SWEEP_EPOCHS * k["epoch_s"])
+        total += k["projected_s"]
+        rows.append({c: k[c] for c in ("method", "n", "param", "optimizer", "runs_per_job",
+                                       "jobs", "runs", "masks_per_step", "measured", "epoch_s",
+                                       "setup_s", "projected_s")}
+                    | {"process_start_s": start_s, "epochs_measured": epochs})
+    ctx.save(rows)
+    runs = sum(k["runs"] for k in kinds)
+    jobs = sum(k["jobs"] for k in kinds)
+    detail = (f"{runs} runs as {jobs} jobs one after another, {len(measured)} of {len(kinds)} "
+              f"kinds measured ({epochs} epochs), the others fitted as {a:.3f} s + {b:.2e} s "
+              f"per mask per step; process start {start_s:.1f} s per job")
+    return Outcome({"sweep_hours": total / 3600, "sweep_hours_detail": detail},
+                   f"projected {total / 3600:.2f} h; {detail}", len(measured) < len(order))
+
+
+PIECES = {p.name: p for p in (
+    Piece("sync", "check_gpu_sync: host synchronizations in a step", "check_gpu_sync.csv", 0.08,
+          piece_sync, ("piece", "mode", "verdict")),
+    Piece("prune", "bench_prune: MC pruning step against dense steps", "bench_prune_{dev}.csv",
+          0.38, piece_prune, ("model", "amp", "channels_last", "backend", "what", "n", "chunk",
+                              "ms_median", "per_dense_forward", "per_dense_train", "peak_mib")),
+    Piece("arms_loorf", "bench_arms_step: ARMS step over LOORF step", "bench_arms_step.csv", 0.06,
+          piece_arms_loorf, ("n", "chunk", "arms_ms", "loorf_ms", "ratio", "ratio_min",
+                             "copula_ms", "bernoulli_ms")),
+    Piece("pbscale", "bench_pbscale: chunked-batched against a loop over samples",
+          "bench_pbscale_{dev}.csv", 0.10, piece_pbscale,
+          ("n", "batched_chunk", "batched_ms", "loop_ms", "speedup", "batched_peak_mib",
+           "one_shot_peak_mib")),
+    Piece("batched_seeds", "bench_batched_seeds: runs per hour, batched against one at a time",
+          "bench_batched_seeds.csv", 0.14, piece_batched_seeds,
+          ("mode", "runs", "method", "n", "epochs", "wall_s", "runs_per_hour", "ratio")),
+    Piece("regression", "regression sweep slice and projection", "regression_sweep.csv", 0.24,
+          piece_regression, ("method", "n", "param", "optimizer", "runs_per_job", "jobs",
+                             "measured", "epoch_s", "setup_s", "projected_s")),
+)}
+
+
+# ----------------------------------------------------------------------------- the suite
+
+
+@dataclass
+class Result:
+    """One piece's record in the summary."""
+
+    piece: Piece
+    status: str = "pending"  # ok, partial, failed, timed out, pending
+    seconds: float = 0.0
+    cpu_seconds: float = 0.0
+    budget: float = 0.0
+    note: str = ""
+    rows: list[dict] = field(default_factory=list)
+    metrics: dict[str, Any] = field(default_factory=dict)
+    csv: str = ""
+
+
+def run_piece(piece: Piece, dev: torch.device, smoke: bool, folder: Path, budget: float,
+              hard: float | None = None) -> Result:
+    """Run one piece within ``budget`` seconds (soft: the piece stops between configurations;
+    hard: :class:`PieceTimeout` at 1.25 x budget + :data:`HARD_GRACE_S`, or at ``hard`` seconds
+    if sooner); an exception is a failed piece."""
+    res = Result(piece, budget=budget, csv=piece.csv.format(dev=dev.type))
+    ctx = Context(dev, smoke, folder, time.perf_counter() + budget, csv=res.csv)
+    print(f"[gpu_suite] {piece.name}: start, budget {budget:.0f} s", flush=True)
+    t0, c0 = time.perf_counter(), time.process_time()
+    try:
+        limit = 1.25 * budget + HARD_GRACE_S
+        with alarm(limit if hard is None else min(limit, hard)):
+            out = piece.run(ctx)
+        res.status = "partial" if out.partial else "ok"
+        res.metrics, res.note = out.metrics, out.note
+    except PieceTimeout as e:
+        res.status, res.note = "timed out", str(e)
+    except (Exception, SystemExit) as e:  # noqa: BLE001 - one piece must not stop the others
+        traceback.print_exc()
+        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        res.status, res.note = "failed", f"{type(e).__name__}: {first}"
+    res.seconds, res.cpu_seconds = time.perf_counter() - t0, time.process_time() - c0
+    res.rows = ctx.rows
+    if not (folder / res.csv).exists():
+        res.csv = ""
+    print(f"[gpu_suite] {piece.name}: {res.status} in {res.seconds:.1f} s (CPU time "
+          f"{res.cpu_seconds:.1f} s)"
+          + (f" ({res.note})" if res.note else ""), flush=True)
+    return res
+
+
+def environment(dev: torch.device, smoke: bool, budget: float, pieces: list[str]) -> dict:
+    """Device, driver, library versions, TF32 flags, commit (``git rev-parse HEAD``, else the
+    environment variable ``GPU_SUITE_COMMIT``), host and date of this run."""
+    env: dict[str, Any] = {
+        "device": str(dev),
+        "device_name": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
+        "driver": None, "torch": torch.__version__, "cuda": torch.version.cuda,
+        "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
+        "tf32_matmul": torch.backends.cuda.matmul.allow_tf32,
+        "tf32_cudnn": torch.backends.cudnn.allow_tf32,
+        "torch_threads": torch.get_num_threads(), "cpu_count": os.cpu_count(),
+        "python": platform.python_version(), "platform": platform.platform(),
+        "hostname": socket.gethostname(),
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "commit": None, "commit_dirty": None, "smoke": smoke, "budget_s": budget,
+        "pieces": pieces,
+    }
+    if dev.type == "cuda":
+        props = torch.cuda.get_device_properties(dev)
+        env["gpu_memory_gib"] = props.total_memory / 2**30
+        env["compute_capability"] = f"{props.major}.{props.minor}"
+        with contextlib.suppress(OSError, subprocess.SubprocessError):
+            q = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader",
+                                "-i", str(dev.index or 0)], capture_output=True, text=True,
+                               timeout=20)
+            env["driver"] = q.stdout.strip() or None
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
+        head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True,
+                              text=True, timeout=20)
+        if head.returncode == 0:
+            env["commit"] = head.stdout.strip()
+            dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain",
+                                    "--untracked-files=no"], capture_output=True, text=True,
+                                   timeout=20)
+            env["commit_dirty"] = bool(dirty.stdout.strip())
+    if env["commit"] is None and os.environ.get("GPU_SUITE_COMMIT"):
+        # a copy of the working tree without .git (a device machine): the commit it was made
+        # from, as the caller names it
+        env["commit"] = os.environ["GPU_SUITE_COMMIT"]
+        env["commit_source"] = "GPU_SUITE_COMMIT"
+    return env
+
+
+def _cell(v: Any) -> str:
+    if isinstance(v, float):
+        if math.isnan(v):
+            return ""
+        return f"{v:.3g}" if abs(v) < 1e4 else f"{v:.0f}"
+    return str(v).replace("|", "/")
+
+
+def goal_lines(results: list[Result], smoke: bool) -> list[tuple[Goal, str, str, str]]:
+    """(goal, measured value, status, detail) of each goal from the pieces' metrics."""
+    metrics: dict[str, Any] = {}
+    owner: dict[str, Result] = {}
+    for r in results:
+        metrics.update(r.metrics)
+        for g in GOALS:
+            if g.key in r.metrics:
+                owner[g.key] = r
+    out = []
+    for g in GOALS:
+        if g.key not in metrics:
+            out.append((g, "", "not measured", ""))
+            continue
+        value = float(metrics[g.key])
+        status = "met" if g.met(value) else "not met"
+        if smoke:
+            status += " (smoke: CPU, tiny sizes; not a GPU measurement)"
+        elif owner[g.key].piece.name != "sync" and owner[g.key].status != "ok":
+            status += f" ({owner[g.key].status} piece)"
+        out.append((g, f"{value:.3g}", status, metrics.get(f"{g.key}_detail", "")))
+    return out
+
+
+def summary_text(results: list[Result], env: dict, smoke: bool) -> str:
+    lines = [f"# GPU suite: {env['device_name']}, {env['date']}", "",
+             f"Device {env['device']} ({env['device_name']}), torch {env['torch']}, CUDA "
+             f"{env['cuda']}, cuDNN {env['cudnn']}, driver {env['driver']}; TF32 matmul "
+             f"{env['tf32_matmul']}, TF32 cuDNN {env['tf32_cudnn']}; commit {env['commit']}"
+             + (" (uncommitted changes)" if env.get("commit_dirty") else "")
+             + f"; budget {env['budget_s']:.0f} s."
+             + (" **Smoke run: CPU, tiny sizes; the numbers are not GPU measurements.**"
+                if smoke else ""), "",
+             "## Pieces", "",
+             "| piece | status | seconds | CPU s | budget s | CSV | note |",
+             "|---|---|---|---|---|---|---|"]
+    for r in results:
+        lines.append(f"| {r.piece.name} | {r.status} | {r.seconds:.1f} | {r.cpu_seconds:.1f} | "
+                     f"{r.budget:.0f} | "
+                     f"{r.csv} | {_cell(r.note)} |")
+    lines += ["", "## Goals", "", "| goal | target | measured | status | detail |",
+              "|---|---|---|---|---|"]
+    for g, value, status, detail in goal_lines(results, smoke):
+        lines.append(f"| {g.text} | {g.op} {g.target:g} | {value} | {status} | "
+                     f"{_cell(detail)} |")
+    for r in results:
+        lines += ["", f"## {r.piece.name}: {r.piece.title}", ""]
+        if not r.rows:
+            lines.append(f"No rows ({r.status}).")
+            continue
+        cols = [c for c in r.piece.columns if c in r.rows[0]]
+        lines += ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+        lines += ["| " + " | ".join(_cell(row.get(c, "")) for c in cols) + " |" for row in r.rows]
+    return "\n".join(lines) + "\n"
+
+
+def device_folder(out: Path, dev: torch.device, smoke: bool) -> Path:
+    """``OUT/<device name>-<UTC date>`` (lower case, ``-`` between words), ``-smoke`` added."""
+    name = torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu"
+    slug = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
+    date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
+    return out / f"{slug}-{date}{'-smoke' if smoke else ''}"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = ArgumentParser(prog="python -m benchmarks.gpu_suite",
+                       description="Every GPU measurement of the project in one command, within "
+                       "a time budget, into OUT/<device name>-<date>/.")
+    p.add_argument("--out", required=True,
+                   help="parent folder (required); results go to OUT/<device name>-<date>/")
+    p.add_argument("--smoke", action="store_true",
+                   help="the same code paths on the CPU at tiny sizes, well under a minute "
+                   "(default off)")
+    p.add_argument("--device", choices=("cuda", "cpu"), default=None,
+                   help="default cuda, or cpu with --smoke")
+    p.add_argument("--budget-s", type=positive_float, default=DEFAULT_BUDGET_S,
+                   help=f"seconds for the whole suite, shared out among the pieces (default "
+                   f"{DEFAULT_BUDGET_S:g})")
+    p.add_argument("--pieces", default=",".join(PIECES),
+                   help=f"comma-separated pieces to run (default all: {','.join(PIECES)})")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    names = [v.strip() for v in args.pieces.split(",") if v.strip()]
+    unknown = [v for v in names if v not in PIECES]
+    if unknown or not names:
+        raise PBInputError(f"unknown piece {unknown[0] if unknown else ''!r} in --pieces; "
+                           f"choose from {', '.join(PIECES)}")
+    device = args.device or ("cpu" if args.smoke else "cuda")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise PBInputError("--device cuda: no CUDA GPU is visible; use --smoke (CPU, tiny sizes) "
+                           "or --device cpu")
+    dev = torch.device(device)
+    out = check_out_dir(args.out)
+    folder = check_out_dir(device_folder(out, dev, args.smoke))
+    if dev.type == "cuda":
+        torch.cuda.init()
+    env = environment(dev, args.smoke, args.budget_s, names)
+    write_json(folder / "environment.json", env)
+    print(f"[gpu_suite] {env['device_name']}, torch {env['torch']}, budget {args.budget_s:.0f} s "
+          f"-> {folder}", flush=True)
+    results = [Result(PIECES[n]) for n in names]
+    start = time.perf_counter()
+    for i, name in enumerate(names):
+        left = args.budget_s - (time.perf_counter() - start)
+        shares = [PIECES[n].share for n in names[i:]]
+        results[i] = run_piece(PIECES[name], dev, args.smoke, folder,
+                               max(left, 0.0) * shares[0] / sum(shares),
+                               hard=max(left, 0.0) + HARD_GRACE_S)
+        atomic_write_text(folder / "summary.md", summary_text(results, env, args.smoke))
+    total = time.perf_counter() - start
+    failed = [r.piece.name for r in results if r.status in ("failed", "timed out")]
+    print(f"[gpu_suite] done in {total:.1f} s; "
+          + (f"failed: {', '.join(failed)}" if failed else "every piece finished")
+          + f"; {folder / 'summary.md'}", flush=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(run(main))
