@@ -60,8 +60,8 @@ aten = torch.ops.aten
 
 #: The read-backs made by design, at most once per step: (file under the repository, function)
 #: -> what is read back.
-LOSS_READBACK = ("pbscale/methods.py", "mc_gradient")
-CP_READBACK = ("pbscale/methods.py", "gradient")
+LOSS_READBACK = ("pbscale/methods/mc.py", "mc_gradient")
+CP_READBACK = ("pbscale/methods/cp.py", "gradient")
 READBACKS = {
     LOSS_READBACK: "the step's mean sampled loss",
     CP_READBACK: "CP's hard-mask loss",

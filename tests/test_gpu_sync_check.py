@@ -27,7 +27,7 @@ def test_emulated_step_pieces_have_only_the_known_readback(capsys: pytest.Captur
     for est in ("ARMS", "LOORF", "DISARM", "REINFORCE"):
         for param in ("sigmoid", "escort"):
             # exactly one read-back per step (2 steps), in mc_gradient
-            assert "known read-back (2x: pbscale/methods.py:" in lines[f"{est} step ({param})"]
+            assert "known read-back (2x: pbscale/methods/mc.py:" in lines[f"{est} step ({param})"]
             assert "in mc_gradient" in lines[f"{est} step ({param})"]
     assert "in mc_gradient" in lines["MaskTrainerGroup ARMS step (2 runs)"]
     assert "(2x:" in lines["ARMS step, joint weights (loop)"]

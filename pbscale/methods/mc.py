@@ -24,11 +24,8 @@ from pbexact.estimators import MC_ESTIMATORS, EstimatorSpec, SampleSums, get_est
 from pbexact.estimators import REGISTRY as ESTIMATOR_REGISTRY
 from pbexact.parametrizations import Parametrization
 
-from .registry import MC_GAMMA, MC_MILESTONES, MC_START, Family, register
+from .registry import MC_GAMMA, MC_MILESTONES, MC_START, BatchedLoss, Family, register
 from .samplers import SAMPLERS, PerRunSampler
-
-#: A batched loss: masks (..., d) -> losses (...).
-BatchedLoss = Callable[[torch.Tensor], torch.Tensor]
 
 
 @dataclass

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
@@ -30,9 +30,8 @@ from pbexact.parametrizations import Parametrization
 
 from .samplers import BernoulliSampler
 
-if TYPE_CHECKING:
-    from .mc import BatchedLoss, Estimate
-    from .trainer import MaskTrainer, MethodConfig
+#: A batched loss: masks (..., d) -> losses (...) (:data:`pbscale.methods.mc.BatchedLoss`).
+BatchedLoss = Callable[[torch.Tensor], torch.Tensor]
 
 #: The tools a family can run in: ``regress`` (:mod:`pbscale.regress`), ``batched``
 #: (:mod:`pbscale.batched_seeds`), ``prune-supermask`` and ``prune-joint`` (:mod:`pbscale.prune`
@@ -87,7 +86,7 @@ class Family:
 
     # ------------------------------------------------------------------ configuration
 
-    def check(self, config: MethodConfig) -> None:
+    def check(self, config: Any) -> None:
         """Refuse (:class:`PBInputError`) a parametrization or n this method does not take."""
         if not self.any_param and config.param != "sigmoid":
             raise PBInputError(
@@ -109,16 +108,16 @@ class Family:
         """A learned control and its optimizers (REBAR/RELAX); (None, []) for the others."""
         return None, []
 
-    def theta(self, trainer: MaskTrainer) -> torch.Tensor:
+    def theta(self, trainer: Any) -> torch.Tensor:
         """The mask probabilities (d,) of the trainer's logits."""
         return trainer.param.theta(trainer.r)
 
-    def temperature(self, trainer: MaskTrainer) -> float:
+    def temperature(self, trainer: Any) -> float:
         """The relaxation temperature the trainer is at (NaN: no relaxation)."""
         return math.nan
 
-    def gradient(self, trainer: MaskTrainer, f: BatchedLoss, record: list | None
-                 ) -> tuple[Estimate, Callable[[torch.Tensor], torch.Tensor]]:
+    def gradient(self, trainer: Any, f: BatchedLoss, record: list | None
+                 ) -> tuple[Any, Callable[[torch.Tensor], torch.Tensor]]:
         """One step's estimate over the logits and the map r -> theta of the dense regularizer;
         with ``record``, the losses the weights train on are appended to it."""
         raise NotImplementedError
@@ -127,7 +126,7 @@ class Family:
         """The loss of the network weights from what :meth:`gradient` recorded."""
         return sum(J.sum() for J in record) / n
 
-    def sample_masks(self, trainer: MaskTrainer, k: int) -> torch.Tensor:
+    def sample_masks(self, trainer: Any, k: int) -> torch.Tensor:
         """k masks (k, d) from the trainer's current distribution."""
         return BernoulliSampler(trainer.theta(), trainer.generator).next(k)
 
