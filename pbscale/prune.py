@@ -4,9 +4,9 @@ Supermask (`sec:app_supermask_setup`, weights fixed at their random initializati
 pruning (`sec:app_joint_pruning_setup`, weights and masks trained together) of the networks of
 :mod:`pbscale.models` on MNIST / CIFAR-10 (:mod:`pbscale.data`), with masks found by CP or by
 MC estimators (ARMS, LOORF, DisARM; escort or sigmoid) through :class:`pbscale.methods.MaskTrainer`,
-against magnitude pruning (MP, GMP: :mod:`pbscale.magnitude`) and a dense network, all on the one
-run loop :func:`pbscale.loop.run` (run folder by config hash, checkpoints every epoch and on
-SIGTERM, exact resume, metrics CSV, progress bar).
+against magnitude pruning (MP, GMP: :mod:`pbscale.methods.magnitude`) and a dense network, all
+on the one run loop :func:`pbscale.loop.run` (run folder by config hash, checkpoints every epoch
+and on SIGTERM, exact resume, metrics CSV, progress bar).
 
 Objective per batch and mask z (d masked weights): J(z) = CE(network with weights w * z) +
 lambda * sum_i z_i (L0 strength lambda per weight). MC methods: CE of n masks evaluated at once
