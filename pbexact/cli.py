@@ -9,6 +9,7 @@ imported inside the device and thread functions only, so the numpy tools start w
 from __future__ import annotations
 
 import argparse
+import copy
 import math
 import sys
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -23,9 +24,76 @@ def _argparse_error(message: str) -> Exception:
     return argparse.ArgumentTypeError(message)
 
 
+def default_text(value: Any) -> str:
+    """How ``--help`` writes an option's default: lists and tuples space-separated (as they are
+    typed), floats in ``%g`` form, everything else with ``str``."""
+    if isinstance(value, (list, tuple)):
+        return " ".join(default_text(v) for v in value)
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)
+
+
+def default_spellings(value: Any) -> list[str]:
+    """The ways a help text may already write ``value`` (``10000``, ``10,000``, ``10_000``,
+    ``0.0001``, ``1e-4`` ...); a help that says "default" and one of these shows its default."""
+    out = {default_text(value), str(value)}
+    if isinstance(value, bool):
+        return sorted(out)
+    if isinstance(value, int):
+        out |= {f"{value:,}", f"{value:_}"}
+    elif isinstance(value, float):
+        out |= {repr(value), f"{value:,g}"}
+        mantissa, _, exponent = f"{value:e}".partition("e")
+        out.add(f"{float(mantissa):g}e{int(exponent)}")
+        if value.is_integer():
+            out |= {f"{int(value)}", f"{int(value):,}"}
+    elif isinstance(value, (list, tuple)):
+        out |= {",".join(map(default_text, value)), ", ".join(map(default_text, value))}
+    return sorted(out)
+
+
+def shows_default(action: argparse.Action) -> bool:
+    """Whether ``--help`` must show this action's default: a listed option (not a positional,
+    not a flag such as ``store_true``, not a hidden one) whose default is neither None nor
+    suppressed."""
+    return bool(action.option_strings) and action.nargs != 0 and action.default is not None \
+        and action.default is not argparse.SUPPRESS and action.help is not argparse.SUPPRESS
+
+
+def help_shows_default(help_text: str, value: Any) -> bool:
+    """Whether a help text already states the default ``value``."""
+    return "%(default)" in help_text or ("default" in help_text.lower() and any(
+        s in help_text for s in default_spellings(value)))
+
+
+class DefaultsHelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """``--help`` of every tool: descriptions and epilogs keep their line breaks, and each option
+    with a default ends with ``(default: X)`` unless its help already says it (an option without
+    help text gets that as its help)."""
+
+    def _format_action(self, action: argparse.Action) -> str:
+        if not action.help and shows_default(action):
+            action = copy.copy(action)
+            action.help = self._get_help_string(action)
+        return super()._format_action(action)
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if shows_default(action) and not help_shows_default(text, action.default):
+            shown = default_text(action.default).replace("%", "%%")
+            text = f"{text} (default: {shown})" if text else f"default: {shown}"
+        return text
+
+
 class ArgumentParser(argparse.ArgumentParser):
     """argparse's parser whose usage errors are one line, ``error: ... (see PROG --help)``, exit
-    code 2, like the :class:`PBInputError` messages of every tool."""
+    code 2, like the :class:`PBInputError` messages of every tool, and whose ``--help`` shows
+    every default (:class:`DefaultsHelpFormatter`, unless another ``formatter_class`` is given)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", DefaultsHelpFormatter)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
         print(f"error: {message} (see {self.prog} --help)", file=sys.stderr)
