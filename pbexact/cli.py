@@ -158,23 +158,43 @@ def positive_int_list(text: str) -> list[int]:
     return [positive_int(p) for p in parts]
 
 
-def seed_list(text: str) -> list[int]:
-    """argparse type: seeds (integers >= 0) as ranges and lists, ``0-9`` or ``0,2,5`` or
-    ``0-3,7``, returned sorted without repeats."""
+def _parse_seeds(text: str, limit: int | None) -> list[int]:
     out: set[int] = set()
     try:
         for part in text.split(","):
             if "-" in part.strip()[1:]:
-                a, b = part.split("-", 1)
-                out.update(range(int(a), int(b) + 1))
+                a, b = (int(x) for x in part.split("-", 1))
+                if limit is not None and b - a + 1 > limit:
+                    raise _argparse_error(f"at most {limit:,} seeds, got the range {part.strip()} "
+                                          f"of {b - a + 1:,}")
+                out.update(range(a, b + 1))
             else:
                 out.add(int(part))
+            if limit is not None and len(out) > limit:
+                raise _argparse_error(f"at most {limit:,} seeds, got more in {text!r}")
     except ValueError:
         raise _argparse_error(f"give a range like 0-9 or a list like 0,2,5, got {text!r}"
                               ) from None
     if not out or min(out) < 0:
         raise _argparse_error(f"seeds are integers >= 0, got {text!r}")
     return sorted(out)
+
+
+def seed_list(text: str) -> list[int]:
+    """argparse type: seeds (integers >= 0) as ranges and lists, ``0-9`` or ``0,2,5`` or
+    ``0-3,7``, returned sorted without repeats."""
+    return _parse_seeds(text, None)
+
+
+def seed_list_at_most(limit: int) -> Any:
+    """argparse type factory: :func:`seed_list` with at most ``limit`` seeds, refused before a
+    range is expanded (``0-100000000`` is one line, not a memory error)."""
+
+    def parse(text: str) -> list[int]:
+        return _parse_seeds(text, limit)
+
+    parse.__name__ = f"seed_list_at_most_{limit}"
+    return parse
 
 
 def int_at_least(minimum: int) -> Any:
