@@ -180,7 +180,8 @@ def plot_variances(rows: list[dict[str, float]], title: str, logx: bool = False)
         v = np.where(v > 0, v, np.nan)  # exact zeros cannot sit on a log axis
         ax.plot(steps, v, label=get_estimator(name).label, color=f"C{k % 10}",
                 ls=LINE_STYLES[k % len(LINE_STYLES)], marker=MARKERS[k % len(MARKERS)],
-                markevery=(0.015 * k, 0.08), ms=4, lw=1.2, mfc="none")
+                markevery=(0.015 * k, 0.08) if np.isfinite(v).sum() > 1 else None,
+                ms=4, lw=1.2, mfc="none")  # (matplotlib cannot space markers on 0-1 points)
     ax.set_yscale("log")
     if logx:
         ax.set_xscale("log")
