@@ -101,3 +101,20 @@ def test_first_moments_are_computed_before_the_progress_bar(monkeypatch):
     monkeypatch.undo()
     again = V.variance_trajectory(J, 3, steps=6, log_every=3)
     assert again == rows
+
+
+def test_estimator_names_and_sizes_are_checked_by_the_parsers(tmp_path, capsys):
+    from analysis import arms_table, variance_table
+
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    for argv, message in ((["--estimator", "nope"], "--estimator: invalid choice"),
+                          (["--against", "loorf", "nope"], "--against: invalid choice"),
+                          (["--seed", "-1"], "--seed"), (["--d", "0"], "--d"),
+                          (["--out", str(afile)], "is a file")):
+        assert run(variance_table.main, [*argv, "--out", str(tmp_path / "o")][
+            : None if "--out" not in argv else len(argv)]) == 2, argv
+        assert message in _one_line(capsys)
+    assert not (tmp_path / "o").exists()
+    assert run(arms_table.main, ["--n", "1"]) == 2
+    assert "--n: must be an integer >= 2" in _one_line(capsys)
