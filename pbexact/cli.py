@@ -12,6 +12,7 @@ import argparse
 import copy
 import math
 import sys
+import textwrap
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from .errors import PBInputError
@@ -67,10 +68,22 @@ def help_shows_default(help_text: str, value: Any) -> bool:
         s in help_text for s in default_spellings(value)))
 
 
-class DefaultsHelpFormatter(argparse.RawDescriptionHelpFormatter):
-    """``--help`` of every tool: descriptions and epilogs keep their line breaks, and each option
-    with a default ends with ``(default: X)`` unless its help already says it (an option without
-    help text gets that as its help)."""
+class DefaultsHelpFormatter(argparse.HelpFormatter):
+    """``--help`` of every tool: descriptions and epilogs keep their line breaks (a line longer
+    than the terminal is wrapped at its indentation), and each option with a default ends with
+    ``(default: X)`` unless its help already says it (an option without help text gets that as
+    its help)."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        out = []
+        for line in text.splitlines():
+            body = line.strip()
+            lead = indent + line[: len(line) - len(line.lstrip())]
+            if len(lead) + len(body) <= width or not body:
+                out.append((lead + body) if body else "")
+            else:
+                out += textwrap.wrap(body, width, initial_indent=lead, subsequent_indent=lead)
+        return "\n".join(out)
 
     def _format_action(self, action: argparse.Action) -> str:
         if not action.help and shows_default(action):
