@@ -232,7 +232,7 @@ def _shape(finals: dict) -> tuple[int, int]:
 
 
 #: "0-9" or "0,2,5" -> a sorted list of instance seeds (the shared argparse type).
-parse_instances = seed_list_at_most(MAX_INSTANCES)
+parse_instances = seed_list_at_most(MAX_INSTANCES, "instances")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -171,20 +171,20 @@ def positive_int_list(text: str) -> list[int]:
     return [positive_int(p) for p in parts]
 
 
-def _parse_seeds(text: str, limit: int | None) -> list[int]:
+def _parse_seeds(text: str, limit: int | None, what: str = "seeds") -> list[int]:
     out: set[int] = set()
     try:
         for part in text.split(","):
             if "-" in part.strip()[1:]:
                 a, b = (int(x) for x in part.split("-", 1))
                 if limit is not None and b - a + 1 > limit:
-                    raise _argparse_error(f"at most {limit:,} seeds, got the range {part.strip()} "
-                                          f"of {b - a + 1:,}")
+                    raise _argparse_error(f"at most {limit:,} {what}, got the range "
+                                          f"{part.strip()} of {b - a + 1:,}")
                 out.update(range(a, b + 1))
             else:
                 out.add(int(part))
             if limit is not None and len(out) > limit:
-                raise _argparse_error(f"at most {limit:,} seeds, got more in {text!r}")
+                raise _argparse_error(f"at most {limit:,} {what}, got more in {text!r}")
     except ValueError:
         raise _argparse_error(f"give a range like 0-9 or a list like 0,2,5, got {text!r}"
                               ) from None
@@ -199,12 +199,13 @@ def seed_list(text: str) -> list[int]:
     return _parse_seeds(text, None)
 
 
-def seed_list_at_most(limit: int) -> Any:
-    """argparse type factory: :func:`seed_list` with at most ``limit`` seeds, refused before a
-    range is expanded (``0-100000000`` is one line, not a memory error)."""
+def seed_list_at_most(limit: int, what: str = "seeds") -> Any:
+    """argparse type factory: :func:`seed_list` with at most ``limit`` seeds (``what``: how the
+    error names them), refused before a range is expanded (``0-100000000`` is one line, not a
+    memory error)."""
 
     def parse(text: str) -> list[int]:
-        return _parse_seeds(text, limit)
+        return _parse_seeds(text, limit, what)
 
     parse.__name__ = f"seed_list_at_most_{limit}"
     return parse

@@ -109,3 +109,20 @@ def test_the_formatter_appends_defaults_once():
     assert "samples (default 4)" in text and "(default 4) (default" not in text
     assert "share kept (default: 50%)" in text
     assert "a flag (default" not in text
+
+
+def test_descriptions_keep_their_line_breaks_and_long_lines_wrap():
+    p = ArgumentParser(prog="x", description="first line\n  indented line\n" + "word " * 40)
+    lines = p.format_help().splitlines()
+    assert "first line" in lines and "  indented line" in lines
+    assert max(len(line) for line in lines) <= 100
+
+
+def test_seed_lists_are_bounded_before_they_are_expanded():
+    from pbexact.cli import seed_list, seed_list_at_most
+
+    assert seed_list_at_most(5)("0-3,9") == [0, 1, 2, 3, 9] == seed_list("9,0-3")
+    with pytest.raises(argparse.ArgumentTypeError, match="at most 5 instances, got the range"):
+        seed_list_at_most(5, "instances")("0-100000000000000")  # not expanded: no memory error
+    with pytest.raises(argparse.ArgumentTypeError, match="at most 5 seeds, got more"):
+        seed_list_at_most(5)("0-3,5-6")

@@ -297,7 +297,7 @@ def _snapshot(folder):
     (["--log-every", "0"], "--log-every"),
     (["--jobs", "0"], "--jobs"),
     (["--seeds", "1"], "--seeds"),
-    (["--instances", "0-100000000"], "at most 1,000 seeds"),
+    (["--instances", "0-100000000"], "at most 1,000 instances, got the range 0-100000000"),
 ])
 def test_bad_values_are_refused_before_any_folder_is_touched(quick, tmp_path, capsys, argv,
                                                               message):
