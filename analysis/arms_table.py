@@ -16,7 +16,7 @@ from pathlib import Path
 import sympy as sp
 
 from analysis.cli import check_out_file, run, write_json
-from pbexact.cli import ArgumentParser
+from pbexact.cli import ArgumentParser, int_at_least
 from pbexact.copula import MAX_SYMBOLIC_N, symbolic_pattern_table
 
 
@@ -83,7 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m analysis.arms_table",
         description="Symbolic ARMS Dirichlet-copula probabilities (tab:integral_closed) for any n.",
     )
-    p.add_argument("--n", type=int, default=4,
+    p.add_argument("--n", type=int_at_least(2), default=4,
                    help=f"number of samples, 2 <= n <= {MAX_SYMBOLIC_N} (default 4)")
     p.add_argument("--latex", action="store_true", help="also print the table as LaTeX")
     p.add_argument("--json", type=Path, default=None, help="write the table as JSON to FILE")

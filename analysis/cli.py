@@ -40,8 +40,9 @@ def run(
 
 
 def read_table(path: str | Path) -> Any:
-    """A J table from a CSV file with columns ``h, J`` (as ``analysis.variance`` writes them),
-    rows in any order; every h in 0..2^d-1 exactly once. Returns a float64 array (2^d,)."""
+    """A J table from a CSV file with exactly the two columns ``h, J`` (as ``analysis.variance``
+    writes them), rows in any order; every h in 0..2^d-1 exactly once, row h the loss of the
+    vertex with z_i = bit i-1 of h. Returns a float64 array (2^d,)."""
     import numpy as np
 
     from pbexact.errors import check_table
@@ -62,9 +63,14 @@ def read_table(path: str | Path) -> Any:
     for line, row in enumerate(rows[1:], start=2):
         if not row:
             continue
+        if len(row) != 2:
+            raise PBInputError(
+                f"corrupt J table {path}, line {line}: expected the two columns h,J, got "
+                f"{len(row)} values {row!r}"
+            )
         try:
             h, j = int(row[0]), float(row[1])
-        except (ValueError, IndexError):
+        except ValueError:
             raise PBInputError(
                 f"corrupt J table {path}, line {line}: expected 'h,J' numbers, got {row!r}"
             ) from None

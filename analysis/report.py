@@ -5,59 +5,71 @@
     python -m analysis.report --replot --results results/instances --out figures/instances
 
 Runs the microworld experiments (:mod:`analysis.microworld`, called through its command line, one
-process per unit) on several benchmark instances, evaluates every claim of :mod:`analysis.claims`
-on each instance and writes, under --out:
+process per unit; :mod:`analysis.report_units`) on several benchmark instances, evaluates every
+claim of :mod:`analysis.claims` on each instance and writes, under --out:
 
 * ``agreement.md`` / ``agreement.csv``: per claim and benchmark, on how many instances it holds,
   fails or is within noise, and instance 0's verdict with its numbers;
 * ``claims/<claim>.csv``: per instance the verdict, its numbers and the text behind it;
 * ``final_loss_<benchmark>.png`` / ``.csv``: each method's final mean loss per instance, normalized
-  as (final - J(z*)) / (E_0.5[J] - J(z*)) (0: z*, 1: no progress from theta = 0.5);
+  as (final - J(z*)) / (E_0.5[J] - J(z*)) (0: z*, 1: no progress from theta = 0.5;
+  :mod:`analysis.report_plots`);
 * ``instance0_check.csv``: instance 0's per-seed final losses against the committed microworld
   CSVs in --compare-with (same code and seeds must give the same numbers);
 * ``units.csv``: the settings and wall time of every unit.
 
 A unit is one (experiment, benchmark, instance, d); its results live in --results/units/<unit>/
 and are reused when its recorded settings (``unit.json``) match the requested ones, so an
-interrupted study resumes where it stopped.
+interrupted study resumes where it stopped. Every option is checked before any folder is touched,
+and a unit that is recomputed replaces its old folder only once it has succeeded.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import csv
 import json
 import math
-import os
-import shutil
 import sys
 import time
 from collections.abc import Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
-from dataclasses import asdict, dataclass
 from pathlib import Path
 
-import numpy as np
-
-from analysis.claims import CLAIMS, OUTCOMES, Claim, ConfigResult, UnitResult, Verdict
-from analysis.cli import atomic_write_text, run, save_figure, write_csv, write_json
-from analysis.microworld_hybrid import DETERMINISTIC_TORCH
-from pbexact.cli import ArgumentParser, seed_list
+from analysis.claims import CLAIMS, OUTCOMES, Claim, UnitResult, Verdict
+from analysis.cli import atomic_write_text, check_out_dir, run, save_figure, write_csv
+from analysis.report_plots import plot_final_losses
+from analysis.report_units import (
+    BENCHMARKS,
+    EXPERIMENTS,
+    Settings,
+    Unit,
+    check_units,
+    load_units,
+    plan_units,
+    run_units,
+    unit_dir,
+)
+from pbexact.cli import (
+    ArgumentParser,
+    int_at_least,
+    nonneg_int,
+    positive_int,
+    seed_list_at_most,
+)
 from pbexact.errors import PBInputError
 
-EXPERIMENTS = ("estimators", "params", "approaches")
-BENCHMARKS = ("exponential", "nnloss")
 FIGURES_DIR = Path(__file__).resolve().parent.parent / "figures"
-#: Relative cost of one unit at the paper's scale (measured, d = 10 estimators = 1): the longest
-#: units are started first so that the parallel run ends soon after the longest one.
-COST = {("approaches", 10): 5.5, ("approaches", 4): 4.6, ("params", 10): 1.6,
-        ("estimators", 10): 1.0, ("params", 4): 0.8, ("estimators", 4): 0.4}
 QUICK = dict(instances=[0, 1], seeds=5, steps=50)
+#: The d values at which tab:app_results_summ has claims (--d takes one of them).
+CLAIM_DS = tuple(sorted({c.d for c in CLAIMS}))
+#: Most instances one study takes (each is up to 8 units of up to minutes each; the list is
+#: refused before it is expanded).
+MAX_INSTANCES = 1000
 
 HELP_TIMES = """\
 measured on this project's 2-core development machine (one process per unit; CPU seconds,
-which other jobs inflate less than wall time; docs/measurements.md, "Instance study"):
+which other jobs inflate less than wall time; README "Do the conclusions survive other
+instances?"):
   --quick (2 instances, 5 seeds, 50 steps, d=4 row included, --jobs 1): 21 CPU-s
   (143 s of wall time while the machine ran at a load of 13)
   one unit at the paper's scale (d=10, 100 seeds, 10,000 steps): estimators 33 CPU-s (37 s wall,
@@ -67,207 +79,6 @@ which other jobs inflate less than wall time; docs/measurements.md, "Instance st
   on 16 cores of this speed about 8 minutes (the longest unit is ~4 minutes). Interrupted runs
   resume: finished units are reused, so the study can be run in several calls.
 """
-
-
-@dataclass(frozen=True)
-class Unit:
-    """One run of ``python -m analysis.microworld``: an experiment on one benchmark instance."""
-
-    experiment: str
-    benchmark: str
-    instance: int
-    d: int
-
-    @property
-    def name(self) -> str:
-        return f"{self.experiment}_d{self.d}_{self.benchmark}_i{self.instance}"
-
-    @property
-    def stem(self) -> str:
-        """The microworld's results CSV (without .csv) inside the unit folder."""
-        return f"microworld_{self.experiment}_{self.benchmark}_d{self.d}"
-
-
-@dataclass(frozen=True)
-class Settings:
-    """What a unit's results depend on besides the unit itself (recorded in unit.json)."""
-
-    seeds: int
-    steps: int
-    seed: int
-    log_every: int
-
-    def unit_log_every(self, unit: Unit) -> int:
-        """approaches selects lr by the mean loss over iterations >= 10, averaged over the logged
-        steps, so it is logged at every step to select exactly as ``analysis.microworld``."""
-        return 1 if unit.experiment == "approaches" else self.log_every
-
-    def record(self, unit: Unit) -> dict:
-        return {**asdict(unit), "seeds": self.seeds, "steps": self.steps, "seed": self.seed,
-                "log_every": self.unit_log_every(unit)}
-
-
-def plan_units(experiments: Sequence[str], instances: Sequence[int], d: int,
-               d4: bool) -> list[Unit]:
-    """The units of a study: every experiment on every benchmark it runs on (approaches: NNLoss
-    only) and instance at d, plus the d = 4 row (estimators on both benchmarks, approaches on
-    NNLoss) when ``d4``."""
-    out = []
-    for dd, exps in ((d, experiments), (4, ("estimators", "approaches") if d4 else ())):
-        for exp in exps:
-            for bench in (("nnloss",) if exp == "approaches" else BENCHMARKS):
-                out += [Unit(exp, bench, i, dd) for i in instances]
-    return list(dict.fromkeys(out))
-
-
-def unit_dir(results: Path, unit: Unit) -> Path:
-    return results / "units" / unit.name
-
-
-def is_done(results: Path, unit: Unit, settings: Settings) -> bool:
-    """A unit is reused only if its marker exists and records the same settings."""
-    marker = unit_dir(results, unit) / "unit.json"
-    if not marker.exists():
-        return False
-    try:
-        rec = json.loads(marker.read_text())
-    except (OSError, json.JSONDecodeError):
-        return False
-    return rec.get("settings") == settings.record(unit) and (
-        unit_dir(results, unit) / f"{unit.stem}.csv").exists()
-
-
-def run_unit(unit: Unit, settings: Settings, results: Path) -> tuple[Unit, float]:
-    """Run one unit through the microworld's command line (output and progress bars go to the
-    unit's log); writes unit.json last, so a unit without it is unfinished."""
-    from analysis.microworld import main as microworld_main
-
-    folder = unit_dir(results, unit)
-    (folder / "unit.json").unlink(missing_ok=True)
-    shutil.rmtree(folder, ignore_errors=True)  # a stale or partial run of this unit
-    folder.mkdir(parents=True, exist_ok=True)
-    argv = [unit.experiment, "--benchmark", unit.benchmark, "--instance", str(unit.instance),
-            "--d", str(unit.d), "--seeds", str(settings.seeds), "--steps", str(settings.steps),
-            "--seed", str(settings.seed), "--log-every", str(settings.unit_log_every(unit)),
-            "--out", str(folder), "--figures", str(folder / "figures")]
-    start = time.perf_counter()
-    with open(folder / "log.txt", "w") as log, contextlib.redirect_stdout(log), \
-            contextlib.redirect_stderr(log):
-        microworld_main(argv)
-    wall = time.perf_counter() - start
-    import matplotlib.pyplot as plt
-
-    plt.close("all")  # the microworld's figures, saved already
-    write_json(folder / "unit.json", {"settings": settings.record(unit), "wall_s": wall,
-                                      "argv": ["python", "-m", "analysis.microworld", *argv]})
-    return unit, wall
-
-
-def _init_worker() -> None:
-    import torch
-
-    torch.set_num_threads(1)
-
-
-def run_units(units: Sequence[Unit], settings: Settings, results: Path, jobs: int) -> None:
-    """Run the units not already done, longest first, in ``jobs`` processes of one thread each."""
-    todo = [u for u in units if not is_done(results, u, settings)]
-    reused = len(units) - len(todo)
-    todo.sort(key=lambda u: -COST.get((u.experiment, u.d), 1.0))
-    print(f"{len(units)} units: {reused} reused from {results}, {len(todo)} to run "
-          f"with {jobs} process(es)", flush=True)
-    if not todo:
-        return
-    start = time.perf_counter()
-
-    def done(k: int, unit: Unit, wall: float) -> None:
-        print(f"  [{k}/{len(todo)}] {unit.name}: {wall:.1f} s "
-              f"(elapsed {time.perf_counter() - start:.0f} s)", flush=True)
-
-    if jobs == 1:
-        for k, unit in enumerate(todo, 1):
-            done(k, *run_unit(unit, settings, results))
-        return
-    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS",
-                "OPENBLAS_NUM_THREADS"):
-        os.environ[var] = "1"  # inherited by the worker processes
-    import multiprocessing
-
-    ctx = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(jobs, mp_context=ctx, initializer=_init_worker) as pool:
-        futures = {pool.submit(run_unit, u, settings, results): u for u in todo}
-        for k, fut in enumerate(as_completed(futures), 1):
-            try:
-                done(k, *fut.result())
-            except PBInputError:
-                raise
-            except Exception as exc:  # a crashed unit: report it, keep the others
-                print(f"  [{k}/{len(todo)}] {futures[fut].name} FAILED: {exc!r} "
-                      f"(log: {unit_dir(results, futures[fut]) / 'log.txt'})", flush=True)
-
-
-# ---------------------------------------------------------------------------------------------
-# Reading results
-
-
-def instance_table(benchmark: str, d: int, instance: int) -> np.ndarray:
-    """The 2^d J table of an instance, exactly as the microworld builds it."""
-    from pbexact.benchmarks import NNLoss, benchmark_table
-
-    if benchmark == "nnloss":
-        return NNLoss(d, instance).table()
-    return benchmark_table(benchmark, d, instance)
-
-
-def read_unit(path: Path, unit: Unit, J: np.ndarray) -> UnitResult:
-    """The selected configs of a microworld results CSV (``analysis.microworld.write_results``
-    format; rows other than ``curve`` and ``final`` are ignored). Checks that the curves start
-    at E_0.5[J] of ``J`` (CP: at J of its hard mask), so that results of another instance
-    cannot be read by mistake."""
-    curves: dict[tuple, list] = {}
-    finals: dict[tuple, list] = {}
-    with open(path, newline="") as fh:
-        for row in csv.DictReader(fh):
-            if row.get("selected") != "1":
-                continue
-            key = (row["method"], int(row["n"]), row["param"], float(row["lr"]))
-            if row["record"] == "curve":
-                curves.setdefault(key, []).append((int(row["step"]), float(row["mean"])))
-            elif row["record"] == "final":
-                finals.setdefault(key, []).append((float(row["value"]),
-                                                   row["found_z_star"] == "1"))
-    if not curves:
-        raise PBInputError(f"{path} has no selected curves; delete it and rerun the unit")
-    start_J = float(J.mean())
-    configs = []
-    for key, rows in curves.items():
-        rows.sort()
-        steps = np.array([s for s, _ in rows])
-        curve = np.array([m for _, m in rows])
-        off = abs(curve[0] - start_J) > 1e-9 * max(1.0, abs(start_J))
-        # a deterministic method logs J of its hard mask (CP: J(1[r > 0])), not E_0.5[J]
-        if steps[0] != 0 or (off and key[0] not in DETERMINISTIC_TORCH):
-            raise PBInputError(f"{path}: curve {key} does not start at E_0.5[J] = {start_J:.6g} "
-                               f"of {unit.benchmark} instance {unit.instance}; delete the unit "
-                               "folder and rerun")
-        value, found = zip(*finals[key])
-        configs.append(ConfigResult(key[0], key[1], key[2], key[3], np.array(value),
-                                    np.array(found, dtype=bool), steps, curve))
-    return UnitResult(unit.experiment, unit.benchmark, unit.instance, unit.d, float(J.min()),
-                      start_J, configs)
-
-
-def load_units(units: Sequence[Unit], settings: Settings, results: Path) -> dict[Unit, UnitResult]:
-    missing = [u.name for u in units if not is_done(results, u, settings)]
-    if missing:
-        raise PBInputError(
-            f"{len(missing)} unit(s) missing or run with other settings in {results}/units "
-            f"(first: {missing[0]}); run without --replot to compute them")
-    out = {}
-    for u in units:
-        J = instance_table(u.benchmark, u.d, u.instance)
-        out[u] = read_unit(unit_dir(results, u) / f"{u.stem}.csv", u, J)
-    return out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -334,6 +145,9 @@ def _ranges(xs: Sequence[int]) -> str:
 
 
 def write_claim_csvs(out: Path, claims: Sequence[Claim], verdicts: dict) -> None:
+    """``claims/<claim>.csv`` for every claim evaluated; claim CSVs of an earlier study in the
+    same folder that this one did not write are removed after the new ones are in place."""
+    written = set()
     for claim in claims:
         rows, keys = [], []
         for bench in claim.benchmarks:
@@ -344,8 +158,12 @@ def write_claim_csvs(out: Path, claims: Sequence[Claim], verdicts: dict) -> None
             continue
         body = [[b, i, v.outcome, *[repr(float(v.values[k])) if k in v.values else ""
                                     for k in keys], v.detail] for b, i, v in rows]
-        write_csv(out / "claims" / f"{claim.key}.csv",
-                  ["benchmark", "instance", "outcome", *keys, "detail"], body)
+        written.add(write_csv(out / "claims" / f"{claim.key}.csv",
+                              ["benchmark", "instance", "outcome", *keys, "detail"], body).name)
+    if (out / "claims").is_dir():
+        for stale in (out / "claims").glob("*.csv"):
+            if stale.name not in written:
+                stale.unlink()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -368,40 +186,6 @@ def normalized_rows(loaded: dict[Unit, UnitResult], d: int) -> list[dict]:
                 "found_z_star": int(c.found.sum()),
             })
     return rows
-
-
-def plot_final_losses(rows: list[dict], bench: str, d: int):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    exps = [e for e in EXPERIMENTS if any(r["experiment"] == e and r["benchmark"] == bench
-                                          for r in rows)]
-    fig, axes = plt.subplots(1, len(exps), figsize=(5.6 * len(exps), 4.4), squeeze=False)
-    for ax, exp in zip(axes[0], exps):
-        mine = [r for r in rows if r["experiment"] == exp and r["benchmark"] == bench]
-        methods = list(dict.fromkeys(r["method"] for r in mine))
-        insts = sorted({r["instance"] for r in mine})
-        width = 0.8 / max(len(methods), 1)
-        for k, m in enumerate(methods):
-            pts = sorted((r["instance"], r["normalized"], r["normalized_stderr"])
-                         for r in mine if r["method"] == m)
-            x = np.array([p[0] for p in pts]) - 0.4 + width * (k + 0.5)
-            ax.errorbar(x, [p[1] for p in pts], yerr=[p[2] for p in pts],
-                        fmt="osD^v<>"[k // 10 % 7], ms=3.5, lw=0.8, label=m, color=f"C{k % 10}")
-        ax.set_xticks(insts)
-        ax.set_xlabel("instance")
-        ax.set_ylabel("normalized final loss")
-        ax.set_title(f"{exp}", fontsize=10)
-        ax.axhline(0, color="k", lw=0.6, ls=":")
-        ax.grid(alpha=0.3, axis="y")
-        ax.legend(fontsize=6, ncol=3, loc="upper center", bbox_to_anchor=(0.5, -0.2))
-    name = {"exponential": "ExponentialTabularLoss", "nnloss": "NNLoss"}[bench]
-    fig.suptitle(f"{name}, d={d}: final mean loss per instance, normalized (0 = z*, 1 = start; "
-                 "bars: 1 s.e.)", fontsize=11)
-    fig.tight_layout()
-    return fig
 
 
 def instance0_check(loaded: dict[Unit, UnitResult], results: Path, compare_with: Path
@@ -448,45 +232,67 @@ def _shape(finals: dict) -> tuple[int, int]:
 
 
 #: "0-9" or "0,2,5" -> a sorted list of instance seeds (the shared argparse type).
-parse_instances = seed_list
+parse_instances = seed_list_at_most(MAX_INSTANCES, "instances")
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = ArgumentParser(
         prog="python -m analysis.report",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Evaluate every microworld claim of tab:app_results_summ over several "
         "benchmark instances (analysis/claims.py) and write the agreement tables, per-claim CSVs "
         "and normalized final-loss figures.",
         epilog=HELP_TIMES,
     )
-    p.add_argument("--instances", type=seed_list, default="0-9",
-                   help="instance seeds, e.g. 0-9 (default) or 0,3")
+    p.add_argument("--instances", type=parse_instances, default="0-9",
+                   help=f"instance seeds, a range or list such as 0-9 or 0,3 (at most "
+                   f"{MAX_INSTANCES:,})")
     p.add_argument("--experiments", nargs="+", choices=EXPERIMENTS, default=list(EXPERIMENTS),
-                   help="experiments at --d (default: all three)")
-    p.add_argument("--d", type=int, default=10, help="bits (default 10, the paper's)")
+                   help="experiments at --d")
+    p.add_argument("--d", type=int, choices=CLAIM_DS, default=max(CLAIM_DS),
+                   help="bits (the paper's claims are at d = 10, and the d = 4 row)")
     p.add_argument("--no-d4", action="store_true", help="skip the d = 4 row")
-    p.add_argument("--seeds", type=int, default=100, help="seeds per method (default 100)")
-    p.add_argument("--steps", type=int, default=10_000, help="SGD steps (default 10,000)")
-    p.add_argument("--seed", type=int, default=0, help="random seed of the runs (default 0)")
-    p.add_argument("--log-every", type=int, default=10,
-                   help="logged iterations of estimators/params (default 10; approaches always "
-                   "logs every step, its lr selection averages the logged curve)")
+    p.add_argument("--seeds", type=int_at_least(2), default=100,
+                   help="seeds per method (>= 2: the claims compare standard errors)")
+    p.add_argument("--steps", type=positive_int, default=10_000, help="SGD steps")
+    p.add_argument("--seed", type=nonneg_int, default=0, help="random seed of the runs")
+    p.add_argument("--log-every", type=positive_int, default=10,
+                   help="logged iterations of estimators/params (approaches always logs every "
+                   "step, its lr selection averages the logged curve)")
     p.add_argument("--quick", action="store_true",
                    help=f"a small study for CI: instances {QUICK['instances']}, "
                    f"{QUICK['seeds']} seeds, {QUICK['steps']} steps (overrides those options)")
-    p.add_argument("--jobs", type=int, default=1,
-                   help="units run in parallel, one process and one thread each (default 1)")
+    p.add_argument("--jobs", type=positive_int, default=1,
+                   help="units run in parallel, one process and one thread each")
     p.add_argument("--results", type=Path, default=Path("results/instances"),
-                   help="where unit results are stored and reused (default results/instances)")
+                   help="folder where unit results are stored and reused")
     p.add_argument("--out", type=Path, default=Path("results/instances/report"),
-                   help="where the tables and figures go (default results/instances/report)")
+                   help="folder for the tables and figures")
     p.add_argument("--replot", action="store_true",
                    help="only rebuild tables and figures from --results (nothing is trained)")
     p.add_argument("--compare-with", type=Path, default=FIGURES_DIR,
                    help="folder of the committed instance-0 microworld CSVs to check instance 0 "
-                   "against (default: the repository's figures/)")
+                   "against (default: the repository's figures/, "
+                   f"{FIGURES_DIR})")
     return p
+
+
+def check_study(args: argparse.Namespace) -> None:
+    """Refuse, before any folder is touched, a study with no claim to evaluate or with paths
+    that cannot be used."""
+    if args.d < 5 and not args.no_d4:
+        raise PBInputError(f"--d {args.d} overlaps the d = 4 row; add --no-d4")
+    for exp in args.experiments:
+        if not any(c.experiment == exp and c.d == args.d for c in CLAIMS):
+            have = sorted({c.d for c in CLAIMS if c.experiment == exp})
+            raise PBInputError(f"no claim of tab:app_results_summ is defined for {exp} at "
+                               f"d = {args.d} (only at d = {', '.join(map(str, have))}); "
+                               "change --d or --experiments")
+    for flag, folder in (("--results", args.results), ("--compare-with", args.compare_with)):
+        if folder.exists() and not folder.is_dir():
+            raise PBInputError(f"{flag} {folder} is a file, not a folder; choose a folder")
+    if args.replot and not (args.results / "units").is_dir():
+        raise PBInputError(f"--replot needs the unit results in {args.results}/units; run the "
+                           "study without --replot first")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -494,25 +300,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     instances = args.instances
     if args.quick:
         instances, args.seeds, args.steps = QUICK["instances"], QUICK["seeds"], QUICK["steps"]
-    if args.seeds < 2:
-        raise PBInputError("--seeds must be >= 2 (the claims compare standard errors)")
-    if args.steps < 1 or args.log_every < 1 or args.jobs < 1:
-        raise PBInputError("--steps, --log-every and --jobs must be >= 1")
-    if args.d < 5 and not args.no_d4:
-        raise PBInputError(f"--d {args.d} overlaps the d = 4 row; add --no-d4")
+    check_study(args)
     settings = Settings(args.seeds, args.steps, args.seed, args.log_every)
     units = plan_units(args.experiments, instances, args.d, not args.no_d4)
+    check_units(units, settings)
+    out = check_out_dir(args.out, "--out")
     start = time.perf_counter()
     if not args.replot:
-        run_units(units, settings, args.results, args.jobs)
+        run_units(units, settings, check_out_dir(args.results, "--results"), args.jobs)
     loaded = load_units(units, settings, args.results)
     claims = [c for c in CLAIMS if any(u.experiment == c.experiment and u.d == c.d
                                        for u in units)]
     verdicts = evaluate_claims(claims, loaded)
-    out = args.out
     rows = summary_rows(claims, verdicts)
-    if out.exists() and (out / "agreement.csv").exists():
-        shutil.rmtree(out / "claims", ignore_errors=True)  # stale claims of an earlier study
     write_csv(out / "agreement.csv", list(rows[0]), [list(r.values()) for r in rows])
     atomic_write_text(out / "agreement.md", markdown_table(rows, settings, instances))
     write_claim_csvs(out, claims, verdicts)
@@ -533,8 +333,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     units_rows = []
     for u in units:
         rec = json.loads((unit_dir(args.results, u) / "unit.json").read_text())
-        units_rows.append([u.name, *settings.record(u).values(), f"{rec['wall_s']:.1f}"])
-    write_csv(out / "units.csv", [*("unit", *settings.record(units[0])), "wall_s"], units_rows)
+        units_rows.append([u.name, *u.record(settings).values(), f"{rec['wall_s']:.1f}"])
+    write_csv(out / "units.csv", [*("unit", *units[0].record(settings)), "wall_s"], units_rows)
     total = sum(float(r[-1]) for r in units_rows)
     print(f"{len(units)} units ({total:.0f} s of unit wall time in all); report built in "
           f"{time.perf_counter() - start:.1f} s")

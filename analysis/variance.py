@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from tqdm import tqdm
@@ -26,7 +27,14 @@ from analysis.cli import output_folders, read_table, run, save_figure, write_csv
 from pbexact.benchmarks import BENCHMARKS, benchmark_table
 from pbexact.cli import ArgumentParser, nonneg_int, positive_float, positive_int
 from pbexact.closed_form import MAX_CLOSED_FORM_D, check_closed_form_size, closed_form_moments
-from pbexact.errors import PBInputError, check_d, check_learning_rate, multiset_count
+from pbexact.errors import (
+    ENUMERATION_MEMORY_LIMIT,
+    PBInputError,
+    check_d,
+    check_learning_rate,
+    format_bytes,
+    multiset_count,
+)
 from pbexact.estimators import ESTIMATORS, check_estimator, estimators_for, get_estimator
 from pbexact.parametrizations import Sigmoid
 from pbexact.polynomial import entropy, expected_loss, true_gradient
@@ -36,6 +44,9 @@ from pbexact.vertices import check_enumeration
 METHODS = ("auto", "enumerate", "closed", "mc")
 #: auto enumerates up to this many multisets (the paper's d=4, n=4 has 3,876), else closed form.
 AUTO_ENUMERATION_LIMIT = 10_000
+#: Bytes per (draw, sample, bit) at the peak of one ``mc_moments`` call (measured with
+#: tracemalloc: 41-42 at d = 6 and 10, n = 4 and 10, 20,000 draws; rounded up).
+MC_BYTES_PER_ENTRY = 48
 
 
 def moments_at(
@@ -60,14 +71,29 @@ def resolve_method(method: str, d: int, n: int) -> str:
     return "enumerate" if multiset_count(2**d, n) <= AUTO_ENUMERATION_LIMIT else "closed"
 
 
-def check_method(method: str, d: int, n: int) -> None:
-    """Fail before any work if the method cannot run at this size."""
+def mc_bytes(d: int, n: int, draws: int) -> int:
+    """Peak memory of one logged step of ``--method mc``: the draws x n x d samples, their
+    scores and the estimates, :data:`MC_BYTES_PER_ENTRY` bytes per (draw, sample, bit)."""
+    return draws * n * d * MC_BYTES_PER_ENTRY
+
+
+def check_method(method: str, d: int, n: int, draws: int = 1) -> None:
+    """Fail before any work if the method cannot run at this size (``draws``: for mc)."""
     method = resolve_method(method, d, n)
     if method == "enumerate":
         check_enumeration(2**d, n)
     elif method == "closed":
         check_d(d, limit=MAX_CLOSED_FORM_D)
         check_closed_form_size(d, n)
+    elif method == "mc":
+        need = mc_bytes(d, n, draws)
+        if need > ENUMERATION_MEMORY_LIMIT:
+            most = ENUMERATION_MEMORY_LIMIT // mc_bytes(d, n, 1)
+            raise PBInputError(
+                f"--method mc with --draws {draws:,} at d={d}, n={n} needs about "
+                f"{format_bytes(need)} per logged step, over the limit of "
+                f"{format_bytes(ENUMERATION_MEMORY_LIMIT)}; use --draws {most:,} or fewer, or "
+                "--method closed (exact)")
     elif method not in METHODS:
         raise PBInputError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
 
@@ -96,16 +122,19 @@ def variance_trajectory(
     d = int(np.log2(len(J)))
     lr = check_learning_rate(lr)
     check_estimators(n)
-    check_method(method, d, n)
+    check_method(method, d, n, draws)
     method = resolve_method(method, d, n)
     param = Sigmoid()
     rng = np.random.default_rng(seed)
     r = np.zeros(d)
     rows = []
+    # step 0's moments before the progress bar starts: the first call compiles the Numba
+    # kernels (seconds), which would otherwise make the bar's rate and ETA absurd
+    first = moments_at(J, r, n, method, rng, draws)
     for step in tqdm(range(steps + 1), desc=desc, leave=False, mininterval=0.5, disable=not desc):
         theta = param.theta(r)
         if step % log_every == 0 or step == steps:
-            moments = moments_at(J, r, n, method, rng, draws)
+            moments = first if step == 0 else moments_at(J, r, n, method, rng, draws)
             row = {
                 "step": step,
                 "loss": float(expected_loss(J, theta)),
@@ -125,22 +154,38 @@ def variance_trajectory(
     return rows
 
 
-def plot_variances(rows: list[dict[str, float]], title: str):
+#: Line styles and markers of the estimators' curves, in registry order, so that curves lying on
+#: top of each other stay apart in print and for colour-blind readers (not only colour).
+LINE_STYLES = ("-", "--", "-.", ":", (0, (5, 1, 1, 1)))
+MARKERS = ("o", "s", "^", "D", "v", "P", "X")
+
+
+def plot_variances(rows: list[dict[str, float]], title: str, logx: bool = False) -> Any:
+    """Each estimator's variance (sum over the d logits) against the step, log y, one line
+    style, marker and colour per estimator, with the entropy of p_theta on a second axis;
+    ``logx``: a log step axis (step 0 drawn at step 1/2), where the early steps differ."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    steps = np.array([row["step"] for row in rows])
+    steps = np.array([row["step"] for row in rows], dtype=float)
+    if logx:
+        steps = np.where(steps > 0, steps, 0.5)
     fig, ax = plt.subplots(figsize=(6.4, 4.0))
-    for name in ESTIMATORS:
+    for k, name in enumerate(ESTIMATORS):
         if rows[0][f"var_{name}"] is None:
             continue  # not defined for this n
         v = np.array([row[f"var_{name}"] for row in rows])
         v = np.where(v > 0, v, np.nan)  # exact zeros cannot sit on a log axis
-        ax.plot(steps, v, label=get_estimator(name).label)
+        ax.plot(steps, v, label=get_estimator(name).label, color=f"C{k % 10}",
+                ls=LINE_STYLES[k % len(LINE_STYLES)], marker=MARKERS[k % len(MARKERS)],
+                markevery=(0.015 * k, 0.08) if np.isfinite(v).sum() > 1 else None,
+                ms=4, lw=1.2, mfc="none")  # (matplotlib cannot space markers on 0-1 points)
     ax.set_yscale("log")
-    ax.set_xlabel("step")
+    if logx:
+        ax.set_xscale("log")
+    ax.set_xlabel("step (log; step 0 at 1/2)" if logx else "step")
     ax.set_ylabel("variance (sum over logits)")
     ax2 = ax.twinx()
     ax2.plot(steps, [row["entropy"] for row in rows], "k:", label="entropy")
@@ -166,8 +211,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--table",
         type=Path,
         default=None,
-        help="a J table CSV with columns h,J (as written to DIR/B_d{d}_table.csv) to study "
-        "instead of the benchmarks; d is read from its length",
+        help="a J table CSV with exactly two columns h,J (as written to DIR/B_d{d}_table.csv) "
+        "to study instead of the benchmarks; row h is the loss of the vertex z with z_i = bit "
+        "i-1 of h (h = sum_i 2^(i-1) z_i: h=1 is z_1=1, the others 0), every h in 0..2^d-1 "
+        "once; d is read from its length",
     )
     p.add_argument("--steps", type=nonneg_int, default=10_000, help="SGD steps (default 10,000)")
     p.add_argument("--log-every", type=positive_int, default=100,
@@ -187,6 +234,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--draws", type=positive_int, default=10_000,
                    help="estimator draws per step for mc")
     p.add_argument("--out", type=Path, default=Path("results"), help="output folder")
+    p.add_argument("--logx", action="store_true",
+                   help="log step axis in the figure (the early steps, where the estimators "
+                   "differ most, spread out)")
     p.add_argument("--figures", type=Path, default=None,
                    help="also copy figures and their CSVs here (the commands in docs/exact.md pass "
                    "--figures figures to regenerate the committed ones; default: only --out)")
@@ -207,7 +257,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.steps < 0 or args.log_every < 1 or args.draws < 1:
         raise PBInputError("--steps must be >= 0, --log-every >= 1 and --draws >= 1")
     check_estimators(args.n)
-    check_method(args.method, d, args.n)
+    check_method(args.method, d, args.n, args.draws)
     folders = output_folders(args.out, args.figures)
     if not tables:
         names = BENCHMARKS if args.benchmark == "all" else (args.benchmark,)
@@ -223,7 +273,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for folder in folders:  # the figure's data sits next to it
             write_csv(folder / f"{stem}.csv", list(rows[0]), [list(r.values()) for r in rows])
         method = resolve_method(args.method, d, args.n)
-        fig = plot_variances(rows, f"{bench}, d={d}, n={args.n} ({method})")
+        fig = plot_variances(rows, f"{bench}, d={d}, n={args.n} ({method})", args.logx)
         save_figure(fig, [folder / f"{stem}.png" for folder in folders])
         last = rows[-1]
         print(

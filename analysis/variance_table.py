@@ -18,12 +18,12 @@ from pathlib import Path
 
 import numpy as np
 
-from analysis.cli import run, write_csv
+from analysis.cli import check_out_dir, run, write_csv
 from analysis.variance import variance_trajectory
 from pbexact.benchmarks import BENCHMARKS, benchmark_table
-from pbexact.cli import ArgumentParser
-from pbexact.errors import PBInputError, check_d
-from pbexact.estimators import check_estimator
+from pbexact.cli import ArgumentParser, nonneg_int, positive_int
+from pbexact.errors import check_d
+from pbexact.estimators import ESTIMATORS, check_estimator
 
 
 def compare(rows: list[dict], estimator: str, other: str) -> dict[str, float]:
@@ -48,14 +48,18 @@ def build_parser() -> argparse.ArgumentParser:
         description="Exact variance ratios of one estimator against others along the "
         "true-gradient trajectory (closed form).",
     )
-    p.add_argument("--d", type=int, nargs="+", default=[4, 10], help="numbers of bits")
-    p.add_argument("--n", type=int, nargs="+", default=[2, 4, 10], help="samples per estimate")
-    p.add_argument("--estimator", default="disarm", help="the estimator studied (registry name)")
-    p.add_argument("--against", nargs="+", default=["loorf", "arms"], help="estimators compared")
+    p.add_argument("--d", type=positive_int, nargs="+", default=[4, 10], help="numbers of bits")
+    p.add_argument("--n", type=positive_int, nargs="+", default=[2, 4, 10],
+                   help="samples per estimate")
+    p.add_argument("--estimator", choices=ESTIMATORS, default="disarm",
+                   help="the estimator studied")
+    p.add_argument("--against", nargs="+", choices=ESTIMATORS, default=["loorf", "arms"],
+                   help="estimators compared")
     p.add_argument("--benchmark", choices=(*BENCHMARKS, "all"), default="all")
-    p.add_argument("--steps", type=int, default=10_000, help="SGD steps (default 10,000)")
-    p.add_argument("--log-every", type=int, default=100, help="steps between logged points")
-    p.add_argument("--seed", type=int, default=0, help="seed of the benchmark instances")
+    p.add_argument("--steps", type=nonneg_int, default=10_000, help="SGD steps (default 10,000)")
+    p.add_argument("--log-every", type=positive_int, default=100,
+                   help="steps between logged points")
+    p.add_argument("--seed", type=nonneg_int, default=0, help="seed of the benchmark instances")
     p.add_argument("--out", type=Path, default=Path("results"), help="output folder")
     p.add_argument("--progress", action="store_true", help="show progress bars")
     return p
@@ -68,8 +72,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for name in (args.estimator, *args.against):
         for n in args.n:
             check_estimator(name, n)
-    if args.steps < 0 or args.log_every < 1:
-        raise PBInputError("--steps must be >= 0 and --log-every >= 1")
+    check_out_dir(args.out, "--out")
     names = BENCHMARKS if args.benchmark == "all" else (args.benchmark,)
     out = []
     print(f"{'benchmark':12s} {'d':>3s} {'n':>3s} {'vs':8s} {'ratio@0.5':>10s} "

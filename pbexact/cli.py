@@ -9,8 +9,10 @@ imported inside the device and thread functions only, so the numpy tools start w
 from __future__ import annotations
 
 import argparse
+import copy
 import math
 import sys
+import textwrap
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from .errors import PBInputError
@@ -23,9 +25,88 @@ def _argparse_error(message: str) -> Exception:
     return argparse.ArgumentTypeError(message)
 
 
+def default_text(value: Any) -> str:
+    """How ``--help`` writes an option's default: lists and tuples space-separated (as they are
+    typed), floats in ``%g`` form, everything else with ``str``."""
+    if isinstance(value, (list, tuple)):
+        return " ".join(default_text(v) for v in value)
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)
+
+
+def default_spellings(value: Any) -> list[str]:
+    """The ways a help text may already write ``value`` (``10000``, ``10,000``, ``10_000``,
+    ``0.0001``, ``1e-4`` ...); a help that says "default" and one of these shows its default."""
+    out = {default_text(value), str(value)}
+    if isinstance(value, bool):
+        return sorted(out)
+    if isinstance(value, int):
+        out |= {f"{value:,}", f"{value:_}"}
+    elif isinstance(value, float):
+        out |= {repr(value), f"{value:,g}"}
+        mantissa, _, exponent = f"{value:e}".partition("e")
+        out.add(f"{float(mantissa):g}e{int(exponent)}")
+        if value.is_integer():
+            out |= {f"{int(value)}", f"{int(value):,}"}
+    elif isinstance(value, (list, tuple)):
+        out |= {",".join(map(default_text, value)), ", ".join(map(default_text, value))}
+    return sorted(out)
+
+
+def shows_default(action: argparse.Action) -> bool:
+    """Whether ``--help`` must show this action's default: a listed option (not a positional,
+    not a flag such as ``store_true``, not a hidden one) whose default is neither None nor
+    suppressed."""
+    return bool(action.option_strings) and action.nargs != 0 and action.default is not None \
+        and action.default is not argparse.SUPPRESS and action.help is not argparse.SUPPRESS
+
+
+def help_shows_default(help_text: str, value: Any) -> bool:
+    """Whether a help text already states the default ``value``."""
+    return "%(default)" in help_text or ("default" in help_text.lower() and any(
+        s in help_text for s in default_spellings(value)))
+
+
+class DefaultsHelpFormatter(argparse.HelpFormatter):
+    """``--help`` of every tool: descriptions and epilogs keep their line breaks (a line longer
+    than the terminal is wrapped at its indentation), and each option with a default ends with
+    ``(default: X)`` unless its help already says it (an option without help text gets that as
+    its help)."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        out = []
+        for line in text.splitlines():
+            body = line.strip()
+            lead = indent + line[: len(line) - len(line.lstrip())]
+            if len(lead) + len(body) <= width or not body:
+                out.append((lead + body) if body else "")
+            else:
+                out += textwrap.wrap(body, width, initial_indent=lead, subsequent_indent=lead)
+        return "\n".join(out)
+
+    def _format_action(self, action: argparse.Action) -> str:
+        if not action.help and shows_default(action):
+            action = copy.copy(action)
+            action.help = self._get_help_string(action)
+        return super()._format_action(action)
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if shows_default(action) and not help_shows_default(text, action.default):
+            shown = default_text(action.default).replace("%", "%%")
+            text = f"{text} (default: {shown})" if text else f"default: {shown}"
+        return text
+
+
 class ArgumentParser(argparse.ArgumentParser):
     """argparse's parser whose usage errors are one line, ``error: ... (see PROG --help)``, exit
-    code 2, like the :class:`PBInputError` messages of every tool."""
+    code 2, like the :class:`PBInputError` messages of every tool, and whose ``--help`` shows
+    every default (:class:`DefaultsHelpFormatter`, unless another ``formatter_class`` is given)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", DefaultsHelpFormatter)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
         print(f"error: {message} (see {self.prog} --help)", file=sys.stderr)
@@ -90,23 +171,44 @@ def positive_int_list(text: str) -> list[int]:
     return [positive_int(p) for p in parts]
 
 
-def seed_list(text: str) -> list[int]:
-    """argparse type: seeds (integers >= 0) as ranges and lists, ``0-9`` or ``0,2,5`` or
-    ``0-3,7``, returned sorted without repeats."""
+def _parse_seeds(text: str, limit: int | None, what: str = "seeds") -> list[int]:
     out: set[int] = set()
     try:
         for part in text.split(","):
             if "-" in part.strip()[1:]:
-                a, b = part.split("-", 1)
-                out.update(range(int(a), int(b) + 1))
+                a, b = (int(x) for x in part.split("-", 1))
+                if limit is not None and b - a + 1 > limit:
+                    raise _argparse_error(f"at most {limit:,} {what}, got the range "
+                                          f"{part.strip()} of {b - a + 1:,}")
+                out.update(range(a, b + 1))
             else:
                 out.add(int(part))
+            if limit is not None and len(out) > limit:
+                raise _argparse_error(f"at most {limit:,} {what}, got more in {text!r}")
     except ValueError:
         raise _argparse_error(f"give a range like 0-9 or a list like 0,2,5, got {text!r}"
                               ) from None
     if not out or min(out) < 0:
         raise _argparse_error(f"seeds are integers >= 0, got {text!r}")
     return sorted(out)
+
+
+def seed_list(text: str) -> list[int]:
+    """argparse type: seeds (integers >= 0) as ranges and lists, ``0-9`` or ``0,2,5`` or
+    ``0-3,7``, returned sorted without repeats."""
+    return _parse_seeds(text, None)
+
+
+def seed_list_at_most(limit: int, what: str = "seeds") -> Any:
+    """argparse type factory: :func:`seed_list` with at most ``limit`` seeds (``what``: how the
+    error names them), refused before a range is expanded (``0-100000000`` is one line, not a
+    memory error)."""
+
+    def parse(text: str) -> list[int]:
+        return _parse_seeds(text, limit, what)
+
+    parse.__name__ = f"seed_list_at_most_{limit}"
+    return parse
 
 
 def int_at_least(minimum: int) -> Any:

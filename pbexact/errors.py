@@ -90,10 +90,21 @@ def check_table(J: Any, d: int | None = None) -> np.ndarray:
     return arr
 
 
+def format_count(n: float, digits: int = 3) -> str:
+    """A count in ``%g`` form ('7.66e+62'), also an integer past the float range, which cannot
+    be converted to a float ('1.23e+444', from its logarithm)."""
+    try:
+        return f"{float(n):.{digits}g}"
+    except OverflowError:
+        log = math.log10(n)
+        exponent = math.floor(log)
+        return f"{10 ** (log - exponent):.{digits}g}e+{exponent}"
+
+
 def format_bytes(n: float) -> str:
     """Human-readable size: '3.0 GiB', or '2.9e+25 bytes' past the binary prefixes."""
     if n >= 1024**6:
-        return f"{n:.2g} bytes"
+        return f"{format_count(n, 2)} bytes"
     for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
         if n < 1024:
             return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"

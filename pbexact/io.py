@@ -16,6 +16,7 @@ import io
 import json
 import os
 import secrets
+import shutil
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -129,4 +130,40 @@ def check_out_file(path: str | Path, flag: str = "--json") -> Path:
     if path.exists() and not os.access(path, os.W_OK):
         raise PBInputError(f"{flag} {path} cannot be written; choose another file")
     check_out_dir(path.parent, flag=f"the folder of {flag}")
+    return path
+
+
+def new_partial_folder(path: str | Path) -> Path:
+    """A fresh empty folder ``.NAME.<pid>.<random>.partial`` beside ``path`` to build a result
+    in; :func:`replace_folder` swaps it in once complete. Partial folders of processes that are
+    gone (killed mid-build) are removed first."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    for old in path.parent.glob(f".{glob.escape(path.name)}.*.partial"):
+        middle = old.name[len(path.name) + 2 : -len(".partial")].split(".")
+        if len(middle) == 2 and middle[0].isdigit() and not _pid_alive(int(middle[0])):
+            shutil.rmtree(old, ignore_errors=True)
+    work = path.parent / f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.partial"
+    work.mkdir()
+    return work
+
+
+def replace_folder(new: str | Path, path: str | Path) -> Path:
+    """Move the complete folder ``new`` to ``path``, replacing the folder there. The old folder
+    is first renamed aside (``.NAME.<pid>.<random>.old``) and deleted only after ``new`` is in
+    place: at every moment ``path`` holds the old result, the new one, or (between two renames)
+    nothing while the old one is still on disk beside it."""
+    new, path = Path(new), Path(path)
+    aside = None
+    if path.exists():
+        aside = path.parent / f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.old"
+        os.replace(path, aside)
+    try:
+        os.replace(new, path)
+    except BaseException:
+        if aside is not None:
+            os.replace(aside, path)
+        raise
+    if aside is not None:
+        shutil.rmtree(aside, ignore_errors=True)
     return path

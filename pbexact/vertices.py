@@ -11,7 +11,14 @@ import math
 import numba
 import numpy as np
 
-from .errors import ENUMERATION_MEMORY_LIMIT, PBInputError, check_d, format_bytes, multiset_count
+from .errors import (
+    ENUMERATION_MEMORY_LIMIT,
+    PBInputError,
+    check_d,
+    format_bytes,
+    format_count,
+    multiset_count,
+)
 
 
 def vertices(d: int) -> np.ndarray:
@@ -69,8 +76,8 @@ def check_enumeration(num_items: int, n: int) -> None:
     need = enumeration_bytes(num_items, n)
     if need > ENUMERATION_MEMORY_LIMIT:
         raise PBInputError(
-            f"enumerating the {multiset_count(num_items, n):.3g} {n}-multisets of {num_items} "
-            f"vertices needs about {format_bytes(need)}, over the limit of "
+            f"enumerating the {format_count(multiset_count(num_items, n))} {n}-multisets of "
+            f"{num_items} vertices needs about {format_bytes(need)}, over the limit of "
             f"{format_bytes(ENUMERATION_MEMORY_LIMIT)}; use --method closed (exact) or mc"
         )
 

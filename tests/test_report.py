@@ -13,6 +13,7 @@ import pytest
 
 from analysis import claims as C
 from analysis import report as R
+from analysis import report_units as U
 from analysis.cli import run
 
 SEEDS = 100
@@ -168,7 +169,7 @@ def test_every_claim_evaluates_on_a_unit_of_its_experiment():
 
 
 def test_plan_units_and_instances():
-    units = R.plan_units(R.EXPERIMENTS, [0, 1], 10, True)
+    units = U.plan_units(U.EXPERIMENTS, [0, 1], 10, True)
     # per instance: estimators x2, params x2, approaches x1 at d=10; estimators x2 + approaches
     # x1 at d=4
     assert len(units) == 2 * (5 + 3)
@@ -208,12 +209,12 @@ def test_quick_writes_every_table_and_figure(quick):
         assert sum(p["outcome"] == "holds" for p in mine) == int(r["holds"])
     md = (out / "agreement.md").read_text()
     assert md.count("\n| ") == expected + 2  # header, rule, one line per (claim, benchmark)
-    for bench in R.BENCHMARKS:
+    for bench in U.BENCHMARKS:
         assert (out / f"final_loss_{bench}_d10.png").stat().st_size > 10_000
     norm = _csv(out / "final_loss_d10.csv")
     # normalized = (final - min J) / (E_0.5[J] - min J), recomputed from the J table
     for r in norm[:5]:
-        J = R.instance_table(r["benchmark"], 10, int(r["instance"]))
+        J = U.instance_table(r["benchmark"], 10, int(r["instance"]))
         want = (float(r["final_mean"]) - J.min()) / (J.mean() - J.min())
         assert float(r["normalized"]) == pytest.approx(want, rel=1e-12)
     assert len(_csv(out / "units.csv")) == 16
@@ -228,10 +229,10 @@ def test_replot_reproduces_the_tables_and_settings_guard_reuse(quick, tmp_path):
                         "--out", str(out2)]) == 0
     for name in ("agreement.csv", "agreement.md", "final_loss_d10.csv"):
         assert (out2 / name).read_text() == (out / name).read_text()
-    settings = R.Settings(5, 50, 0, 10)
-    u = R.Unit("estimators", "nnloss", 0, 10)
-    assert R.is_done(results, u, settings)
-    assert not R.is_done(results, u, R.Settings(5, 51, 0, 10))  # other steps: rerun
+    settings = U.Settings(5, 50, 0, 10)
+    u = U.Unit("estimators", "nnloss", 0, 10)
+    assert U.is_done(results, u, settings)
+    assert not U.is_done(results, u, U.Settings(5, 51, 0, 10))  # other steps: rerun
     # --replot refuses results of other settings
     assert run(R.main, ["--replot", "--instances", "0", "--seeds", "5", "--steps", "51",
                         "--results", str(results), "--out", str(tmp_path / "o3")]) == 2
@@ -239,13 +240,13 @@ def test_replot_reproduces_the_tables_and_settings_guard_reuse(quick, tmp_path):
 
 def test_instance0_check_and_wrong_instance(quick, tmp_path):
     results, _ = quick
-    u = R.Unit("estimators", "nnloss", 0, 10)
-    src = R.unit_dir(results, u) / f"{u.stem}.csv"
+    u = U.Unit("estimators", "nnloss", 0, 10)
+    src = U.unit_dir(results, u) / f"{u.stem}.csv"
     ref = tmp_path / "ref"
     ref.mkdir()
     shutil.copy(src, ref / src.name)
-    J0 = R.instance_table("nnloss", 10, 0)
-    loaded = {u: R.read_unit(src, u, J0)}
+    J0 = U.instance_table("nnloss", 10, 0)
+    loaded = {u: U.read_unit(src, u, J0)}
     rows = R.instance0_check(loaded, results, ref)
     assert rows[0][-1] == 1 and rows[0][5] == repr(0.0)
     # a reference with one seed's final changed is reported as different
@@ -259,7 +260,7 @@ def test_instance0_check_and_wrong_instance(quick, tmp_path):
     assert rows[0][-1] == 0 and float(rows[0][5]) == pytest.approx(0.5)
     # results read against another instance's J table are refused
     with pytest.raises(R.PBInputError, match="does not start"):
-        R.read_unit(src, u, R.instance_table("nnloss", 10, 1))
+        U.read_unit(src, u, U.instance_table("nnloss", 10, 1))
 
 
 def test_parallel_units_give_the_same_numbers(quick, tmp_path):
@@ -268,11 +269,112 @@ def test_parallel_units_give_the_same_numbers(quick, tmp_path):
             "--steps", "50", "--jobs", "2", "--results", str(tmp_path / "r"),
             "--out", str(tmp_path / "o")]
     assert run(R.main, args) == 0
-    for bench in R.BENCHMARKS:
+    for bench in U.BENCHMARKS:
         for i in (1,):
-            u = R.Unit("estimators", bench, i, 10)
-            a = (R.unit_dir(results, u) / f"{u.stem}.csv").read_bytes()
-            b = (R.unit_dir(tmp_path / "r", u) / f"{u.stem}.csv").read_bytes()
+            u = U.Unit("estimators", bench, i, 10)
+            a = (U.unit_dir(results, u) / f"{u.stem}.csv").read_bytes()
+            b = (U.unit_dir(tmp_path / "r", u) / f"{u.stem}.csv").read_bytes()
             assert a == b, u.name
-            rec = json.loads((R.unit_dir(tmp_path / "r", u) / "unit.json").read_text())
+            rec = json.loads((U.unit_dir(tmp_path / "r", u) / "unit.json").read_text())
             assert rec["settings"]["steps"] == 50
+
+
+# ---------------------------------------------------------------------------------------------
+# Bad input never touches finished results
+
+
+def _snapshot(folder):
+    return {p.relative_to(folder): p.read_bytes() for p in sorted(folder.rglob("*"))
+            if p.is_file()}
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--seed", "-1"], "--seed: must be an integer >= 0"),
+    (["--d", "0"], "--d: invalid choice"),
+    (["--d", "3", "--no-d4"], "--d: invalid choice"),
+    (["--d", "4", "--no-d4"], "no claim of tab:app_results_summ is defined for params at d = 4"),
+    (["--steps", "0"], "--steps"),
+    (["--log-every", "0"], "--log-every"),
+    (["--jobs", "0"], "--jobs"),
+    (["--seeds", "1"], "--seeds"),
+    (["--instances", "0-100000000"], "at most 1,000 instances, got the range 0-100000000"),
+])
+def test_bad_values_are_refused_before_any_folder_is_touched(quick, tmp_path, capsys, argv,
+                                                              message):
+    results, _ = quick
+    mine = tmp_path / "results"
+    shutil.copytree(results, mine)
+    before = _snapshot(mine)
+    out = tmp_path / "out"
+    base = [] if "--instances" in argv else ["--instances", "0-1"]
+    assert run(R.main, [*base, "--seeds", "5", "--steps", "50", *argv, "--results", str(mine),
+                        "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error:") and message in err[0], err
+    assert _snapshot(mine) == before
+    assert sorted(p.name for p in (mine / "units").iterdir()) == sorted(
+        p.name for p in (results / "units").iterdir())  # no junk unit folders
+    assert not out.exists()
+
+
+def test_unusable_paths_are_refused_before_the_work(quick, tmp_path, capsys):
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    results, _ = quick
+    for argv, message in ((["--out", str(afile)], "--out"),
+                          (["--out", str(afile / "sub")], "lies under the file"),
+                          (["--results", str(afile)], "--results"),
+                          (["--replot", "--results", str(afile)], "--results"),
+                          (["--compare-with", str(afile)], "--compare-with")):
+        full = ["--quick", "--results", str(tmp_path / "fresh"), "--out", str(tmp_path / "o"),
+                *argv]
+        assert run(R.main, full) == 2, argv
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and message in err[0], (argv, err)
+        assert not (tmp_path / "fresh").exists() and afile.read_text() == "x"
+
+
+def test_a_unit_its_tool_refuses_keeps_the_old_result_and_says_why(tmp_path):
+    results = tmp_path / "results"
+    settings = U.Settings(2, 12, 0, 1)
+    unit = U.Unit("estimators", "exponential", 0, 17)  # the microworld refuses d = 17 itself
+    old = U.unit_dir(results, unit)
+    old.mkdir(parents=True)
+    (old / "unit.json").write_text('{"finished": true}')
+    (old / f"{unit.stem}.csv").write_text("old results")
+    before = _snapshot(old)
+    with pytest.raises(R.PBInputError, match=r"^unit estimators_d17_exponential_i0: .*d"):
+        U.run_unit(unit, settings, results)
+    assert _snapshot(old) == before
+    assert sorted(p.name for p in (results / "units").iterdir()) == [unit.name]  # no partials
+    with pytest.raises(R.PBInputError, match="unit estimators_d17_exponential_i0"):
+        U.run_units([unit], settings, results, jobs=2)  # through the process pool as well
+    assert _snapshot(old) == before
+
+
+def test_a_rerun_unit_replaces_the_old_one_only_when_done(tmp_path, monkeypatch):
+    results = tmp_path / "results"
+    unit = U.Unit("estimators", "exponential", 0, 4)
+    U.run_unit(unit, U.Settings(2, 12, 0, 1), results)
+    folder = U.unit_dir(results, unit)
+    first = _snapshot(folder)
+    assert U.is_done(results, unit, U.Settings(2, 12, 0, 1))
+    rec = json.loads((folder / "unit.json").read_text())
+    assert rec["argv"][rec["argv"].index("--out") + 1] == str(folder)
+    # a crash mid-unit: the finished folder stays as it was
+    import analysis.microworld as M
+
+    def crash(argv):
+        raise RuntimeError("killed")
+
+    monkeypatch.setattr(M, "main", crash)
+    with pytest.raises(RuntimeError):
+        U.run_unit(unit, U.Settings(2, 13, 0, 1), results)
+    assert _snapshot(folder) == first
+    partial = [p for p in (results / "units").iterdir() if p.name.endswith(".partial")]
+    assert len(partial) == 1 and "RuntimeError: killed" in (partial[0] / "log.txt").read_text()
+    monkeypatch.undo()
+    U.run_unit(unit, U.Settings(2, 13, 0, 1), results)
+    assert U.is_done(results, unit, U.Settings(2, 13, 0, 1))
+    assert not U.is_done(results, unit, U.Settings(2, 12, 0, 1))
+    assert not [p for p in (results / "units").iterdir() if p.name.endswith(".old")]

@@ -9,7 +9,8 @@ import math
 import numpy as np
 import pytest
 
-from analysis import theorems as th
+from analysis import theorem_checks as th
+from analysis import theorems
 from pbexact.copula import arms_correlation
 from pbexact.polynomial import flipped_expectation, multilinear_value
 from pbexact.vertices import permutation_counts
@@ -128,7 +129,7 @@ def test_multisets_pass_and_fail_on_wrong_counts():
 def test_cli_writes_tables_and_exits_zero(tmp_path, capsys):
     argv = ["--instances", "4", "--max-d", "3", "--max-n", "3", "--samples", "2000",
             "--cor-max-d", "8", "--runs", "30", "--no-progress", "--out", str(tmp_path)]
-    assert th.main(argv) == 0
+    assert theorems.main(argv) == 0
     rows = json.loads((tmp_path / "theorems.json").read_text())
     labels = {r["label"] for r in rows}
     assert {"eq:equivalence", "thm:multilinear_hessian", "thm:bStarOne", "thm:bStarTwo",
@@ -140,8 +141,26 @@ def test_cli_writes_tables_and_exits_zero(tmp_path, capsys):
     assert "cor:mc_bad_gen_2" in capsys.readouterr().out
 
 
+def test_only_runs_the_named_checks_with_the_full_runs_generators(tmp_path, capsys):
+    argv = ["--instances", "4", "--max-d", "3", "--max-n", "3", "--samples", "2000",
+            "--cor-max-d", "8", "--runs", "30", "--no-progress", "--out", str(tmp_path),
+            "--only", "thm:bStarTwo", "eq:n_multisets"]
+    assert theorems.main(argv) == 0
+    rows = json.loads((tmp_path / "theorems.json").read_text())
+    assert [r["label"] for r in rows] == ["thm:bStarTwo", "eq:n_multisets"]
+    # the same numbers as in the full run: the k-th check gets the k-th spawned generator
+    gens = [np.random.default_rng(x) for x in np.random.SeedSequence(0).spawn(12)]
+    want = th.check_bstar(gens[4], 4, 3, 3)[1]
+    assert rows[0]["worst"] == want.worst and rows[0]["sizes"] == want.sizes
+    assert rows[1]["worst"] == th.check_multisets(gens[11], 3, 3).worst
+    assert "cor:mc_bad_gen_2" not in capsys.readouterr().out  # its fit table only when it ran
+    assert theorems.run(theorems.main, ["--only", "thm:nope"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--only" in err[0] and "thm:bStarOne" in err[0]
+
+
 def test_cli_bad_input_is_one_line_and_exit_2(capsys):
-    assert th.run(th.main, ["--epsilon", "1.5"]) == 2
+    assert theorems.run(theorems.main, ["--epsilon", "1.5"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and err.count("\n") == 1
 
