@@ -368,6 +368,9 @@ MATCH_FACTOR = 2.0
 VERY_TV = 0.10
 #: Allocation standard error used when no setting has two or more seeds.
 FALLBACK_TV_SE = 0.02
+#: Regression: standard error of a single run's final loss, as a fraction of it (a setting run
+#: with one seed has no seed spread).
+FALLBACK_REL_SE = 0.02
 
 
 @dataclass
@@ -769,11 +772,19 @@ class NamedResult(ConfigResult):
     def label(self) -> str:
         return self.name or super().label
 
+    @property
+    def stderr(self) -> float:
+        """Standard error over seeds; FALLBACK_REL_SE x |final| for a single run."""
+        if self.final.size == 1:
+            return FALLBACK_REL_SE * abs(float(self.final[0]))
+        return super().stderr
+
 
 def _final(records: Sequence[RunRecord], label: str, method: str, n: int = 0,
            param: str = "sigmoid", lr: float = 0.0) -> NamedResult:
     """Per-seed final losses (seeds,) and the mean curve over seeds of a group of runs."""
     finals = np.array([r.final_loss for r in sorted(records, key=lambda r: r.seed)])
+    # (a single run gets the fallback standard error FALLBACK_REL_SE x its loss)
     steps = records[0].epochs
     curve = np.mean([r.losses for r in records], axis=0) if all(
         r.losses.size == steps.size for r in records) else np.zeros(0)
