@@ -42,6 +42,8 @@ import numpy as np
 
 from analysis.claims import CLAIMS, OUTCOMES, Claim, ConfigResult, UnitResult, Verdict
 from analysis.cli import atomic_write_text, run, save_figure, write_csv, write_json
+from analysis.scale_report import EXPERIMENTS as SCALE_EXPERIMENTS
+from analysis.scale_report import main as scale_main
 from pbexact.cli import ArgumentParser, seed_list
 from pbexact.errors import PBInputError
 
@@ -461,8 +463,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--instances", type=seed_list, default="0-9",
                    help="instance seeds, e.g. 0-9 (default) or 0,3")
-    p.add_argument("--experiments", nargs="+", choices=EXPERIMENTS, default=list(EXPERIMENTS),
-                   help="experiments at --d (default: all three)")
+    p.add_argument("--experiments", nargs="+", choices=EXPERIMENTS + SCALE_EXPERIMENTS,
+                   default=list(EXPERIMENTS),
+                   help="microworld experiments at --d (default: all three); supermask, joint, "
+                   "regression: the scale rows from run folders (python -m analysis.scale_report, "
+                   "see --scale-runs, --scale-out)")
+    p.add_argument("--scale-runs", type=Path, nargs="+", default=None,
+                   help="scale rows: folders holding pruning/regression run folders (default: "
+                   "redraw from --scale-out/runs)")
+    p.add_argument("--scale-out", type=Path, default=FIGURES_DIR / "claims",
+                   help="scale rows: output folder (default: the repository's figures/claims)")
     p.add_argument("--d", type=int, default=10, help="bits (default 10, the paper's)")
     p.add_argument("--no-d4", action="store_true", help="skip the d = 4 row")
     p.add_argument("--seeds", type=int, default=100, help="seeds per method (default 100)")
@@ -490,6 +500,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    scale = [e for e in args.experiments if e in SCALE_EXPERIMENTS]
+    args.experiments = [e for e in args.experiments if e in EXPERIMENTS]
+    if scale:
+        source = ["--runs", *map(str, args.scale_runs)] if args.scale_runs else ["--replot"]
+        scale_main([*source, "--out", str(args.scale_out), "--experiments", ",".join(scale)])
+        if not args.experiments:
+            return 0
     instances = args.instances
     if args.quick:
         instances, args.seeds, args.steps = QUICK["instances"], QUICK["seeds"], QUICK["steps"]

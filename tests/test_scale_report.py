@@ -169,3 +169,22 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys):
     assert run(S.main, ["--runs", str(tmp_path / "missing"), "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 4 and all(e.startswith("error: ") for e in err)
+
+
+def test_analysis_report_selects_the_scale_rows(tmp_path):
+    """python -m analysis.report --experiments regression runs only the scale report (no
+    microworld unit is trained), from --scale-runs or, without it, from --scale-out/runs."""
+    from analysis import report
+
+    write_study(tmp_path / "runs")
+    out = tmp_path / "claims"
+    assert report.main(["--experiments", "regression", "joint", "--scale-runs",
+                        str(tmp_path / "runs"), "--scale-out", str(out),
+                        "--results", str(tmp_path / "micro")]) == 0
+    claims = {r["claim"] for r in csv.DictReader(open(out / "agreement.csv"))}
+    assert claims == {c.key for c in SCALE_CLAIMS if c.experiment in ("regression", "joint")}
+    assert not (tmp_path / "micro").exists()
+    (out / "agreement.csv").unlink()
+    assert report.main(["--experiments", "regression", "--scale-out", str(out)]) == 0
+    assert {r["claim"] for r in csv.DictReader(open(out / "agreement.csv"))} == {
+        c.key for c in SCALE_CLAIMS if c.experiment == "regression"}
