@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from analysis.pareto import MC as PRUNE_MC
+
 #: Standard errors a difference must exceed to count (about a 95% two-sided normal interval).
 Z = 2.0
 #: "Reaches z*" for the d = 4 row: this fraction of the seeds end with p_theta(z*) > 1/2.
@@ -612,30 +614,26 @@ def _ns(records: Sequence[RunRecord]) -> list[int]:
 
 # ----------------------------------------------------------------------------- supermask (1-4)
 
-MC_PRUNE = ("arms", "loorf")
+#: The MC estimators of the pruning runs (pbscale.prune's ``--method`` choices).
+MC_PRUNE = PRUNE_MC
 
 
-def _supermask_arms_loorf(records: Sequence[RunRecord]) -> Verdict:
-    mc = _sel(records, "supermask", method=MC_PRUNE)
-    parts = []
-    for n in _ns(mc):
-        a = _sel(mc, "supermask", method="arms", n=n)
-        b = _sel(mc, "supermask", method="loorf", n=n)
-        if a and b:
-            parts.append((f"n={n}", better_front(a, b, f"ARMS n={n}", f"LOORF n={n}")))
-    return combine(parts) if parts else Verdict(MISSING, "no ARMS and LOORF runs at one n", {})
-
-
-def _supermask_escort_sigmoid(records: Sequence[RunRecord]) -> Verdict:
-    mc = _sel(records, "supermask", method=MC_PRUNE)
-    parts = []
-    for n in _ns(mc):
-        a = _sel(mc, "supermask", param="escort", n=n)
-        b = _sel(mc, "supermask", param="sigmoid", n=n)
-        if a and b:
-            parts.append((f"n={n}", better_front(a, b, f"escort n={n}", f"sigmoid n={n}")))
-    return combine(parts) if parts else Verdict(MISSING, "no escort and sigmoid runs at one n",
-                                                {})
+def _mc_pair(key: str, a: str, b: str, label_a: str, label_b: str
+             ) -> Callable[[Sequence[RunRecord]], Verdict]:
+    """Supermask MC runs with ``key`` == a against those with ``key`` == b, at every n both
+    have."""
+    def evaluate(records: Sequence[RunRecord]) -> Verdict:
+        mc = _sel(records, "supermask", method=MC_PRUNE)
+        parts = []
+        for n in _ns(mc):
+            ra = _sel(mc, "supermask", n=n, **{key: a})
+            rb = _sel(mc, "supermask", n=n, **{key: b})
+            if ra and rb:
+                parts.append((f"n={n}", better_front(ra, rb, f"{label_a} n={n}",
+                                                     f"{label_b} n={n}")))
+        return combine(parts) if parts else Verdict(
+            MISSING, f"no {label_a} and {label_b} runs at one n", {})
+    return evaluate
 
 
 def _supermask_cp_mc(records: Sequence[RunRecord]) -> Verdict:
@@ -987,11 +985,12 @@ def _build_scale() -> list[ScaleClaim]:
         ScaleClaim("sm_arms_gt_loorf", 1, "supermask: estimators",
                    "ARMS performed marginally better than LOORF",
                    f"at every n run: ARMS front better than LOORF front ({_FRONT})",
-                   "supermask", _supermask_arms_loorf),
+                   "supermask", _mc_pair("method", "arms", "loorf", "ARMS", "LOORF")),
         ScaleClaim("sm_escort_gt_sigmoid", 2, "supermask: parametrization",
                    "Escort performed marginally better than sigmoid",
                    f"at every n run: escort front (ARMS and LOORF) better than sigmoid front "
-                   f"({_FRONT})", "supermask", _supermask_escort_sigmoid),
+                   f"({_FRONT})", "supermask",
+                   _mc_pair("param", "escort", "sigmoid", "escort", "sigmoid")),
         ScaleClaim("sm_cp_gt_mc", 3, "supermask: approaches",
                    "CP performed better than MC, even when n = 100",
                    f"CP front (both optimizers) better than the MC front at every n, n = 100 "

@@ -193,35 +193,29 @@ def test_allocation_distance_is_zero_for_uniform_pruning():
     assert C.allocation_distance(r) == pytest.approx(0.375)
 
 
+def allocations(cp, mc, gmp, mc_rs=RS):
+    """Joint CP, MC (ARMS n=2) and GMP fronts whose runs split their weights by these
+    profiles."""
+    return (front_runs("joint", "cp", ACCS, RS, layers_of=cp)
+            + front_runs("joint", "arms", MC_ACCS[:len(mc_rs)], mc_rs, layers_of=mc, n=2)
+            + front_runs("joint", "gmp", GMP_ACCS, RS, layers_of=gmp))
+
+
 def test_claim6_per_method_solutions_differ():
     c = claim("joint_solutions_differ")
-    differ = (front_runs("joint", "cp", ACCS, RS, layers_of=first_layer_cut)
-              + front_runs("joint", "arms", MC_ACCS, RS, layers_of=uniform, n=2)
-              + front_runs("joint", "gmp", GMP_ACCS, RS, layers_of=last_layers_cut))
-    v = c.evaluate(differ)
+    v = c.evaluate(allocations(first_layer_cut, uniform, last_layers_cut))
     assert v.outcome == HOLDS, v.detail
-    same = (front_runs("joint", "cp", ACCS, RS, layers_of=uniform)
-            + front_runs("joint", "arms", MC_ACCS, RS, layers_of=uniform, n=2)
-            + front_runs("joint", "gmp", GMP_ACCS, RS, layers_of=uniform))
-    assert c.evaluate(same).outcome == FAILS
+    assert c.evaluate(allocations(uniform, uniform, uniform)).outcome == FAILS
     assert c.evaluate(front_runs("joint", "cp", ACCS, RS)).outcome == MISSING
 
 
 def test_claim7_mc_changes_the_allocation_least():
     c = claim("joint_mc_allocation")
-    holds = (front_runs("joint", "cp", ACCS, RS, layers_of=first_layer_cut)
-             + front_runs("joint", "arms", MC_ACCS, RS, layers_of=uniform, n=2)
-             + front_runs("joint", "gmp", GMP_ACCS, RS, layers_of=last_layers_cut))
-    v = c.evaluate(holds)
+    v = c.evaluate(allocations(first_layer_cut, uniform, last_layers_cut))
     assert v.outcome == HOLDS, v.detail
-    fails = (front_runs("joint", "cp", ACCS, RS, layers_of=uniform)
-             + front_runs("joint", "arms", MC_ACCS, RS, layers_of=first_layer_cut, n=2)
-             + front_runs("joint", "gmp", GMP_ACCS, RS, layers_of=uniform))
-    assert c.evaluate(fails).outcome == FAILS
+    assert c.evaluate(allocations(uniform, first_layer_cut, uniform)).outcome == FAILS
     # MC runs far sparser than every CP and GMP run: nothing to match
-    far = (front_runs("joint", "cp", ACCS, RS, layers_of=first_layer_cut)
-           + front_runs("joint", "arms", [0.93], (0.01,), layers_of=uniform, n=2)
-           + front_runs("joint", "gmp", GMP_ACCS, RS, layers_of=last_layers_cut))
+    far = allocations(first_layer_cut, uniform, last_layers_cut, mc_rs=(0.01,))
     assert c.evaluate(far).outcome == MISSING
 
 
