@@ -6,7 +6,8 @@
 Reads finished run folders of ``python -m pbscale.prune`` (supermask and joint) and
 ``python -m pbscale.regress`` (MaskedNNRegression) under --runs (at any depth; the sweeps
 ``sweeps/claims_*.toml`` write them), copies their small files (``config.json``, ``metrics.csv``
-or ``history.csv``, ``summary.json``; not checkpoints or masks) to ``OUT/runs/`` and, from those
+or ``history.csv``, ``summary.json``; not checkpoints or masks) to ``OUT/runs/<name of the --runs
+folder>/`` and, from those
 copies only, evaluates every claim of :data:`analysis.claims.SCALE_CLAIMS`. ``--replot`` skips
 the copy, so a fresh clone redraws the committed tables and figures from the committed files.
 Writes, under --out:
@@ -140,14 +141,15 @@ def _table(path: Path) -> dict[str, list[float]]:
 
 def copy_small_files(roots: Sequence[Path], dest: Path) -> int:
     """Copy the small files of every finished run folder under roots (not those already under
-    dest) to dest/<path relative to its root>; returns the number of run folders copied."""
+    dest) to dest/<root's name>/<path relative to the root>; returns the number of run folders
+    copied."""
     folders = 0
     dest_abs = dest.resolve()
     for root in roots:
         for folder in find_run_folders([root]):
             if folder.resolve().is_relative_to(dest_abs):
                 continue
-            rel = folder.relative_to(root)
+            rel = Path(root.resolve().name) / folder.relative_to(root)
             for name in SMALL_FILES:
                 src = folder / name
                 if src.exists():
