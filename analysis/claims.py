@@ -357,7 +357,7 @@ ACC_FLOOR = 0.5
 GRID_POINTS = 25
 #: Accuracy standard error of a setting's mean used when a method has no setting with two or
 #: more seeds (half a point of accuracy, about the seed-to-seed s.d. of LeNet/MNIST).
-FALLBACK_SE = 0.005
+FALLBACK_SE = 5e-3
 #: "Much better" (pruning): the mean accuracy gap must also be at least this (two points).
 MUCH_ACC = 0.02
 #: "Much worse" (regression): the final loss must also be this fraction above the other's.
