@@ -49,6 +49,8 @@ from analysis.report_units import (
     run_units,
     unit_dir,
 )
+from analysis.scale_report import EXPERIMENTS as SCALE_EXPERIMENTS
+from analysis.scale_report import main as scale_main
 from pbexact.cli import (
     ArgumentParser,
     int_at_least,
@@ -246,8 +248,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--instances", type=parse_instances, default="0-9",
                    help=f"instance seeds, a range or list such as 0-9 or 0,3 (at most "
                    f"{MAX_INSTANCES:,})")
-    p.add_argument("--experiments", nargs="+", choices=EXPERIMENTS, default=list(EXPERIMENTS),
-                   help="experiments at --d")
+    p.add_argument("--experiments", nargs="+", choices=EXPERIMENTS + SCALE_EXPERIMENTS,
+                   default=list(EXPERIMENTS),
+                   help="microworld experiments at --d; supermask, joint, regression: the scale "
+                   "rows from run folders (python -m analysis.scale_report; see --scale-runs, "
+                   "--scale-out)")
+    p.add_argument("--scale-runs", type=Path, nargs="+", default=None,
+                   help="scale rows: folders holding pruning/regression run folders (default: "
+                   "redraw from --scale-out/runs; --scale-out figures/claims redraws the "
+                   "committed study)")
+    p.add_argument("--scale-out", type=Path, default=Path("results/claims"),
+                   help="scale rows: output folder")
     p.add_argument("--d", type=int, choices=CLAIM_DS, default=max(CLAIM_DS),
                    help="bits (the paper's claims are at d = 10, and the d = 4 row)")
     p.add_argument("--no-d4", action="store_true", help="skip the d = 4 row")
@@ -297,6 +308,14 @@ def check_study(args: argparse.Namespace) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    scale = [e for e in args.experiments if e in SCALE_EXPERIMENTS]
+    args.experiments = [e for e in args.experiments if e in EXPERIMENTS]
+    if scale:
+        source = ["--runs", *map(str, args.scale_runs)] if args.scale_runs else ["--replot"]
+        code = scale_main([*source, "--out", str(args.scale_out), "--experiments",
+                           ",".join(scale)])
+        if code or not args.experiments:
+            return code
     instances = args.instances
     if args.quick:
         instances, args.seeds, args.steps = QUICK["instances"], QUICK["seeds"], QUICK["steps"]

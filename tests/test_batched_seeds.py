@@ -240,11 +240,12 @@ def test_group_nan_check_names_the_member():
     configs = [MethodConfig("loorf", 2, "sigmoid", 0.1, seed=0),
                MethodConfig("loorf", 2, "sigmoid", 30.0, seed=1)]
     group = MaskTrainerGroup(configs, 5, 10)
-    group.check_finite(0)  # all finite: passes
+    flags = {"masks": "--lrs", "optimizer": "--optimizer", "weights": "--lr"}
+    group.check_finite("epoch 1", flags)  # all finite: passes
     with torch.no_grad():
         group.members[1].r[2] = math.nan
-    with pytest.raises(PBInputError, match="lr=30.0, seed=1 became NaN or inf in epoch 4"):
-        group.check_finite(3)
+    with pytest.raises(PBInputError, match="lr=30.0, seed=1 became NaN or inf in epoch 4.*--lrs"):
+        group.check_finite("epoch 4", flags)
 
 
 @pytest.mark.parametrize("argv, words", [

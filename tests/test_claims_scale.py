@@ -1,0 +1,316 @@
+"""The supermask, pruning and NN-regression claims of analysis.claims (SCALE_CLAIMS): each
+criterion on synthetic run records where it must hold, where it must fail, and (where it has a
+noise band) where the data cannot tell."""
+
+import math
+
+import numpy as np
+import pytest
+
+from analysis import claims as C
+from analysis.claims import FAILS, HOLDS, MISSING, NOISE, RunRecord
+
+SIZES = {"fc1": 1000, "fc2": 500, "fc3": 100}
+SEEDS = (0, 1, 2)
+
+
+def claim(key: str) -> C.ScaleClaim:
+    return next(c for c in C.SCALE_CLAIMS if c.key == key)
+
+
+def prune(exp, method, remaining, acc, seed=0, layers=None, sd=0.001, **settings):
+    """One pruning run; accuracy jittered by seed (deterministically, +-sd)."""
+    jitter = sd * (seed - 1)
+    layers = layers or {k: remaining for k in SIZES}
+    return RunRecord(exp, method, {"model": "lenet", "epochs": 4, **settings}, seed,
+                     remaining, acc + jitter, dict(layers), dict(SIZES))
+
+
+def front_runs(exp, method, accs, remainings=(0.5, 0.2, 0.1, 0.05, 0.02, 0.01), seeds=SEEDS,
+               layers_of=None, sd=0.001, **settings):
+    """One setting per remaining fraction (lam indexes them), each run with every seed."""
+    out = []
+    for i, (r, a) in enumerate(zip(remainings, accs)):
+        for s in seeds:
+            layers = layers_of(r) if layers_of else None
+            out.append(prune(exp, method, r, a, s, layers, sd, lam=10.0 ** -i, **settings))
+    return out
+
+
+def curve_acc(base, slope=0.02):
+    """Accuracies falling with sparsity: base at 50% remaining, slope per halving."""
+    rs = (0.5, 0.2, 0.1, 0.05, 0.02, 0.01)
+    return [base - slope * math.log2(0.5 / r) for r in rs]
+
+
+# ----------------------------------------------------------------------- fronts, generic
+
+
+def test_front_gap_and_better_front_hold_fail_noise():
+    a = front_runs("supermask", "arms", curve_acc(0.95), n=2, param="escort")
+    b = front_runs("supermask", "loorf", curve_acc(0.93), n=2, param="escort")
+    g = C.front_gap(a, b, "A", "B")
+    assert g.mean == pytest.approx(0.02, abs=1e-9) and g.seeds_known
+    assert C.better_front(a, b, "A", "B").outcome == HOLDS
+    assert C.better_front(b, a, "B", "A").outcome == FAILS
+    # a 0.001 gap under a seed s.d. of 0.02 cannot be told
+    a2 = front_runs("supermask", "arms", curve_acc(0.931), n=2, param="escort", sd=0.02)
+    b2 = front_runs("supermask", "loorf", curve_acc(0.93), n=2, param="escort", sd=0.02)
+    assert C.better_front(a2, b2, "A", "B").outcome == NOISE
+    # "much better": a significant 1-point gap is not much; a 5-point gap is
+    assert C.better_front(a, b, "A", "B", much=True).outcome == FAILS  # 0.02 - round-off
+    a3 = front_runs("supermask", "cp", curve_acc(0.98), mask_opt="rmsprop")
+    assert C.better_front(a3, b, "A", "B", much=True).outcome == HOLDS
+
+
+def test_front_gap_compares_fronts_that_do_not_overlap_at_the_sparser_end():
+    cp = front_runs("supermask", "cp", [0.95, 0.94], remainings=(0.05, 0.02))
+    mc = front_runs("supermask", "arms", [0.70, 0.60], remainings=(0.5, 0.45), n=10)
+    g = C.front_gap(cp, mc, "CP", "MC")
+    assert g.lo == pytest.approx(0.45) and g.hi == pytest.approx(0.5)
+    # MC reaches 0.7 only at the last budget (50%), 0.6 before
+    assert g.mean == pytest.approx(0.95 - np.mean([0.6] * 24 + [0.7]), abs=1e-9)
+    assert C.better_front(cp, mc, "CP", "MC").outcome == HOLDS
+
+
+def test_front_ignores_collapsed_runs_and_reports_missing():
+    dead = [prune("supermask", "arms", 0.0, 0.098, s, n=2, lam=0.1) for s in SEEDS]
+    weak = front_runs("supermask", "arms", [0.3, 0.2], remainings=(0.5, 0.2), n=2)
+    cp = front_runs("supermask", "cp", curve_acc(0.95))
+    assert C.better_front(cp, dead + weak, "CP", "MC").outcome == MISSING
+    assert C.better_front(cp, [], "CP", "MC").outcome == MISSING
+
+
+def test_one_seed_uses_the_fallback_standard_error():
+    a = front_runs("supermask", "cp", curve_acc(0.95), seeds=(0,))
+    b = front_runs("supermask", "cp", curve_acc(0.95 - 3 * C.FALLBACK_SE), seeds=(0,))
+    c = front_runs("supermask", "cp", curve_acc(0.95 - C.FALLBACK_SE), seeds=(0,))
+    assert not C.front_gap(a, b, "a", "b").seeds_known
+    assert C.better_front(a, b, "a", "b").outcome == HOLDS  # 3 > 2 sqrt(2) fallback s.e.
+    assert C.better_front(a, c, "a", "c").outcome == NOISE
+
+
+# ----------------------------------------------------------------------- supermask (1-4)
+
+
+def quartet(arms_escort, arms_sigmoid, loorf_escort, loorf_sigmoid, n=2):
+    runs = []
+    for (m, p), base in {("arms", "escort"): arms_escort, ("arms", "sigmoid"): arms_sigmoid,
+                         ("loorf", "escort"): loorf_escort,
+                         ("loorf", "sigmoid"): loorf_sigmoid}.items():
+        runs += front_runs("supermask", m, curve_acc(base), n=n, param=p, mask_opt="rmsprop")
+    return runs
+
+
+def test_claim1_arms_vs_loorf():
+    c = claim("sm_arms_gt_loorf")
+    assert c.bullet == 1
+    assert c.evaluate(quartet(0.92, 0.91, 0.90, 0.89)).outcome == HOLDS
+    assert c.evaluate(quartet(0.90, 0.89, 0.92, 0.91)).outcome == FAILS
+    assert c.evaluate(front_runs("supermask", "cp", curve_acc(0.9))).outcome == MISSING
+    # ARMS better at n=2 but worse at n=10: fails
+    runs = quartet(0.92, 0.91, 0.90, 0.89) + quartet(0.90, 0.89, 0.92, 0.91, n=10)
+    assert c.evaluate(runs).outcome == FAILS
+
+
+def test_claim2_escort_vs_sigmoid():
+    c = claim("sm_escort_gt_sigmoid")
+    assert c.evaluate(quartet(0.92, 0.90, 0.91, 0.89)).outcome == HOLDS
+    assert c.evaluate(quartet(0.90, 0.92, 0.89, 0.91)).outcome == FAILS
+
+
+def test_claim3_cp_vs_mc_needs_n100():
+    c = claim("sm_cp_gt_mc")
+    cp = front_runs("supermask", "cp", curve_acc(0.96), mask_opt="rmsprop")
+    mc10 = front_runs("supermask", "arms", curve_acc(0.80), n=10, param="escort")
+    v = c.evaluate(cp + mc10)
+    assert v.outcome == MISSING and "n = 100" in v.detail
+    mc100 = front_runs("supermask", "arms", [0.85], remainings=(0.05,), seeds=(0,), n=100,
+                       param="escort")
+    assert c.evaluate(cp + mc10 + mc100).outcome == HOLDS
+    mc100_good = front_runs("supermask", "arms", [0.99], remainings=(0.01,), seeds=(0,), n=100,
+                            param="escort")
+    assert c.evaluate(cp + mc10 + mc100_good).outcome == FAILS
+
+
+def test_claim4_cp_rmsprop_much_better_than_sgd():
+    c = claim("sm_cp_rmsprop_gt_sgd")
+    rms = front_runs("supermask", "cp", curve_acc(0.95), mask_opt="rmsprop", mask_lr=0.1)
+    sgd_bad = front_runs("supermask", "cp", curve_acc(0.85), mask_opt="sgd", mask_lr=0.1)
+    sgd_close = front_runs("supermask", "cp", curve_acc(0.945), mask_opt="sgd", mask_lr=0.1)
+    sgd_good = front_runs("supermask", "cp", curve_acc(0.97), mask_opt="sgd", mask_lr=0.1)
+    assert c.evaluate(rms + sgd_bad).outcome == HOLDS
+    assert c.evaluate(rms + sgd_close).outcome == FAILS  # better, but not much
+    assert c.evaluate(rms + sgd_good).outcome == FAILS
+    assert c.evaluate(rms).outcome == MISSING
+
+
+# --------------------------------------------------------------------------- joint (5-8)
+
+
+def test_claim5_cp_best_in_joint_pruning():
+    c = claim("joint_cp_best")
+    cp = front_runs("joint", "cp", curve_acc(0.98), mask_opt="sgd")
+    others = (front_runs("joint", "arms", curve_acc(0.95), n=2)
+              + front_runs("joint", "mp", curve_acc(0.96))
+              + front_runs("joint", "gmp", curve_acc(0.97)))
+    assert c.evaluate(cp + others).outcome == HOLDS
+    better_gmp = front_runs("joint", "gmp", curve_acc(0.99), target=0.1)
+    assert c.evaluate(cp + others[:-len(better_gmp)] + better_gmp).outcome == FAILS
+    assert c.evaluate(cp).outcome == MISSING
+
+
+def profile(weights):
+    """Per-layer fractions min(1, c w_l) with c set so that the run keeps a fraction r of all
+    masked weights (bisection): layers_of(r) for front_runs."""
+    def layers_of(r):
+        lo, hi = 0.0, 1e6
+        for _ in range(200):
+            c = (lo + hi) / 2
+            kept = sum(min(1.0, c * w) * SIZES[k] for k, w in zip(SIZES, weights))
+            lo, hi = (c, hi) if kept < r * sum(SIZES.values()) else (lo, c)
+        return {k: min(1.0, lo * w) for k, w in zip(SIZES, weights)}
+    return layers_of
+
+
+uniform = profile((1, 1, 1))
+first_layer_cut = profile((0.2, 1, 1))  # the big first layer gives up most
+last_layers_cut = profile((1, 0.1, 0.1))  # the small last layers give up most
+
+
+RS = (0.5, 0.3, 0.2, 0.15)
+ACCS = [0.95, 0.94, 0.93, 0.92]
+MC_ACCS = [a - 0.02 for a in ACCS]
+GMP_ACCS = [a - 0.01 for a in ACCS]
+
+
+def test_allocation_distance_is_zero_for_uniform_pruning():
+    r = prune("joint", "gmp", 0.1, 0.9, layers=uniform(0.1))
+    assert C.allocation_distance(r) == pytest.approx(0.0)
+    r = prune("joint", "gmp", 0.3, 0.9, layers=first_layer_cut(0.3))
+    assert sum(r.layers[k] * n for k, n in SIZES.items()) == pytest.approx(480)
+    # kept (120, 300, 60): shares (1/4, 5/8, 1/8) against the dense (5/8, 5/16, 1/16)
+    assert C.allocation_distance(r) == pytest.approx(0.375)
+
+
+def allocations(cp, mc, gmp, mc_rs=RS):
+    """Joint CP, MC (ARMS n=2) and GMP fronts whose runs split their weights by these
+    profiles."""
+    return (front_runs("joint", "cp", ACCS, RS, layers_of=cp)
+            + front_runs("joint", "arms", MC_ACCS[:len(mc_rs)], mc_rs, layers_of=mc, n=2)
+            + front_runs("joint", "gmp", GMP_ACCS, RS, layers_of=gmp))
+
+
+def test_claim6_per_method_solutions_differ():
+    c = claim("joint_solutions_differ")
+    v = c.evaluate(allocations(first_layer_cut, uniform, last_layers_cut))
+    assert v.outcome == HOLDS, v.detail
+    assert c.evaluate(allocations(uniform, uniform, uniform)).outcome == FAILS
+    assert c.evaluate(front_runs("joint", "cp", ACCS, RS)).outcome == MISSING
+
+
+def test_claim7_mc_changes_the_allocation_least():
+    c = claim("joint_mc_allocation")
+    v = c.evaluate(allocations(first_layer_cut, uniform, last_layers_cut))
+    assert v.outcome == HOLDS, v.detail
+    assert c.evaluate(allocations(uniform, first_layer_cut, uniform)).outcome == FAILS
+    # MC runs far sparser than every CP and GMP run: nothing to match
+    far = allocations(first_layer_cut, uniform, last_layers_cut, mc_rs=(0.01,))
+    assert c.evaluate(far).outcome == MISSING
+
+
+def test_claim8_cp_sgd_much_better_than_rmsprop():
+    c = claim("joint_cp_sgd_gt_rmsprop")
+    sgd = front_runs("joint", "cp", curve_acc(0.97), mask_opt="sgd")
+    assert c.evaluate(sgd + front_runs("joint", "cp", curve_acc(0.90),
+                                       mask_opt="rmsprop")).outcome == HOLDS
+    assert c.evaluate(sgd + front_runs("joint", "cp", curve_acc(0.99),
+                                       mask_opt="rmsprop")).outcome == FAILS
+
+
+# ---------------------------------------------------------------------- regression (9-11)
+
+EPOCHS = np.arange(0, 301, 10, dtype=float)
+
+
+def reg(method, final, tau=30.0, seeds=SEEDS, sd=0.002, start=1.0, epochs=300, **settings):
+    """Regression runs: loss(t) = final + (start - final) exp(-t / tau), final jittered by seed."""
+    base = {"n": 10, "param": "sigmoid", "lr": 0.1, "optimizer": "rmsprop", "epochs": epochs}
+    base.update(settings)
+    t = EPOCHS * epochs / 300
+    out = []
+    for s in seeds:
+        f = final + sd * (s - 1)
+        losses = f + (start - f) * np.exp(-t / tau)
+        out.append(RunRecord("regression", method, base, s, final_loss=float(losses[-1]),
+                             epochs=t, losses=losses))
+    return out
+
+
+def test_claim9_reinforce_much_worse():
+    c = claim("reg_reinforce_much_worse")
+    good = reg("loorf", 0.20) + reg("arms", 0.19)
+    assert c.evaluate(reg("reinforce", 0.40) + good).outcome == HOLDS
+    assert c.evaluate(reg("reinforce", 0.205) + good).outcome == FAILS  # worse, not much
+    assert c.evaluate(reg("reinforce", 0.10) + good).outcome == FAILS
+    noisy = reg("reinforce", 0.21, sd=0.1) + reg("loorf", 0.20, sd=0.1)
+    assert c.evaluate(noisy).outcome == NOISE
+    assert c.evaluate(good).outcome == MISSING
+
+
+def params(cosine=(0.30, 80.0), direct=(0.28, 5.0), sigmoid=(0.20, 30.0), escort=(0.20, 20.0)):
+    runs = []
+    for name, (final, tau) in {"cosine": cosine, "direct": direct, "sigmoid": sigmoid,
+                               "escort": escort}.items():
+        runs += reg("loorf", final, tau, param=name, lr=0.1)
+        runs += reg("loorf", final + 0.05, tau, param=name, lr=0.01)  # the worse lr
+    return runs
+
+
+def test_claim10_parametrizations():
+    cos, dirc, well = (claim(k) for k in ("reg_cosine_slow_worse", "reg_direct_fast_poor",
+                                          "reg_escort_sigmoid_well"))
+    assert {cos.bullet, dirc.bullet, well.bullet} == {10}
+    paper = params()
+    assert cos.evaluate(paper).outcome == HOLDS
+    assert dirc.evaluate(paper).outcome == HOLDS
+    assert well.evaluate(paper).outcome == HOLDS
+    other = params(cosine=(0.15, 5.0), direct=(0.10, 80.0))
+    assert cos.evaluate(other).outcome == FAILS
+    assert dirc.evaluate(other).outcome == FAILS
+    assert well.evaluate(other).outcome == FAILS
+    assert cos.evaluate(reg("loorf", 0.2)).outcome == MISSING
+
+
+def approaches(reinforce=0.40, loorf=0.25, st=0.24, rebar=0.30, cp_sgd=0.15, cp_rms=0.35):
+    runs = []
+    for m, f in (("reinforce", reinforce), ("loorf", loorf), ("st", st), ("rebar", rebar)):
+        runs += reg(m, f, lr=0.1) + reg(m, f + 0.05, lr=0.01)
+    runs += reg("cp", cp_sgd, optimizer="sgd") + reg("cp", cp_rms, optimizer="rmsprop")
+    return runs
+
+
+def test_claim11_approaches():
+    grad, best, sgd = (claim(k) for k in ("reg_grad_helps", "reg_cp_best", "reg_cp_sgd"))
+    paper = approaches()
+    assert grad.evaluate(paper).outcome == HOLDS
+    assert best.evaluate(paper).outcome == HOLDS
+    assert sgd.evaluate(paper).outcome == HOLDS
+    other = approaches(reinforce=0.2, st=0.3, cp_sgd=0.5, cp_rms=0.1)
+    assert grad.evaluate(other).outcome == FAILS
+    assert best.evaluate(other).outcome == FAILS
+    assert sgd.evaluate(other).outcome == FAILS
+
+
+def test_regression_selection_keeps_epochs_apart():
+    """A REBAR comparison at 30 epochs is judged against REINFORCE at 30 epochs only."""
+    runs = (reg("reinforce", 0.4) + reg("st", 0.2)
+            + reg("reinforce", 0.6, epochs=30) + reg("rebar", 0.5, epochs=30))
+    v = claim("reg_grad_helps").evaluate(runs)
+    assert v.outcome == HOLDS and "30 ep rebar" in v.detail and "300 ep st" in v.detail
+
+
+def test_every_scale_claim_has_a_bullet_and_evaluates_on_nothing():
+    assert sorted({c.bullet for c in C.SCALE_CLAIMS}) == list(range(1, 12))
+    for c in C.SCALE_CLAIMS:
+        assert c.evaluate([]).outcome == MISSING, c.key
