@@ -426,14 +426,13 @@ def report(out: Path, experiments: Sequence[str]) -> list[dict]:
 def build_parser() -> argparse.ArgumentParser:
     p = ArgumentParser(prog="python -m analysis.scale_report",
                        description=__doc__.split("\n\n")[0],
-                       formatter_class=argparse.RawDescriptionHelpFormatter,
                        epilog="The run folders come from python -m pbscale.sweep run "
                               "sweeps/claims_*.toml (see each file's header for its cost).")
-    p.add_argument("--runs", type=Path, nargs="+", default=[],
+    p.add_argument("--runs", type=Path, nargs="+", default=None,
                    help="folders holding finished run folders (searched at any depth)")
-    p.add_argument("--out", type=Path, default=Path("figures/claims"),
-                   help="folder for the tables, figures and the copied run files "
-                        "(default figures/claims)")
+    p.add_argument("--out", type=Path, default=Path("results/claims"),
+                   help="folder for the tables, figures and the copied run files (the "
+                        "committed study: figures/claims)")
     p.add_argument("--experiments", default=",".join(EXPERIMENTS),
                    help="comma-separated subset of " + ", ".join(EXPERIMENTS))
     p.add_argument("--replot", action="store_true",
