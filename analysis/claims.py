@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from analysis.microworld_runs import DETERMINISTIC
 from analysis.pareto import MC as PRUNE_MC
 
 #: Standard errors a difference must exceed to count (about a 95% two-sided normal interval).
@@ -63,7 +64,7 @@ class ConfigResult:
 
     @property
     def label(self) -> str:
-        name = self.method if self.method in ("true", "cp") else f"{self.method} n={self.n}"
+        name = self.method if self.method in DETERMINISTIC else f"{self.method} n={self.n}"
         return name if self.param == "sigmoid" else f"{name} {self.param}"
 
     def text(self) -> str:
@@ -191,7 +192,7 @@ def _similar(n: int) -> Callable[[UnitResult], Verdict]:
 
 
 def _mc(u: UnitResult) -> list[ConfigResult]:
-    return [c for c in u.configs if c.method not in ("true", "cp")]
+    return [c for c in u.configs if c.method not in DETERMINISTIC]
 
 
 def _true_misses(u: UnitResult) -> Verdict:
