@@ -63,6 +63,8 @@ MODES = ("supermask", "joint")
 PRUNE_METHODS = tuple(n for n, f in REGISTRY.items()
                       if {f"prune-{m}" for m in MODES} & set(f.commands))
 MASK_OPTIMIZERS = ("rmsprop", "sgd")
+#: The parametrization of MC runs when --param is left out (a family's ``prune_param`` first).
+DEFAULT_PARAM = "escort"
 #: Default model -> data set.
 MODEL_DATA = {"lenet": "mnist", "conv6": "cifar10", "resnet20": "cifar10", "vgg19": "cifar10"}
 #: Weight optimizer of joint runs (`sec:app_joint_pruning_setup`): SGD, Nesterov momentum.
@@ -85,7 +87,7 @@ class PruneConfig:
     dataset: str = ""
     mode: str = "supermask"
     method: str = "cp"
-    param: str = "escort"
+    param: str = ""
     n: int = 10
     lam: float = 1e-4
     mask_opt: str = "rmsprop"
@@ -116,6 +118,8 @@ class PruneConfig:
         c = copy.copy(self)
         if not c.dataset:
             c.dataset = MODEL_DATA.get(c.model, "")
+        if not c.param:  # the method's default parametrization (escort for MC)
+            c.param = getattr(REGISTRY.get(c.method), "prune_param", None) or DEFAULT_PARAM
         if not c.batch_size:
             c.batch_size = 64 if (c.model == "vgg19" and c.mode == "joint") else 128
         return c
@@ -157,6 +161,7 @@ class PruneConfig:
                                    f"got {v}")
         if family.cuts:
             check_fraction(c.target)
+        family.check_prune(c)
         if not isinstance(c.epochs, int) or c.epochs < 1:
             raise PBInputError(f"--epochs must be a positive integer, got {c.epochs}")
         if c.batch_size < 1:
@@ -307,11 +312,12 @@ class PruneTask(RunHooks):
         return out
 
     @torch.no_grad()
-    def choose_mask(self, method, batches: list) -> torch.Tensor:
-        """The evaluation mask (d,): MC: the best of ``eval_masks`` masks sampled by the
-        method, by mean training loss on ``batches`` (each mask with its batch statistics, as
-        in training); CP: 1[r > 0]; MP/GMP/dense: their mask."""
-        if not self.family.samples:
+    def choose_mask(self, method, batches: list, sampled: bool | None = None) -> torch.Tensor:
+        """The evaluation mask (d,): MC (or ``sampled=True``): the best of ``eval_masks`` masks
+        sampled by the method, by mean training loss on ``batches`` (each mask with its batch
+        statistics, as in training); the others: their deterministic mask (CP: 1[r > 0];
+        MP/GMP/dense: their mask; hard-concrete: its test-time gates)."""
+        if not (self.family.samples if sampled is None else sampled):
             return method.mode_mask().detach()
         self.model.train()
         saved = {k: b.clone() for k, b in self.model.named_buffers()}
@@ -382,6 +388,15 @@ class PruneTask(RunHooks):
         batches = self.selection_batches(ctx.generator)
         z = ctx.mask if ctx.mask is not None else self.choose_mask(ctx.method, batches)
         self.eval_mask = z.detach().clone()
+        extra: dict[str, float] = {}
+        if self.family.also_sampled:  # the best sampled mask beside the deterministic one
+            zs = self.choose_mask(ctx.method, batches, sampled=True)
+            ps = self.eval_params(zs)
+            if self.has_bn:
+                self.recalibrate_bn(ps, batches)
+            extra = {"sampled_val_acc": self.score(ps, self.data.batches("val", 1000))[1],
+                     "sampled_test_acc": self.score(ps, self.data.batches("test", 1000))[1],
+                     "sampled_remaining": int(zs.count_nonzero()) / self.d}
         params = self.eval_params(self.eval_mask)
         if self.has_bn and self.family.logits:
             self.recalibrate_bn(params, batches)
@@ -396,6 +411,7 @@ class PruneTask(RunHooks):
         row["remaining_all"] = (self.num_all - self.d + kept) / self.num_all
         for k, m in self.layout.split(self.eval_mask[None]).items():
             row[f"remaining_{k.removesuffix('.weight')}"] = int(m.count_nonzero()) / m.numel()
+        row.update(extra)
         if ctx.epoch == self.cfg.epochs and self.export_dir is not None:
             self.export(self.export_dir)
         return row
@@ -409,9 +425,13 @@ class PruneTask(RunHooks):
         (``<layer>.weight_orig`` = the weight the forward uses, rescaling folded in;
         ``<layer>.weight_mask``), for :func:`load_pruned`."""
         z = self.eval_mask
-        masks = {k: m[0].detach().cpu() for k, m in self.layout.split(z[None]).items()}
+        values = {k: m[0].detach().cpu() for k, m in self.layout.split(z[None]).items()}
+        # a gate method's mask holds gate values: 0/1 by its zeros, the values folded into
+        # the weights (weight_orig) and kept as "gate.<param>"
+        masks = {k: (v != 0).to(v.dtype) for k, v in values.items()}
         used = {k: v.cpu() for k, v in self.eval_params(z).items() if k in masks}
         blob = {f"mask.{k}": v for k, v in masks.items()}
+        blob.update({f"gate.{k}": v for k, v in values.items() if not torch.equal(v, masks[k])})
         for k, m in masks.items():
             mean = float(m.mean())
             if self.family.samples:
@@ -495,6 +515,7 @@ def build(cfg: PruneConfig, data: datamod.Data, dev: torch.device):
     freeze = FREEZE_AT if cfg.mode == "joint" else None
     mask_epochs = LoopConfig(epochs=E, mask_warmup=warmup, freeze_masks=freeze).mask_epochs()
     method = MaskTrainer(cfg.method_config(), task.d, max(mask_epochs * S, 1), dev)
+    method.layers, method.target = tuple(task.layout.sizes), cfg.target
     milestones, gamma = family.mask_schedule
     loop = LoopConfig(epochs=E, seed=cfg.seed, mask_milestones=milestones,
                       mask_gamma=gamma, weight_milestones=wm,
@@ -576,7 +597,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dataset", default="", help="mnist or cifar10 (default: the model's)")
     p.add_argument("--mode", default=d.mode, help="supermask or joint")
     p.add_argument("--method", default=d.method, help=", ".join(PRUNE_METHODS))
-    p.add_argument("--param", default=d.param, help="escort or sigmoid (MC methods)")
+    p.add_argument("--param", default=d.param,
+                   help=f"escort or sigmoid (MC methods; default {DEFAULT_PARAM}, sigmoid for "
+                        f"{', '.join(n for n, f in REGISTRY.items() if f.prune_param)})")
     p.add_argument("--n", "--samples", dest="n", type=int, default=d.n,
                    help="MC samples per step (under torchrun write --samples)")
     p.add_argument("--lam", type=float, default=d.lam, help="L0 strength per weight")

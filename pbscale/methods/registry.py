@@ -11,7 +11,8 @@ evaluated with, its temperature, its pruning schedule, and the tools it runs in
   that needs no J table, derived from the estimator's spec;
 * :class:`pbscale.methods.cp.CPFamily` (CP);
 * :mod:`pbscale.methods.hybrids`: ST, REBAR and RELAX;
-* :mod:`pbscale.methods.magnitude`: MP, GMP and dense training (no mask logits).
+* :mod:`pbscale.methods.magnitude`: MP, GMP and dense training (no mask logits);
+* :mod:`pbscale.methods.beyond`: ST-theta (Zhou et al.), hard-concrete L0 and edge-popup.
 
 Every list of methods (CLI choices, sweeps, the microworld's torch methods) is a query of the
 registry (:func:`names`).
@@ -81,6 +82,10 @@ class Family:
     data_parallel_logits: bool = False
     mask_schedule: tuple[tuple[float, ...], float] = ((), 1.0)
     joint_warmup: float = 0.0
+    #: pruning also reports the best of ``--eval-masks`` sampled masks (``sampled_*`` metrics)
+    also_sampled: bool = False
+    #: the parametrization pruning uses when --param is left out (None: pruning's default)
+    prune_param: str | None = None
 
     def __repr__(self) -> str:
         return f"<method {self.name}>"
@@ -102,6 +107,16 @@ class Family:
         """r_0 (d,) float64: theta = 0.5 for every weight (`sec:app_maskednnregression`)."""
         return param.logits(torch.full((d,), 0.5, dtype=torch.float64))
 
+    def initial_scores(self, param: Parametrization, d: int,
+                       generator: torch.Generator) -> torch.Tensor:
+        """r_0 (d,) float64 of a run, ``generator`` seeded with its seed (default:
+        :meth:`initial_logits`, which draws nothing)."""
+        return self.initial_logits(param, d)
+
+    def check_prune(self, config: Any) -> None:
+        """Refuse (:class:`PBInputError`) a :class:`pbscale.prune.PruneConfig` setting this
+        method does not take (e.g. edge-popup's --target)."""
+
     def make_control(self, d: int, lr: float, generator: torch.Generator,
                      seeds: int | None = None, device: torch.device | str | None = None,
                      dtype: torch.dtype | None = None
@@ -112,6 +127,11 @@ class Family:
     def theta(self, trainer: MaskTrainer) -> torch.Tensor:
         """The mask probabilities (d,) of the trainer's logits."""
         return trainer.param.theta(trainer.r)
+
+    def eval_mask(self, trainer: MaskTrainer) -> torch.Tensor:
+        """The deterministic evaluation mask (d,) (default 1[theta > 1/2]; a gate method's
+        values in [0, 1], its zeros pruned)."""
+        return (trainer.theta() > 0.5).to(trainer.r.dtype)
 
     def temperature(self, trainer: MaskTrainer) -> float:
         """The relaxation temperature the trainer is at (NaN: no relaxation)."""
