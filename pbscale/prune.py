@@ -606,13 +606,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--mask-opt", default=d.mask_opt, help="rmsprop or sgd")
     p.add_argument("--mask-lr", type=float, default=d.mask_lr)
     p.add_argument("--target", type=float, default=d.target,
-                   help="MP/GMP: final fraction of masked weights remaining, in (0, 1]")
+                   help="MP/GMP: final fraction of masked weights remaining; edge-popup: "
+                        "fraction kept in each layer; in (0, 1]")
     p.add_argument("--epochs", type=int, default=d.epochs)
     p.add_argument("--batch-size", type=int, default=0,
                    help="default 128 (64 for joint VGG)")
     p.add_argument("--lr", type=float, default=d.lr, help="weight learning rate (joint)")
     p.add_argument("--seed", type=int, default=d.seed)
-    p.add_argument("--init", default=d.init, help=", ".join(INITS))
+    p.add_argument("--init", default=d.init,
+                   help=f"{', '.join(INITS)} (signed_constant: +-Kaiming std, random signs)")
     p.add_argument("--mask-head", action="store_true", help="mask the classifier layer too")
     p.add_argument("--mask-shortcuts", action="store_true",
                    help="mask ResNet 1x1 projection shortcuts too")
