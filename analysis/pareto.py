@@ -2,12 +2,13 @@
 pruning runs (`fig:supermask_results`, `fig:joint_pruning_results`,
 `fig:joint_pruning_per_layer`).
 
-RUNS are run folders of ``python -m pbscale.prune`` (with ``config.json`` and
-``summary.json``) or folders holding them. Runs that differ only in their seed are averaged
-(test accuracy and weights remaining; the seed count is reported). A method's label is its name
-(``cp``, ``mp``, ``gmp``, ``dense``) or, for MC, ``<estimator>-<param>-n<n>``. For every
-(model, mode) this writes ``pareto_<model>_<mode>.png`` (test accuracy against weights remaining
-over the masked tensors, log axis; each label's points and its Pareto front: the points no other
+RUNS are run folders of ``python -m pbscale.prune`` (with ``config.json`` and ``summary.json``)
+or folders holding them. Runs that differ only in their seed are averaged (test accuracy and
+weights remaining; the seed count is reported). A method's label is its name (``cp``, ``mp``,
+``gmp``, ``dense``) or, for MC, ``<estimator>-<param>-n<n>``, with ``-<init>`` when the weights
+are not ``kaiming_normal``; its colour is its method's in the method registry. For every (model,
+mode) this writes ``pareto_<model>_<mode>.png`` (test accuracy against weights remaining over
+the masked tensors, log axis; each label's points and its Pareto front: the points no other
 point of the label beats in both accuracy and sparsity) and ``layers_<model>_<mode>.png`` (per
 layer fraction remaining of each label's most accurate run at most ``--layer-max`` remaining),
 with ``runs.csv``, ``pareto.csv`` and ``layers.csv`` holding the plotted numbers. A setting a
@@ -65,9 +66,31 @@ def find_runs(paths: Sequence[str | Path]) -> list[Path]:
     return found
 
 
+#: The weight initialization runs are labelled with when it is not this one.
+DEFAULT_INIT = "kaiming_normal"
+#: Marker and line style of a method's 1st, 2nd, ... label (its colour is the registry's).
+STYLES = [("o", "-"), ("s", "--"), ("^", ":"), ("v", "-."), ("D", "--")]
+
+
 def label(task: dict) -> str:
     m = task["method"]
-    return f"{m}-{task['param']}-n{task['n']}" if m in MC else m
+    base = f"{m}-{task['param']}-n{task['n']}" if m in MC else m
+    init = task.get("init", DEFAULT_INIT)
+    return base if init == DEFAULT_INIT else f"{base}-{init}"
+
+
+def styles(labels: Sequence[str], methods: dict[str, str]) -> dict[str, dict]:
+    """Plot keywords per label: the colour of its method in the method registry, and a marker
+    and line style that tell apart the labels of one method (in the order given)."""
+    out, seen = {}, defaultdict(int)
+    for lab in labels:
+        m = methods[lab]
+        marker, ls = STYLES[seen[m] % len(STYLES)]
+        seen[m] += 1
+        fam = REGISTRY.get(m)
+        out[lab] = {"marker": marker, "linestyle": ls,
+                    **({"color": fam.color} if fam is not None else {})}
+    return out
 
 
 #: The run settings the tables show besides the method's label; :func:`used_settings` says
@@ -309,11 +332,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         sel = [p for p in points if (p["model"], p["mode"]) == (model, mode)]
         fig, ax = plt.subplots(figsize=(6, 4))
         fig2, ax2 = plt.subplots(figsize=(6, 4))
-        for lab in sorted({p["label"] for p in sel}):
+        labs = sorted({p["label"] for p in sel})
+        look = styles(labs, {p["label"]: p["method"] for p in sel})
+        for lab in labs:
             group = [p for p in sel if p["label"] == lab]
             front = pareto_front(group)
             line = ax.plot([p["remaining"] for p in front], [p["test_acc"] for p in front],
-                           marker="o", label=lab)[0]
+                           label=lab, **look[lab])[0]
             ax.scatter([p["remaining"] for p in group], [p["test_acc"] for p in group],
                        color=line.get_color(), alpha=0.35, s=12)
             for p in front:
@@ -323,7 +348,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             if eligible:
                 best = max(eligible, key=lambda p: p["test_acc"])
                 names = list(best["layers"])
-                ax2.plot(range(len(names)), [best["layers"][n] for n in names], marker="o",
+                ax2.plot(range(len(names)), [best["layers"][n] for n in names], **look[lab],
                          label=f"{lab} ({best['remaining']:.2%}, acc {best['test_acc']:.3f})")
                 for n in names:
                     layer_rows.append([model, mode, lab, best["remaining"], n,

@@ -69,6 +69,8 @@ MODES = ("supermask", "joint")
 PRUNE_METHODS = tuple(n for n, f in REGISTRY.items()
                       if {f"prune-{m}" for m in MODES} & set(f.commands))
 MASK_OPTIMIZERS = ("rmsprop", "sgd")
+#: The parametrization of MC runs when --param is left out (a family's ``prune_param`` first).
+DEFAULT_PARAM = "escort"
 #: Default model -> data set.
 MODEL_DATA = {"lenet": "mnist", "conv6": "cifar10", "resnet20": "cifar10", "vgg19": "cifar10"}
 #: Weight optimizer of joint runs (`sec:app_joint_pruning_setup`): SGD, Nesterov momentum.
@@ -93,7 +95,7 @@ class PruneConfig:
     dataset: str = ""
     mode: str = "supermask"
     method: str = "cp"
-    param: str = "escort"
+    param: str = ""
     n: int = 10
     lam: float = 1e-4
     mask_opt: str = "rmsprop"
@@ -124,6 +126,8 @@ class PruneConfig:
         c = copy.copy(self)
         if not c.dataset:
             c.dataset = MODEL_DATA.get(c.model, "")
+        if not c.param:  # the method's default parametrization (escort for MC)
+            c.param = getattr(REGISTRY.get(c.method), "prune_param", None) or DEFAULT_PARAM
         if not c.batch_size:
             c.batch_size = 64 if (c.model == "vgg19" and c.mode == "joint") else 128
         return c
@@ -165,6 +169,7 @@ class PruneConfig:
                                    f"got {v}")
         if family.cuts:
             check_fraction(c.target)
+        family.check_prune(c)
         if not isinstance(c.epochs, int) or c.epochs < 1:
             raise PBInputError(f"--epochs must be a positive integer, got {c.epochs}")
         if c.batch_size < 1:
@@ -336,11 +341,12 @@ class PruneTask(RunHooks):
         return out
 
     @torch.no_grad()
-    def choose_mask(self, method, batches: list) -> torch.Tensor:
-        """The evaluation mask (d,): MC: the best of ``eval_masks`` masks sampled by the
-        method, by mean training loss on ``batches`` (each mask with its batch statistics, as
-        in training); CP: 1[r > 0]; MP/GMP/dense: their mask."""
-        if not self.family.samples:
+    def choose_mask(self, method, batches: list, sampled: bool | None = None) -> torch.Tensor:
+        """The evaluation mask (d,): MC (or ``sampled=True``): the best of ``eval_masks`` masks
+        sampled by the method, by mean training loss on ``batches`` (each mask with its batch
+        statistics, as in training); the others: their deterministic mask (CP: 1[r > 0];
+        MP/GMP/dense: their mask; hard-concrete: its test-time gates)."""
+        if not (self.family.samples if sampled is None else sampled):
             return method.mode_mask().detach()
         self.model.train()
         saved = {k: b.clone() for k, b in self.model.named_buffers()}
@@ -411,6 +417,15 @@ class PruneTask(RunHooks):
         batches = self.selection_batches(ctx.generator)
         z = ctx.mask if ctx.mask is not None else self.choose_mask(ctx.method, batches)
         self.eval_mask = z.detach().clone()
+        extra: dict[str, float] = {}
+        if self.family.also_sampled:  # the best sampled mask beside the deterministic one
+            zs = self.choose_mask(ctx.method, batches, sampled=True)
+            ps = self.eval_params(zs)
+            if self.has_bn:
+                self.recalibrate_bn(ps, batches)
+            extra = {"sampled_val_acc": self.score(ps, self.data.batches("val", 1000))[1],
+                     "sampled_test_acc": self.score(ps, self.data.batches("test", 1000))[1],
+                     "sampled_remaining": int(zs.count_nonzero()) / self.d}
         params = self.eval_params(self.eval_mask)
         if self.has_bn and self.family.logits:
             self.recalibrate_bn(params, batches)
@@ -425,6 +440,7 @@ class PruneTask(RunHooks):
         row["remaining_all"] = (self.num_all - self.d + kept) / self.num_all
         for k, m in self.layout.split(self.eval_mask[None]).items():
             row[f"remaining_{k.removesuffix('.weight')}"] = int(m.count_nonzero()) / m.numel()
+        row.update(extra)
         if ctx.epoch == self.cfg.epochs and self.export_dir is not None:
             self.export(self.export_dir)
         return row
@@ -438,9 +454,13 @@ class PruneTask(RunHooks):
         (``<layer>.weight_orig`` = the weight the forward uses, rescaling folded in;
         ``<layer>.weight_mask``), for :func:`load_pruned`."""
         z = self.eval_mask
-        masks = {k: m[0].detach().cpu() for k, m in self.layout.split(z[None]).items()}
+        values = {k: m[0].detach().cpu() for k, m in self.layout.split(z[None]).items()}
+        # a gate method's mask holds gate values: 0/1 by its zeros, the values folded into
+        # the weights (weight_orig) and kept as "gate.<param>"
+        masks = {k: (v != 0).to(v.dtype) for k, v in values.items()}
         used = {k: v.cpu() for k, v in self.eval_params(z).items() if k in masks}
         blob = {f"mask.{k}": v for k, v in masks.items()}
+        blob.update({f"gate.{k}": v for k, v in values.items() if not torch.equal(v, masks[k])})
         for k, m in masks.items():
             mean = float(m.mean())
             if self.family.samples:
@@ -518,6 +538,7 @@ def build(cfg: PruneConfig, data: datamod.Data, dev: torch.device):
     freeze = FREEZE_AT if cfg.mode == "joint" else None
     mask_epochs = LoopConfig(epochs=E, mask_warmup=warmup, freeze_masks=freeze).mask_epochs()
     method = MaskTrainer(cfg.method_config(), task.d, max(mask_epochs * S, 1), dev)
+    method.layers, method.target = tuple(task.layout.sizes), cfg.target
     milestones, gamma = family.mask_schedule
     loop = LoopConfig(epochs=E, seed=cfg.seed, mask_milestones=milestones,
                       mask_gamma=gamma, weight_milestones=wm,
@@ -604,20 +625,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--mode", default=d.mode, choices=MODES)
     p.add_argument("--method", default=d.method, choices=PRUNE_METHODS)
     p.add_argument("--param", default=d.param, choices=list(PARAMETRIZATIONS),
-                   help="parametrization of MC methods")
+                   help=f"parametrization (MC methods; default {DEFAULT_PARAM}, sigmoid for "
+                        f"{', '.join(n for n, f in REGISTRY.items() if f.prune_param)})")
     p.add_argument("--n", "--samples", dest="n", type=positive_int, default=d.n,
                    help="MC samples per step (under torchrun write --samples)")
     p.add_argument("--lam", type=nonneg_float, default=d.lam, help="L0 strength per weight")
     p.add_argument("--mask-opt", default=d.mask_opt, choices=MASK_OPTIMIZERS)
     p.add_argument("--mask-lr", type=positive_float, default=d.mask_lr)
     p.add_argument("--target", type=positive_float, default=d.target,
-                   help="MP/GMP: final fraction of masked weights remaining, in (0, 1]")
+                   help="MP/GMP: final fraction of masked weights remaining; edge-popup: "
+                        "fraction kept in each layer; in (0, 1]")
     p.add_argument("--epochs", type=positive_int, default=d.epochs)
     p.add_argument("--batch-size", type=nonneg_int, default=0,
                    help="0: 128 (64 for joint VGG)")
     p.add_argument("--lr", type=positive_float, default=d.lr, help="weight learning rate (joint)")
     p.add_argument("--seed", type=nonneg_int, default=d.seed)
-    p.add_argument("--init", default=d.init, choices=list(INITS))
+    p.add_argument("--init", default=d.init, choices=list(INITS),
+                   help="weight initialization (signed_constant: +-Kaiming std, random signs)")
     p.add_argument("--mask-head", action="store_true", help="mask the classifier layer too")
     p.add_argument("--mask-shortcuts", action="store_true",
                    help="mask ResNet 1x1 projection shortcuts too")

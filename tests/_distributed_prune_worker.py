@@ -39,6 +39,10 @@ CASES = {
     "mp": dict(method="mp", mode="joint"),
     "gmp": dict(method="gmp", mode="joint"),
     "arms-joint": dict(method="arms", mode="joint", chunk=3, epochs=10, max_batches=1),
+    # the methods beyond the paper: one mask (gates, top scores) per step, batches split
+    "st-theta-joint": dict(method="st-theta", mode="joint", lam=1e-4, param="sigmoid"),
+    "hardconcrete-joint": dict(method="hardconcrete", mode="joint", lam=1e-4),
+    "edgepopup": dict(method="edgepopup", mode="supermask", target=0.3),
     # batches of 85, 85, 85 and 1 row: in the last step rank 1 has no rows
     "dense-tail": dict(method="dense", mode="joint", batch_size=85, max_batches=0, epochs=1),
     # BatchNorm: ranks must stay identical (not equal to one process: per-rank statistics)

@@ -24,8 +24,10 @@ from pbscale import io
 ROOT = Path(__file__).resolve().parents[1]
 WORKER = str(ROOT / "tests" / "_distributed_prune_worker.py")
 TIMING = ("train_seconds", "val_seconds")
-LENET = ["cp-supermask", "cp-joint", "dense", "mp", "gmp", "dense-tail", "arms-joint"]
-EQUAL = LENET[:6]  # whole runs equal to one process (the ARMS run: its first MC steps)
+NEW = ["st-theta-joint", "hardconcrete-joint", "edgepopup"]
+LENET = ["cp-supermask", "cp-joint", "dense", "mp", "gmp", "dense-tail", "arms-joint", *NEW]
+#: whole runs equal to one process (the ARMS run: its first MC steps)
+EQUAL = [*LENET[:6], *NEW]
 ALL = [*LENET, "resnet-dense", "resnet-cp"]
 #: per tensor, max |K=2 - K=1| <= TOL * max |K=1| (measured: 3.6e-5 CP (RMSprop on the logits
 #: turns round-off in near-zero gradients into larger steps), 9e-7 dense / MP / GMP)

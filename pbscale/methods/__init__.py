@@ -18,14 +18,18 @@ Modules, by concern:
 * :mod:`~pbscale.methods.cp`: CP (`sec:pb_application`) and its temperature schedule;
 * :mod:`~pbscale.methods.hybrids`: ST, REBAR and RELAX (`ch:other`) and their controls;
 * :mod:`~pbscale.methods.magnitude`: MP, GMP and dense training (`sec:app_joint_pruning_setup`);
+* :mod:`~pbscale.methods.beyond`: ST-theta, hard-concrete L0 and edge-popup (outside the
+  paper's comparison);
 * :mod:`~pbscale.methods.trainer`: :class:`MethodConfig`, :class:`MaskTrainer`,
   :class:`MaskTrainerGroup`.
 
 The import order below is the registration order of :data:`REGISTRY` (MC estimators, CP,
-hybrids, magnitude methods); a new method's module is imported here.
+hybrids, magnitude methods, beyond); a new method's module is imported here.
 """
 
 from __future__ import annotations
+
+from importlib import import_module
 
 from . import cp, hybrids, magnitude, mc  # noqa: F401 (each registers its families)
 from .cp import CPFamily, CPStep, cp_hard_mask, cp_relaxed_loss, cp_step, cp_temperature
@@ -75,6 +79,9 @@ from .samplers import (
     uniform_bits24,
 )
 from .trainer import MaskTrainer, MaskTrainerGroup
+
+#: registered after the paper's methods, so that their order in every list stays as it was
+import_module(".beyond", __name__)
 
 #: The methods :class:`MaskTrainer` trains (``pbscale.regress --method``).
 METHODS = names("regress")

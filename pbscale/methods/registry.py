@@ -11,7 +11,8 @@ evaluated with, its temperature, its pruning schedule, and the tools it runs in
   that needs no J table, derived from the estimator's spec;
 * :class:`pbscale.methods.cp.CPFamily` (CP);
 * :mod:`pbscale.methods.hybrids`: ST, REBAR and RELAX;
-* :mod:`pbscale.methods.magnitude`: MP, GMP and dense training (no mask logits).
+* :mod:`pbscale.methods.magnitude`: MP, GMP and dense training (no mask logits);
+* :mod:`pbscale.methods.beyond`: ST-theta (Zhou et al.), hard-concrete L0 and edge-popup.
 
 Every list of methods (CLI choices, sweeps, the microworld's torch methods) is a query of the
 registry (:func:`names`).
@@ -63,8 +64,8 @@ class Estimate:
 class Trainer(Protocol):
     """What the hooks of a :class:`Family` read and update of one run of mask logits
     (:class:`pbscale.methods.MaskTrainer`): its configuration, logits r (P,), parametrization,
-    generator, chunk size, torchrun shard, step counts, REBAR/RELAX control, theta (d,) and
-    (n, d) uniforms."""
+    generator, chunk size, torchrun shard, step counts, REBAR/RELAX control, device, layer sizes
+    and kept fraction of per-layer methods, theta (d,) and (n, d) uniforms."""
 
     config: MethodConfig
     d: int
@@ -77,6 +78,9 @@ class Trainer(Protocol):
     total_steps: int
     control: Any
     control_opts: list[torch.optim.Optimizer]
+    device: torch.device
+    layers: tuple[int, ...]
+    target: float
 
     def theta(self) -> torch.Tensor: ...
 
@@ -119,6 +123,10 @@ class Family:
     #: The pruning settings of its cut schedule that it reads (:mod:`pbscale.prune`: of
     #: ``target``, ``prune_at``, ``gmp_start``, ``gmp_end``, ``gmp_every``).
     prune_settings: tuple[str, ...] = ()
+    #: pruning also reports the best of ``--eval-masks`` sampled masks (``sampled_*`` metrics)
+    also_sampled: bool = False
+    #: the parametrization pruning uses when --param is left out (None: pruning's default)
+    prune_param: str | None = None
 
     def __repr__(self) -> str:
         return f"<method {self.name}>"
@@ -140,6 +148,16 @@ class Family:
         """r_0 (d,) float64: theta = 0.5 for every weight (`sec:app_maskednnregression`)."""
         return param.logits(torch.full((d,), 0.5, dtype=torch.float64))
 
+    def initial_scores(self, param: Parametrization, d: int,
+                       generator: torch.Generator) -> torch.Tensor:
+        """r_0 (d,) float64 of a run, ``generator`` seeded with its seed (default:
+        :meth:`initial_logits`, which draws nothing)."""
+        return self.initial_logits(param, d)
+
+    def check_prune(self, config: Any) -> None:
+        """Refuse (:class:`PBInputError`) a :class:`pbscale.prune.PruneConfig` setting this
+        method does not take (e.g. edge-popup's --target)."""
+
     def make_control(self, d: int, lr: float, generator: torch.Generator,
                      seeds: int | None = None, device: torch.device | str | None = None,
                      dtype: torch.dtype | None = None
@@ -150,6 +168,11 @@ class Family:
     def theta(self, trainer: Trainer) -> torch.Tensor:
         """The mask probabilities (d,) of the trainer's logits."""
         return trainer.param.theta(trainer.r)
+
+    def eval_mask(self, trainer: Trainer) -> torch.Tensor:
+        """The deterministic evaluation mask (d,) (default 1[theta > 1/2]; a gate method's
+        values in [0, 1], its zeros pruned)."""
+        return (trainer.theta() > 0.5).to(trainer.r.dtype)
 
     def temperature(self, trainer: Trainer) -> float:
         """The relaxation temperature the trainer is at (NaN: no relaxation)."""

@@ -36,7 +36,8 @@ class MaskTrainer:
         self.device = torch.device(device)
         self.param = get_parametrization(config.param)
         self.family = config.family
-        r0 = self.family.initial_logits(self.param, d)
+        r0 = self.family.initial_scores(self.param, d,
+                                        torch.Generator().manual_seed(config.seed))
         self.r = nn.Parameter(r0.to(device=self.device, dtype=dtype))
         opt_cls = torch.optim.RMSprop if config.optimizer == "rmsprop" else torch.optim.SGD
         self.opt = opt_cls([self.r], lr=config.lr)
@@ -54,6 +55,10 @@ class MaskTrainer:
         self.step_count = 0
         #: :class:`pbscale.distributed.Shard` of a torchrun launch (MC samples split over ranks)
         self.shard = None
+        #: sizes of the layers the flat logits cover and the fraction kept per layer (edge-popup;
+        #: pruning sets them from the network and --target)
+        self.layers: tuple[int, ...] = (d,)
+        self.target = 1.0
 
     @property
     def method(self) -> str:
@@ -136,8 +141,10 @@ class MaskTrainer:
         return loss
 
     def mode_mask(self) -> torch.Tensor:
-        """The most probable mask, 1[theta > 1/2] (CP: 1[r > 0]), shape (d,)."""
-        return (self.theta() > 0.5).to(self.r.dtype)
+        """The family's deterministic mask (d,): the most probable mask 1[theta > 1/2] (CP:
+        1[r > 0]; hard-concrete: its test-time gates)."""
+        with torch.no_grad():
+            return self.family.eval_mask(self)
 
     @property
     def dtype(self) -> torch.dtype:
