@@ -334,12 +334,12 @@ def test_defaults_and_families():
 
 @pytest.mark.parametrize("args,match", [
     (["--method", "edgepopup", "--mode", "joint"], "does not run in --mode joint"),
-    (["--method", "edgepopup", "--target", "0"], r"\(0, 1\]"),
+    (["--method", "edgepopup", "--target", "0"], "--target: must be a number > 0"),
     (["--method", "edgepopup", "--target", "1.5"], r"\(0, 1\]"),
     (["--method", "hardconcrete", "--lam", "-1"], "lam"),
-    (["--method", "st-theta", "--param", "cubic"], "parametrization"),
+    (["--method", "st-theta", "--param", "cubic"], "--param: invalid choice: 'cubic'"),
     (["--method", "hardconcrete", "--mask-lr", "0"], "mask-lr"),
-    (["--method", "st-theta", "--init", "zeros"], "unknown init"),
+    (["--method", "st-theta", "--init", "zeros"], "--init: invalid choice: 'zeros'"),
 ])
 def test_bad_input_exit_2_one_line(tmp_path, capsys, args, match):
     import re
