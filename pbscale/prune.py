@@ -32,7 +32,6 @@ import argparse
 import copy
 import math
 import sys
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
@@ -59,176 +58,21 @@ from pbscale.loop import full_config, resume_command, run_folder
 from pbscale.loop import run as loop_run
 from pbscale.loop_types import EvalContext, LoopConfig, RunHooks
 from pbscale.masks import MaskedModule, plain_weight, rescaled_weight
-from pbscale.methods import REGISTRY, Family, MagnitudeMethod, MaskTrainer, MethodConfig
-from pbscale.methods.magnitude import check_fraction
-from pbscale.methods.registry import MC_START
+from pbscale.methods import REGISTRY, MagnitudeMethod, MaskTrainer
 from pbscale.models import INITS, MODELS, build_model
-
-MODES = ("supermask", "joint")
-#: The methods of the registry that prune (in either mode).
-PRUNE_METHODS = tuple(n for n, f in REGISTRY.items()
-                      if {f"prune-{m}" for m in MODES} & set(f.commands))
-MASK_OPTIMIZERS = ("rmsprop", "sgd")
-#: The parametrization of MC runs when --param is left out (a family's ``prune_param`` first).
-DEFAULT_PARAM = "escort"
-#: Default model -> data set.
-MODEL_DATA = {"lenet": "mnist", "conv6": "cifar10", "resnet20": "cifar10", "vgg19": "cifar10"}
-#: Weight optimizer of joint runs (`sec:app_joint_pruning_setup`): SGD, Nesterov momentum.
-WEIGHT_LR, WEIGHT_MOMENTUM, WEIGHT_DECAY = 0.1, 0.9, 1e-4
-#: Step decay of the weights (`tab:app_supermask_hypers` / `tab:app_pruning_broad`; fractions
-#: of epochs, multiplier): x0.1 at 40% and 60%. The masks' decay is their family's
-#: ``mask_schedule``, the dense start of joint runs its ``joint_warmup``.
-WEIGHT_MILESTONES, WEIGHT_GAMMA = (0.4, 0.6), 0.1
-#: Joint runs: masks frozen for the last 20% of the epochs.
-FREEZE_AT = 0.8
-#: Evaluation rule of MC runs: masks sampled x training batches scored.
-EVAL_MASKS, EVAL_BATCHES = 10, 10
-#: Entries of a finished run's summary.json that :func:`run` and :func:`report` read.
-SUMMARY_KEYS = ("final_test_acc", "final_remaining", "final_remaining_all")
-
-
-@dataclass
-class PruneConfig:
-    """One pruning run; every field goes into the run folder's hash (``config.json``)."""
-
-    model: str = "lenet"
-    dataset: str = ""
-    mode: str = "supermask"
-    method: str = "cp"
-    param: str = ""
-    n: int = 10
-    lam: float = 1e-4
-    mask_opt: str = "rmsprop"
-    mask_lr: float = 0.01
-    target: float = 0.1
-    epochs: int = 200
-    batch_size: int = 0
-    lr: float = WEIGHT_LR
-    seed: int = 0
-    init: str = "kaiming_normal"
-    mask_head: bool = False
-    mask_shortcuts: bool = False
-    prune_at: float = 0.4
-    gmp_start: float = MC_START
-    gmp_end: float = FREEZE_AT
-    gmp_every: int = 100
-    chunk: int = 0
-    max_batches: int = 0
-    val_size: int = datamod.VAL_SIZE
-    split_seed: int = 0
-    synthetic: int = 0
-    eval_masks: int = EVAL_MASKS
-    eval_batches: int = EVAL_BATCHES
-    data_dir: str = field(default="", metadata={"hash": False})
-
-    def resolved(self) -> PruneConfig:
-        """Defaults that depend on other fields filled in (data set, batch size)."""
-        c = copy.copy(self)
-        if not c.dataset:
-            c.dataset = MODEL_DATA.get(c.model, "")
-        if not c.param:  # the method's default parametrization (escort for MC)
-            c.param = getattr(REGISTRY.get(c.method), "prune_param", None) or DEFAULT_PARAM
-        if not c.batch_size:
-            c.batch_size = 64 if (c.model == "vgg19" and c.mode == "joint") else 128
-        return c
-
-    def validate(self) -> PruneConfig:
-        """Raise :class:`PBInputError` (one line: the problem and the fix) on the first bad
-        setting; nothing is trained or loaded before this passes."""
-        c = self
-        if c.model not in MODELS:
-            raise PBInputError(f"unknown model {c.model!r}; choose one of {', '.join(MODELS)}")
-        if c.dataset not in datamod.DATASETS:
-            raise PBInputError(f"unknown dataset {c.dataset!r}; choose one of "
-                               f"{', '.join(datamod.DATASETS)}")
-        if c.dataset != MODEL_DATA[c.model]:
-            raise PBInputError(f"{c.model} takes {MODEL_DATA[c.model]} inputs, not {c.dataset}; "
-                               f"use --dataset {MODEL_DATA[c.model]}")
-        if c.mode not in MODES:
-            raise PBInputError(f"unknown mode {c.mode!r}; choose one of {', '.join(MODES)}")
-        if c.method not in PRUNE_METHODS:
-            raise PBInputError(f"unknown method {c.method!r}; choose one of "
-                               f"{', '.join(PRUNE_METHODS)}")
-        family = c.family
-        if f"prune-{c.mode}" not in family.commands:
-            modes = [m for m in MODES if f"prune-{m}" in family.commands]
-            raise PBInputError(f"{family.text} does not run in --mode {c.mode}; use --mode "
-                               f"{' or '.join(modes)}")
-        if c.param not in PARAMETRIZATIONS:
-            raise PBInputError(f"unknown parametrization {c.param!r}; choose one of "
-                               f"{', '.join(PARAMETRIZATIONS)}")
-        if not (isinstance(c.lam, (int, float)) and math.isfinite(c.lam) and c.lam >= 0):
-            raise PBInputError(f"--lam is an L0 strength and must be >= 0, got {c.lam}")
-        if c.mask_opt not in MASK_OPTIMIZERS:
-            raise PBInputError(f"unknown mask optimizer {c.mask_opt!r}; choose one of "
-                               f"{', '.join(MASK_OPTIMIZERS)}")
-        for name in ("mask_lr", "lr"):
-            v = getattr(c, name)
-            if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
-                raise PBInputError(f"--{name.replace('_', '-')} must be a positive number, "
-                                   f"got {v}")
-        if family.cuts:
-            check_fraction(c.target)
-        family.check_prune(c)
-        if not isinstance(c.epochs, int) or c.epochs < 1:
-            raise PBInputError(f"--epochs must be a positive integer, got {c.epochs}")
-        if c.batch_size < 1:
-            raise PBInputError(f"--batch-size must be positive, got {c.batch_size}")
-        if c.init not in INITS:
-            raise PBInputError(f"unknown init {c.init!r}; choose one of {', '.join(INITS)}")
-        for name in ("prune_at", "gmp_start", "gmp_end"):
-            if not 0 <= getattr(c, name) <= 1:
-                raise PBInputError(f"--{name.replace('_', '-')} is a fraction of training in "
-                                   f"[0, 1], got {getattr(c, name)}")
-        if c.gmp_end < c.gmp_start:
-            raise PBInputError("--gmp-end must not come before --gmp-start")
-        if c.eval_masks < 1 or c.eval_batches < 1:
-            raise PBInputError("--eval-masks and --eval-batches must be >= 1")
-        if c.gmp_every < 1 or c.chunk < 0 or c.max_batches < 0 or c.synthetic < 0:
-            raise PBInputError("--gmp-every must be >= 1; --chunk, --max-batches and "
-                               "--synthetic must be >= 0 (0: off)")
-        if family.logits:  # the method's own rules (n, parametrization), checked once
-            c.method_config().validate()
-        return c
-
-    @property
-    def family(self) -> Family:
-        """The method's family in the registry (:mod:`pbscale.methods.registry`)."""
-        return REGISTRY[self.method]
-
-    def method_config(self) -> MethodConfig:
-        """The :class:`MethodConfig` of a mask method (its logits' optimizer, samples and
-        parametrization; a deterministic method takes n = 1 and the sigmoid)."""
-        sampled = self.family.samples
-        return MethodConfig(method=self.method, n=self.n if sampled else 1,
-                            param=self.param if self.family.any_param else "sigmoid",
-                            lr=self.mask_lr, optimizer=self.mask_opt, seed=self.seed,
-                            chunk=self.chunk or None, lam=self.lam)
-
-    def hashed(self) -> dict:
-        """The fields that define the run (not where its data lives)."""
-        d = asdict(self)
-        d.pop("data_dir")
-        return d
-
-    def unused(self) -> list[str]:
-        """The fields of :meth:`hashed` that this run's method, mode and model do not read
-        (config.json's "info" lists them as "unused"; they stay in the hashed "task" so that
-        run folders keep their names). CP trains its masks through the sigmoid with one sample
-        (config.json's "method" records what it uses), MP, GMP and dense train no mask logits,
-        and supermask runs other than dense train no weights."""
-        family = REGISTRY[self.method]
-        out = [] if family.samples else ["n", "param", "eval_masks"]
-        if not family.logits:
-            out += ["lam", "mask_opt", "mask_lr", "chunk"]
-        out += [k for k in ("target", "prune_at", "gmp_start", "gmp_end", "gmp_every")
-                if k not in family.prune_settings]
-        if self.mode == "supermask" and not family.dense_weights:
-            out.append("lr")
-        if MODELS[self.model].shortcut_marker is None:
-            out.append("mask_shortcuts")
-        return out
-
+from pbscale.prune_config import (
+    DEFAULT_PARAM,
+    FREEZE_AT,
+    MASK_OPTIMIZERS,
+    MODES,
+    PRUNE_METHODS,
+    SUMMARY_KEYS,
+    WEIGHT_DECAY,
+    WEIGHT_GAMMA,
+    WEIGHT_MILESTONES,
+    WEIGHT_MOMENTUM,
+    PruneConfig,
+)
 
 
 class PruneTask(RunHooks):
