@@ -456,6 +456,17 @@ def report(summary: dict, task: PruneTask) -> None:
         print(f"  {layer:<24} {round(frac * size):>10,} / {size:>10,}  ({frac:.4%})")
 
 
+class _Given(argparse.Action):
+    """Store the value and note the option as given (``namespace.given``), so that a left-out
+    ``--param`` takes the method's own default while the parser's default stays the one that
+    sweeps name their runs by."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: object, option_string: str | None = None) -> None:
+        setattr(namespace, self.dest, values)
+        namespace.given = {*getattr(namespace, "given", set()), self.dest}
+
+
 def build_parser() -> argparse.ArgumentParser:
     d = PruneConfig()
     p = ArgumentParser(
@@ -468,7 +479,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="default: the model's")
     p.add_argument("--mode", default=d.mode, choices=MODES)
     p.add_argument("--method", default=d.method, choices=PRUNE_METHODS)
-    p.add_argument("--param", default=d.param, choices=list(PARAMETRIZATIONS),
+    p.add_argument("--param", default=DEFAULT_PARAM, choices=list(PARAMETRIZATIONS),
+                   action=_Given,
                    help=f"parametrization (MC methods; default {DEFAULT_PARAM}, sigmoid for "
                         f"{', '.join(n for n, f in REGISTRY.items() if f.prune_param)})")
     p.add_argument("--n", "--samples", dest="n", type=positive_int, default=d.n,
@@ -516,6 +528,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=positive_int, default=None)
     p.add_argument("--out", default="runs/prune", help="parent folder of run folders")
     p.add_argument("--quiet", action="store_true")
+    p.set_defaults(given=frozenset())
     return p
 
 
@@ -525,6 +538,8 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exc:  # argparse's own one-line errors (exit 2) and --help (exit 0)
         return int(exc.code or 0)
     fields = {k: v for k, v in vars(args).items() if k in PruneConfig.__dataclass_fields__}
+    if "param" not in args.given:  # left out: the method's own default (PruneConfig.resolved)
+        fields["param"] = ""
     cfg = PruneConfig(**fields)
     try:
         set_threads(args.threads)

@@ -354,3 +354,13 @@ def test_bad_input_exit_2_one_line(tmp_path, capsys, args, match):
 
 def test_models_are_all_covered():
     assert set(MODELS) == {"lenet", "conv6", "resnet20", "vgg19"}
+
+
+def test_left_out_param_takes_the_methods_default_and_the_parser_default_stays_escort():
+    """The parser's --param default (what sweeps name their runs by) stays escort; a --param
+    left out on the command line becomes the method's own default (sigmoid for st-theta)."""
+    parser = P.build_parser()
+    assert parser.get_default("param") == "escort"
+    left_out = parser.parse_args(["--method", "st-theta"])
+    given = parser.parse_args(["--method", "st-theta", "--param", "escort"])
+    assert "param" not in left_out.given and "param" in given.given
