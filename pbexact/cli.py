@@ -108,6 +108,14 @@ class ArgumentParser(argparse.ArgumentParser):
         kwargs.setdefault("formatter_class", DefaultsHelpFormatter)
         super().__init__(*args, **kwargs)
 
+    def parse_args_or_code(self, argv: list[str] | None = None) -> argparse.Namespace | int:
+        """:meth:`parse_args`, with argparse's exits returned as the exit code instead of raised
+        (2 after its one-line error, 0 after ``--help``), for a tool's ``main`` to return."""
+        try:
+            return self.parse_args(argv)
+        except SystemExit as exc:
+            return int(exc.code or 0)
+
     def error(self, message: str) -> NoReturn:
         print(f"error: {message} (see {self.prog} --help)", file=sys.stderr)
         raise SystemExit(2)

@@ -191,7 +191,7 @@ def train_unfinished(configs: list[MethodConfig], epochs: int, problem: Regressi
     return len(configs) - len(todo), len(todo)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser() -> ArgumentParser:
     p = ArgumentParser(prog="python -m pbscale.batched_seeds",
                        description=__doc__.splitlines()[0])
     p.add_argument("--method", default="loorf", choices=list(names("batched")))
@@ -212,10 +212,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    try:
-        args = build_parser().parse_args(argv)
-    except SystemExit as exc:  # argparse's own one-line errors (exit 2) and --help (exit 0)
-        return int(exc.code or 0)
+    args = build_parser().parse_args_or_code(argv)
+    if isinstance(args, int):  # argparse's one-line error (2) or --help (0)
+        return args
     try:
         set_threads(args.threads)
         lrs = args.lrs

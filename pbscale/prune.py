@@ -467,7 +467,7 @@ class _Given(argparse.Action):
         namespace.given = {*getattr(namespace, "given", set()), self.dest}
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser() -> ArgumentParser:
     d = PruneConfig()
     p = ArgumentParser(
         prog="python -m pbscale.prune",
@@ -533,10 +533,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    try:
-        args = build_parser().parse_args(argv)
-    except SystemExit as exc:  # argparse's own one-line errors (exit 2) and --help (exit 0)
-        return int(exc.code or 0)
+    args = build_parser().parse_args_or_code(argv)
+    if isinstance(args, int):  # argparse's one-line error (2) or --help (0)
+        return args
     fields = {k: v for k, v in vars(args).items() if k in PruneConfig.__dataclass_fields__}
     if "param" not in args.given:  # left out: the method's own default (PruneConfig.resolved)
         fields["param"] = ""

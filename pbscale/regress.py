@@ -14,7 +14,6 @@ points (``val_loss_chosen``; ``val_loss`` is the mean over the 5 masks); CP uses
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
@@ -95,7 +94,7 @@ def train(cfg: MethodConfig, epochs: int = 300, out: str | Path = DEFAULT_OUT,
     return run(task, trainer, loop, out, device=dev, progress=progress, info=info, hooks=hooks)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser() -> ArgumentParser:
     p = ArgumentParser(
         prog="python -m pbscale.regress",
         description="Optimize a binary weight mask of the MaskedNNRegression backbone "
@@ -128,10 +127,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    try:
-        args = build_parser().parse_args(argv)
-    except SystemExit as exc:  # argparse's own one-line errors (exit 2) and --help (exit 0)
-        return int(exc.code or 0)
+    args = build_parser().parse_args_or_code(argv)
+    if isinstance(args, int):  # argparse's one-line error (2) or --help (0)
+        return args
     cfg = MethodConfig(method=args.method, n=args.n, param=args.param, lr=args.lr,
                        optimizer=args.optimizer, seed=args.seed, chunk=args.chunk, lam=args.lam)
     try:
