@@ -8,7 +8,7 @@ Reads finished run folders of ``python -m pbscale.prune`` (supermask and joint) 
 ``sweeps/claims_*.toml`` write them), copies their small files (``config.json``, ``metrics.csv``
 or ``history.csv``, ``summary.json``; not checkpoints or masks) to ``OUT/runs/<name of the --runs
 folder>/`` and, from those
-copies only, evaluates every claim of :data:`analysis.claims.SCALE_CLAIMS`. ``--replot`` skips
+copies only, evaluates every claim of :data:`analysis.scale_claims.SCALE_CLAIMS`. ``--replot`` skips
 the copy, so a fresh clone redraws the committed tables and figures from the committed files.
 Writes, under --out:
 
@@ -38,18 +38,16 @@ from pathlib import Path
 
 import numpy as np
 
-from analysis.claims import (
+from analysis.cli import atomic_write_bytes, atomic_write_text, run, save_figure, write_csv
+from analysis.scale_claims import MC_PRUNE, SCALE_CLAIMS, evaluate_scale
+from analysis.scale_runs import (
     ACC_FLOOR,
-    MC_PRUNE,
-    SCALE_CLAIMS,
     SCALE_OUTCOMES,
     RunRecord,
     allocation_shares,
-    evaluate_scale,
     front,
     points,
 )
-from analysis.cli import atomic_write_bytes, atomic_write_text, run, save_figure, write_csv
 from pbexact.cli import ArgumentParser
 from pbexact.errors import PBInputError
 

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from analysis import scale_report as S
-from analysis.claims import FAILS, HOLDS, SCALE_CLAIMS
+from analysis.claims import FAILS, HOLDS
+from analysis.scale_claims import SCALE_CLAIMS
 from pbscale import prune as P
 from pbscale import regress
 from pbscale.methods import MethodConfig
