@@ -425,10 +425,27 @@ def _reg_cp_sgd(records: Sequence[RunRecord]) -> Verdict:
     return combine(parts) if parts else Verdict(MISSING, "no CP runs with both optimizers", {})
 
 
+# ------------------------------------------------------------------- beyond the paper (12-14)
+
+#: Supermask methods beyond the paper (docs/beyond.md), each set against CP: (method, label,
+#: source).
+BEYOND = (("st-theta", "ST on theta", "straight-through on the probabilities"),
+          ("hardconcrete", "Hard-concrete", "Louizos, Welling, Kingma 2018"),
+          ("edgepopup", "Edge-popup", "Ramanujan et al. 2020"))
+
+
+def _beyond_vs_cp(method: str, label: str) -> Callable[[Sequence[RunRecord]], Verdict]:
+    def evaluate(records: Sequence[RunRecord]) -> Verdict:
+        return better_front(_sel(records, "supermask", method=method),
+                            _sel(records, "supermask", method="cp"), label, "CP")
+    return evaluate
+
+
 @dataclass(frozen=True)
 class ScaleClaim:
     """One supermask / pruning / NN-regression conclusion of `tab:app_results_summ`: ``bullet``
-    is its number in the list of the study (1-11), ``experiment`` the runs it reads."""
+    is its number in the list of the study (1-11; 12 on: rows beyond the paper, ``beyond``),
+    ``experiment`` the runs it reads."""
 
     key: str
     bullet: int
@@ -437,6 +454,7 @@ class ScaleClaim:
     criterion: str
     experiment: str
     evaluate: Callable[[Sequence[RunRecord]], Verdict]
+    beyond: bool = False
 
 
 _FRONT = (f"mean over {GRID_POINTS} log-spaced remaining fractions of the difference of the two "
@@ -519,6 +537,11 @@ def _build_scale() -> list[ScaleClaim]:
                    "CP performed well with SGD, but not with RMSprop",
                    f"CP RMSprop (lr selected) {_REG} than CP SGD (lr selected)", "regression",
                    _reg_cp_sgd),
+        *(ScaleClaim(f"sm_{method.replace('-', '_')}_vs_cp", 12 + i, "supermask: beyond the paper",
+                     f"{label} performed better than CP ({source})",
+                     f"{label} front better than the CP front (both optimizers) ({_FRONT})",
+                     "supermask", _beyond_vs_cp(method, label), beyond=True)
+          for i, (method, label, source) in enumerate(BEYOND)),
     ]
 
 

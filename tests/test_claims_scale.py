@@ -11,6 +11,7 @@ from analysis import scale_claims as C
 from analysis import scale_runs as R
 from analysis.claims import FAILS, HOLDS, NOISE
 from analysis.scale_runs import MISSING, RunRecord
+from pbscale.methods import REGISTRY
 
 SIZES = {"fc1": 1000, "fc2": 500, "fc3": 100}
 SEEDS = (0, 1, 2)
@@ -313,7 +314,21 @@ def test_regression_selection_keeps_epochs_apart():
     assert v.outcome == HOLDS and "30 ep rebar" in v.detail and "300 ep st" in v.detail
 
 
+def test_beyond_the_paper_rows_set_each_new_method_against_cp():
+    cp = front_runs("supermask", "cp", curve_acc(0.95), mask_opt="rmsprop")
+    for method, label, _ in C.BEYOND:
+        assert method in REGISTRY, method
+        row = claim(f"sm_{method.replace('-', '_')}_vs_cp")
+        assert row.beyond and row.bullet > 11
+        better = front_runs("supermask", method, curve_acc(0.98))
+        worse = front_runs("supermask", method, curve_acc(0.90))
+        assert row.evaluate(cp + better).outcome == HOLDS, label
+        assert row.evaluate(cp + worse).outcome == FAILS, label
+        assert row.evaluate(cp).outcome == MISSING, label
+
+
 def test_every_scale_claim_has_a_bullet_and_evaluates_on_nothing():
-    assert sorted({c.bullet for c in C.SCALE_CLAIMS}) == list(range(1, 12))
+    paper = [c for c in C.SCALE_CLAIMS if not c.beyond]
+    assert sorted({c.bullet for c in paper}) == list(range(1, 12))
     for c in C.SCALE_CLAIMS:
         assert c.evaluate([]).outcome == MISSING, c.key
