@@ -383,9 +383,12 @@ def plot_layers(out: Path, chosen: list[tuple[str, RunRecord, Path]]) -> None:
         frac = {k: hist[f"remaining_{k}"] for k in layers}
         shares = [allocation_shares({k: frac[k][i] for k in layers}, r.layer_sizes)
                   for i in range(len(ep))]
-        for k in layers:
-            ax1.plot(ep, frac[k], marker="o", ms=3, label=k)
-        ax2.stackplot(ep, *[[s[k] for s in shares] for k in layers], labels=layers, alpha=0.8)
+        kept = [i for i in range(len(ep)) if any(frac[k][i] > 0 for k in layers)]
+        for k in layers:  # log axis: a layer with nothing left is not drawn at that epoch
+            ax1.plot(ep, [x if x > 0 else math.nan for x in frac[k]], marker="o", ms=3, label=k)
+        # shares only where some weight is left (CP's epoch 0: theta = 1/2 rounds to no weight)
+        ax2.stackplot([ep[i] for i in kept], *[[shares[i][k] for i in kept] for k in layers],
+                      labels=layers, alpha=0.8)
         for i, e in enumerate(ep):
             for k in layers:
                 rows.append([name, folder.name, int(e), k, _fmt(frac[k][i]), _fmt(shares[i][k])])
