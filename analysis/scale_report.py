@@ -322,13 +322,16 @@ def plot_pareto(out: Path, plotted: list[dict], experiment: str) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6.5, 4.2))
-    for lab in sorted({p["label"] for p in plotted}):
+    colors = plt.get_cmap("tab20").colors  # one color per group: more groups than tab10 has
+    labels = sorted({p["label"] for p in plotted})
+    for i, lab in enumerate(labels):
         g = [p for p in plotted if p["label"] == lab and p["remaining"] > 0]
         if not g:
             continue
         fr = sorted((p for p in g if p["front"]), key=lambda p: p["remaining"])
-        line = ax.plot([p["remaining"] for p in fr], [p["accuracy"] for p in fr], marker="o",
-                       ms=3, label=lab)[0]
+        line = ax.plot([p["remaining"] for p in fr], [p["accuracy"] for p in fr],
+                       marker="os^D"[i // len(colors) % 4], ms=3, label=lab,
+                       color=colors[(2 * i + i // 10) % len(colors)])[0]
         ax.scatter([p["remaining"] for p in g], [p["accuracy"] for p in g], s=8, alpha=0.3,
                    color=line.get_color())
     ax.axhline(ACC_FLOOR, color="grey", lw=0.6, ls=":")

@@ -269,3 +269,30 @@ def test_bench_pbscale_table_matches_its_csv() -> None:
         assert agrees_to_printed_digits(peak, float(row["batched_peak_mib"]))
         assert chunk.strip("()") == row["batched_chunk"]
         assert agrees_to_printed_digits(peak_one_shot, float(row["one_shot_peak_mib"]))
+
+
+def _tables(text: str) -> list[list[str]]:
+    """The Markdown tables of ``text``: each a list of its lines (header and rule included)."""
+    tables, current = [], []
+    for line in text.splitlines() + [""]:
+        if line.startswith("|"):
+            current.append(line.rstrip())
+        elif current:
+            tables.append(current)
+            current = []
+    return tables
+
+
+def test_claims_page_quotes_the_generated_agreement_tables() -> None:
+    """docs/claims.md quotes every table of figures/claims/agreement.md verbatim (the paper's
+    rows, those beyond the paper, the scale): the generated numbers are never typed by hand."""
+    generated = _tables((ROOT / "figures" / "claims" / "agreement.md").read_text(encoding="utf-8"))
+    quoted = _tables((ROOT / "docs" / "claims.md").read_text(encoding="utf-8"))
+    assert len(generated) >= 2
+    for table in generated:
+        assert table in quoted, f"docs/claims.md does not quote: {table[0]}"
+
+
+def test_tables_finds_each_table() -> None:
+    text = "x\n| a | b |\n| - | - |\n| 1 | 2 |\n\ny\n| c |\n"
+    assert _tables(text) == [["| a | b |", "| - | - |", "| 1 | 2 |"], ["| c |"]]

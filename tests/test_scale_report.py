@@ -189,3 +189,19 @@ def test_analysis_report_selects_the_scale_rows(tmp_path):
     assert report.main(["--experiments", "regression", "--scale-out", str(out)]) == 0
     assert {r["claim"] for r in csv.DictReader(open(out / "agreement.csv"))} == {
         c.key for c in SCALE_CLAIMS if c.experiment == "regression"}
+
+
+def test_the_committed_study_replots_to_its_committed_tables(tmp_path):
+    """figures/claims holds the study's run files: --replot from a copy of it rewrites every
+    committed table (agreement, per-claim and per-setting CSVs) byte for byte."""
+    import shutil
+
+    committed = Path(__file__).resolve().parent.parent / "figures" / "claims"
+    assert (committed / "runs").is_dir(), "figures/claims/runs (the study's run files) is missing"
+    copy = tmp_path / "claims"
+    shutil.copytree(committed, copy)
+    tables = {p.relative_to(copy): p.read_bytes() for p in copy.rglob("*")
+              if p.suffix in (".csv", ".md") and "runs" not in p.relative_to(copy).parts}
+    assert S.main(["--replot", "--out", str(copy)]) == 0
+    for rel, data in tables.items():
+        assert (copy / rel).read_bytes() == data, rel
