@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from _plain_eval import plain_test_metrics
 from torch import nn
 
 from pbscale import prune as P
@@ -241,15 +242,9 @@ def test_pruned_pt_loads_in_plain_pytorch_to_reported_accuracy(tmp_path, mode, m
     folder = Path(summary["folder"])
     _, _, data = P.prepare(cfg)
     net = P.load_pruned("lenet", folder / "pruned.pt")
-    correct = loss = 0.0
-    with torch.no_grad():
-        for x, y in data.batches("test", 7):
-            out = net(x)
-            correct += float((out.argmax(1) == y).sum())
-            loss += float(nn.functional.cross_entropy(out, y, reduction="sum"))
-    n = len(data.test)
-    assert correct / n == summary["final_test_acc"]
-    assert loss / n == pytest.approx(summary["final_test_loss"], rel=1e-5)
+    acc, loss = plain_test_metrics(net, data)
+    assert acc == summary["final_test_acc"]
+    assert loss == pytest.approx(summary["final_test_loss"], rel=1e-5)
     blob = torch.load(folder / "masks.pt", weights_only=True)
     state = torch.load(folder / "pruned.pt", weights_only=True)
     kept = 0

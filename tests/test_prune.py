@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from _plain_eval import plain_test_metrics
 from torch import nn
 
 from pbexact.parametrizations import get_parametrization
@@ -250,15 +251,9 @@ def test_pruned_pt_loads_in_plain_pytorch_to_reported_accuracy(tmp_path, model, 
     state = torch.load(folder / "pruned.pt", weights_only=True)
     assert any(k.endswith("weight_orig") for k in state)
     net = P.load_pruned(model, folder / "pruned.pt")
-    correct = loss = 0.0
-    with torch.no_grad():
-        for x, y in data.batches("test", 7):
-            out = net(x)
-            correct += float((out.argmax(1) == y).sum())
-            loss += float(nn.functional.cross_entropy(out, y, reduction="sum"))
-    n = len(data.test)
-    assert correct / n == summary["final_test_acc"]
-    assert loss / n == pytest.approx(summary["final_test_loss"], rel=1e-5)
+    acc, loss = plain_test_metrics(net, data)
+    assert acc == summary["final_test_acc"]
+    assert loss == pytest.approx(summary["final_test_loss"], rel=1e-5)
     # masks.pt: binary masks, rescaling constants and weights reproduce the same network
     blob = torch.load(folder / "masks.pt", weights_only=True)
     plain = MODELS[model]()
@@ -271,9 +266,7 @@ def test_pruned_pt_loads_in_plain_pytorch_to_reported_accuracy(tmp_path, model, 
                 scale = blob.get(f"scale.{k}", torch.tensor(1.0))
                 p.copy_(p * blob[f"mask.{k}"] * scale)
     plain.eval()
-    with torch.no_grad():
-        acc = sum(float((plain(x).argmax(1) == y).sum()) for x, y in data.batches("test", 7))
-    assert acc / n == summary["final_test_acc"]
+    assert plain_test_metrics(plain, data)[0] == summary["final_test_acc"]
     kept = sum(int(blob[k].sum()) for k in blob if k.startswith("mask."))
     assert kept / summary["masked"] == summary["final_remaining"]
 
