@@ -42,6 +42,7 @@ from analysis.scale_runs import (
     front,
     points,
     tv_distance,
+    useful,
 )
 
 #: "Much worse" (regression): the final loss must also be this fraction above the other's.
@@ -57,6 +58,7 @@ FALLBACK_TV_SE = 0.02
 #: Regression: standard error of a single run's final loss, as a fraction of it (a setting run
 #: with one seed has no seed spread).
 FALLBACK_REL_SE = 0.02
+
 
 def _sel(records: Sequence[RunRecord], experiment: str, **want) -> list[RunRecord]:
     """Records of an experiment whose method / settings equal every ``want`` (a tuple: one of)."""
@@ -136,10 +138,6 @@ def _joint_cp_best(records: Sequence[RunRecord]) -> Verdict:
 ALLOCATION_METHODS = (("CP", ("cp",)), ("MC", MC_PRUNE), ("GMP", ("gmp",)))
 
 
-def _useful_front(records: Sequence[RunRecord]) -> list[Point]:
-    return [p for p in front(points(records)) if p.accuracy >= ACC_FLOOR]
-
-
 def _matched(fa: Sequence[Point], fb: Sequence[Point]) -> list[tuple[Point, Point]]:
     """Each point of fa with the point of fb nearest in log remaining, kept if within
     MATCH_FACTOR."""
@@ -158,15 +156,15 @@ def _tv_se(pts: Sequence[Point]) -> tuple[float, bool]:
     return (float(np.mean(rep)), True) if rep else (FALLBACK_TV_SE, False)
 
 
-def _joint_fronts(records: Sequence[RunRecord]) -> dict[str, list[Point]]:
-    out = {}
-    for name, methods in ALLOCATION_METHODS:
-        out[name] = _useful_front(_sel(records, "joint", method=methods))
-    return out
+def joint_fronts(records: Sequence[RunRecord]) -> dict[str, list[Point]]:
+    """{CP, MC, GMP: the joint-pruning front points with accuracy >= ACC_FLOOR}, sorted by
+    remaining (:func:`analysis.scale_runs.useful`)."""
+    return {name: useful(front(points(_sel(records, "joint", method=methods))))
+            for name, methods in ALLOCATION_METHODS}
 
 
 def _joint_solutions_differ(records: Sequence[RunRecord]) -> Verdict:
-    fronts = _joint_fronts(records)
+    fronts = joint_fronts(records)
     present = [k for k, v in fronts.items() if v]
     if len(present) < 2:
         return Verdict(MISSING, "fewer than two of CP, MC, GMP have front points with accuracy "
@@ -199,7 +197,7 @@ def _joint_solutions_differ(records: Sequence[RunRecord]) -> Verdict:
 
 
 def _joint_mc_allocation(records: Sequence[RunRecord]) -> Verdict:
-    fronts = _joint_fronts(records)
+    fronts = joint_fronts(records)
     if not fronts["MC"]:
         return Verdict(MISSING, f"no MC front point with accuracy >= {ACC_FLOOR:g}", {})
     parts = []

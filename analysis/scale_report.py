@@ -39,7 +39,7 @@ from pathlib import Path
 import numpy as np
 
 from analysis.cli import atomic_write_bytes, atomic_write_text, run, save_figure, write_csv
-from analysis.scale_claims import MC_PRUNE, SCALE_CLAIMS, evaluate_scale
+from analysis.scale_claims import MC_PRUNE, SCALE_CLAIMS, evaluate_scale, joint_fronts
 from analysis.scale_runs import (
     ACC_FLOOR,
     SCALE_OUTCOMES,
@@ -350,9 +350,7 @@ def chosen_runs(loaded: Sequence[tuple[RunRecord, Path]]) -> list[tuple[str, Run
     with accuracy >= ACC_FLOOR (else the median CP front setting) and the CP and GMP front
     settings nearest to it in log remaining; the lowest seed of each setting."""
     joint = [(r, f) for r, f in loaded if r.experiment == "joint"]
-    groups = {"MC": MC_PRUNE, "CP": ("cp",), "GMP": ("gmp",)}
-    fronts = {k: [p for p in front(points([r for r, _ in joint if r.method in m]))
-                  if p.accuracy >= ACC_FLOOR] for k, m in groups.items()}
+    fronts = joint_fronts([r for r, _ in joint])
     if fronts["MC"]:
         target = fronts["MC"][0].remaining
     elif fronts["CP"]:

@@ -154,6 +154,12 @@ def front(pts: Sequence[Point]) -> list[Point]:
     return [kept[row["i"]] for row in pareto_front(rows)]
 
 
+def useful(fr: Sequence[Point]) -> list[Point]:
+    """The points of a front with test accuracy >= ACC_FLOOR (the ones that may set the range
+    two fronts are compared over, or be matched across methods)."""
+    return [p for p in fr if p.accuracy >= ACC_FLOOR]
+
+
 def _pooled_se(pts: Sequence[Point]) -> tuple[float, bool]:
     """Standard error of one setting's mean accuracy: the pooled seed s.d. over the settings with
     two or more seeds, / sqrt(their mean seed count); (FALLBACK_SE, False) without such."""
@@ -197,8 +203,7 @@ def front_gap(a: Sequence[RunRecord], b: Sequence[RunRecord], label_a: str,
     (:func:`_pooled_se`). None if either front has no point with accuracy >= ACC_FLOOR."""
     pa, pb = points(a), points(b)
     fa, fb = front(pa), front(pb)
-    ua = [p for p in fa if p.accuracy >= ACC_FLOOR]
-    ub = [p for p in fb if p.accuracy >= ACC_FLOOR]
+    ua, ub = useful(fa), useful(fb)
     if not ua or not ub:
         return None
     lo = max(min(p.remaining for p in ua), min(p.remaining for p in ub))
