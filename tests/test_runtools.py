@@ -408,7 +408,10 @@ def test_data_fingerprint_follows_the_bytes():
 def _sigint_after_first_checkpoint(cmd: list[str], folder_glob: str, out: Path
                                    ) -> tuple[int, str, Path]:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
+    # the tool starts as from a terminal, with SIGINT at its default (a shell that starts this
+    # test in the background hands down SIGINT ignored)
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.time() + 300
     while time.time() < deadline and proc.poll() is None:
         found = list(out.glob(f"{folder_glob}/checkpoint.pt"))

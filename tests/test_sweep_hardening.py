@@ -477,8 +477,16 @@ def test_ray_interrupt_cancels_tasks_and_says_so(tmp_path, monkeypatch):
             return 0
 
     monkeypatch.setitem(sys.modules, "ray", FakeRay)
-    with pytest.raises(sweep_engines.Interrupted) as exc:
-        sweep.run_ray(s, list(s.runs), 2, None)
+
+    def found(signum, frame):  # the handler run_ray must put back (not assumed: set here)
+        raise AssertionError("SIGINT reached the handler run_ray should have replaced")
+
+    before = signal.signal(signal.SIGINT, found)
+    try:
+        with pytest.raises(sweep_engines.Interrupted) as exc:
+            sweep.run_ray(s, list(s.runs), 2, None)
+        assert signal.getsignal(signal.SIGINT) is found
+    finally:
+        signal.signal(signal.SIGINT, before)  # what the test found (ignored when started so)
     assert exc.value.codes == {s.runs[0].id: 0}
     assert cancelled == [1, 2]
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
