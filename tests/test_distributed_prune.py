@@ -5,7 +5,18 @@ float round-off, the joint ARMS run (samples split, weight gradients summed) too
 MC steps; every rank holds bit-identical state (weights, masks, logits, optimizer state, buffers)
 at every checkpoint and writes identical metrics and exported masks; BatchNorm ResNet-20 runs
 (dense, CP) keep their ranks identical; a run stopped by SIGTERM on ONE rank stops on every
-rank at the same step and resumes to the uninterrupted distributed run's exact state."""
+rank at the same step and resumes to the uninterrupted distributed run's exact state.
+
+The workers run with torch's and MKL's kernels pinned (:data:`PINNED`): torch's kernels without
+SIMD dispatch (``ATEN_CPU_CAPABILITY=default``), MKL's matrix products on its one code path for
+every x86-64 CPU (``MKL_CBWR=COMPATIBLE``). Unpinned, a ReLU pre-activation of the dense LeNet
+run sits within round-off of 0 under some kernel choices on this machine (MKL's AVX2 kernels,
+or ATEN avx2 with MKL pinned): it passes the gradient in one run and not in the other, and K = 2
+and K = 1 end 4.9% apart (max over the momentum), the MP and GMP cuts 22 and 24 mask bits
+apart. Pinned, the runs are the same bit for bit whatever ATEN_CPU_CAPABILITY,
+MKL_ENABLE_INSTRUCTIONS or NPY_DISABLE_CPU_FEATURES the test itself runs under, and K = 2 equals
+K = 1 within :data:`TOL` (logits :data:`TOL_LOGITS`). Should another CPU still round differently,
+:data:`MASK_FLIPS` mask bits may flip."""
 
 from __future__ import annotations
 
@@ -29,9 +40,23 @@ LENET = ["cp-supermask", "cp-joint", "dense", "mp", "gmp", "dense-tail", "arms-j
 #: whole runs equal to one process (the ARMS run: its first MC steps)
 EQUAL = [*LENET[:6], *NEW]
 ALL = [*LENET, "resnet-dense", "resnet-cp"]
-#: per tensor, max |K=2 - K=1| <= TOL * max |K=1| (measured: 3.6e-5 CP (RMSprop on the logits
-#: turns round-off in near-zero gradients into larger steps), 9e-7 dense / MP / GMP)
-TOL = 1e-4
+#: per tensor, max |K=2 - K=1| <= TOL * max |K=1| for the weights, momentum and buffers, and
+#: TOL_LOGITS * max |K=1| for the method's tensors (RMSprop on the logits turns round-off in
+#: near-zero gradients into larger steps). Measured, pinned: 5.8e-7 (dense, MP, GMP) and 6.5e-5
+#: (the joint straight-through run's logits; CP 4.2e-5). Factors 17 and 15.
+TOL, TOL_LOGITS = 1e-5, 1e-3
+#: mask bits (of 265,200) in which K = 2 and K = 1 may differ, in the exported masks and in any
+#: epoch's remaining counts: a bit flips when a logit (or |w|) sits within round-off of its
+#: threshold, and the all-reduce sums in another order than one process. Measured: none here,
+#: pinned; one at an intermediate epoch of the CP supermask run on an AMD EPYC, unpinned. A real
+#: difference moves far more: a mask or weight learning rate 1% off flips 120 (MP) to 759 (CP
+#: supermask) exported bits.
+MASK_FLIPS = 4
+#: losses and accuracies of an epoch whose masks differ by such flips: one weight's share of the
+#: loss (measured 3.8e-5 in tests/test_golden.py's CP run), one image of 128 in an accuracy.
+FLIP_REL, FLIP_ACC = 1e-3, 1 / 128
+#: the workers' kernel choice, the same on every x86-64 CPU (see the module docstring)
+PINNED = {"ATEN_CPU_CAPABILITY": "default", "MKL_CBWR": "COMPATIBLE"}
 
 
 def _launch(out: Path, cases: list[str], *stops: str, ranks: int = 2) -> subprocess.Popen:
@@ -40,8 +65,8 @@ def _launch(out: Path, cases: list[str], *stops: str, ranks: int = 2) -> subproc
            ["-m", "torch.distributed.run", "--nproc_per_node", str(ranks), "--master_addr",
             "127.0.0.1", "--master_port", str(free_port())])
     return subprocess.Popen([sys.executable, *pre, WORKER, str(out), ",".join(cases), *stops],
-                            env=worker_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True)
+                            env={**worker_env(), **PINNED}, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
 
 
 def _wait(proc: subprocess.Popen) -> None:
@@ -84,13 +109,16 @@ def _tensors(state: dict) -> dict[str, torch.Tensor]:
     return out
 
 
-def _close(a: dict, b: dict, tol: float, what: str) -> None:
+def _close(a: dict, b: dict, tol: float, what: str, logits_tol: float | None = None) -> None:
+    """Per tensor of two checkpoints, max |b - a| <= tol * max |a| (the method's tensors, its
+    logits: ``logits_tol`` when given)."""
     ta, tb = _tensors(a), _tensors(b)
     assert ta.keys() == tb.keys(), what
     for k, x in ta.items():
+        t = logits_tol if logits_tol is not None and k.startswith("method.") else tol
         scale = float(x.abs().max()) if x.numel() else 0.0
         err = float((x.double() - tb[k].double()).abs().max()) if x.numel() else 0.0
-        assert err <= tol * max(scale, 1e-12), (what, k, err, scale)
+        assert err <= t * max(scale, 1e-12), (what, k, err, scale, t)
 
 
 def test_ranks_identical_at_every_checkpoint(runs):
@@ -113,22 +141,85 @@ def test_ranks_identical_at_every_checkpoint(runs):
         assert means and all(float(v.abs().max()) > 0 for v in means), case
 
 
+def flipped_bits(ma: dict, mb: dict) -> int:
+    """The number of exported mask bits in which two masks.pt blobs differ."""
+    assert ma.keys() == mb.keys()
+    return sum(int((ma[k] != mb[k]).sum()) for k in ma if k.startswith("mask."))
+
+
+def weight_counts(masks: dict) -> dict[str, int]:
+    """The denominators of a run's remaining columns from its masks.pt: "" masked weights,
+    "all" parameters (the state dict less BatchNorm buffers), each masked layer's size by its
+    name (fc1, ...)."""
+    layers = {k.removeprefix("mask.").removesuffix(".weight"): v.numel()
+              for k, v in masks.items() if k.startswith("mask.")}
+    total = sum(v.numel() for k, v in masks.items() if k.startswith("weight.")
+                and not any(b in k for b in ("running_", "num_batches_tracked")))
+    return {"": sum(layers.values()), "all": total, **layers}
+
+
+def history_mismatches(ha: list[dict], hb: list[dict], counts: dict[str, int],
+                       flips: int = MASK_FLIPS) -> list[str]:
+    """Where two metrics histories differ beyond round-off: per epoch, every ``remaining*``
+    column counted in weights (of ``counts[""]`` masked, ``counts["all"]`` parameters, or a
+    layer's ``counts[name]``) within ``flips``, and the other floats within rel 1e-5 (abs
+    1e-7), or FLIP_REL / FLIP_ACC in an epoch whose remaining counts differ (masks flipped)."""
+    bad = []
+    if len(ha) != len(hb):
+        return [f"{len(ha)} rows against {len(hb)}"]
+    for i, (ra, rb) in enumerate(zip(ha, hb)):
+        flipped = False
+        for k, v in ra.items():
+            if k.endswith("remaining") or "remaining_" in k:
+                n = counts[k.split("remaining_")[1] if "remaining_" in k else ""]
+                moved = abs(rb[k] - v) * n
+                flipped |= moved > 1e-6
+                if moved > flips + 1e-6:
+                    bad.append(f"row {i} {k}: {v} against {rb[k]}: {moved:.4g} of {n} weights "
+                               f"(at most {flips})")
+        for k, v in ra.items():
+            if not isinstance(v, float) or "remaining" in k:
+                continue
+            rel, acc = (FLIP_REL, FLIP_ACC) if flipped else (1e-5, 1e-7)
+            if not math.isclose(rb[k], v, rel_tol=rel, abs_tol=acc if k.endswith("acc")
+                                else 1e-7):
+                bad.append(f"row {i} {k}: {v} against {rb[k]}: abs {abs(rb[k] - v):.3g}, "
+                           f"rel {abs(rb[k] - v) / abs(v) if v else math.inf:.3g}")
+    return bad
+
+
 @pytest.mark.parametrize("case", EQUAL)
 def test_two_ranks_equal_one_process(runs, case):
     fa, fb = _folder(runs / "k1", case), _folder(runs / "k2", case)
     a = torch.load(fa / "checkpoint.pt", weights_only=True)
     b = torch.load(fb / "checkpoint.pt", weights_only=True)
-    _close(a, b, TOL, case)
+    _close(a, b, TOL, case, TOL_LOGITS)
     ma, mb = (torch.load(f / "masks.pt", weights_only=True) for f in (fa, fb))
-    for k in ma:
-        if k.startswith("mask."):
-            assert torch.equal(ma[k], mb[k]), (case, k)
-    for ra, rb in zip(_history(fa), _history(fb), strict=True):
-        for k, v in ra.items():
-            if isinstance(v, float):
-                assert math.isclose(rb[k], v, rel_tol=1e-5, abs_tol=1e-7), (case, k)
+    assert flipped_bits(ma, mb) <= MASK_FLIPS, (case, flipped_bits(ma, mb))
+    bad = history_mismatches(_history(fa), _history(fb), weight_counts(ma))
+    assert not bad, (case, bad[:3])
     if case == "mp":  # the cut happened, at the target
         assert math.isclose(_history(fa)[-1]["remaining"], 0.1, rel_tol=1e-3)
+
+
+def test_flip_bounds_fail_for_real_differences():
+    """history_mismatches and flipped_bits allow MASK_FLIPS bits and round-off, no more."""
+    counts = {"": 265200, "all": 266610, "fc1": 235200, "fc2": 30000}
+    row = {"epoch": 1, "remaining": 0.5, "remaining_all": 0.5, "remaining_fc1": 0.5,
+           "remaining_fc2": 0.5, "val_loss": 2.0, "val_acc": 0.25}
+    moved = dict(row, remaining=0.5 + 3 / 265200, remaining_fc2=0.5 + 3 / 30000,
+                 val_loss=2.0 * (1 + 0.5 * FLIP_REL), val_acc=0.25 + 1 / 128)
+    assert history_mismatches([row], [moved], counts) == []  # 3 flips: their loss share too
+    assert len(history_mismatches([row], [dict(moved, val_loss=2.0 * (1 + 2 * FLIP_REL))],
+                                  counts)) == 1
+    assert len(history_mismatches([row], [dict(row, remaining_fc2=0.5 + 5 / 30000)],
+                                  counts)) == 1
+    assert len(history_mismatches([row], [dict(row, val_loss=2.0 * (1 + 1e-4))], counts)) == 1
+    m = torch.zeros(30000)
+    assert flipped_bits({"mask.fc2.weight": m}, {"mask.fc2.weight": m}) == 0
+    m2 = m.clone()
+    m2[:MASK_FLIPS + 1] = 1
+    assert flipped_bits({"mask.fc2.weight": m}, {"mask.fc2.weight": m2}) == MASK_FLIPS + 1
 
 
 def test_joint_arms_two_ranks_equal_one_process_first_steps(runs):
