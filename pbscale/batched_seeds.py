@@ -129,7 +129,8 @@ class _GroupRun(RegressionGroupTask, RunHooks):
             self.records.append({**cfg, "info": {"device": str(device), "chunk": group.chunk,
                                                  "torch_threads": torch.get_num_threads(),
                                                  "batched_runs": len(group.members),
-                                                 "world_size": 1, **env}})
+                                                 "world_size": 1, **env},
+                                 "method_info": m.family.info()})
             key = member_key(m.config.seed, m.config.lr)
             if key in sweep_ids:
                 self.records[-1]["info"]["sweep_id"] = sweep_ids[key]
@@ -172,7 +173,8 @@ def train_batched(configs: list[MethodConfig], epochs: int, problem: RegressionP
         record["info"]["group"] = f"{GROUPS}/{group_folder.name}"
     run(task, group, loop, Path(out) / GROUPS, device=dev, progress=progress,
         info={"chunk": group.chunk, "torch_threads": torch.get_num_threads()},
-        step_hook=step_hook, hooks=[task], lr_flags=task.lr_flags)
+        step_hook=step_hook, hooks=[task], lr_flags=task.lr_flags,
+        method_info=group.members[0].family.info())
     return [[{k: v for k, v in row.items() if k not in TIMING}
              for row in io.read_csv(folder / "history.csv")] for folder in task.folders]
 

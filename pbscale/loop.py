@@ -5,9 +5,10 @@ A task (:class:`Task`) supplies data, the batched loss of k masks and an evaluat
 surrogate loss over its mask logits (and, in joint mode, the network weights). The loop owns
 everything else:
 
-* seeds: one explicit ``torch.Generator`` (seeded with ``LoopConfig.seed``) for the batch order
-  and, handed to the method as ``method.generator``, its sampling; torch's global generator
-  (dropout) is seeded with the same seed and checkpointed;
+* seeds: one explicit ``torch.Generator``, the method's (``method.generator``, seeded by the
+  method with the run's seed), for its sampling, the batch order and the evaluation; torch's
+  global generator (dropout) is seeded with ``LoopConfig.seed`` (the tools give the run's
+  seed) and checkpointed;
 * epochs, step-decay learning-rate schedules (``mask_milestones`` / ``weight_milestones``:
   fractions of the epochs at which the rate is multiplied by ``*_gamma``), a dense warm-up
   (masks all ones and untrained for the first ``mask_warmup`` fraction of epochs) and mask
@@ -170,7 +171,8 @@ def run(task: Task, method: Method, loop: LoopConfig, out: str | Path,
         weight_optimizer: torch.optim.Optimizer | None = None, device: torch.device | str = "cpu",
         progress: bool = True, info: dict | None = None,
         step_hook: Callable[[int, int], None] | None = None,
-        hooks: Sequence[RunHooks] = (), lr_flags: dict[str, str] | None = None) -> Path:
+        hooks: Sequence[RunHooks] = (), lr_flags: dict[str, str] | None = None,
+        method_info: dict | None = None) -> Path:
     """Train (or resume, or return at once if finished) one run; returns its folder.
 
     ``weight_optimizer`` over ``task.weights()`` (None: supermask, weights fixed). ``info``:
@@ -178,6 +180,8 @@ def run(task: Task, method: Method, loop: LoopConfig, out: str | Path,
     ``hooks``: :class:`RunHooks` strategies; ``step_hook(epoch, i)`` is short for
     ``StepHook(step_hook)`` after them. ``lr_flags``: the tool's names of the learning-rate
     flags a divergence message tells the user to lower (keys of :data:`LR_FLAGS`).
+    ``method_info``: what config.json records about the method (unhashed, "method_info":
+    :meth:`pbscale.methods.registry.Family.info`), so the run reads back without the registry.
     """
     flags = {**LR_FLAGS, **(lr_flags or {})}
     hooks = [*hooks, *([StepHook(step_hook)] if step_hook is not None else [])]
@@ -191,6 +195,8 @@ def run(task: Task, method: Method, loop: LoopConfig, out: str | Path,
             raise PBInputError(f"damaged run folder: {folder / name} is a folder, not a file; "
                                f"{io.DAMAGED_FIX}")
     record = {**config, "info": {"device": str(dev), **(info or {}), **env_info()}}
+    if method_info is not None:
+        record["method_info"] = method_info
     if (folder / "config.json").exists():
         old = io.read_json(folder / "config.json")
         if not isinstance(old, dict):
@@ -210,9 +216,7 @@ def run(task: Task, method: Method, loop: LoopConfig, out: str | Path,
         raise PBInputError("a weight optimizer was given but the task has no trainable weights")
     io.write_json(folder / "config.json", record)
 
-    generator = torch.Generator(device=dev)
-    generator.manual_seed(loop.seed)
-    method.generator = generator
+    generator = method.generator  # the run's stream, seeded by the method
     torch.manual_seed(loop.seed)
     opts = method.optimizers + ([weight_optimizer] if joint else [])
     ckpt_path = folder / "checkpoint.pt"

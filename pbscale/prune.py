@@ -58,7 +58,7 @@ from pbscale.loop import full_config, resume_command, run_folder
 from pbscale.loop import run as loop_run
 from pbscale.loop_types import EvalContext, LoopConfig, RunHooks
 from pbscale.masks import MaskedModule, plain_weight, rescaled_weight
-from pbscale.methods import REGISTRY, MagnitudeMethod, MaskTrainer
+from pbscale.methods import REGISTRY, Plan
 from pbscale.models import INITS, MODELS, build_model
 from pbscale.prune_config import (
     DEFAULT_PARAM,
@@ -95,7 +95,7 @@ class PruneTask(RunHooks):
         for p in self.model.parameters():
             p.requires_grad_(self.trains_weights)
         self.layout = MaskedModule(self.model, self.names, train_weights=self.trains_weights,
-                                   weight_hook=rescaled_weight if self.family.samples
+                                   weight_hook=rescaled_weight if self.family.rescale
                                    else plain_weight)
         self.name = f"{cfg.model}-{cfg.mode}-{cfg.method}"
         self.d = self.layout.d
@@ -190,7 +190,7 @@ class PruneTask(RunHooks):
         sampled by the method, by mean training loss on ``batches`` (each mask with its batch
         statistics, as in training); the others: their deterministic mask (CP: 1[r > 0];
         MP/GMP/dense: their mask; hard-concrete: its test-time gates)."""
-        if not (self.family.samples if sampled is None else sampled):
+        if not (method.eval_sampled if sampled is None else sampled):
             return method.mode_mask().detach()
         self.model.train()
         saved = {k: b.clone() for k, b in self.model.named_buffers()}
@@ -262,7 +262,7 @@ class PruneTask(RunHooks):
         z = ctx.mask if ctx.mask is not None else self.choose_mask(ctx.method, batches)
         self.eval_mask = z.detach().clone()
         extra: dict[str, float] = {}
-        if self.family.also_sampled:  # the best sampled mask beside the deterministic one
+        if ctx.method.also_sampled:  # the best sampled mask beside the deterministic one
             zs = self.choose_mask(ctx.method, batches, sampled=True)
             ps = self.eval_params(zs)
             if self.has_bn:
@@ -271,7 +271,7 @@ class PruneTask(RunHooks):
                      "sampled_test_acc": self.score(ps, self.data.batches("test", 1000))[1],
                      "sampled_remaining": int(zs.count_nonzero()) / self.d}
         params = self.eval_params(self.eval_mask)
-        if self.has_bn and self.family.logits:
+        if self.has_bn and ctx.method.recalibrate_bn:
             self.recalibrate_bn(params, batches)
         val_loss, val_acc = self.score(params, self.data.batches("val", 1000))
         test_loss, test_acc = self.score(params, self.data.batches("test", 1000))
@@ -307,7 +307,7 @@ class PruneTask(RunHooks):
         blob.update({f"gate.{k}": v for k, v in values.items() if not torch.equal(v, masks[k])})
         for k, m in masks.items():
             mean = float(m.mean())
-            if self.family.samples:
+            if self.family.rescale:
                 blob[f"scale.{k}"] = torch.tensor(1.0 / mean if mean > 0 else 1.0)
         blob.update({f"weight.{k}": v.detach().cpu() for k, v in self.model.state_dict().items()})
         runio.save_checkpoint(folder / "masks.pt", blob)
@@ -367,26 +367,19 @@ def build(cfg: PruneConfig, data: datamod.Data, dev: torch.device):
                                   nesterov=True, weight_decay=WEIGHT_DECAY) if joint else None)
     wm = WEIGHT_MILESTONES if joint else ()
     family = cfg.family
-    if not family.logits:
-        total = task.total_steps
-        end = min(round(cfg.gmp_end * total), total - 1)
-        method = MagnitudeMethod(family, task.layout, cfg.target,
-                                 cut=min(round(cfg.prune_at * E) * S, total - 1),
-                                 start=min(round(cfg.gmp_start * total), end), end=end,
-                                 every=cfg.gmp_every)
-        method.weight_optimizer = weight_opt
+    if not family.logits:  # one mask throughout: no mask schedule, warm-up or freezing
         loop = LoopConfig(epochs=E, seed=cfg.seed, weight_milestones=wm,
                           weight_gamma=WEIGHT_GAMMA)
-        return task, method, loop, weight_opt
-    warmup = family.joint_warmup if cfg.mode == "joint" else 0.0
-    freeze = FREEZE_AT if cfg.mode == "joint" else None
-    mask_epochs = LoopConfig(epochs=E, mask_warmup=warmup, freeze_masks=freeze).mask_epochs()
-    method = MaskTrainer(cfg.method_config(), task.d, max(mask_epochs * S, 1), dev)
-    method.layers, method.target = tuple(task.layout.sizes), cfg.target
-    milestones, gamma = family.mask_schedule
-    loop = LoopConfig(epochs=E, seed=cfg.seed, mask_milestones=milestones,
-                      mask_gamma=gamma, weight_milestones=wm,
-                      weight_gamma=WEIGHT_GAMMA, mask_warmup=warmup, freeze_masks=freeze)
+    else:
+        warmup = family.joint_warmup if cfg.mode == "joint" else 0.0
+        freeze = FREEZE_AT if cfg.mode == "joint" else None
+        milestones, gamma = family.mask_schedule
+        loop = LoopConfig(epochs=E, seed=cfg.seed, mask_milestones=milestones,
+                          mask_gamma=gamma, weight_milestones=wm,
+                          weight_gamma=WEIGHT_GAMMA, mask_warmup=warmup, freeze_masks=freeze)
+    plan = Plan(epochs=E, steps_per_epoch=S, mask_steps=max(loop.mask_epochs() * S, 1),
+                layers=tuple(task.layout.sizes), run=cfg, weight_optimizer=weight_opt)
+    method = family.make(cfg.method_config(), task.layout, plan)
     return task, method, loop, weight_opt
 
 
@@ -417,7 +410,7 @@ def run(cfg: PruneConfig, out: str | Path, device: str = "cpu", *, quiet: bool =
             "world_size": 1 if shard is None else shard.world, "unused": cfg.unused()}
     folder = loop_run(task, method, loop, out, weight_optimizer=weight_opt, device=dev,
                       progress=not quiet, info=info, step_hook=step_hook, hooks=hooks,
-                      lr_flags=task.lr_flags)
+                      lr_flags=task.lr_flags, method_info=cfg.family.info(cfg.method_settings()))
     summary = runio.read_summary(folder / "summary.json", SUMMARY_KEYS)
     runio.write_json(folder / "data.json", data.transform())
     summary.update({"folder": str(folder), "masked": task.d, "parameters": task.num_all})
@@ -433,9 +426,8 @@ def distribute(task: PruneTask, method, weight_opt: torch.optim.Optimizer | None
     weights (joint, dense) and of CP's logits averaged by one flat all-reduce per step, with
     the BatchNorm running statistics."""
     task.shard = shard
-    hooks: list[RunHooks] = [distributed.SampleParallel(method, shard) if task.family.samples
-                             else distributed.RankSync()]
-    tracked = list(task.weights()) + ([method.r] if task.family.data_parallel_logits else [])
+    hooks = method.distribute(shard)
+    tracked = list(task.weights()) + method.synced_params()
     if tracked:
         task.averager = distributed.GradAverage(shard, tracked, list(task.model.buffers()))
         task.averager.attach([*method.optimizers, *([weight_opt] if weight_opt else [])])

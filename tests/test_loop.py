@@ -171,7 +171,7 @@ def test_surrogate_gradients_in_logits_and_weights(method):
             b.copy_(buffers[k])
     tr.generator.set_state(state)
     if method == "cp":
-        z = torch.sigmoid(tr.r.detach() / tr.tau())[None]
+        z = torch.sigmoid(tr.r.detach() / tr.temperature())[None]
     else:
         theta = tr.param.theta(tr.r.detach())
         z = (M.BernoulliSampler(theta, tr.generator).next(4) if method == "loorf"

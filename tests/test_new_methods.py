@@ -155,8 +155,8 @@ def test_edge_popup_keeps_exact_counts_every_step_and_scores_get_gradient():
     assert counts == [round(target * s) for s in layers] == [3, 2, 1, 1]
     cfg = MethodConfig(method="edgepopup", n=1, seed=2, lr=0.05)
     d = sum(layers)
-    trainer = MaskTrainer(cfg, d, total_steps=20, dtype=torch.float64)
-    trainer.layers, trainer.target = layers, target
+    trainer = MaskTrainer(cfg, d, total_steps=20, dtype=torch.float64, layers=layers,
+                          target=target)
     # the loss prefers the mask of the lowest scores of each layer (as many as kept)
     z0 = trainer.mode_mask()
     want = torch.cat([top_scores(-p, (s,), target) for p, s in

@@ -8,8 +8,14 @@ supplies f for a masked network, and the microworld (NNLoss) can supply its own.
 
 Modules, by concern:
 
-* :mod:`~pbscale.methods.registry`: :class:`Family` (the hooks of a method), :data:`REGISTRY`,
-  :func:`get_family`, :func:`names`;
+* :mod:`~pbscale.methods.registry`: :class:`Family` (what a method is and how its run's method
+  is built, :meth:`Family.make`), :class:`Settings` (a family's own settings),
+  :class:`MethodConfig`, :data:`REGISTRY`, :func:`register`, :func:`get_family`, :func:`names`;
+* :mod:`~pbscale.methods.estimate`: :class:`Estimate`, the surrogate loss and the dense
+  regularizer;
+* :mod:`~pbscale.methods.trainer`: :class:`LogitsFamily` (the hooks of a method over mask
+  logits) and :class:`MaskTrainer`;
+* :mod:`~pbscale.methods.group`: :class:`MaskTrainerGroup` (G MC runs stepping together);
 * :mod:`~pbscale.methods.samplers`: the estimators' laws in torch (Bernoulli, Dirichlet copula,
   antithetic pairs), per-run samplers and the chunk size;
 * :mod:`~pbscale.methods.mc`: the chunked MC estimators (`ch:monte_carlo`), their surrogate
@@ -19,9 +25,7 @@ Modules, by concern:
 * :mod:`~pbscale.methods.hybrids`: ST, REBAR and RELAX (`ch:other`) and their controls;
 * :mod:`~pbscale.methods.magnitude`: MP, GMP and dense training (`sec:app_joint_pruning_setup`);
 * :mod:`~pbscale.methods.beyond`: ST-theta, hard-concrete L0 and edge-popup (outside the
-  paper's comparison);
-* :mod:`~pbscale.methods.trainer`: :class:`MethodConfig`, :class:`MaskTrainer`,
-  :class:`MaskTrainerGroup`.
+  paper's comparison).
 
 The import order below is the registration order of :data:`REGISTRY` (MC estimators, CP,
 hybrids, magnitude methods, beyond); a new method's module is imported here.
@@ -31,8 +35,22 @@ from __future__ import annotations
 
 from importlib import import_module
 
-from . import cp, hybrids, magnitude, mc  # noqa: F401 (each registers its families)
-from .cp import CPFamily, CPStep, cp_hard_mask, cp_relaxed_loss, cp_step, cp_temperature
+# isort: off
+# each module registers its families; the MC estimators first, so that they lead every list
+from . import mc  # noqa: F401
+from . import cp, hybrids, magnitude  # noqa: F401
+# isort: on
+from .cp import (
+    CPFamily,
+    CPSettings,
+    CPStep,
+    cp_hard_mask,
+    cp_relaxed_loss,
+    cp_step,
+    cp_temperature,
+)
+from .estimate import Estimate, dense_regularizer, surrogate_loss
+from .group import MaskTrainerGroup
 from .hybrids import (
     RELAX_HIDDEN,
     RELAX_LR,
@@ -47,22 +65,16 @@ from .hybrids import (
     straight_through,
 )
 from .magnitude import MagnitudeFamily, MagnitudeMethod
-from .mc import (
-    MCFamily,
-    dense_regularizer,
-    mc_gradient,
-    mc_surrogate,
-    surrogate_loss,
-)
+from .mc import MCFamily, mc_gradient, mc_surrogate
 from .registry import (
     COMMANDS,
     OPTIMIZERS,
     REGISTRY,
-    BatchedLoss,
-    Estimate,
     Family,
     MethodConfig,
-    Trainer,
+    NoSettings,
+    Plan,
+    Settings,
     get_family,
     names,
     register,
@@ -78,7 +90,7 @@ from .samplers import (
     standard_gamma,
     uniform_bits24,
 )
-from .trainer import MaskTrainer, MaskTrainerGroup
+from .trainer import LogitsFamily, MaskTrainer
 
 #: registered after the paper's methods, so that their order in every list stays as it was
 import_module(".beyond", __name__)
@@ -91,11 +103,12 @@ MC_METHODS = names("regress", samples=True)
 HYBRID_METHODS = tuple(n for n in METHODS if isinstance(REGISTRY[n], HybridFamily))
 
 __all__ = [
-    "AntitheticSampler", "BatchedLoss", "BernoulliSampler", "COMMANDS", "CPFamily", "CPStep",
+    "AntitheticSampler", "BernoulliSampler", "COMMANDS", "CPFamily", "CPSettings", "CPStep",
     "CopulaSampler", "Estimate", "Family", "FixedSampler", "HYBRID_METHODS", "HybridControl",
-    "HybridFamily", "MCFamily", "MC_METHODS", "METHODS", "MagnitudeFamily", "MagnitudeMethod",
-    "MaskTrainer", "MaskTrainerGroup", "MethodConfig", "OPTIMIZERS", "PerRunSampler", "Trainer",
-    "PerSeedControl", "PerSeedMLP", "RELAX_HIDDEN", "RELAX_LR", "RELAX_WEIGHT_DECAY",
+    "HybridFamily", "LogitsFamily", "MCFamily", "MC_METHODS", "METHODS", "MagnitudeFamily",
+    "MagnitudeMethod", "MaskTrainer", "MaskTrainerGroup", "MethodConfig", "NoSettings",
+    "OPTIMIZERS", "PerRunSampler", "Plan", "Settings", "PerSeedControl", "PerSeedMLP",
+    "RELAX_HIDDEN", "RELAX_LR", "RELAX_WEIGHT_DECAY",
     "REGISTRY", "SAMPLERS", "auto_chunk", "cp_hard_mask", "cp_relaxed_loss", "cp_step",
     "cp_temperature", "dense_regularizer", "get_family", "make_control", "mc_gradient",
     "mc_surrogate", "names", "rebar_relax", "rebar_relax_step", "register", "standard_gamma",
