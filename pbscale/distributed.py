@@ -243,11 +243,12 @@ class GradAverage:
     ``buffers`` (BatchNorm running statistics) after a data-parallel step, each rank's weighted
     by K share_i so that the average is their share-weighted mean.
 
-    :meth:`attach` registers :meth:`sync` as a step pre-hook on the optimizers; :meth:`new_step`
-    (called once per step on every rank, by the task before its forward) arms it, and the first
-    optimizer to step runs it, so every rank all-reduces at the same point."""
+    :meth:`track` adds parameters and registers :meth:`sync` as a step pre-hook on the
+    optimizers that step them; :meth:`new_step` (called once per step on every rank, by the
+    task before its forward) arms it, and the first optimizer to step runs it, so every rank
+    all-reduces at the same point. With no parameters it does nothing."""
 
-    def __init__(self, shard: Shard, params: Sequence[torch.Tensor],
+    def __init__(self, shard: Shard, params: Sequence[torch.Tensor] = (),
                  buffers: Sequence[torch.Tensor] = ()) -> None:
         self.shard = shard
         self.params = list(params)
@@ -260,6 +261,15 @@ class GradAverage:
             opt.register_step_pre_hook(lambda *_: self.sync())
         return self
 
+    def track(self, params: Sequence[torch.Tensor],
+              optimizers: Iterable[torch.optim.Optimizer]) -> GradAverage:
+        """Average the gradients of ``params`` too, before the first of ``optimizers`` steps
+        (nothing when there are no parameters at all)."""
+        self.params += list(params)
+        if self.params:
+            self.attach(optimizers)
+        return self
+
     def new_step(self) -> None:
         self.pending, self.share = True, None
 
@@ -268,7 +278,7 @@ class GradAverage:
 
     @torch.no_grad()
     def sync(self) -> None:
-        if not self.pending:
+        if not self.pending or not self.params:
             return
         self.pending = False
         K = self.shard.world

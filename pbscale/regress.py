@@ -25,18 +25,18 @@ from pbexact.cli import (
     nonneg_int,
     positive_float,
     positive_int,
-    resolve_device,
-    set_threads,
+    run_main,
 )
 from pbexact.errors import PBInputError
 from pbexact.parametrizations import PARAMETRIZATIONS
 
 from . import distributed, io
-from .loop import resume_command, run
+from .loop import run
 from .loop import run_folder as loop_run_folder
 from .loop_types import LoopConfig
 from .methods import METHODS, OPTIMIZERS, MethodConfig, Plan, get_family, names
 from .regression import RegressionProblem, RegressionTask, make_problem, task_config
+from .runtime import resolve_device, set_threads
 
 DEFAULT_OUT = "runs/regression"
 #: The files of a run folder (see the module docstring).
@@ -135,29 +135,27 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args_or_code(argv)
     if isinstance(args, int):  # argparse's one-line error (2) or --help (0)
         return args
-    try:
-        cfg = MethodConfig(method=args.method, n=args.n, param=args.param, lr=args.lr,
-                           optimizer=args.optimizer, seed=args.seed, chunk=args.chunk,
-                           lam=args.lam)
-        set_threads(args.threads)
-        shard = distributed.from_env(resolve_device(args.device))  # torchrun: split samples
-        folder = train(cfg, epochs=args.epochs, out=args.out, device=args.device,
-                       data_seed=args.data_seed, progress=not args.quiet, shard=shard)
-        if shard is not None and shard.rank > 0:
-            return 0
-        summary = io.read_summary(folder / "summary.json",
-                                  ("final_val_loss_chosen", "seconds_per_epoch", "device"))
-    except PBInputError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:  # before the run loop took over Ctrl-C (data, epoch 0)
-        print(f"interrupted; resume with: {resume_command()}", file=sys.stderr)
-        return 130
-    finally:
-        distributed.shutdown()
-    print(f"{folder}: final validation loss {summary['final_val_loss_chosen']:.4f}, "
-          f"{summary['seconds_per_epoch']:.2f} s/epoch on {summary['device']}")
-    return 0
+
+    def body() -> int:
+        try:
+            cfg = MethodConfig(method=args.method, n=args.n, param=args.param, lr=args.lr,
+                               optimizer=args.optimizer, seed=args.seed, chunk=args.chunk,
+                               lam=args.lam)
+            set_threads(args.threads)
+            shard = distributed.from_env(resolve_device(args.device))  # torchrun: split samples
+            folder = train(cfg, epochs=args.epochs, out=args.out, device=args.device,
+                           data_seed=args.data_seed, progress=not args.quiet, shard=shard)
+            if shard is not None and shard.rank > 0:
+                return 0
+            summary = io.read_summary(folder / "summary.json",
+                                      ("final_val_loss_chosen", "seconds_per_epoch", "device"))
+        finally:
+            distributed.shutdown()
+        print(f"{folder}: final validation loss {summary['final_val_loss_chosen']:.4f}, "
+              f"{summary['seconds_per_epoch']:.2f} s/epoch on {summary['device']}")
+        return 0
+
+    return run_main(body, resumable=True)
 
 
 if __name__ == "__main__":

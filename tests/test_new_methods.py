@@ -14,6 +14,7 @@ import torch
 from _plain_eval import plain_test_metrics
 from torch import nn
 
+from pbexact.errors import RunInterrupted
 from pbscale import prune as P
 from pbscale.io import read_csv
 from pbscale.methods import REGISTRY, MaskTrainer, MethodConfig, straight_through
@@ -225,7 +226,7 @@ def test_resume_equals_uninterrupted(tmp_path, mode, method):
             if (epoch, i) == stop_at:
                 os.kill(os.getpid(), signal.SIGTERM)
 
-        with pytest.raises(SystemExit) as exc:
+        with pytest.raises(RunInterrupted) as exc:
             P.run(cfg, out, quiet=True, step_hook=hook)
         assert exc.value.code == 143
     b = P.run(cfg, out, quiet=True)
