@@ -383,7 +383,8 @@ def train_step(f: BatchedLoss, method: Method, weight_optimizer: torch.optim.Opt
     for opt in opts:
         opt.zero_grad()
     value, loss = method.surrogate(f, weights=joint)
-    value.backward()
+    if value.requires_grad:  # else nothing trains this step (a fixed mask over fixed weights)
+        value.backward()
     method.apply()
     if joint:
         weight_optimizer.step()

@@ -68,6 +68,7 @@ from pbscale.prune_config import (
     WEIGHT_MILESTONES,
     WEIGHT_MOMENTUM,
     PruneConfig,
+    prune_methods,
 )
 from pbscale.prune_export import Export, load_pruned
 from pbscale.prune_task import PruneTask
@@ -215,7 +216,7 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--dataset", default="", choices=datamod.DATASETS,
                    help="default: the model's")
     p.add_argument("--mode", default=d.mode, choices=MODES)
-    p.add_argument("--method", default=d.method, choices=PRUNE_METHODS)
+    p.add_argument("--method", default=d.method, choices=prune_methods())
     p.add_argument("--param", default=DEFAULT_PARAM, choices=list(PARAMETRIZATIONS),
                    action=_Given,
                    help=f"parametrization (MC methods; default {DEFAULT_PARAM}, sigmoid for "

@@ -18,9 +18,17 @@ from pbscale.methods.registry import MC_START, PRUNE_SETTINGS
 from pbscale.models import INITS, MODELS
 
 MODES = ("supermask", "joint")
-#: The methods of the registry that prune (in either mode).
-PRUNE_METHODS = tuple(n for n, f in REGISTRY.items()
-                      if {f"prune-{m}" for m in MODES} & set(f.commands))
+
+
+def prune_methods() -> tuple[str, ...]:
+    """The methods of the registry that prune (in either mode), as registered now."""
+    return tuple(n for n, f in REGISTRY.items()
+                 if {f"prune-{m}" for m in MODES} & set(f.commands))
+
+
+#: The methods that prune when pbscale is imported (:func:`prune_methods` adds those
+#: registered since).
+PRUNE_METHODS = prune_methods()
 #: The optimizers of the mask logits (``--mask-opt``): the registry's table.
 MASK_OPTIMIZERS = tuple(OPTIMIZERS)
 #: The parametrization of MC runs when --param is left out (a family's ``prune_param`` first).
@@ -103,9 +111,9 @@ class PruneConfig:
                                f"use --dataset {MODEL_DATA[c.model]}")
         if c.mode not in MODES:
             raise PBInputError(f"unknown mode {c.mode!r}; choose one of {', '.join(MODES)}")
-        if c.method not in PRUNE_METHODS:
+        if c.method not in prune_methods():
             raise PBInputError(f"unknown method {c.method!r}; choose one of "
-                               f"{', '.join(PRUNE_METHODS)}")
+                               f"{', '.join(prune_methods())}")
         family = c.family
         if f"prune-{c.mode}" not in family.commands:
             modes = [m for m in MODES if f"prune-{m}" in family.commands]

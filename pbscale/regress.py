@@ -34,7 +34,7 @@ from . import distributed, io
 from .loop import run
 from .loop import run_folder as loop_run_folder
 from .loop_types import LoopConfig
-from .methods import METHODS, OPTIMIZERS, MethodConfig, Plan, get_family, names
+from .methods import OPTIMIZERS, MethodConfig, Plan, get_family, names
 from .regression import RegressionProblem, RegressionTask, make_problem, task_config
 from .runtime import resolve_device, set_threads
 
@@ -105,7 +105,8 @@ def build_parser() -> ArgumentParser:
         description="Optimize a binary weight mask of the MaskedNNRegression backbone "
         "(sec:app_maskednnregression, d = 8,050) with one method; writes a resumable run folder.",
     )
-    p.add_argument("--method", default="loorf", choices=list(METHODS), help="(default loorf)")
+    p.add_argument("--method", default="loorf", choices=list(names("regress")),
+                   help="(default loorf)")
     p.add_argument("--n", "--samples", dest="n", type=positive_int, default=10,
                    help="samples per step (ignored by cp; default 10); under torchrun write "
                    "--samples (torchrun reads --n as an abbreviation of its own options)")

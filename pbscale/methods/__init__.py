@@ -18,28 +18,37 @@ Modules, by concern:
 * :mod:`~pbscale.methods.group`: :class:`MaskTrainerGroup` (G MC runs stepping together);
 * :mod:`~pbscale.methods.samplers`: the estimators' laws in torch (Bernoulli, Dirichlet copula,
   antithetic pairs), per-run samplers and the chunk size;
-* :mod:`~pbscale.methods.mc`: the chunked MC estimators (`ch:monte_carlo`), their surrogate
-  loss and the dense regularizer; one registered family per estimator of
-  `pbexact.estimators.REGISTRY` that needs no J table;
+* :mod:`~pbscale.methods.mc`: the chunked MC estimators (`ch:monte_carlo`) and their surrogate
+  loss; one registered family per estimator of `pbexact.estimators.REGISTRY` that needs no J
+  table (:func:`register_estimator` for one defined elsewhere);
 * :mod:`~pbscale.methods.cp`: CP (`sec:pb_application`) and its temperature schedule;
 * :mod:`~pbscale.methods.hybrids`: ST, REBAR and RELAX (`ch:other`) and their controls;
-* :mod:`~pbscale.methods.magnitude`: MP, GMP and dense training (`sec:app_joint_pruning_setup`);
+* :mod:`~pbscale.methods.magnitude`: methods without logits (:class:`MaskFamily`): MP, GMP and
+  dense training (`sec:app_joint_pruning_setup`);
 * :mod:`~pbscale.methods.beyond`: ST-theta, hard-concrete L0 and edge-popup (outside the
   paper's comparison).
 
-The import order below is the registration order of :data:`REGISTRY` (MC estimators, CP,
-hybrids, magnitude methods, beyond); a new method's module is imported here.
+The modules whose families make the registry are :data:`FAMILY_MODULES`, imported in that order
+(the registration order of :data:`REGISTRY`, which every list of methods follows); a new
+method's module is one more name there (docs/adding_a_method.md). Methods defined outside
+pbscale register when their module is imported; the modules named in ``$PBSCALE_METHODS``
+(comma-separated) are imported after pbscale's own, so that every tool, and every child a sweep
+launches, has them.
 """
 
+# ruff: noqa: E402 (the family modules are imported, in order, before the names they define)
 from __future__ import annotations
 
+import os
 from importlib import import_module
 
-# isort: off
-# each module registers its families; the MC estimators first, so that they lead every list
-from . import mc  # noqa: F401
-from . import cp, hybrids, magnitude  # noqa: F401
-# isort: on
+#: The modules that define the registered families, in registration order.
+FAMILY_MODULES = ("mc", "cp", "hybrids", "magnitude", "beyond")
+#: The environment variable naming modules outside pbscale that define methods.
+PLUGINS_ENV = "PBSCALE_METHODS"
+
+for _module in FAMILY_MODULES:
+    import_module(f".{_module}", __name__)
 from .cp import (
     CPFamily,
     CPSettings,
@@ -64,8 +73,8 @@ from .hybrids import (
     rebar_relax_step,
     straight_through,
 )
-from .magnitude import MagnitudeFamily, MagnitudeMethod
-from .mc import MCFamily, mc_gradient, mc_surrogate
+from .magnitude import MagnitudeFamily, MagnitudeMethod, MaskFamily
+from .mc import MCFamily, mc_gradient, mc_surrogate, register_estimator
 from .registry import (
     COMMANDS,
     OPTIMIZERS,
@@ -92,8 +101,13 @@ from .samplers import (
 )
 from .trainer import LogitsFamily, MaskTrainer
 
-#: registered after the paper's methods, so that their order in every list stays as it was
-import_module(".beyond", __name__)
+# the methods of modules outside pbscale, once every name above exists
+for _module in filter(None, (m.strip() for m in os.environ.get(PLUGINS_ENV, "").split(","))):
+    try:
+        import_module(_module)
+    except ImportError as _exc:
+        raise ImportError(f"${PLUGINS_ENV} names {_module!r}, which cannot be imported "
+                          f"({_exc}); fix {PLUGINS_ENV} or PYTHONPATH") from None
 
 #: The methods :class:`MaskTrainer` trains (``pbscale.regress --method``).
 METHODS = names("regress")
@@ -106,11 +120,11 @@ __all__ = [
     "AntitheticSampler", "BernoulliSampler", "COMMANDS", "CPFamily", "CPSettings", "CPStep",
     "CopulaSampler", "Estimate", "Family", "FixedSampler", "HYBRID_METHODS", "HybridControl",
     "HybridFamily", "LogitsFamily", "MCFamily", "MC_METHODS", "METHODS", "MagnitudeFamily",
-    "MagnitudeMethod", "MaskTrainer", "MaskTrainerGroup", "MethodConfig", "NoSettings",
-    "OPTIMIZERS", "PerRunSampler", "Plan", "Settings", "PerSeedControl", "PerSeedMLP",
-    "RELAX_HIDDEN", "RELAX_LR", "RELAX_WEIGHT_DECAY",
-    "REGISTRY", "SAMPLERS", "auto_chunk", "cp_hard_mask", "cp_relaxed_loss", "cp_step",
-    "cp_temperature", "dense_regularizer", "get_family", "make_control", "mc_gradient",
-    "mc_surrogate", "names", "rebar_relax", "rebar_relax_step", "register", "standard_gamma",
+    "MagnitudeMethod", "MaskFamily", "MaskTrainer", "MaskTrainerGroup", "MethodConfig",
+    "NoSettings", "OPTIMIZERS", "PerRunSampler", "PerSeedControl", "PerSeedMLP", "Plan",
+    "REGISTRY", "RELAX_HIDDEN", "RELAX_LR", "RELAX_WEIGHT_DECAY", "SAMPLERS", "Settings",
+    "auto_chunk", "cp_hard_mask", "cp_relaxed_loss", "cp_step", "cp_temperature",
+    "dense_regularizer", "get_family", "make_control", "mc_gradient", "mc_surrogate", "names",
+    "rebar_relax", "rebar_relax_step", "register", "register_estimator", "standard_gamma",
     "straight_through", "surrogate_loss", "uniform_bits24",
 ]

@@ -89,12 +89,13 @@ def remaining(masks: Mapping[str, torch.Tensor]) -> tuple[int, int]:
     return kept, sum(m.numel() for m in masks.values())
 
 
-class MagnitudeFamily(Family):
-    """A method without mask logits: one binary mask over the masked weights, cut by magnitude on
-    the family's schedule (:meth:`fraction_at`) while the weights train
-    (:class:`MagnitudeMethod`). Its schedule comes from pruning's settings (:data:`uses`):
-    MP cuts at round(prune_at E) epochs, GMP from gmp_start to gmp_end of the steps every
-    gmp_every steps; every step index is at most the last step."""
+class MaskFamily(Family):
+    """A method without mask logits: one binary mask over the masked weights
+    (:class:`MagnitudeMethod`), which the family sets at the start (:meth:`initial_mask`, all
+    ones by default) and cuts by magnitude on its schedule (:meth:`fraction_at`, no cut by
+    default) while the weights train. The schedule comes from pruning's settings (those in
+    :data:`uses`): MP cuts at round(prune_at E) epochs, GMP from gmp_start to gmp_end of the
+    steps every gmp_every steps; every step index is at most the last step."""
 
     def make(self, config: MethodConfig, layout: Any, plan: Plan) -> MagnitudeMethod:
         total = plan.epochs * plan.steps_per_epoch
@@ -110,9 +111,19 @@ class MagnitudeFamily(Family):
         if "target" in self.uses:
             check_fraction(config.target)
 
+    def initial_mask(self, method: MagnitudeMethod, generator: torch.Generator
+                     ) -> torch.Tensor:
+        """The mask (d,) the run starts with (``generator``: a CPU generator seeded with the
+        run's seed, for a random mask; the run's own stream is not touched)."""
+        return torch.ones(method.d, dtype=torch.float64)
+
     def fraction_at(self, method: MagnitudeMethod, step: int) -> float | None:
         """The fraction of weights kept after a cut at ``step``, or None (no cut)."""
         return None
+
+
+class MagnitudeFamily(MaskFamily):
+    """MP, GMP and dense training: the mask starts all ones; MP and GMP cut it by magnitude."""
 
 
 @register
@@ -165,13 +176,14 @@ class MagnitudeMethod:
     #: evaluated with its mask, which training used (no BatchNorm recalibration)
     eval_sampled = also_sampled = recalibrate_bn = False
 
-    def __init__(self, family: MagnitudeFamily, layout: Any, target: float, cut: int,
+    def __init__(self, family: MaskFamily, layout: Any, target: float, cut: int,
                  start: int, end: int, every: int, seed: int = 0,
                  weight_optimizer: torch.optim.Optimizer | None = None) -> None:
         self.family, self.kind, self.layout = family, family.name, layout
         self.target, self.cut, self.start, self.end, self.every = target, cut, start, end, every
         self.d = layout.d
-        self.mask = torch.ones(self.d, device=layout.device, dtype=layout.dtype)
+        self.mask = family.initial_mask(self, torch.Generator().manual_seed(seed)).to(
+            device=layout.device, dtype=layout.dtype)
         self.generator = torch.Generator(device=layout.device).manual_seed(seed)
         self.weight_optimizer = weight_optimizer
         self.step_count = 0

@@ -21,6 +21,7 @@ import torch
 from pbexact.errors import PBInputError
 from pbexact.estimators import MC_ESTIMATORS, EstimatorSpec, SampleSums, get_estimator
 from pbexact.estimators import REGISTRY as ESTIMATOR_REGISTRY
+from pbexact.estimators import register as add_estimator
 from pbexact.parametrizations import Parametrization
 
 from ..loop_types import BatchedLoss
@@ -57,8 +58,9 @@ def mc_gradient(f: BatchedLoss, r: torch.Tensor, param: Parametrization, estimat
         )
     spec.check_n(n)
     chunk = n if chunk is None else max(1, min(int(chunk), n))
-    pairs = spec.center == "pair"
-    if pairs:
+    pairs = spec.center == "pair"  # the sums centre each antithetic pair
+    whole = spec.law == "antithetic"  # chunks and rank shares hold whole pairs
+    if whole:
         chunk = max(2, chunk - chunk % 2)
     lead = tuple(r.shape[:-1])
     with torch.no_grad():
@@ -78,7 +80,7 @@ def mc_gradient(f: BatchedLoss, r: torch.Tensor, param: Parametrization, estimat
             z = sampler.next(k).to(r.dtype)  # (k, ..., d)
             done += k
             if shard is not None:
-                z = z[shard.rows(k, pairs)]
+                z = z[shard.rows(k, whole)]
                 if z.shape[0] == 0:
                     continue
             J = f(z).to(r.dtype)  # (k, ...)
@@ -160,3 +162,20 @@ class MCFamily(LogitsFamily):
 for _spec in ESTIMATOR_REGISTRY.values():
     if not _spec.needs_table:
         register(MCFamily(_spec))
+
+
+def register_estimator(spec: EstimatorSpec) -> MCFamily:
+    """An estimator of pbexact's laws (:class:`pbexact.estimators.EstimatorSpec`) defined
+    outside ``pbexact/estimators.py`` as a method of every MC command: added to pbexact's
+    registry (exact variances, the microworld) and registered here; returns its family. (An
+    estimator in that module's table needs no call: its family is made above.)"""
+    if spec.needs_table:
+        raise PBInputError(f"{spec.text} needs the whole J table; pbscale cannot run it")
+    add_estimator(spec)
+    family = MCFamily(spec)
+    try:
+        register(family)
+    except ValueError:
+        del ESTIMATOR_REGISTRY[spec.name]
+        raise
+    return family
