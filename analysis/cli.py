@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import csv
 import io
-import sys
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from pbexact.cli import run_main
 from pbexact.errors import PBInputError
 from pbexact.io import (
     atomic_write_bytes,
@@ -28,15 +28,10 @@ __all__ = [
 def run(
     main: Callable[[Sequence[str] | None], int | None], argv: Sequence[str] | None = None
 ) -> int:
-    """Call ``main``; bad input becomes ``error: ...`` on stderr and exit code 2 (argparse's own
-    errors, already printed as one line by `pbexact.cli.ArgumentParser`, return their code)."""
-    try:
-        return int(main(argv) or 0)
-    except PBInputError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    except SystemExit as exc:
-        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
+    """Call ``main`` through :func:`pbexact.cli.run_main`: bad input becomes ``error: ...`` on
+    stderr and exit code 2 (argparse's own errors, already printed as one line by
+    `pbexact.cli.ArgumentParser`, return their code), Ctrl-C one line and 130."""
+    return run_main(lambda: main(argv))
 
 
 def read_table(path: str | Path) -> Any:

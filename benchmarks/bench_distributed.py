@@ -48,7 +48,8 @@ def _worker(args: argparse.Namespace) -> None:
     trainer = MaskTrainer(MethodConfig(args.estimator, args.n, chunk=args.chunk or None, seed=0),
                           prob.d, args.steps + args.warmup, dev,
                           bytes_per_sample=prob.bytes_per_sample())
-    trainer.shard = shard
+    if shard is not None:
+        trainer.distribute(shard)  # its samples split over the ranks
     gen = torch.Generator().manual_seed(1)
     batches = [torch.randint(0, prob.x_train.shape[0], (BATCH,), generator=gen).to(dev)
                for _ in range(args.steps + args.warmup)]

@@ -21,13 +21,14 @@ from pathlib import Path
 import torch
 
 from analysis.cli import run
-from pbexact.cli import ArgumentParser, positive_int_list, resolve_device
+from pbexact.cli import ArgumentParser, positive_int_list
 from pbexact.io import check_out_dir
 from pbscale import io
 from pbscale.masks import mean_absolute_error
 from pbscale.memory import peak_memory
 from pbscale.methods import MC_METHODS, MaskTrainer, MethodConfig
 from pbscale.regression import BATCH, make_problem
+from pbscale.runtime import resolve_device
 
 REPEATS = {10: 30, 100: 10, 1000: 3}
 

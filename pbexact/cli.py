@@ -1,9 +1,9 @@
 """What every command-line tool shares: the parser whose usage errors are one line, the argparse
-``type=`` functions, and the device and thread set-up of the torch tools.
+``type=`` functions, and :func:`run_main`, which maps how a tool ends to its exit code (the
+torch tools' device and threads: :mod:`pbscale.runtime`).
 
 A bad value given to one of these types becomes argparse's one-line ``error: argument --x: ...``
-and exit code 2, like a :class:`~pbexact.errors.PBInputError` raised later by the tool. torch is
-imported inside the device and thread functions only, so the numpy tools start without it.
+and exit code 2, like a :class:`~pbexact.errors.PBInputError` raised later by the tool.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from .errors import PBInputError
 
 if TYPE_CHECKING:
-    import torch
+    from collections.abc import Callable
 
 
 def _argparse_error(message: str) -> Exception:
@@ -232,27 +232,37 @@ def int_at_least(minimum: int) -> Any:
     return parse
 
 
-def set_threads(threads: int | None) -> None:
-    """Set torch's intra-op thread count (``--threads``); ``None`` leaves torch's default."""
-    if threads is not None:
-        if threads < 1:
-            raise PBInputError(f"--threads must be >= 1, got {threads}")
-        import torch
+def resume_command() -> str:
+    """The command line that started this process (``python -m MODULE ARGS`` for a module),
+    which resumes an interrupted run."""
+    import shlex
 
-        torch.set_num_threads(threads)
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    head = ["python", "-m", spec.name] if spec is not None and spec.name else (
+        ["python", sys.argv[0]] if sys.argv and sys.argv[0] else [])
+    return shlex.join(head + sys.argv[1:]) if head else "the same command"
 
 
-def resolve_device(device: str) -> torch.device:
-    """The torch device of ``--device``: ``auto`` (CUDA when visible), ``cpu``, ``cuda``,
-    ``cuda:K``; a device that is not there is a one-line :class:`PBInputError`."""
-    import torch
+def run_main(body: Callable[[], int | None], resumable: bool = False) -> int:
+    """Run a tool's ``body`` and map how it ends to its exit code, the one mapping of every
+    tool's ``main``: its return value (None: 0); bad input (:class:`PBInputError`): ``error:
+    ...`` on stderr and 2; a run stopped by a signal after its checkpoint
+    (:class:`RunInterrupted`): its message, how to resume, and 143 (SIGTERM) or 130 (SIGINT);
+    Ctrl-C elsewhere (``KeyboardInterrupt``): one line and 130 (``resumable``: with the command
+    that resumes); argparse's exits (already one line): their code."""
+    from .errors import RunInterrupted
 
-    if device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     try:
-        dev = torch.device(device)
-    except RuntimeError:
-        raise PBInputError(f"unknown device {device!r}; use cpu, cuda, cuda:0 or auto") from None
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise PBInputError("--device cuda was asked for but no GPU is visible; use --device cpu")
-    return dev
+        return int(body() or 0)
+    except PBInputError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except RunInterrupted as exc:
+        print(f"{exc}; resume with: {resume_command()}", file=sys.stderr)
+        return exc.code
+    except KeyboardInterrupt:
+        resume = f"; resume with: {resume_command()}" if resumable else ""
+        print(f"interrupted{resume}", file=sys.stderr)
+        return 130
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)

@@ -22,6 +22,17 @@ class PBInputError(ValueError):
     """Bad input to a pbnn function: the message names the problem and the fix."""
 
 
+class RunInterrupted(Exception):  # noqa: N818 - what happened, not an error
+    """A run stopped by a signal (SIGTERM, or SIGINT: Ctrl-C) after writing its checkpoint; the
+    message says where. ``code`` is the exit code a tool ends with (128 + the signal's number:
+    143, 130), :func:`pbexact.cli.run_main` adds how to resume."""
+
+    def __init__(self, signum: int, message: str) -> None:
+        super().__init__(message)
+        self.signum = int(signum)
+        self.code = 128 + self.signum
+
+
 def check_d(d: int, limit: int = MAX_TABLE_D) -> int:
     if not isinstance(d, (int, np.integer)) or isinstance(d, bool) or d < 1:
         raise PBInputError(f"d must be a positive integer, got {d!r}")

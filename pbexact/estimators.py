@@ -148,6 +148,21 @@ MIN_SAMPLES = {name: spec.min_samples for name, spec in REGISTRY.items()}
 MC_ESTIMATORS = tuple(name for name, spec in REGISTRY.items() if not spec.needs_table)
 
 
+def register(spec: EstimatorSpec) -> EstimatorSpec:
+    """Add an estimator to :data:`REGISTRY` (for one defined outside this module; one here is a
+    line of the table above): its law, centre and constant must be known ones and its name
+    new, else a one-line :class:`PBInputError`. Returns ``spec``."""
+    if spec.name in REGISTRY:
+        raise PBInputError(f"estimator {spec.name!r} is registered already; choose another name")
+    for value, allowed, what in ((spec.law, LAWS, "law"), (spec.center, CENTERS, "center"),
+                                 (spec.constant, CONSTANTS, "constant")):
+        if value not in allowed:
+            raise PBInputError(f"{spec.name}: unknown {what} {value!r}; choose one of "
+                               f"{', '.join(map(str, allowed))}")
+    REGISTRY[spec.name] = spec
+    return spec
+
+
 def get_estimator(name: str) -> EstimatorSpec:
     """The spec of estimator ``name``; an unknown name is a one-line PBInputError."""
     try:

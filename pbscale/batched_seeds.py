@@ -51,20 +51,21 @@ from pbexact.cli import (
     nonneg_int,
     positive_float,
     positive_int,
-    resolve_device,
+    run_main,
     seed_list,
-    set_threads,
 )
 from pbexact.errors import PBInputError
 from pbexact.parametrizations import PARAMETRIZATIONS
 
 from . import io
-from .loop import env_info, full_config, resume_command, run, run_folder, write_summary
+from .jobs import Batching
+from .loop import env_info, full_config, run, run_folder, write_summary
 from .loop_types import LoopConfig, RunHooks
 from .methods import OPTIMIZERS, MaskTrainerGroup, MethodConfig, names
 from .regress import DEFAULT_OUT, run_name
 from .regress import run_folder as regress_folder
 from .regression import RegressionGroupTask, RegressionProblem, RegressionTask, make_problem
+from .runtime import resolve_device, set_threads
 
 #: Subfolder of ``--out`` that holds the groups' own run folders (checkpoints, metrics).
 GROUPS = ".groups"
@@ -108,6 +109,31 @@ def member_key(seed: int, lr: float) -> str:
     return f"seed{int(seed)}-lr{float(lr)!r}"
 
 
+#: The ``pbscale.regress`` options a group takes once (the others, seed and lr, as lists).
+SHARED = ("method", "n", "param", "optimizer", "epochs", "data_seed", "lam", "device")
+
+
+def batchable(full: dict) -> bool:
+    """Whether a ``pbscale.regress`` run (every option filled in) can train in a group: an MC
+    method, no chunk of its own, no option a group does not take."""
+    return (full.get("method") in names("batched") and full.get("chunk") is None
+            and set(full) <= {*SHARED, "seed", "lr", "chunk"})
+
+
+def group_argv(full: dict, seeds: list[int], lrs: list[float]) -> list[str]:
+    """The options of the group of ``seeds`` x ``lrs`` whose shared options are ``full``'s."""
+    args: list[str] = []
+    for key in SHARED:
+        args += ["--" + key.replace("_", "-"), str(full[key])]
+    return [*args, "--lrs", ",".join(repr(v) for v in lrs),
+            "--seeds", ",".join(str(v) for v in seeds)]
+
+
+#: How ``pbscale.sweep`` batches ``regress`` runs (:class:`pbscale.jobs.Batching`).
+BATCHING = Batching("pbscale.batched_seeds", SHARED, batchable, group_argv,
+                    lambda full: member_key(full["seed"], full["lr"]))
+
+
 class _GroupRun(RegressionGroupTask, RunHooks):
     """The group task that also writes each member's run folder after every epoch (its own
     :class:`pbscale.loop.RunHooks`)."""
@@ -129,7 +155,8 @@ class _GroupRun(RegressionGroupTask, RunHooks):
             self.records.append({**cfg, "info": {"device": str(device), "chunk": group.chunk,
                                                  "torch_threads": torch.get_num_threads(),
                                                  "batched_runs": len(group.members),
-                                                 "world_size": 1, **env}})
+                                                 "world_size": 1, **env},
+                                 "method_info": m.family.info()})
             key = member_key(m.config.seed, m.config.lr)
             if key in sweep_ids:
                 self.records[-1]["info"]["sweep_id"] = sweep_ids[key]
@@ -172,7 +199,8 @@ def train_batched(configs: list[MethodConfig], epochs: int, problem: RegressionP
         record["info"]["group"] = f"{GROUPS}/{group_folder.name}"
     run(task, group, loop, Path(out) / GROUPS, device=dev, progress=progress,
         info={"chunk": group.chunk, "torch_threads": torch.get_num_threads()},
-        step_hook=step_hook, hooks=[task], lr_flags=task.lr_flags)
+        step_hook=step_hook, hooks=[task], lr_flags=task.lr_flags,
+        method_info=group.members[0].family.info())
     return [[{k: v for k, v in row.items() if k not in TIMING}
              for row in io.read_csv(folder / "history.csv")] for folder in task.folders]
 
@@ -215,7 +243,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args_or_code(argv)
     if isinstance(args, int):  # argparse's one-line error (2) or --help (0)
         return args
-    try:
+
+    def body() -> int:
         set_threads(args.threads)
         lrs = args.lrs
         if len(lrs) * len(args.seeds) > MAX_RUNS:
@@ -229,14 +258,10 @@ def main(argv: list[str] | None = None) -> int:
         problem = make_problem(args.data_seed, dev)
         skipped, trained = train_unfinished(configs, args.epochs, problem, args.data_seed,
                                             args.out, dev, progress=not args.quiet)
-    except (PBInputError, ValueError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:  # before the run loop took over Ctrl-C (data, epoch 0)
-        print(f"interrupted; resume with: {resume_command()}", file=sys.stderr)
-        return 130
-    print(f"{skipped} runs already finished, {trained} trained together in {args.out}")
-    return 0
+        print(f"{skipped} runs already finished, {trained} trained together in {args.out}")
+        return 0
+
+    return run_main(body, resumable=True)
 
 
 if __name__ == "__main__":

@@ -73,16 +73,13 @@ import os
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import torch
 import torch.distributed as dist
 
-from pbexact.errors import PBInputError
 from pbexact.io import atomic_write_bytes
 
 from .loop_types import RunHooks
-from .methods.registry import get_family, names
 
 
 @dataclass
@@ -157,14 +154,6 @@ def rank_out(out: str | Path, shard: Shard | None) -> Path:
     return Path(out) / f".rank{shard.rank}"
 
 
-def check_method(method: str, shard: Shard | None) -> None:
-    """Sample parallelism splits MC samples; other methods have none to split."""
-    if shard is not None and not get_family(method).samples:
-        raise PBInputError(f"{method} draws no MC samples to split over ranks; run it without "
-                           f"torchrun (sample parallelism is for "
-                           f"{', '.join(names(samples=True))})")
-
-
 class _RankShare(torch.autograd.Function):
     """x -> its sum over the ranks (``reduce``) or x itself; the backward pass multiplies the
     gradient by K = world, so that the AVERAGE over the ranks of the gradients that reach the
@@ -237,13 +226,11 @@ class RankSync(RunHooks):
 
 
 class SampleParallel(RankSync):
-    """The strategy of an MC :class:`pbscale.methods.MaskTrainer` under torchrun: its samples
-    split over the ranks (``method.shard``), each evaluated on the whole minibatch
-    (:meth:`DataParallelLoss.whole`) while masks train; the fixed mask of warm-up and frozen
-    epochs, which the loop evaluates itself, takes the data-parallel split."""
-
-    def __init__(self, method: Any, shard: Shard) -> None:
-        method.shard = shard
+    """The strategy of a method whose samples are split over the ranks (an MC
+    :class:`pbscale.methods.MaskTrainer`, from its ``distribute``): each rank's samples are
+    evaluated on the whole minibatch (:meth:`DataParallelLoss.whole`) while masks train; the
+    fixed mask of warm-up and frozen epochs, which the loop evaluates itself, takes the
+    data-parallel split."""
 
     def training_loss(self, f: Callable) -> Callable:
         return f.whole if isinstance(f, DataParallelLoss) else f
@@ -256,11 +243,12 @@ class GradAverage:
     ``buffers`` (BatchNorm running statistics) after a data-parallel step, each rank's weighted
     by K share_i so that the average is their share-weighted mean.
 
-    :meth:`attach` registers :meth:`sync` as a step pre-hook on the optimizers; :meth:`new_step`
-    (called once per step on every rank, by the task before its forward) arms it, and the first
-    optimizer to step runs it, so every rank all-reduces at the same point."""
+    :meth:`track` adds parameters and registers :meth:`sync` as a step pre-hook on the
+    optimizers that step them; :meth:`new_step` (called once per step on every rank, by the
+    task before its forward) arms it, and the first optimizer to step runs it, so every rank
+    all-reduces at the same point. With no parameters it does nothing."""
 
-    def __init__(self, shard: Shard, params: Sequence[torch.Tensor],
+    def __init__(self, shard: Shard, params: Sequence[torch.Tensor] = (),
                  buffers: Sequence[torch.Tensor] = ()) -> None:
         self.shard = shard
         self.params = list(params)
@@ -273,6 +261,15 @@ class GradAverage:
             opt.register_step_pre_hook(lambda *_: self.sync())
         return self
 
+    def track(self, params: Sequence[torch.Tensor],
+              optimizers: Iterable[torch.optim.Optimizer]) -> GradAverage:
+        """Average the gradients of ``params`` too, before the first of ``optimizers`` steps
+        (nothing when there are no parameters at all)."""
+        self.params += list(params)
+        if self.params:
+            self.attach(optimizers)
+        return self
+
     def new_step(self) -> None:
         self.pending, self.share = True, None
 
@@ -281,7 +278,7 @@ class GradAverage:
 
     @torch.no_grad()
     def sync(self) -> None:
-        if not self.pending:
+        if not self.pending or not self.params:
             return
         self.pending = False
         K = self.shard.world

@@ -5,9 +5,10 @@ A task (:class:`Task`) supplies data, the batched loss of k masks and an evaluat
 surrogate loss over its mask logits (and, in joint mode, the network weights). The loop owns
 everything else:
 
-* seeds: one explicit ``torch.Generator`` (seeded with ``LoopConfig.seed``) for the batch order
-  and, handed to the method as ``method.generator``, its sampling; torch's global generator
-  (dropout) is seeded with the same seed and checkpointed;
+* seeds: one explicit ``torch.Generator``, the method's (``method.generator``, seeded by the
+  method with the run's seed), for its sampling, the batch order and the evaluation; torch's
+  global generator (dropout) is seeded with ``LoopConfig.seed`` (the tools give the run's
+  seed) and checkpointed;
 * epochs, step-decay learning-rate schedules (``mask_milestones`` / ``weight_milestones``:
   fractions of the epochs at which the rate is multiplied by ``*_gamma``), a dense warm-up
   (masks all ones and untrained for the first ``mask_warmup`` fraction of epochs) and mask
@@ -16,8 +17,10 @@ everything else:
 * the run folder ``<out>/<task.name>-<hash>``, the hash taken over the task's, the method's and
   the loop's configuration (``config.json``; a folder whose ``config.json`` differs is refused);
   ``checkpoint.pt`` written atomically after every epoch and on SIGTERM or SIGINT (Ctrl-C;
-  mid-epoch, with the epoch's batch order, then one line saying how to resume and exit code 143
-  or 130), loaded with ``weights_only=True``; a resumed run gives the same numbers as an
+  mid-epoch, with the epoch's batch order, then :class:`pbexact.errors.RunInterrupted` is
+  raised, which every tool's :func:`pbexact.cli.run_main` turns into one line saying how to
+  resume and exit code 143 or 130), loaded with ``weights_only=True`` (the folder and its
+  records: :mod:`pbscale.run_record`); a resumed run gives the same numbers as an
   uninterrupted one; the metrics CSV (one row per epoch, epoch 0 the evaluation before
   training), a tqdm progress bar with the latest metrics and ``summary.json``;
 * what the folder's name does not say but its results depend on, recorded in config.json's
@@ -50,11 +53,7 @@ write each member's own run folder from ``after_epoch``.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import math
-import os
-import shlex
 import signal
 import sys
 import time
@@ -66,36 +65,34 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
-from pbexact.errors import PBInputError
-from pbexact.io import check_out_dir
+from pbexact.errors import PBInputError, RunInterrupted
 
 from . import io
 from .loop_types import BatchedLoss, EvalContext, LoopConfig, Method, RunHooks, StepHook, Task
+from .run_record import (
+    PROVENANCE,
+    check_provenance,
+    config_hash,
+    env_info,
+    full_config,
+    open_folder,
+    read_state,
+    run_folder,
+    write_summary,
+)
+
+__all__ = ["LOOP_COLUMNS", "LR_FLAGS", "PROVENANCE", "BatchedLoss", "EvalContext", "LoopConfig",
+           "Method", "RunHooks", "StepHook", "Task", "check_provenance", "config_hash",
+           "env_info", "flush_denormals", "full_config", "read_state", "run", "run_folder",
+           "train_step", "write_summary"]
 
 #: Flags named when a run diverges: the mask learning rate and optimizer, the weight learning
 #: rate (those of ``pbscale.regress``; ``run(..., lr_flags=...)`` overrides entries).
 LR_FLAGS = {"masks": "--lr", "optimizer": "--optimizer", "weights": "--lr"}
-#: Entries of ``info`` (config.json, unhashed) that must match when a run folder is reused:
-#: the fingerprint of the data and the number of processes (torchrun) that made the run.
-PROVENANCE = ("data", "world_size")
 #: Columns the loop writes into every history row.
 LOOP_COLUMNS = ("epoch", "train_loss", "train_seconds", "val_seconds")
-
-
-def config_hash(config: dict) -> str:
-    """First 12 hex digits of the SHA-256 of the canonical JSON of ``config``."""
-    text = json.dumps(config, sort_keys=True, separators=(",", ":"), default=str)
-    return hashlib.sha256(text.encode()).hexdigest()[:12]
-
-
-def run_folder(out: str | Path, task_name: str, config: dict) -> Path:
-    """``<out>/<task_name>-<config_hash(config)>``."""
-    return Path(out) / f"{task_name}-{config_hash(config)}"
-
-
-def full_config(task: Task, method: Method, loop: LoopConfig) -> dict:
-    """The configuration a run folder is named by: task, method and loop."""
-    return {"task": task.config(), "method": method.config_dict(), "loop": loop.to_dict()}
+_CHECKPOINT_KEYS = ("method", "task", "weights", "weight_opt", "generator", "torch_rng",
+                    "history", "epoch", "fixed")
 
 
 @contextmanager
@@ -114,7 +111,7 @@ def flush_denormals(device: torch.device) -> Iterator[None]:
 
 
 @contextmanager
-def _sigterm_flag() -> Iterator[dict]:
+def _signal_flag() -> Iterator[dict]:
     """Turns SIGTERM and SIGINT (Ctrl-C) into a flag the loop checks after every step (main
     thread only); ``flag["signal"]`` is the last one received."""
     flag: dict[str, Any] = {"term": False, "signal": signal.SIGTERM}
@@ -136,29 +133,6 @@ def _sigterm_flag() -> Iterator[dict]:
             signal.signal(sig, old)
 
 
-def resume_command() -> str:
-    """The command line that started this process (``python -m MODULE ARGS`` for a module),
-    which resumes an interrupted run."""
-    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
-    head = ["python", "-m", spec.name] if spec is not None and spec.name else (
-        ["python", sys.argv[0]] if sys.argv and sys.argv[0] else [])
-    return shlex.join(head + sys.argv[1:]) if head else "the same command"
-
-
-def check_provenance(folder: Path, old: Any, new: dict) -> None:
-    """Refuse (one line) to reuse ``folder`` when its recorded :data:`PROVENANCE` (``old``:
-    config.json's "info") differs from this run's (``new``); an entry missing on either side
-    (a folder written before it was recorded) is not compared."""
-    old = old if isinstance(old, dict) else {}
-    for key in PROVENANCE:
-        if key in old and key in new and old[key] != new[key]:
-            what = ("other data (fingerprint {} there, {} now)" if key == "data" else
-                    "{} processes (torchrun), this run has {}")
-            raise PBInputError(
-                f"{folder} holds a run made from {what.format(old[key], new[key])}; choose "
-                f"another --out or delete the folder")
-
-
 def _set_lrs(optimizers: list[torch.optim.Optimizer], factor: float) -> None:
     for opt in optimizers:
         for g in opt.param_groups:
@@ -170,7 +144,8 @@ def run(task: Task, method: Method, loop: LoopConfig, out: str | Path,
         weight_optimizer: torch.optim.Optimizer | None = None, device: torch.device | str = "cpu",
         progress: bool = True, info: dict | None = None,
         step_hook: Callable[[int, int], None] | None = None,
-        hooks: Sequence[RunHooks] = (), lr_flags: dict[str, str] | None = None) -> Path:
+        hooks: Sequence[RunHooks] = (), lr_flags: dict[str, str] | None = None,
+        method_info: dict | None = None) -> Path:
     """Train (or resume, or return at once if finished) one run; returns its folder.
 
     ``weight_optimizer`` over ``task.weights()`` (None: supermask, weights fixed). ``info``:
@@ -178,182 +153,178 @@ def run(task: Task, method: Method, loop: LoopConfig, out: str | Path,
     ``hooks``: :class:`RunHooks` strategies; ``step_hook(epoch, i)`` is short for
     ``StepHook(step_hook)`` after them. ``lr_flags``: the tool's names of the learning-rate
     flags a divergence message tells the user to lower (keys of :data:`LR_FLAGS`).
+    ``method_info``: what config.json records about the method (unhashed, "method_info":
+    :meth:`pbscale.methods.registry.Family.info`), so the run reads back without the registry.
+    A SIGTERM or SIGINT checkpoints the run and raises :class:`RunInterrupted`.
     """
-    flags = {**LR_FLAGS, **(lr_flags or {})}
-    hooks = [*hooks, *([StepHook(step_hook)] if step_hook is not None else [])]
     loop.validate()
     dev = torch.device(device)
     config = full_config(task, method, loop)
-    check_out_dir(Path(out))
-    folder = run_folder(out, task.name, config)
-    for name in ("config.json", loop.metrics_file, "checkpoint.pt", "summary.json"):
-        if (folder / name).is_dir():
-            raise PBInputError(f"damaged run folder: {folder / name} is a folder, not a file; "
-                               f"{io.DAMAGED_FIX}")
     record = {**config, "info": {"device": str(dev), **(info or {}), **env_info()}}
-    if (folder / "config.json").exists():
-        old = io.read_json(folder / "config.json")
-        if not isinstance(old, dict):
-            raise PBInputError(f"damaged run file {folder / 'config.json'} (not a JSON object); "
-                               f"{io.DAMAGED_FIX}")
-        if {k: old.get(k) for k in config} != json.loads(json.dumps(config)):
-            raise PBInputError(
-                f"{folder} holds a run with another configuration; choose another --out "
-                "or delete the folder"
-            )
-        check_provenance(folder, old.get("info"), record["info"])
+    if method_info is not None:
+        record["method_info"] = method_info
+    files = ("config.json", loop.metrics_file, "checkpoint.pt", "summary.json")
+    folder = open_folder(out, task.name, config, record, files)
     if (folder / "summary.json").exists():
         return folder
-    joint = weight_optimizer is not None
-    weights = task.weights() if joint else []
-    if joint and not weights:
+    if weight_optimizer is not None and not task.weights():
         raise PBInputError("a weight optimizer was given but the task has no trainable weights")
     io.write_json(folder / "config.json", record)
-
-    generator = torch.Generator(device=dev)
-    generator.manual_seed(loop.seed)
-    method.generator = generator
-    torch.manual_seed(loop.seed)
-    opts = method.optimizers + ([weight_optimizer] if joint else [])
-    ckpt_path = folder / "checkpoint.pt"
-    fixed: torch.Tensor | None = None
-    state = io.load_checkpoint(ckpt_path, keys=_CHECKPOINT_KEYS)
-    pos = None  # (order, next step, losses) of an epoch cut by SIGTERM
-    if state is not None:
-        try:
-            history, start, fixed, pos = _restore(state, method, task, weights, weight_optimizer,
-                                                  generator, loop.epochs, dev)
-        except (KeyError, TypeError, ValueError, IndexError, RuntimeError, AttributeError):
-            raise PBInputError(
-                f"damaged checkpoint {ckpt_path} (its contents do not fit this run); "
-                f"{io.DAMAGED_FIX}"
-            ) from None
-    else:
-        history, start = [], 0
-
-    def evaluate(epoch: int, phase: str) -> dict:
-        mask = fixed if phase != "train" else None
-        return task.evaluate(EvalContext(method, generator, phase, mask, epoch))
-
-    def save(epoch: int, position: dict | None) -> None:
-        io.save_checkpoint(ckpt_path, {
-            "method": method.state_dict(), "task": task.state_dict(),
-            "weights": [p.detach().cpu() for p in weights],
-            "weight_opt": weight_optimizer.state_dict() if joint else None,
-            "generator": generator.get_state(), "torch_rng": torch.get_rng_state(),
-            "history": history, "epoch": epoch, "fixed": None if fixed is None else fixed.cpu(),
-            "position": position,
-        })
-
-    if not history:
-        phase0 = loop.phase(0)
-        if phase0 == "warmup":
-            fixed = torch.ones(task.d, device=dev, dtype=method.dtype)
-        history.append({"epoch": 0, "train_loss": math.nan, **evaluate(0, phase0),
-                        "train_seconds": 0.0, "val_seconds": 0.0})
-    bar = tqdm(range(start, loop.epochs), initial=start, total=loop.epochs,
+    hooks = [*hooks, *([StepHook(step_hook)] if step_hook is not None else [])]
+    training = _Training(task, method, loop, weight_optimizer, dev, hooks, folder,
+                         {**LR_FLAGS, **(lr_flags or {})})
+    bar = tqdm(range(training.start, loop.epochs), initial=training.start, total=loop.epochs,
                disable=not progress, desc=task.name, unit="epoch", file=sys.stderr)
-    with _sigterm_flag() as flag, flush_denormals(dev):
+    with _signal_flag() as flag, flush_denormals(dev):
         for epoch in bar:
-            phase = loop.phase(epoch)
-            if phase == "warmup":
-                fixed = torch.ones(task.d, device=dev, dtype=method.dtype)
-            elif phase == "frozen" and (fixed is None or loop.phase(epoch - 1) != "frozen"):
-                if pos is None:
-                    fixed = _frozen_mask(hooks, method, generator).detach()
-            elif phase == "train":
-                fixed = None
-            _set_lrs(method.optimizers, loop.lr_factor(epoch, masks=True))
-            if joint:
-                _set_lrs([weight_optimizer], loop.lr_factor(epoch, masks=False))
-            t0 = time.perf_counter()
-            if pos is not None:
-                order, first, losses = pos["order"].to(dev), pos["step"], pos["losses"]
-                pos = None
-            else:
-                order, first, losses = task.epoch_order(generator), 0, []
-            for i in range(first, task.steps_per_epoch):
-                if _stop_requested(hooks, flag):
-                    save(epoch, {"order": order.cpu(), "step": i, "losses": losses})
-                    bar.close()
-                    sig = signal.Signals(flag["signal"])
-                    print(f"{sig.name}: checkpoint written to {ckpt_path}; resume with: "
-                          f"{resume_command()}", file=sys.stderr)
-                    sys.exit(128 + sig.value)
-                for h in hooks:
-                    h.before_step(epoch, i)
-                f = task.batch_loss(order, i)
-                if fixed is None:
-                    for h in hooks:
-                        f = h.training_loss(f)
-                losses.append(train_step(f, method, weight_optimizer, opts, fixed, joint))
-                if not math.isfinite(losses[-1]):
-                    _check_finite(method, epoch, flags, weights,
-                                  step=(epoch * task.steps_per_epoch + i + 1, i + 1, fixed))
-            if dev.type == "cuda":
-                torch.cuda.synchronize(dev)
-            t1 = time.perf_counter()
-            _check_finite(method, epoch, flags, weights)
-            metrics = evaluate(epoch + 1, phase)
-            t2 = time.perf_counter()
-            history.append({"epoch": epoch + 1, "train_loss": sum(losses) / max(len(losses), 1),
-                            **metrics, "train_seconds": t1 - t0, "val_seconds": t2 - t1})
-            save(epoch + 1, None)
-            io.write_csv(folder / loop.metrics_file, history)
-            for h in hooks:
-                h.after_epoch(history, epoch + 1 == loop.epochs)
-            bar.set_postfix({k: f"{v:.4g}" for k, v in list(history[-1].items())[1:5]
+            try:
+                training.epoch(epoch, flag)
+            except RunInterrupted:
+                bar.close()
+                raise
+            bar.set_postfix({k: f"{v:.4g}" for k, v in list(training.history[-1].items())[1:5]
                              if isinstance(v, float)})
-    io.write_csv(folder / loop.metrics_file, history)
-    if start == loop.epochs:  # trained before, summary missing
+    io.write_csv(folder / loop.metrics_file, training.history)
+    if training.start == loop.epochs:  # trained before, summary missing
         for h in hooks:
-            h.after_epoch(history, True)
-    write_summary(folder, history, dev)
+            h.after_epoch(training.history, True)
+    write_summary(folder, training.history, dev)
     return folder
 
 
-def write_summary(folder: Path, history: list[dict], device: torch.device | str,
-                  **extra: Any) -> None:
-    """``summary.json`` of a finished run: ``final_<column>`` of the last history row, the
-    training seconds (sum of ``train_seconds``) and per epoch, the device and ``extra``."""
-    train_s = sum(h["train_seconds"] for h in history)
-    summary = {f"final_{k}": v for k, v in history[-1].items() if k != "epoch"}
-    summary.update({"train_seconds": train_s,
-                    "seconds_per_epoch": train_s / max(len(history) - 1, 1),
-                    "device": str(device), **extra})
-    io.write_json(folder / "summary.json", summary)
+class _Training:
+    """One run's training state (history, fixed mask, position of an epoch cut by a signal)
+    restored from its checkpoint, and the epochs :func:`run` drives."""
 
+    def __init__(self, task: Task, method: Method, loop: LoopConfig,
+                 weight_optimizer: torch.optim.Optimizer | None, dev: torch.device,
+                 hooks: list[RunHooks], folder: Path, flags: dict[str, str]) -> None:
+        self.task, self.method, self.loop, self.dev = task, method, loop, dev
+        self.hooks, self.folder, self.flags = hooks, folder, flags
+        self.weight_optimizer = weight_optimizer
+        self.joint = weight_optimizer is not None
+        self.weights = task.weights() if self.joint else []
+        self.generator = method.generator  # the run's stream, seeded by the method
+        torch.manual_seed(loop.seed)
+        self.opts = method.optimizers + ([weight_optimizer] if self.joint else [])
+        self.ckpt = folder / "checkpoint.pt"
+        self.fixed: torch.Tensor | None = None
+        self.pos: dict | None = None  # (order, next step, losses) of an epoch cut by a signal
+        self.history: list[dict] = []
+        self.start = 0
+        state = io.load_checkpoint(self.ckpt, keys=_CHECKPOINT_KEYS)
+        if state is not None:
+            try:
+                self.restore(state)
+            except (KeyError, TypeError, ValueError, IndexError, RuntimeError, AttributeError):
+                raise PBInputError(f"damaged checkpoint {self.ckpt} (its contents do not fit "
+                                   f"this run); {io.DAMAGED_FIX}") from None
+        if not self.history:
+            phase0 = loop.phase(0)
+            if phase0 == "warmup":
+                self.fixed = self.ones()
+            self.history.append({"epoch": 0, "train_loss": math.nan,
+                                 **self.evaluate(0, phase0), "train_seconds": 0.0,
+                                 "val_seconds": 0.0})
 
-_CHECKPOINT_KEYS = ("method", "task", "weights", "weight_opt", "generator", "torch_rng",
-                    "history", "epoch", "fixed")
+    def ones(self) -> torch.Tensor:
+        return torch.ones(self.task.d, device=self.dev, dtype=self.method.dtype)
 
+    def restore(self, state: dict) -> None:
+        """Load a checkpoint into the method, task, weights, optimizer and RNGs. A checkpoint
+        that does not fit the run raises one of the built-in errors the caller turns into a
+        one-line error."""
+        self.method.load_state_dict(state["method"])
+        self.task.load_state_dict(state["task"])
+        if self.weight_optimizer is not None:
+            if len(state["weights"]) != len(self.weights):
+                raise ValueError("weight count")
+            with torch.no_grad():
+                for p, v in zip(self.weights, state["weights"]):
+                    p.copy_(v.to(p.device))
+            self.weight_optimizer.load_state_dict(state["weight_opt"])
+        self.generator.set_state(state["generator"])
+        torch.set_rng_state(state["torch_rng"])
+        history, start = list(state["history"]), int(state["epoch"])
+        if not 0 <= start <= self.loop.epochs or len(history) != start + 1:
+            raise ValueError("history length")
+        columns = set(history[0]) if isinstance(history[0], dict) else set()
+        if not set(LOOP_COLUMNS) <= columns or any(not isinstance(h, dict) or set(h) != columns
+                                                   for h in history):
+            raise ValueError("history rows")
+        self.history, self.start = history, start
+        self.fixed = state["fixed"].to(self.dev) if state["fixed"] is not None else None
+        self.pos = state.get("position")
 
-def _restore(state: dict, method: Method, task: Task, weights: list[torch.nn.Parameter],
-             weight_optimizer: torch.optim.Optimizer | None, generator: torch.Generator,
-             epochs: int, dev: torch.device) -> tuple[list, int, torch.Tensor | None, Any]:
-    """Load a checkpoint into the method, task, weights, optimizer and RNGs; returns (history,
-    next epoch, fixed mask, position of an epoch cut by SIGTERM). A checkpoint that does not fit
-    the run raises one of the built-in errors that :func:`run` turns into a one-line error."""
-    method.load_state_dict(state["method"])
-    task.load_state_dict(state["task"])
-    if weight_optimizer is not None:
-        if len(state["weights"]) != len(weights):
-            raise ValueError("weight count")
-        with torch.no_grad():
-            for p, v in zip(weights, state["weights"]):
-                p.copy_(v.to(p.device))
-        weight_optimizer.load_state_dict(state["weight_opt"])
-    generator.set_state(state["generator"])
-    torch.set_rng_state(state["torch_rng"])
-    history, start = list(state["history"]), int(state["epoch"])
-    if not 0 <= start <= epochs or len(history) != start + 1:
-        raise ValueError("history length")
-    columns = set(history[0]) if isinstance(history[0], dict) else set()
-    if not set(LOOP_COLUMNS) <= columns or any(not isinstance(h, dict) or set(h) != columns
-                                               for h in history):
-        raise ValueError("history rows")
-    fixed = state["fixed"].to(dev) if state["fixed"] is not None else None
-    return history, start, fixed, state.get("position")
+    def evaluate(self, epoch: int, phase: str) -> dict:
+        mask = self.fixed if phase != "train" else None
+        return self.task.evaluate(EvalContext(self.method, self.generator, phase, mask, epoch))
+
+    def save(self, epoch: int, position: dict | None) -> None:
+        io.save_checkpoint(self.ckpt, {
+            "method": self.method.state_dict(), "task": self.task.state_dict(),
+            "weights": [p.detach().cpu() for p in self.weights],
+            "weight_opt": self.weight_optimizer.state_dict() if self.joint else None,
+            "generator": self.generator.get_state(), "torch_rng": torch.get_rng_state(),
+            "history": self.history, "epoch": epoch,
+            "fixed": None if self.fixed is None else self.fixed.cpu(), "position": position,
+        })
+
+    def enter_phase(self, epoch: int) -> str:
+        """The epoch's phase, its fixed mask (warm-up: ones; the first frozen epoch: the mask
+        a hook chooses, unless an epoch cut by a signal resumes) and learning rates."""
+        loop, phase = self.loop, self.loop.phase(epoch)
+        if phase == "warmup":
+            self.fixed = self.ones()
+        elif phase == "frozen" and (self.fixed is None or loop.phase(epoch - 1) != "frozen"):
+            if self.pos is None:
+                self.fixed = _frozen_mask(self.hooks, self.method, self.generator).detach()
+        elif phase == "train":
+            self.fixed = None
+        _set_lrs(self.method.optimizers, loop.lr_factor(epoch, masks=True))
+        if self.joint:
+            _set_lrs([self.weight_optimizer], loop.lr_factor(epoch, masks=False))
+        return phase
+
+    def epoch(self, epoch: int, flag: dict) -> None:
+        """Train one epoch (from the position a signal cut it at), evaluate, checkpoint."""
+        task, hooks = self.task, self.hooks
+        phase = self.enter_phase(epoch)
+        t0 = time.perf_counter()
+        if self.pos is not None:
+            pos, self.pos = self.pos, None
+            order, first, losses = pos["order"].to(self.dev), pos["step"], pos["losses"]
+        else:
+            order, first, losses = task.epoch_order(self.generator), 0, []
+        for i in range(first, task.steps_per_epoch):
+            if _stop_requested(hooks, flag):
+                self.save(epoch, {"order": order.cpu(), "step": i, "losses": losses})
+                sig = signal.Signals(flag["signal"])
+                raise RunInterrupted(sig.value, f"{sig.name}: checkpoint written to {self.ckpt}")
+            for h in hooks:
+                h.before_step(epoch, i)
+            f = task.batch_loss(order, i)
+            if self.fixed is None:
+                for h in hooks:
+                    f = h.training_loss(f)
+            losses.append(train_step(f, self.method, self.weight_optimizer, self.opts,
+                                     self.fixed, self.joint))
+            if not math.isfinite(losses[-1]):
+                _check_finite(self.method, epoch, self.flags, self.weights,
+                              step=(epoch * task.steps_per_epoch + i + 1, i + 1, self.fixed))
+        if self.dev.type == "cuda":
+            torch.cuda.synchronize(self.dev)
+        t1 = time.perf_counter()
+        _check_finite(self.method, epoch, self.flags, self.weights)
+        metrics = self.evaluate(epoch + 1, phase)
+        t2 = time.perf_counter()
+        self.history.append({"epoch": epoch + 1,
+                             "train_loss": sum(losses) / max(len(losses), 1),
+                             **metrics, "train_seconds": t1 - t0, "val_seconds": t2 - t1})
+        self.save(epoch + 1, None)
+        io.write_csv(self.folder / self.loop.metrics_file, self.history)
+        for h in hooks:
+            h.after_epoch(self.history, epoch + 1 == self.loop.epochs)
 
 
 def _stop_requested(hooks: Sequence[RunHooks], flag: dict) -> bool:
@@ -395,13 +366,6 @@ def _check_finite(method: Method, epoch: int, flags: dict[str, str],
                            f"lower {lower or flags['masks']}")
 
 
-def env_info() -> dict:
-    """Facts a launcher (``pbscale.sweep``) passes in ``$PBSCALE_RUN_INFO`` (a JSON object)
-    for config.json's unhashed "info" (e.g. the sweep's run id)."""
-    text = os.environ.get("PBSCALE_RUN_INFO")
-    return json.loads(text) if text else {}
-
-
 def train_step(f: BatchedLoss, method: Method, weight_optimizer: torch.optim.Optimizer | None,
                opts: list[torch.optim.Optimizer], fixed: torch.Tensor | None,
                joint: bool) -> float:
@@ -419,13 +383,9 @@ def train_step(f: BatchedLoss, method: Method, weight_optimizer: torch.optim.Opt
     for opt in opts:
         opt.zero_grad()
     value, loss = method.surrogate(f, weights=joint)
-    value.backward()
+    if value.requires_grad:  # else nothing trains this step (a fixed mask over fixed weights)
+        value.backward()
     method.apply()
     if joint:
         weight_optimizer.step()
     return loss
-
-
-def read_state(path: str | Path) -> dict[str, Any] | None:
-    """A run's checkpoint (``weights_only=True``), or None."""
-    return io.load_checkpoint(path)

@@ -14,13 +14,19 @@ import torch
 
 from pbexact.errors import PBInputError
 
-#: A batched loss: masks (k, d) -> losses (k,).
+#: A batched loss (the one definition): masks z of shape (..., d) to losses (...), e.g. (k, d)
+#: -> (k,); the methods evaluate it, and differentiate it in z where they relax the mask.
 BatchedLoss = Callable[[torch.Tensor], torch.Tensor]
 
 
 @runtime_checkable
 class Method(Protocol):
-    """A mask-optimization method over logits r (see :class:`pbscale.methods.MaskTrainer`)."""
+    """A mask-optimization method, built whole by its family
+    (:meth:`pbscale.methods.registry.Family.make`; e.g. :class:`pbscale.methods.MaskTrainer`).
+
+    ``generator`` is the run's random stream, seeded by the method from the run's seed: the loop
+    draws the batch order and hands it to the evaluation (it never replaces or reseeds it).
+    Pruning (:mod:`pbscale.prune`) also reads the capabilities of :class:`MaskMethod`."""
 
     generator: torch.Generator
     d: int
@@ -59,6 +65,25 @@ class Method(Protocol):
     def state_dict(self) -> dict: ...
 
     def load_state_dict(self, state: dict) -> None: ...
+
+
+class MaskMethod(Method, Protocol):
+    """What pruning reads of a method besides :class:`Method`: ``eval_sampled`` (evaluated by the
+    best of sampled masks, else by its :meth:`mode_mask`), ``also_sampled`` (the best sampled
+    mask is reported too), ``recalibrate_bn`` (BatchNorm statistics are recomputed for its
+    evaluation mask), ``distribute(shard)`` (its strategies under torchrun, a list of
+    :class:`RunHooks`), ``synced_params()`` (the parameters whose gradients data parallelism
+    averages) and ``info()`` (unhashed facts for config.json's "info")."""
+
+    eval_sampled: bool
+    also_sampled: bool
+    recalibrate_bn: bool
+
+    def distribute(self, shard: object) -> list[RunHooks]: ...
+
+    def synced_params(self) -> list[torch.Tensor]: ...
+
+    def info(self) -> dict: ...
 
 
 @runtime_checkable

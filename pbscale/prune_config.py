@@ -13,16 +13,24 @@ from dataclasses import asdict, dataclass, field
 from pbexact.errors import PBInputError
 from pbexact.parametrizations import PARAMETRIZATIONS
 from pbscale import data as datamod
-from pbscale.methods import REGISTRY, Family, MethodConfig
-from pbscale.methods.magnitude import check_fraction
-from pbscale.methods.registry import MC_START
+from pbscale.methods import OPTIMIZERS, REGISTRY, Family, MethodConfig
+from pbscale.methods.registry import MC_START, PRUNE_SETTINGS
 from pbscale.models import INITS, MODELS
 
 MODES = ("supermask", "joint")
-#: The methods of the registry that prune (in either mode).
-PRUNE_METHODS = tuple(n for n, f in REGISTRY.items()
-                      if {f"prune-{m}" for m in MODES} & set(f.commands))
-MASK_OPTIMIZERS = ("rmsprop", "sgd")
+
+
+def prune_methods() -> tuple[str, ...]:
+    """The methods of the registry that prune (in either mode), as registered now."""
+    return tuple(n for n, f in REGISTRY.items()
+                 if {f"prune-{m}" for m in MODES} & set(f.commands))
+
+
+#: The methods that prune when pbscale is imported (:func:`prune_methods` adds those
+#: registered since).
+PRUNE_METHODS = prune_methods()
+#: The optimizers of the mask logits (``--mask-opt``): the registry's table.
+MASK_OPTIMIZERS = tuple(OPTIMIZERS)
 #: The parametrization of MC runs when --param is left out (a family's ``prune_param`` first).
 DEFAULT_PARAM = "escort"
 #: Default model -> data set.
@@ -37,6 +45,9 @@ WEIGHT_MILESTONES, WEIGHT_GAMMA = (0.4, 0.6), 0.1
 FREEZE_AT = 0.8
 #: Evaluation rule of MC runs: masks sampled x training batches scored.
 EVAL_MASKS, EVAL_BATCHES = 10, 10
+#: The fields of :class:`PruneConfig` whose use depends on the method (:meth:`PruneConfig.unused`).
+METHOD_DEPENDENT = ("n", "param", "lam", "mask_opt", "mask_lr", "target", "prune_at",
+                    "gmp_start", "gmp_end", "gmp_every", "chunk", "eval_masks")
 #: Entries of a finished run's summary.json that :func:`run` and :func:`report` read.
 SUMMARY_KEYS = ("final_test_acc", "final_remaining", "final_remaining_all")
 
@@ -100,9 +111,9 @@ class PruneConfig:
                                f"use --dataset {MODEL_DATA[c.model]}")
         if c.mode not in MODES:
             raise PBInputError(f"unknown mode {c.mode!r}; choose one of {', '.join(MODES)}")
-        if c.method not in PRUNE_METHODS:
+        if c.method not in prune_methods():
             raise PBInputError(f"unknown method {c.method!r}; choose one of "
-                               f"{', '.join(PRUNE_METHODS)}")
+                               f"{', '.join(prune_methods())}")
         family = c.family
         if f"prune-{c.mode}" not in family.commands:
             modes = [m for m in MODES if f"prune-{m}" in family.commands]
@@ -121,8 +132,6 @@ class PruneConfig:
             if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
                 raise PBInputError(f"--{name.replace('_', '-')} must be a positive number, "
                                    f"got {v}")
-        if family.cuts:
-            check_fraction(c.target)
         family.check_prune(c)
         if not isinstance(c.epochs, int) or c.epochs < 1:
             raise PBInputError(f"--epochs must be a positive integer, got {c.epochs}")
@@ -142,7 +151,7 @@ class PruneConfig:
             raise PBInputError("--gmp-every must be >= 1; --chunk, --max-batches and "
                                "--synthetic must be >= 0 (0: off)")
         if family.logits:  # the method's own rules (n, parametrization), checked once
-            c.method_config().validate()
+            c.method_config()
         return c
 
     @property
@@ -151,13 +160,20 @@ class PruneConfig:
         return REGISTRY[self.method]
 
     def method_config(self) -> MethodConfig:
-        """The :class:`MethodConfig` of a mask method (its logits' optimizer, samples and
-        parametrization; a deterministic method takes n = 1 and the sigmoid)."""
-        sampled = self.family.samples
-        return MethodConfig(method=self.method, n=self.n if sampled else 1,
-                            param=self.param if self.family.any_param else "sigmoid",
+        """The :class:`MethodConfig` of the run's method (its logits' optimizer, samples and
+        parametrization; a method that does not sample takes n = 1, one that takes only the
+        sigmoid gets it; validated as it is made)."""
+        family = self.family
+        return MethodConfig(method=self.method, n=self.n if family.samples else 1,
+                            param=self.param if family.any_param else "sigmoid",
                             lr=self.mask_lr, optimizer=self.mask_opt, seed=self.seed,
                             chunk=self.chunk or None, lam=self.lam)
+
+    def method_settings(self) -> list[str]:
+        """The settings of :meth:`hashed` that depend on the method and that this run's method
+        reads (config.json's "method_info"), in field order."""
+        unused = set(self.unused())
+        return [k for k in METHOD_DEPENDENT if k not in unused]
 
     def hashed(self) -> dict:
         """The fields that define the run (not where its data lives)."""
@@ -168,15 +184,22 @@ class PruneConfig:
     def unused(self) -> list[str]:
         """The fields of :meth:`hashed` that this run's method, mode and model do not read
         (config.json's "info" lists them as "unused"; they stay in the hashed "task" so that
-        run folders keep their names). CP trains its masks through the sigmoid with one sample
-        (config.json's "method" records what it uses), MP, GMP and dense train no mask logits,
-        and supermask runs other than dense train no weights."""
+        run folders keep their names), from the settings its family uses
+        (:attr:`pbscale.methods.registry.Family.uses`): only methods that sample take --n
+        (config.json's "method" records the n and parametrization a method runs with); the
+        others' evaluation samples no masks unless they also report sampled masks; a method
+        without logits has no mask optimizer, learning rate, chunk or L0 weight; the cut
+        schedule is read by the methods that name it; supermask runs other than dense train
+        no weights."""
         family = REGISTRY[self.method]
-        out = [] if family.samples else ["n", "param", "eval_masks"]
+        out = [] if family.samples else ["n"]
+        if not family.any_param:
+            out.append("param")
+        if not (family.eval_sampled or family.also_sampled):
+            out.append("eval_masks")
         if not family.logits:
             out += ["lam", "mask_opt", "mask_lr", "chunk"]
-        out += [k for k in ("target", "prune_at", "gmp_start", "gmp_end", "gmp_every")
-                if k not in family.prune_settings]
+        out += [k for k in PRUNE_SETTINGS if k not in family.uses]
         if self.mode == "supermask" and not family.dense_weights:
             out.append("lr")
         if MODELS[self.model].shortcut_marker is None:

@@ -25,18 +25,18 @@ from pbexact.cli import (
     nonneg_int,
     positive_float,
     positive_int,
-    resolve_device,
-    set_threads,
+    run_main,
 )
 from pbexact.errors import PBInputError
 from pbexact.parametrizations import PARAMETRIZATIONS
 
 from . import distributed, io
-from .loop import resume_command, run
+from .loop import run
 from .loop import run_folder as loop_run_folder
 from .loop_types import LoopConfig
-from .methods import METHODS, OPTIMIZERS, MaskTrainer, MethodConfig
+from .methods import OPTIMIZERS, MethodConfig, Plan, get_family, names
 from .regression import RegressionProblem, RegressionTask, make_problem, task_config
+from .runtime import resolve_device, set_threads
 
 DEFAULT_OUT = "runs/regression"
 #: The files of a run folder (see the module docstring).
@@ -50,7 +50,7 @@ def run_name(cfg: MethodConfig) -> str:
 
 def _setup(cfg: MethodConfig, epochs: int, device: str, data_seed: int,
            problem: RegressionProblem | None):
-    cfg.validate()
+    family = get_family(cfg.method, "regress")
     if not isinstance(epochs, int) or epochs < 1:
         raise PBInputError(f"epochs must be a positive integer, got {epochs!r}")
     dev = resolve_device(device)
@@ -58,8 +58,10 @@ def _setup(cfg: MethodConfig, epochs: int, device: str, data_seed: int,
         problem = make_problem(data_seed, dev)
     task = RegressionTask(problem, data_seed)
     task.name = run_name(cfg)
-    trainer = MaskTrainer(cfg, problem.d, epochs * task.steps_per_epoch, dev,
-                          bytes_per_sample=problem.bytes_per_sample())
+    steps = epochs * task.steps_per_epoch
+    trainer = family.make(cfg, problem.masked, Plan(
+        epochs=epochs, steps_per_epoch=task.steps_per_epoch, mask_steps=steps,
+        layers=(problem.d,), bytes_per_sample=problem.bytes_per_sample()))
     loop = LoopConfig(epochs=epochs, seed=cfg.seed, metrics_file="history.csv")
     return dev, task, trainer, loop
 
@@ -68,7 +70,6 @@ def run_folder(cfg: MethodConfig, epochs: int = 300, out: str | Path = DEFAULT_O
                data_seed: int = 0, problem: RegressionProblem | None = None) -> Path:
     """The folder :func:`train` writes for these settings, found without training (and, for
     the paper's sizes, ``problem=None``, without drawing the data)."""
-    cfg.validate()
     task = (task_config(data_seed) if problem is None
             else RegressionTask(problem, data_seed).config())
     loop = LoopConfig(epochs=epochs, seed=cfg.seed, metrics_file="history.csv")
@@ -86,12 +87,16 @@ def train(cfg: MethodConfig, epochs: int = 300, out: str | Path = DEFAULT_OUT,
     info = {"chunk": trainer.chunk, "torch_threads": torch.get_num_threads(), "world_size": 1}
     hooks = []
     if shard is not None:
-        distributed.check_method(cfg.method, shard)
-        hooks.append(distributed.SampleParallel(trainer, shard))
+        if not cfg.family.split_samples:
+            raise PBInputError(f"{cfg.method} draws no MC samples to split over ranks; run it "
+                               f"without torchrun (sample parallelism is for "
+                               f"{', '.join(names('regress', split_samples=True))})")
+        hooks += trainer.distribute(shard)
         info["world_size"] = shard.world
         out = distributed.rank_out(out, shard)
         progress = progress and shard.rank == 0
-    return run(task, trainer, loop, out, device=dev, progress=progress, info=info, hooks=hooks)
+    return run(task, trainer, loop, out, device=dev, progress=progress, info=info, hooks=hooks,
+               method_info=cfg.family.info())
 
 
 def build_parser() -> ArgumentParser:
@@ -100,7 +105,8 @@ def build_parser() -> ArgumentParser:
         description="Optimize a binary weight mask of the MaskedNNRegression backbone "
         "(sec:app_maskednnregression, d = 8,050) with one method; writes a resumable run folder.",
     )
-    p.add_argument("--method", default="loorf", choices=list(METHODS), help="(default loorf)")
+    p.add_argument("--method", default="loorf", choices=list(names("regress")),
+                   help="(default loorf)")
     p.add_argument("--n", "--samples", dest="n", type=positive_int, default=10,
                    help="samples per step (ignored by cp; default 10); under torchrun write "
                    "--samples (torchrun reads --n as an abbreviation of its own options)")
@@ -130,28 +136,27 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args_or_code(argv)
     if isinstance(args, int):  # argparse's one-line error (2) or --help (0)
         return args
-    cfg = MethodConfig(method=args.method, n=args.n, param=args.param, lr=args.lr,
-                       optimizer=args.optimizer, seed=args.seed, chunk=args.chunk, lam=args.lam)
-    try:
-        set_threads(args.threads)
-        shard = distributed.from_env(resolve_device(args.device))  # torchrun: split samples
-        folder = train(cfg, epochs=args.epochs, out=args.out, device=args.device,
-                       data_seed=args.data_seed, progress=not args.quiet, shard=shard)
-        if shard is not None and shard.rank > 0:
-            return 0
-        summary = io.read_summary(folder / "summary.json",
-                                  ("final_val_loss_chosen", "seconds_per_epoch", "device"))
-    except PBInputError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:  # before the run loop took over Ctrl-C (data, epoch 0)
-        print(f"interrupted; resume with: {resume_command()}", file=sys.stderr)
-        return 130
-    finally:
-        distributed.shutdown()
-    print(f"{folder}: final validation loss {summary['final_val_loss_chosen']:.4f}, "
-          f"{summary['seconds_per_epoch']:.2f} s/epoch on {summary['device']}")
-    return 0
+
+    def body() -> int:
+        try:
+            cfg = MethodConfig(method=args.method, n=args.n, param=args.param, lr=args.lr,
+                               optimizer=args.optimizer, seed=args.seed, chunk=args.chunk,
+                               lam=args.lam)
+            set_threads(args.threads)
+            shard = distributed.from_env(resolve_device(args.device))  # torchrun: split samples
+            folder = train(cfg, epochs=args.epochs, out=args.out, device=args.device,
+                           data_seed=args.data_seed, progress=not args.quiet, shard=shard)
+            if shard is not None and shard.rank > 0:
+                return 0
+            summary = io.read_summary(folder / "summary.json",
+                                      ("final_val_loss_chosen", "seconds_per_epoch", "device"))
+        finally:
+            distributed.shutdown()
+        print(f"{folder}: final validation loss {summary['final_val_loss_chosen']:.4f}, "
+              f"{summary['seconds_per_epoch']:.2f} s/epoch on {summary['device']}")
+        return 0
+
+    return run_main(body, resumable=True)
 
 
 if __name__ == "__main__":

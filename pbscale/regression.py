@@ -17,8 +17,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from .loop_types import BatchedLoss
 from .masks import MaskedModule, mean_absolute_error
-from .methods import BatchedLoss
 
 IN_DIM = 10
 BACKBONE_HIDDEN = (50, 50, 50, 50)

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import torch
 
+from pbexact.errors import RunInterrupted
 from pbscale import distributed
 from pbscale import prune as P
 
@@ -101,7 +102,7 @@ def main() -> None:
         try:
             summary = P.run(cfg, out / case, quiet=True, step_hook=hook, shard=shard)
             seen[str(cfg.epochs)] = checkpoint_digest(Path(summary["folder"]))
-        except SystemExit as e:  # SIGTERM: checkpointed; the next launch resumes
+        except RunInterrupted as e:  # SIGTERM: checkpointed; the next launch resumes
             seen["stopped"] = int(e.code)
         record_path.write_text(json.dumps(record))
     distributed.shutdown()

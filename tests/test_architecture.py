@@ -270,3 +270,30 @@ def test_length_check_reports_an_injected_long_module():
              "pbscale.y": ModuleInfo("pbscale.y", MAX_LINES),
              "analysis.z": ModuleInfo("analysis.z", 10 * MAX_LINES)}
     assert long_modules(infos) == {"pbscale.x": MAX_LINES + 1}
+
+
+# -- the sweep package sits on a job interface -------------------------------------------------
+
+#: What the sweep machinery may import from pbscale: its own modules, the job interface, io.
+SWEEP_ALLOWED = ("pbscale.sweep", "pbscale.jobs", "pbscale.io")
+
+
+def sweep_dependencies(graph: dict[str, set[str]]) -> set[str]:
+    """The pbscale modules outside :data:`SWEEP_ALLOWED` that the sweep package imports."""
+    return {b for a, targets in graph.items() if a.startswith("pbscale.sweep")
+            for b in targets if b.startswith("pbscale.")
+            and not any(b == m or b.startswith(m + ".") for m in SWEEP_ALLOWED)}
+
+
+def test_the_sweep_package_depends_on_the_job_interface_only():
+    graph = graph_of(INFOS)
+    sweep = [m for m in graph if m.startswith("pbscale.sweep")]
+    assert {"pbscale.sweep", "pbscale.sweep.cli", "pbscale.sweep.file",
+            "pbscale.sweep.records", "pbscale.sweep.engines"} <= set(sweep)
+    assert sweep_dependencies(graph) == set()
+    assert any("pbscale.jobs" in graph[m] for m in sweep)
+    # the job interface itself knows no command
+    assert {b for b in graph["pbscale.jobs"] if b.startswith("pbscale.")} == set()
+    # and the check sees an injected dependency on regression internals
+    graph["pbscale.sweep.file"] = graph["pbscale.sweep.file"] | {"pbscale.batched_seeds"}
+    assert sweep_dependencies(graph) == {"pbscale.batched_seeds"}

@@ -14,7 +14,7 @@ import pytest
 import torch
 from torch import nn
 
-from pbexact.errors import PBInputError
+from pbexact.errors import PBInputError, RunInterrupted
 from pbexact.parametrizations import get_parametrization
 from pbscale import io, regress
 from pbscale.batched_seeds import GROUPS, main, train_batched, train_unfinished
@@ -189,7 +189,7 @@ def test_group_interrupted_then_rerun_equals_uninterrupted(tmp_path, how):
             else:
                 raise KeyboardInterrupt
 
-    with pytest.raises(SystemExit if how == "sigterm" else KeyboardInterrupt) as exc:
+    with pytest.raises(RunInterrupted if how == "sigterm" else KeyboardInterrupt) as exc:
         train_batched(_configs(), 3, p, out=tmp_path / "cut", step_hook=cut)
     if how == "sigterm":
         assert exc.value.code == 143

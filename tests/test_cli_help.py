@@ -27,8 +27,11 @@ def cli_modules() -> list[str]:
     out = []
     for pkg in PACKAGES:
         for info in pkgutil.iter_modules([str(ROOT / pkg)]):
-            text = (ROOT / pkg / f"{info.name}.py").read_text() if (
-                ROOT / pkg / f"{info.name}.py").exists() else ""
+            # a module, or a package run with python -m (its __main__), read in full
+            path = (ROOT / pkg / info.name / "cli.py" if info.ispkg
+                    and (ROOT / pkg / info.name / "__main__.py").exists()
+                    else ROOT / pkg / f"{info.name}.py")
+            text = path.read_text() if path.exists() else ""
             if "def main(" in text or "def build_parser(" in text:
                 out.append(f"{pkg}.{info.name}")
     return sorted(out)

@@ -52,10 +52,10 @@ def test_mask_trainer_cp_gradient_is_cp_step():
         tr.r.copy_(torch.tensor([0.4, -0.2, 1.0, -3.0], dtype=torch.float64))
     tr.step_count = 150
     est = tr.gradient(quadratic)
-    ref = M.cp_step(quadratic, tr.r, tr.tau())
+    ref = M.cp_step(quadratic, tr.r, tr.temperature())
     assert torch.equal(est.grad, ref.grad) and est.loss == float(ref.hard)
-    torch.testing.assert_close(est.grad, closed_form_grad(tr.r.detach(), tr.tau()))
-    assert tr.tau() < 1  # past the first temperature update: not the tau = 1 case only
+    torch.testing.assert_close(est.grad, closed_form_grad(tr.r.detach(), tr.temperature()))
+    assert tr.temperature() < 1  # past the first temperature update: not the tau = 1 case only
 
 
 def test_run_torch_cp_is_sgd_on_cp_step():

@@ -13,7 +13,7 @@ import torch
 from _masked_reference import forward_one
 from torch import nn
 
-from pbexact.errors import PBInputError
+from pbexact.errors import PBInputError, RunInterrupted
 from pbscale import io
 from pbscale import methods as M
 from pbscale.loop import EvalContext, LoopConfig, Method, Task, run, run_folder
@@ -171,7 +171,7 @@ def test_surrogate_gradients_in_logits_and_weights(method):
             b.copy_(buffers[k])
     tr.generator.set_state(state)
     if method == "cp":
-        z = torch.sigmoid(tr.r.detach() / tr.tau())[None]
+        z = torch.sigmoid(tr.r.detach() / tr.temperature())[None]
     else:
         theta = tr.param.theta(tr.r.detach())
         z = (M.BernoulliSampler(theta, tr.generator).next(4) if method == "loorf"
@@ -256,7 +256,7 @@ def test_sigterm_checkpoint_and_resume_give_the_same_numbers(tmp_path, dropout):
         if (epoch, i) == (2, 1):
             os.kill(os.getpid(), signal.SIGTERM)
 
-    with pytest.raises(SystemExit) as exc:
+    with pytest.raises(RunInterrupted) as exc:
         _run(tmp_path / "cut", loop, method="arms", step_hook=term, dropout=dropout)
     assert exc.value.code == 143
     cfg = {k: v for k, v in io.read_json(whole / "config.json").items() if k != "info"}

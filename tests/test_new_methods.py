@@ -14,6 +14,7 @@ import torch
 from _plain_eval import plain_test_metrics
 from torch import nn
 
+from pbexact.errors import RunInterrupted
 from pbscale import prune as P
 from pbscale.io import read_csv
 from pbscale.methods import REGISTRY, MaskTrainer, MethodConfig, straight_through
@@ -155,8 +156,8 @@ def test_edge_popup_keeps_exact_counts_every_step_and_scores_get_gradient():
     assert counts == [round(target * s) for s in layers] == [3, 2, 1, 1]
     cfg = MethodConfig(method="edgepopup", n=1, seed=2, lr=0.05)
     d = sum(layers)
-    trainer = MaskTrainer(cfg, d, total_steps=20, dtype=torch.float64)
-    trainer.layers, trainer.target = layers, target
+    trainer = MaskTrainer(cfg, d, total_steps=20, dtype=torch.float64, layers=layers,
+                          target=target)
     # the loss prefers the mask of the lowest scores of each layer (as many as kept)
     z0 = trainer.mode_mask()
     want = torch.cat([top_scores(-p, (s,), target) for p, s in
@@ -225,7 +226,7 @@ def test_resume_equals_uninterrupted(tmp_path, mode, method):
             if (epoch, i) == stop_at:
                 os.kill(os.getpid(), signal.SIGTERM)
 
-        with pytest.raises(SystemExit) as exc:
+        with pytest.raises(RunInterrupted) as exc:
             P.run(cfg, out, quiet=True, step_hook=hook)
         assert exc.value.code == 143
     b = P.run(cfg, out, quiet=True)

@@ -279,7 +279,7 @@ def test_pinned_defaults_escort_power_direct_clamp_cp_final_tau():
                     (M.cp_temperature, "final"),
                     (microworld_hybrid.run_torch, "cp_final_tau")]:
         assert inspect.signature(fn).parameters[arg].default is continuation.CP_FINAL_TAU
-    assert M.MethodConfig().cp_final_tau is continuation.CP_FINAL_TAU
+    assert M.CPSettings().final_tau is continuation.CP_FINAL_TAU
     # ... and written nowhere else in the code (as a value: = 1 / 200, default=0.005, ...)
     import re
     from pathlib import Path

@@ -12,6 +12,7 @@ import torch
 from _plain_eval import plain_test_metrics
 from torch import nn
 
+from pbexact.errors import RunInterrupted
 from pbexact.parametrizations import get_parametrization
 from pbscale import prune as P
 from pbscale.batched import cross_entropy_per_mask
@@ -49,7 +50,7 @@ def test_masks_multiply_exactly_the_masked_weights(method):
     task = make_task(method=method)
     g = torch.Generator().manual_seed(0)
     z = (torch.rand(task.d, generator=g) < 0.3).float()
-    params = task.eval_params(z)
+    params = task.evaluation.eval_params(z)
     base = dict(task.model.named_parameters())
     assert task.names == ["fc1.weight", "fc2.weight"]
     start = 0
@@ -223,7 +224,7 @@ def test_resume_equals_uninterrupted(tmp_path, method):
             if (epoch, i) == stop_at:
                 os.kill(os.getpid(), signal.SIGTERM)
 
-        with pytest.raises(SystemExit) as exc:
+        with pytest.raises(RunInterrupted) as exc:
             P.run(cfg, out, quiet=True, step_hook=hook)
         assert exc.value.code == 143
     b = P.run(cfg, out, quiet=True)

@@ -23,7 +23,7 @@ import torch
 from test_prune_data import MNIST_DIR
 
 from pbexact import cli
-from pbexact.errors import PBInputError
+from pbexact.errors import PBInputError, RunInterrupted
 from pbexact.parametrizations import PARAMETRIZATIONS, Direct, get_parametrization
 from pbscale import batched_seeds, data, io, regress
 from pbscale import prune as P
@@ -455,7 +455,7 @@ def test_sigint_resume_equals_uninterrupted(tmp_path):
         if (epoch, i) == (1, 1):
             os.kill(os.getpid(), signal.SIGINT)
 
-    with pytest.raises(SystemExit) as exc:
+    with pytest.raises(RunInterrupted) as exc:
         P.run(cfg, tmp_path / "cut", quiet=True, step_hook=hook)
     assert exc.value.code == 130
     cut = P.run(cfg, tmp_path / "cut", quiet=True)
@@ -555,7 +555,7 @@ def test_a_folder_written_before_the_new_records_resumes(tmp_path):
         if (epoch, i) == (1, 1):
             os.kill(os.getpid(), signal.SIGTERM)
 
-    with pytest.raises(SystemExit):
+    with pytest.raises(RunInterrupted):
         P.run(cfg, tmp_path / "old", quiet=True, step_hook=hook)
     (cfg_path,) = (tmp_path / "old").glob("*/config.json")
     record = io.read_json(cfg_path)

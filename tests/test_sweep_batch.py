@@ -16,8 +16,9 @@ from _launch import sigterm_when
 from test_sweep import _env, _histories, _starts, _sweep_cli, _write
 
 from pbexact.errors import PBInputError
-from pbscale import io, sweep, sweep_engines
+from pbscale import io, sweep
 from pbscale.batched_seeds import GROUPS
+from pbscale.sweep import engines as sweep_engines
 
 PLAN = """
 [sweep]
@@ -150,7 +151,7 @@ def test_ray_engine_launches_groups_as_tasks(tmp_path, monkeypatch):
     assert launched == jobs
     assert declared == [{"num_cpus": 1.0, "num_gpus": 0.0, "max_retries": 0}]
     # the workers find this checkout: its root first on their PYTHONPATH
-    root = str(Path(sweep_engines.__file__).resolve().parents[1])
+    root = str(Path(sweep_engines.__file__).resolve().parents[2])
     assert inits[0]["runtime_env"]["env_vars"]["PYTHONPATH"].split(os.pathsep)[0] == root
     arms = {r.id for j in jobs if isinstance(j, sweep.Group) and j.runs[0].full["method"] ==
             "arms" for r in j.runs}

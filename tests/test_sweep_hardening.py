@@ -22,7 +22,9 @@ import pytest
 from _launch import worker_env
 
 from pbexact.errors import PBInputError
-from pbscale import io, sweep, sweep_file, sweep_records
+from pbscale import io, sweep
+from pbscale.sweep import file as sweep_file
+from pbscale.sweep import records as sweep_records
 
 ROOT = Path(__file__).resolve().parents[1]
 HEAD = '[sweep]\ncommand = "regress"\nout = "o"\n'
@@ -436,7 +438,7 @@ def test_ray_interrupt_cancels_tasks_and_says_so(tmp_path, monkeypatch):
     """SIGINT during a Ray sweep cancels every pending task (a stand-in ``ray`` module: the
     first task ends, then Ctrl-C arrives); the tasks cancelled before they started stay
     pending and :class:`Interrupted` carries the finished one's code."""
-    from pbscale import sweep_engines
+    from pbscale.sweep import engines as sweep_engines
 
     s = sweep.load(_write(tmp_path, HEAD + "[[grid]]\nseed = [0, 1, 2]\n"))
     cancelled: list[int] = []

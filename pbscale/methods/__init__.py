@@ -8,31 +8,58 @@ supplies f for a masked network, and the microworld (NNLoss) can supply its own.
 
 Modules, by concern:
 
-* :mod:`~pbscale.methods.registry`: :class:`Family` (the hooks of a method), :data:`REGISTRY`,
-  :func:`get_family`, :func:`names`;
+* :mod:`~pbscale.methods.registry`: :class:`Family` (what a method is and how its run's method
+  is built, :meth:`Family.make`), :class:`Settings` (a family's own settings),
+  :class:`MethodConfig`, :data:`REGISTRY`, :func:`register`, :func:`get_family`, :func:`names`;
+* :mod:`~pbscale.methods.estimate`: :class:`Estimate`, the surrogate loss and the dense
+  regularizer;
+* :mod:`~pbscale.methods.trainer`: :class:`LogitsFamily` (the hooks of a method over mask
+  logits) and :class:`MaskTrainer`;
+* :mod:`~pbscale.methods.group`: :class:`MaskTrainerGroup` (G MC runs stepping together);
 * :mod:`~pbscale.methods.samplers`: the estimators' laws in torch (Bernoulli, Dirichlet copula,
   antithetic pairs), per-run samplers and the chunk size;
-* :mod:`~pbscale.methods.mc`: the chunked MC estimators (`ch:monte_carlo`), their surrogate
-  loss and the dense regularizer; one registered family per estimator of
-  `pbexact.estimators.REGISTRY` that needs no J table;
+* :mod:`~pbscale.methods.mc`: the chunked MC estimators (`ch:monte_carlo`) and their surrogate
+  loss; one registered family per estimator of `pbexact.estimators.REGISTRY` that needs no J
+  table (:func:`register_estimator` for one defined elsewhere);
 * :mod:`~pbscale.methods.cp`: CP (`sec:pb_application`) and its temperature schedule;
 * :mod:`~pbscale.methods.hybrids`: ST, REBAR and RELAX (`ch:other`) and their controls;
-* :mod:`~pbscale.methods.magnitude`: MP, GMP and dense training (`sec:app_joint_pruning_setup`);
+* :mod:`~pbscale.methods.magnitude`: methods without logits (:class:`MaskFamily`): MP, GMP and
+  dense training (`sec:app_joint_pruning_setup`);
 * :mod:`~pbscale.methods.beyond`: ST-theta, hard-concrete L0 and edge-popup (outside the
-  paper's comparison);
-* :mod:`~pbscale.methods.trainer`: :class:`MethodConfig`, :class:`MaskTrainer`,
-  :class:`MaskTrainerGroup`.
+  paper's comparison).
 
-The import order below is the registration order of :data:`REGISTRY` (MC estimators, CP,
-hybrids, magnitude methods, beyond); a new method's module is imported here.
+The modules whose families make the registry are :data:`FAMILY_MODULES`, imported in that order
+(the registration order of :data:`REGISTRY`, which every list of methods follows); a new
+method's module is one more name there (docs/adding_a_method.md). Methods defined outside
+pbscale register when their module is imported; the modules named in ``$PBSCALE_METHODS``
+(comma-separated) are imported after pbscale's own, so that every tool, and every child a sweep
+launches, has them.
 """
 
+# ruff: noqa: E402 (the family modules are imported, in order, before the names they define)
 from __future__ import annotations
 
+import os
 from importlib import import_module
 
-from . import cp, hybrids, magnitude, mc  # noqa: F401 (each registers its families)
-from .cp import CPFamily, CPStep, cp_hard_mask, cp_relaxed_loss, cp_step, cp_temperature
+#: The modules that define the registered families, in registration order.
+FAMILY_MODULES = ("mc", "cp", "hybrids", "magnitude", "beyond")
+#: The environment variable naming modules outside pbscale that define methods.
+PLUGINS_ENV = "PBSCALE_METHODS"
+
+for _module in FAMILY_MODULES:
+    import_module(f".{_module}", __name__)
+from .cp import (
+    CPFamily,
+    CPSettings,
+    CPStep,
+    cp_hard_mask,
+    cp_relaxed_loss,
+    cp_step,
+    cp_temperature,
+)
+from .estimate import Estimate, dense_regularizer, surrogate_loss
+from .group import MaskTrainerGroup
 from .hybrids import (
     RELAX_HIDDEN,
     RELAX_LR,
@@ -46,23 +73,17 @@ from .hybrids import (
     rebar_relax_step,
     straight_through,
 )
-from .magnitude import MagnitudeFamily, MagnitudeMethod
-from .mc import (
-    MCFamily,
-    dense_regularizer,
-    mc_gradient,
-    mc_surrogate,
-    surrogate_loss,
-)
+from .magnitude import MagnitudeFamily, MagnitudeMethod, MaskFamily
+from .mc import MCFamily, mc_gradient, mc_surrogate, register_estimator
 from .registry import (
     COMMANDS,
     OPTIMIZERS,
     REGISTRY,
-    BatchedLoss,
-    Estimate,
     Family,
     MethodConfig,
-    Trainer,
+    NoSettings,
+    Plan,
+    Settings,
     get_family,
     names,
     register,
@@ -78,10 +99,15 @@ from .samplers import (
     standard_gamma,
     uniform_bits24,
 )
-from .trainer import MaskTrainer, MaskTrainerGroup
+from .trainer import LogitsFamily, MaskTrainer
 
-#: registered after the paper's methods, so that their order in every list stays as it was
-import_module(".beyond", __name__)
+# the methods of modules outside pbscale, once every name above exists
+for _module in filter(None, (m.strip() for m in os.environ.get(PLUGINS_ENV, "").split(","))):
+    try:
+        import_module(_module)
+    except ImportError as _exc:
+        raise ImportError(f"${PLUGINS_ENV} names {_module!r}, which cannot be imported "
+                          f"({_exc}); fix {PLUGINS_ENV} or PYTHONPATH") from None
 
 #: The methods :class:`MaskTrainer` trains (``pbscale.regress --method``).
 METHODS = names("regress")
@@ -91,13 +117,14 @@ MC_METHODS = names("regress", samples=True)
 HYBRID_METHODS = tuple(n for n in METHODS if isinstance(REGISTRY[n], HybridFamily))
 
 __all__ = [
-    "AntitheticSampler", "BatchedLoss", "BernoulliSampler", "COMMANDS", "CPFamily", "CPStep",
+    "AntitheticSampler", "BernoulliSampler", "COMMANDS", "CPFamily", "CPSettings", "CPStep",
     "CopulaSampler", "Estimate", "Family", "FixedSampler", "HYBRID_METHODS", "HybridControl",
-    "HybridFamily", "MCFamily", "MC_METHODS", "METHODS", "MagnitudeFamily", "MagnitudeMethod",
-    "MaskTrainer", "MaskTrainerGroup", "MethodConfig", "OPTIMIZERS", "PerRunSampler", "Trainer",
-    "PerSeedControl", "PerSeedMLP", "RELAX_HIDDEN", "RELAX_LR", "RELAX_WEIGHT_DECAY",
-    "REGISTRY", "SAMPLERS", "auto_chunk", "cp_hard_mask", "cp_relaxed_loss", "cp_step",
-    "cp_temperature", "dense_regularizer", "get_family", "make_control", "mc_gradient",
-    "mc_surrogate", "names", "rebar_relax", "rebar_relax_step", "register", "standard_gamma",
+    "HybridFamily", "LogitsFamily", "MCFamily", "MC_METHODS", "METHODS", "MagnitudeFamily",
+    "MagnitudeMethod", "MaskFamily", "MaskTrainer", "MaskTrainerGroup", "MethodConfig",
+    "NoSettings", "OPTIMIZERS", "PerRunSampler", "PerSeedControl", "PerSeedMLP", "Plan",
+    "REGISTRY", "RELAX_HIDDEN", "RELAX_LR", "RELAX_WEIGHT_DECAY", "SAMPLERS", "Settings",
+    "auto_chunk", "cp_hard_mask", "cp_relaxed_loss", "cp_step", "cp_temperature",
+    "dense_regularizer", "get_family", "make_control", "mc_gradient", "mc_surrogate", "names",
+    "rebar_relax", "rebar_relax_step", "register", "register_estimator", "standard_gamma",
     "straight_through", "surrogate_loss", "uniform_bits24",
 ]

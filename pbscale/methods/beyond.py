@@ -30,9 +30,11 @@ import torch
 from pbexact.errors import PBInputError
 from pbexact.parametrizations import Parametrization
 
+from ..loop_types import BatchedLoss
+from .estimate import Estimate
 from .magnitude import check_fraction
-from .mc import BatchedLoss, Estimate
-from .registry import Family, Trainer, register
+from .registry import register
+from .trainer import LogitsFamily, MaskTrainer
 
 #: Hard-concrete stretch interval (gamma, zeta) and temperature beta (Louizos et al. 2018).
 HC_GAMMA, HC_ZETA, HC_BETA = -0.1, 1.1, 2.0 / 3.0
@@ -93,14 +95,12 @@ def _constant(r: torch.Tensor) -> torch.Tensor:
     return r * 0
 
 
-class BeyondFamily(Family):
+class BeyondFamily(LogitsFamily):
     """The shared part: the tools they run in; one mask per step trains the network weights
     (joint) on its loss; no torchrun sample split (data parallel, gradient of the logits
     averaged over ranks)."""
 
     commands = ("regress", "prune-supermask", "prune-joint")
-    trains_weights = True
-    data_parallel_logits = True
 
     def weight_loss(self, record: list[torch.Tensor], n: int) -> torch.Tensor:
         return record[0].mean()
@@ -113,13 +113,12 @@ class STThetaFamily(BeyondFamily):
     deterministic mask 1[theta > 1/2]; pruning also reports the best of ``--eval-masks`` sampled
     masks (``sampled_*`` metrics)."""
 
-    name, label, text, color = "st-theta", "ST-θ (Zhou)", "ST-theta", "C9"
-    min_samples = 1
-    any_param = True
+    name, label, text, color = "st-theta", "ST-θ (Zhou)", "ST-theta", "navy"
+    uses = ("n", "param", *LogitsFamily.uses)
     also_sampled = True
     prune_param = "sigmoid"
 
-    def gradient(self, trainer: Trainer, f: BatchedLoss, record: list | None
+    def gradient(self, trainer: MaskTrainer, f: BatchedLoss, record: list | None
                  ) -> tuple[Estimate, Callable[[torch.Tensor], torch.Tensor]]:
         est, J = st_theta(f, trainer.r, trainer.param, trainer.uniforms(trainer.config.n),
                           keep_graph=record is not None)
@@ -135,24 +134,25 @@ class HardConcreteFamily(BeyondFamily):
     regularizer is lambda * sum P(gate != 0) (:func:`hc_nonzero`); evaluated with the test-time
     gate (:func:`hc_test_gate`), whose non-zero entries count as remaining."""
 
-    name, label, text, color = "hardconcrete", "Hard concrete L0", "hard-concrete", "C7"
+    name, label, text, color = "hardconcrete", "Hard concrete L0", "hard-concrete", "goldenrod"
 
-    def initial_logits(self, param: Parametrization, d: int) -> torch.Tensor:
+    def initial_logits(self, param: Parametrization, d: int,
+                       generator: torch.Generator) -> torch.Tensor:
         return torch.zeros(d, dtype=torch.float64)
 
-    def theta(self, trainer: Trainer) -> torch.Tensor:
+    def theta(self, trainer: MaskTrainer) -> torch.Tensor:
         return hc_nonzero(trainer.r)
 
-    def eval_mask(self, trainer: Trainer) -> torch.Tensor:
+    def eval_mask(self, trainer: MaskTrainer) -> torch.Tensor:
         return hc_test_gate(trainer.r.detach())
 
-    def sample_masks(self, trainer: Trainer, k: int) -> torch.Tensor:
+    def sample_masks(self, trainer: MaskTrainer, k: int) -> torch.Tensor:
         """k masks of non-zero sampled gates (0/1)."""
         u = torch.rand((k, trainer.d), generator=trainer.generator, dtype=trainer.r.dtype,
                        device=trainer.device)
         return (hc_sample(trainer.r.detach(), u) != 0).to(trainer.r.dtype)
 
-    def gradient(self, trainer: Trainer, f: BatchedLoss, record: list | None
+    def gradient(self, trainer: MaskTrainer, f: BatchedLoss, record: list | None
                  ) -> tuple[Estimate, Callable[[torch.Tensor], torch.Tensor]]:
         rr = trainer.r.detach().requires_grad_(True)
         J = f(hc_sample(rr, trainer.uniforms(1)))
@@ -169,13 +169,12 @@ class EdgePopupFamily(BeyondFamily):
     ``trainer.layers`` (:func:`top_scores`; regress: one layer, target 1); straight-through
     gradient dJ/dz to every score. Supermask only (their method trains no weights)."""
 
-    name, label, text, color = "edgepopup", "Edge-popup", "edge-popup", "C3"
+    name, label, text, color = "edgepopup", "Edge-popup", "edge-popup", "teal"
     commands = ("regress", "prune-supermask")
-    prune_settings = ("target",)
-    trains_weights = False
+    uses = (*LogitsFamily.uses, "target")
     deterministic = True
 
-    def initial_scores(self, param: Parametrization, d: int,
+    def initial_logits(self, param: Parametrization, d: int,
                        generator: torch.Generator) -> torch.Tensor:
         return torch.rand(d, generator=generator, dtype=torch.float64)
 
@@ -187,16 +186,16 @@ class EdgePopupFamily(BeyondFamily):
                                f"must be in (0, 1], got {config.target}; e.g. --target 0.5"
                                ) from None
 
-    def theta(self, trainer: Trainer) -> torch.Tensor:
+    def theta(self, trainer: MaskTrainer) -> torch.Tensor:
         return top_scores(trainer.r.detach(), trainer.layers, trainer.target)
 
-    def eval_mask(self, trainer: Trainer) -> torch.Tensor:
+    def eval_mask(self, trainer: MaskTrainer) -> torch.Tensor:
         return self.theta(trainer)
 
-    def sample_masks(self, trainer: Trainer, k: int) -> torch.Tensor:
+    def sample_masks(self, trainer: MaskTrainer, k: int) -> torch.Tensor:
         return self.theta(trainer).expand(k, trainer.d)
 
-    def gradient(self, trainer: Trainer, f: BatchedLoss, record: list | None
+    def gradient(self, trainer: MaskTrainer, f: BatchedLoss, record: list | None
                  ) -> tuple[Estimate, Callable[[torch.Tensor], torch.Tensor]]:
         rr = trainer.r.detach().requires_grad_(True)
         z = top_scores(rr.detach(), trainer.layers, trainer.target)

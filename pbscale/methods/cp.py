@@ -5,16 +5,19 @@ annealed exponentially from 1 to 1/200, updated every 100 iterations
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
 from pbexact.continuation import CP_FINAL_TAU, exponential_temperature
+from pbexact.errors import PBInputError
 from pbexact.parametrizations import Parametrization
 
-from .mc import BatchedLoss, Estimate
-from .registry import CP_GAMMA, CP_MILESTONES, Family, register
+from ..loop_types import BatchedLoss
+from .estimate import Estimate
+from .registry import CP_GAMMA, CP_MILESTONES, Settings, legacy, register
+from .trainer import LogitsFamily
 
 
 def cp_temperature(step: int, total_steps: int, final: float = CP_FINAL_TAU,
@@ -66,31 +69,46 @@ def cp_step(f: BatchedLoss, r: torch.Tensor, tau: float, hard: bool = True,
 
 
 
+@dataclass(frozen=True)
+class CPSettings(Settings):
+    """CP's temperature schedule (:func:`cp_temperature`): tau falls from 1 to ``final_tau``,
+    updated every ``every`` mask-training steps (`sec:app_microworld_hypers`). Hashed under
+    the keys they had before families owned their settings (``cp_final_tau``, ``cp_every``)."""
+
+    final_tau: float = field(default=CP_FINAL_TAU, metadata=legacy("cp_final_tau"))
+    every: int = field(default=100, metadata=legacy("cp_every"))
+
+    def check(self, text: str) -> None:
+        if not (isinstance(self.final_tau, (int, float)) and 0 < self.final_tau <= 1) or \
+                isinstance(self.every, bool) or not isinstance(self.every, int) or self.every < 1:
+            raise PBInputError(f"{text} needs 0 < final_tau <= 1 and a schedule period every >= "
+                               f"1, got final_tau={self.final_tau!r}, every={self.every!r}")
+
+
 @register
-class CPFamily(Family):
+class CPFamily(LogitsFamily):
     """CP as a method: logits start at r = 0 (sigmoid(0 / tau) = 0.5); each step differentiates
-    the relaxed loss at the trainer's temperature (:func:`cp_temperature`), reports the loss of
-    1[r > 0] and records the relaxed loss for the network weights; evaluated, sampled and
-    frozen with 1[r > 0]; draws nothing (under torchrun its batches are split and the gradient
-    of r averaged)."""
+    the relaxed loss at the trainer's temperature (:func:`cp_temperature`, its
+    :class:`CPSettings`), reports the loss of 1[r > 0] and records the relaxed loss for the
+    network weights; evaluated, sampled and frozen with 1[r > 0]; draws nothing (under torchrun
+    its batches are split and the gradient of r averaged)."""
 
     name, label, text, color = "cp", "CP", "CP", "C4"
     commands = ("regress", "prune-supermask", "prune-joint", "microworld")
     deterministic = True
-    trains_weights = True
-    data_parallel_logits = True
+    Settings = CPSettings
     mask_schedule = (CP_MILESTONES, CP_GAMMA)
 
-    def initial_logits(self, param: Parametrization, d: int) -> torch.Tensor:
+    def initial_logits(self, param: Parametrization, d: int,
+                       generator: torch.Generator) -> torch.Tensor:
         return torch.zeros(d, dtype=torch.float64)
 
     def theta(self, trainer: Any) -> torch.Tensor:
         return cp_hard_mask(trainer.r)
 
     def temperature(self, trainer: Any) -> float:
-        c = trainer.config
-        return cp_temperature(trainer.step_count, trainer.total_steps, c.cp_final_tau,
-                              c.cp_every)
+        s = trainer.config.settings
+        return cp_temperature(trainer.step_count, trainer.total_steps, s.final_tau, s.every)
 
     def gradient(self, trainer: Any, f: BatchedLoss, record: list | None
                  ) -> tuple[Estimate, Callable[[torch.Tensor], torch.Tensor]]:

@@ -13,8 +13,10 @@ from torch import nn
 
 from pbexact.errors import PBInputError
 
-from .mc import BatchedLoss, Estimate
-from .registry import Family, register
+from ..loop_types import BatchedLoss
+from .estimate import Estimate
+from .registry import register
+from .trainer import LogitsFamily
 
 #: Keeps log(u) and log(1 - u) finite in the logistic reparametrization of REBAR/RELAX.
 _UNIFORM_EPS = 1e-6
@@ -197,12 +199,12 @@ def rebar_relax_step(f: BatchedLoss, r: torch.Tensor, uniforms: Callable[[], tor
     return est
 
 
-class HybridFamily(Family):
+class HybridFamily(LogitsFamily):
     """The hybrid estimators as methods: sigmoid parametrization only, n >= 1 uniforms per step,
     the masks trained alone (no loss for network weights), dense regularizer through sigmoid."""
 
     commands = ("regress", "microworld")
-    min_samples = 1
+    uses = ("n", *LogitsFamily.uses)
 
     def gradient(self, trainer: Any, f: BatchedLoss, record: list | None
                  ) -> tuple[Estimate, Callable[[torch.Tensor], torch.Tensor]]:

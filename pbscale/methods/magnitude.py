@@ -19,7 +19,9 @@ import torch
 
 from pbexact.errors import PBInputError
 
-from .registry import Family, register
+from ..distributed import RankSync, Shard
+from ..loop_types import BatchedLoss, RunHooks
+from .registry import Family, MethodConfig, Plan, register
 
 
 def check_fraction(fraction: float) -> float:
@@ -87,15 +89,41 @@ def remaining(masks: Mapping[str, torch.Tensor]) -> tuple[int, int]:
     return kept, sum(m.numel() for m in masks.values())
 
 
-class MagnitudeFamily(Family):
-    """A method without mask logits: one binary mask over the masked weights, cut by magnitude on
-    the family's schedule (:meth:`fraction_at`) while the weights train."""
+class MaskFamily(Family):
+    """A method without mask logits: one binary mask over the masked weights
+    (:class:`MagnitudeMethod`), which the family sets at the start (:meth:`initial_mask`, all
+    ones by default) and cuts by magnitude on its schedule (:meth:`fraction_at`, no cut by
+    default) while the weights train. The schedule comes from pruning's settings (those in
+    :data:`uses`): MP cuts at round(prune_at E) epochs, GMP from gmp_start to gmp_end of the
+    steps every gmp_every steps; every step index is at most the last step."""
 
-    logits = False
+    def make(self, config: MethodConfig, layout: Any, plan: Plan) -> MagnitudeMethod:
+        total = plan.epochs * plan.steps_per_epoch
+        end = min(round(plan.setting("gmp_end", 1.0) * total), total - 1)
+        cut = min(round(plan.setting("prune_at", 0.0) * plan.epochs) * plan.steps_per_epoch,
+                  total - 1)
+        return MagnitudeMethod(self, layout, plan.setting("target", 1.0), cut=cut,
+                               start=min(round(plan.setting("gmp_start", 0.0) * total), end),
+                               end=end, every=plan.setting("gmp_every", 1),
+                               seed=config.seed, weight_optimizer=plan.weight_optimizer)
+
+    def check_prune(self, config: Any) -> None:
+        if "target" in self.uses:
+            check_fraction(config.target)
+
+    def initial_mask(self, method: MagnitudeMethod, generator: torch.Generator
+                     ) -> torch.Tensor:
+        """The mask (d,) the run starts with (``generator``: a CPU generator seeded with the
+        run's seed, for a random mask; the run's own stream is not touched)."""
+        return torch.ones(method.d, dtype=torch.float64)
 
     def fraction_at(self, method: MagnitudeMethod, step: int) -> float | None:
         """The fraction of weights kept after a cut at ``step``, or None (no cut)."""
         return None
+
+
+class MagnitudeFamily(MaskFamily):
+    """MP, GMP and dense training: the mask starts all ones; MP and GMP cut it by magnitude."""
 
 
 @register
@@ -104,8 +132,7 @@ class MPFamily(MagnitudeFamily):
 
     name, label, text, color = "mp", "MP", "MP", "C7"
     commands = ("prune-joint",)
-    cuts = True
-    prune_settings = ("target", "prune_at")
+    uses = ("target", "prune_at")
 
     def fraction_at(self, method: MagnitudeMethod, step: int) -> float | None:
         return method.target if step == method.cut else None
@@ -118,8 +145,7 @@ class GMPFamily(MagnitudeFamily):
 
     name, label, text, color = "gmp", "GMP", "GMP", "C3"
     commands = ("prune-joint",)
-    cuts = True
-    prune_settings = ("target", "gmp_start", "gmp_end", "gmp_every")
+    uses = ("target", "gmp_start", "gmp_end", "gmp_every")
 
     def fraction_at(self, method: MagnitudeMethod, step: int) -> float | None:
         m = method
@@ -139,22 +165,38 @@ class DenseFamily(MagnitudeFamily):
 
 class MagnitudeMethod:
     """MP, GMP or dense training as a :class:`pbscale.loop_types.Method`: one binary mask (d,)
-    over the
-    masked weights (all ones for dense), no logits. ``apply`` (called by the loop after the
-    backward pass and before the weight step) makes the cuts: at step ``cut`` for MP, every
-    ``every`` steps from ``start`` to ``end`` on :func:`gmp_fraction` for GMP. A cut
-    zeroes the pruned weights, their gradients and their momentum buffers, so with the mask in
-    the forward pass (zero gradient) and weight decay on a zero weight they stay exactly zero."""
+    over the masked weights of ``layout`` (all ones for dense), no logits. ``apply`` (called by
+    the loop after the backward pass and before the weight step) makes the cuts: at step ``cut``
+    for MP, every ``every`` steps from ``start`` to ``end`` on :func:`gmp_fraction` for GMP. A
+    cut zeroes the pruned weights, their gradients and their momentum buffers in
+    ``weight_optimizer``, so with the mask in the forward pass (zero gradient) and weight decay
+    on a zero weight they stay exactly zero. ``generator`` (seeded with ``seed``) is the run's
+    stream (batch order, evaluation); the mask draws nothing."""
 
-    def __init__(self, family: MagnitudeFamily, layout: Any, target: float, cut: int,
-                 start: int, end: int, every: int) -> None:
+    #: evaluated with its mask, which training used (no BatchNorm recalibration)
+    eval_sampled = also_sampled = recalibrate_bn = False
+
+    def __init__(self, family: MaskFamily, layout: Any, target: float, cut: int,
+                 start: int, end: int, every: int, seed: int = 0,
+                 weight_optimizer: torch.optim.Optimizer | None = None) -> None:
         self.family, self.kind, self.layout = family, family.name, layout
         self.target, self.cut, self.start, self.end, self.every = target, cut, start, end, every
         self.d = layout.d
-        self.mask = torch.ones(self.d, device=layout.device, dtype=layout.dtype)
-        self.generator: torch.Generator | None = None
-        self.weight_optimizer: torch.optim.Optimizer | None = None
+        self.mask = family.initial_mask(self, torch.Generator().manual_seed(seed)).to(
+            device=layout.device, dtype=layout.dtype)
+        self.generator = torch.Generator(device=layout.device).manual_seed(seed)
+        self.weight_optimizer = weight_optimizer
         self.step_count = 0
+
+    def distribute(self, shard: Shard) -> list[RunHooks]:
+        """Data parallelism (the weights' gradients are averaged by the tool's strategy)."""
+        return [RankSync()]
+
+    def synced_params(self) -> list[torch.Tensor]:
+        return []
+
+    def info(self) -> dict:
+        return {}
 
     @property
     def optimizers(self) -> list[torch.optim.Optimizer]:
@@ -163,7 +205,7 @@ class MagnitudeMethod:
     def zero_grad(self) -> None:
         pass
 
-    def surrogate(self, f, weights: bool = False) -> tuple[torch.Tensor, float]:
+    def surrogate(self, f: BatchedLoss, weights: bool = False) -> tuple[torch.Tensor, float]:
         J = f(self.mask[None])[0]
         return J, float(J.detach())
 

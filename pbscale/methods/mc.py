@@ -21,21 +21,16 @@ import torch
 from pbexact.errors import PBInputError
 from pbexact.estimators import MC_ESTIMATORS, EstimatorSpec, SampleSums, get_estimator
 from pbexact.estimators import REGISTRY as ESTIMATOR_REGISTRY
+from pbexact.estimators import register as add_estimator
 from pbexact.parametrizations import Parametrization
 
-from .registry import (
-    MC_GAMMA,
-    MC_MILESTONES,
-    MC_START,
-    BatchedLoss,
-    Estimate,
-    Family,
-    register,
-)
+from ..loop_types import BatchedLoss
+from .estimate import Estimate, surrogate_loss
+from .registry import MC_GAMMA, MC_MILESTONES, MC_START, register
 from .samplers import SAMPLERS, PerRunSampler
+from .trainer import LogitsFamily
 
 
-#: A batched loss: masks (..., d) -> losses (...).
 def mc_gradient(f: BatchedLoss, r: torch.Tensor, param: Parametrization, estimator: str, n: int,
                 generator: torch.Generator | Sequence[torch.Generator] | None = None,
                 chunk: int | None = None, sampler: Any = None, shard: Any = None) -> Estimate:
@@ -63,8 +58,9 @@ def mc_gradient(f: BatchedLoss, r: torch.Tensor, param: Parametrization, estimat
         )
     spec.check_n(n)
     chunk = n if chunk is None else max(1, min(int(chunk), n))
-    pairs = spec.center == "pair"
-    if pairs:
+    pairs = spec.center == "pair"  # the sums centre each antithetic pair
+    whole = spec.law == "antithetic"  # chunks and rank shares hold whole pairs
+    if whole:
         chunk = max(2, chunk - chunk % 2)
     lead = tuple(r.shape[:-1])
     with torch.no_grad():
@@ -84,7 +80,7 @@ def mc_gradient(f: BatchedLoss, r: torch.Tensor, param: Parametrization, estimat
             z = sampler.next(k).to(r.dtype)  # (k, ..., d)
             done += k
             if shard is not None:
-                z = z[shard.rows(k, pairs)]
+                z = z[shard.rows(k, whole)]
                 if z.shape[0] == 0:
                     continue
             J = f(z).to(r.dtype)  # (k, ...)
@@ -107,23 +103,6 @@ def _reduce_sums(sums: SampleSums, shard: Any, r: torch.Tensor) -> None:
     sums.count, sums.sum_j, sums.U, sums.B = shard.reduce(sums.count, sums.sum_j, sums.U, sums.B)
 
 
-def surrogate_loss(g: torch.Tensor, r: torch.Tensor, value: torch.Tensor | float = 0.0
-                   ) -> torch.Tensor:
-    """A scalar whose value is ``value`` and whose autograd gradient in r is the estimate g
-    (shape of r), the convention of the field's estimator libraries:
-
-        L(r) = value + sum_p g_p (r_p - stop_grad(r_p)),
-
-    so L = value and dL/dr = g exactly (g is detached: the estimate is a constant to autograd;
-    its dependence on r through the samples and the scores is already inside g). It composes:
-    L + R(r) backpropagates g + grad R, and through r into whatever produced r (a network that
-    outputs the logits, a shared parameter). Equivalent to the score-weighted log-probability
-    form sum_s w_s log p(z_s; theta(r)) with w_s the estimator's sample weights, except that it
-    also carries per-parameter constants (ARMS's 1 / (1 - rho), beta*) exactly.
-    """
-    return value + (g.detach() * (r - r.detach())).sum()
-
-
 def mc_surrogate(f: BatchedLoss, r: torch.Tensor, param: Parametrization, estimator: str, n: int,
                  generator: torch.Generator | Sequence[torch.Generator] | None = None,
                  chunk: int | None = None,
@@ -143,37 +122,25 @@ def mc_surrogate(f: BatchedLoss, r: torch.Tensor, param: Parametrization, estima
     return surrogate_loss(est.grad, r, loss), est
 
 
-def dense_regularizer(r: torch.Tensor, theta_fn: Callable[[torch.Tensor], torch.Tensor],
-                      lam: float) -> tuple[float, torch.Tensor]:
-    """lambda * sum_i theta_i(r) in closed form and its exact gradient over r, shape (P,).
-
-    For MC methods theta_fn is the parametrization's theta (E[sum z] = sum theta); for CP it is
-    r -> sigmoid(r / tau). Used by pruning (`sec:app_pruning_setup`); lambda = 0 here.
-    """
-    rr = r.detach().requires_grad_(True)
-    value = lam * theta_fn(rr).sum()
-    (grad,) = torch.autograd.grad(value, rr)
-    return float(value.detach()), grad
-
-
-
-class MCFamily(Family):
+class MCFamily(LogitsFamily):
     """An MC estimator of `pbexact.estimators.REGISTRY` as a method (one instance per estimator
     that needs no J table, registered below): the estimator's name, label, fewest samples and
     law; every parametrization; its n samples per step split over torchrun ranks; the network
     weights train on the mean of J over the samples."""
 
     commands = ("regress", "batched", "prune-supermask", "prune-joint")
-    any_param = True
+    uses = ("n", "param", *LogitsFamily.uses)
     samples = True
-    trains_weights = True
     mask_schedule = (MC_MILESTONES, MC_GAMMA)
     joint_warmup = MC_START
 
     def __init__(self, spec: EstimatorSpec) -> None:
         self.spec = spec
         self.name, self.label, self.text, self.color = spec.name, spec.label, spec.text, spec.color
-        self.min_samples = spec.min_samples
+
+    @property
+    def min_samples(self) -> int:
+        return self.spec.min_samples
 
     def check(self, config: Any) -> None:
         self.spec.check_n(config.n)
@@ -195,3 +162,20 @@ class MCFamily(Family):
 for _spec in ESTIMATOR_REGISTRY.values():
     if not _spec.needs_table:
         register(MCFamily(_spec))
+
+
+def register_estimator(spec: EstimatorSpec) -> MCFamily:
+    """An estimator of pbexact's laws (:class:`pbexact.estimators.EstimatorSpec`) defined
+    outside ``pbexact/estimators.py`` as a method of every MC command: added to pbexact's
+    registry (exact variances, the microworld) and registered here; returns its family. (An
+    estimator in that module's table needs no call: its family is made above.)"""
+    if spec.needs_table:
+        raise PBInputError(f"{spec.text} needs the whole J table; pbscale cannot run it")
+    add_estimator(spec)
+    family = MCFamily(spec)
+    try:
+        register(family)
+    except ValueError:
+        del ESTIMATOR_REGISTRY[spec.name]
+        raise
+    return family

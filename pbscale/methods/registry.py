@@ -1,11 +1,13 @@
 """The method registry: every mask-optimization method of pbscale as one :class:`Family` object,
-by name, in :data:`REGISTRY`.
+by name, in :data:`REGISTRY`, and :class:`MethodConfig`, the settings of one method's run.
 
-A family is a class whose hooks the trainers and tools call instead of testing method names
-(in the spirit of ``torch.nn.utils.prune.BasePruningMethod``): how the logits start, the gradient
-of one step (and what it records for the network weights), the probabilities and masks it is
-evaluated with, its temperature, its pruning schedule, and the tools it runs in
-(:data:`COMMANDS`). The families are registered where they are defined:
+A family says what a method is (name, legend label, colour, the tools it runs in, whether it
+samples, which shared settings it reads), owns the settings no other method has (a frozen
+:class:`Settings` dataclass, e.g. CP's final temperature) and builds the run loop's
+:class:`pbscale.loop_types.Method` with :meth:`Family.make`, fully: nothing outside the family
+writes into what it returns (in the spirit of ``torch.nn.utils.prune.BasePruningMethod``, whose
+subclasses own their arguments and one hook). The families are registered where they are
+defined:
 
 * :class:`pbscale.methods.mc.MCFamily`: one per MC estimator of `pbexact.estimators.REGISTRY`
   that needs no J table, derived from the estimator's spec;
@@ -14,24 +16,32 @@ evaluated with, its temperature, its pruning schedule, and the tools it runs in
 * :mod:`pbscale.methods.magnitude`: MP, GMP and dense training (no mask logits);
 * :mod:`pbscale.methods.beyond`: ST-theta (Zhou et al.), hard-concrete L0 and edge-popup.
 
-Every list of methods (CLI choices, sweeps, the microworld's torch methods) is a query of the
-registry (:func:`names`).
+The families with mask logits subclass :class:`pbscale.methods.trainer.LogitsFamily` (its hooks
+are those of one gradient step; :class:`pbscale.methods.MaskTrainer` calls them). Every list of
+methods (CLI choices, sweeps, the microworld's torch methods) is a query of the registry
+(:func:`names`). A run's ``config.json`` records what analysis needs to know about its method
+(:meth:`Family.info`), so a run reads back after its method is renamed or removed.
+
+The hash of a run folder (:mod:`pbscale.loop`) is taken over :meth:`MethodConfig.to_dict`: the
+shared settings, then a family's own settings under the family's name, only those that differ
+from their defaults (``{"cp": {"final_tau": 0.01}}``, ``method.cp.final_tau`` in the run's
+configuration), so adding a method or a setting renames no existing run. The two settings of CP
+that predate this rule keep the keys they always had (``cp_final_tau``, ``cp_every``, in every
+run's hash at CP's defaults: :data:`LEGACY_KEYS`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from collections.abc import Callable
-from dataclasses import asdict, dataclass
-from typing import Any, Protocol
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
 
 import torch
 
 from pbexact.continuation import CP_FINAL_TAU
 from pbexact.errors import PBInputError, check_n
-from pbexact.parametrizations import PARAMETRIZATIONS, Parametrization
-
-from .samplers import BernoulliSampler
+from pbexact.parametrizations import PARAMETRIZATIONS
 
 #: The tools a family can run in: ``regress`` (:mod:`pbscale.regress`), ``batched``
 #: (:mod:`pbscale.batched_seeds`), ``prune-supermask`` and ``prune-joint`` (:mod:`pbscale.prune`
@@ -45,93 +55,188 @@ CP_MILESTONES, CP_GAMMA = (0.4, 0.6), 0.1
 MC_MILESTONES, MC_GAMMA = (0.6,), 0.5
 #: Joint MC runs train the dense network for the first 10% of the epochs.
 MC_START = 0.1
+#: The optimizers of mask logits, by name (``--optimizer``, ``--mask-opt``).
+OPTIMIZERS: dict[str, type[torch.optim.Optimizer]] = {
+    "rmsprop": torch.optim.RMSprop, "sgd": torch.optim.SGD}
+#: The settings every method's run has (:class:`MethodConfig`); a family lists in
+#: :attr:`Family.uses` those it reads.
+SHARED = ("n", "param", "lr", "optimizer", "chunk", "lam")
+#: The settings of pruning's cut schedule (:class:`pbscale.prune_config.PruneConfig`) a family
+#: may read (:attr:`Family.uses`): the kept fraction, MP's cut, GMP's schedule.
+PRUNE_SETTINGS = ("target", "prune_at", "gmp_start", "gmp_end", "gmp_every")
+#: Keys of every run's hashed method section from before families owned their settings: CP's
+#: final temperature and update period, at CP's defaults (a CP run's own values); the CP
+#: settings carry the same keys (:func:`legacy`).
+LEGACY_KEYS: dict[str, Any] = {"cp_final_tau": CP_FINAL_TAU, "cp_every": 100}
+#: The fields of :class:`MethodConfig` hashed as they are, in the order config.json shows them.
+HASHED = ("method", "n", "param", "lr", "optimizer", "seed", "chunk", "lam")
 
 
-#: A batched loss: masks z of shape (..., d) to losses (...).
-BatchedLoss = Callable[[torch.Tensor], torch.Tensor]
+def legacy(key: str) -> dict:
+    """Field metadata of a setting hashed under an old top-level key (:data:`LEGACY_KEYS`)."""
+    return {"legacy": key}
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The settings one family owns (a frozen dataclass subclass with a default for every
+    field). :meth:`check` validates them, once, when a :class:`MethodConfig` is made; only the
+    fields that differ from their defaults go into a run's hash (:meth:`changed`)."""
+
+    def check(self, text: str) -> None:
+        """Refuse (:class:`PBInputError`) a bad value; ``text`` names the method."""
+
+    def changed(self) -> dict[str, Any]:
+        """{field: value} of the fields that differ from their defaults (and have no legacy
+        key)."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+                if "legacy" not in f.metadata and getattr(self, f.name) != f.default}
+
+    def legacy_entries(self) -> dict[str, Any]:
+        """{old key: value} of the fields hashed under a key of :data:`LEGACY_KEYS`."""
+        return {f.metadata["legacy"]: getattr(self, f.name) for f in dataclasses.fields(self)
+                if "legacy" in f.metadata}
+
+    @classmethod
+    def names(cls) -> tuple[str, ...]:
+        return tuple(f.name for f in dataclasses.fields(cls))
+
+    @classmethod
+    def build(cls, given: Settings | dict | None, text: str) -> Settings:
+        """An instance from an instance, a {field: value} dict or None (the defaults); an
+        unknown field is a one-line :class:`PBInputError`."""
+        if isinstance(given, cls):
+            return given
+        if given is None:
+            return cls()
+        if not isinstance(given, dict):
+            raise PBInputError(f"the settings of {text} are {cls.__name__} or a dict of "
+                               f"{', '.join(cls.names()) or 'nothing'}, got {given!r}")
+        unknown = sorted(set(given) - set(cls.names()))
+        if unknown:
+            own = ", ".join(cls.names()) or "none"
+            raise PBInputError(f"{text} has no setting {unknown[0]!r}; its settings: {own}")
+        return cls(**given)
+
+
+@dataclass(frozen=True)
+class NoSettings(Settings):
+    """A family without settings of its own."""
 
 
 @dataclass
-class Estimate:
-    """One step's gradient over the logits, shape (..., P) (the shape of r), and the mean sampled
-    loss: a float for r of shape (P,), else a float64 CPU tensor of shape (...), one per run."""
+class Plan:
+    """What a tool tells :meth:`Family.make` about the run: the epochs and training steps per
+    epoch, the steps in which the masks train (CP's temperature schedule counts them), the
+    sizes of the layers the flat mask covers (None: one layer of d), the tool's own settings
+    (``run``: e.g. :class:`pbscale.prune_config.PruneConfig`, read by the names of
+    :data:`PRUNE_SETTINGS` a family uses), the weights' optimizer of a joint run and the memory
+    of one mask in a chunk (None: 16 d bytes)."""
 
-    grad: torch.Tensor
-    loss: float | torch.Tensor
+    epochs: int = 1
+    steps_per_epoch: int = 1
+    mask_steps: int = 1
+    layers: tuple[int, ...] | None = None
+    run: Any = None
+    weight_optimizer: torch.optim.Optimizer | None = None
+    bytes_per_sample: int | None = None
 
-
-
-class Trainer(Protocol):
-    """What the hooks of a :class:`Family` read and update of one run of mask logits
-    (:class:`pbscale.methods.MaskTrainer`): its configuration, logits r (P,), parametrization,
-    generator, chunk size, torchrun shard, step counts, REBAR/RELAX control, device, layer sizes
-    and kept fraction of per-layer methods, theta (d,) and (n, d) uniforms."""
-
-    config: MethodConfig
-    d: int
-    r: torch.nn.Parameter
-    param: Parametrization
-    generator: torch.Generator
-    chunk: int
-    shard: Any
-    step_count: int
-    total_steps: int
-    control: Any
-    control_opts: list[torch.optim.Optimizer]
-    device: torch.device
-    layers: tuple[int, ...]
-    target: float
-
-    def theta(self) -> torch.Tensor: ...
-
-    def uniforms(self, n: int) -> torch.Tensor: ...
+    def setting(self, name: str, default: Any) -> Any:
+        """The tool's setting ``name`` (``default`` when the tool has none)."""
+        return getattr(self.run, name, default)
 
 
 class Family:
-    """One method (or family member) and the hooks that define it.
+    """One method (or family member): what it is, what it reads, and how its run's method is
+    built (:meth:`make`).
 
     Attributes: ``name`` (CLI value), ``label`` (legend text), ``text`` (messages), ``color``
-    (matplotlib colour of its curves), ``commands`` (a subset of :data:`COMMANDS`),
-    ``min_samples`` (fewest samples per step; None: the method draws none and ignores n),
-    ``any_param`` (every parametrization; else sigmoid only), ``samples`` (draws masks from
-    prod Bern(theta) for its estimate: its samples split over torchrun ranks, its evaluation
-    mask is the best of sampled masks, pruning rescales its weights dynamically),
-    ``deterministic`` (draws nothing: one mask, evaluated as is), ``logits`` (trains mask logits
-    with :class:`pbscale.methods.MaskTrainer`; False: a method object of its own),
-    ``trains_weights`` (its step gives a loss for the network weights too: joint pruning),
-    ``dense_weights`` (trains the weights even in supermask mode), ``cuts`` (prunes to
-    ``--target`` by magnitude), ``data_parallel_logits`` (torchrun averages the gradient of
-    its logits over the ranks), ``mask_schedule`` ((milestones, gamma) of its logits in
-    pruning) and ``joint_warmup`` (fraction of a joint run's epochs trained dense first)."""
+    (matplotlib colour of its curves; no two methods share one), ``commands`` (a subset of
+    :data:`COMMANDS`), ``samples`` (draws masks from a distribution for its estimate: its runs
+    are described by n and the parametrization; in pruning only such methods take ``--n``),
+    ``deterministic`` (draws nothing: one mask, one microworld seed), ``uses`` (the settings of
+    :data:`SHARED` and :data:`PRUNE_SETTINGS` it reads; those it does not are listed as unused
+    in a run's config.json), ``Settings`` (its own settings, :class:`Settings`), ``min_samples``
+    (fewest samples per step; None: it ignores n).
+
+    Three behaviours default to ``samples`` and can be set apart: ``split_samples`` (torchrun
+    splits its samples over the ranks; else data parallelism), ``eval_sampled`` (evaluated by
+    the best of sampled masks; else its deterministic mask) and ``rescale`` (pruning rescales
+    its weights dynamically, :func:`pbscale.masks.rescaled_weight`).
+
+    Pruning (:mod:`pbscale.prune`): ``mask_schedule`` ((milestones, gamma) of its logits),
+    ``joint_warmup`` (fraction of a joint run's epochs trained dense first), ``dense_weights``
+    (trains the weights in supermask mode too), ``also_sampled`` (also reports the best of
+    ``--eval-masks`` sampled masks, ``sampled_*`` metrics) and ``prune_param`` (its
+    parametrization when ``--param`` is left out)."""
 
     name: str = ""
     label: str = ""
     text: str = ""
     color: str = ""
     commands: tuple[str, ...] = ()
-    min_samples: int | None = None
-    any_param: bool = False
     samples: bool = False
     deterministic: bool = False
-    logits: bool = True
-    trains_weights: bool = False
-    dense_weights: bool = False
-    cuts: bool = False
-    data_parallel_logits: bool = False
+    uses: tuple[str, ...] = ()
+    Settings: ClassVar[type[Settings]] = NoSettings
     mask_schedule: tuple[tuple[float, ...], float] = ((), 1.0)
     joint_warmup: float = 0.0
-    #: The pruning settings of its cut schedule that it reads (:mod:`pbscale.prune`: of
-    #: ``target``, ``prune_at``, ``gmp_start``, ``gmp_end``, ``gmp_every``).
-    prune_settings: tuple[str, ...] = ()
-    #: pruning also reports the best of ``--eval-masks`` sampled masks (``sampled_*`` metrics)
+    dense_weights: bool = False
     also_sampled: bool = False
-    #: the parametrization pruning uses when --param is left out (None: pruning's default)
     prune_param: str | None = None
 
     def __repr__(self) -> str:
         return f"<method {self.name}>"
 
-    # ------------------------------------------------------------------ configuration
+    # ------------------------------------------------------------------ what it reads
+
+    @property
+    def min_samples(self) -> int | None:
+        return 1 if "n" in self.uses else None
+
+    @property
+    def split_samples(self) -> bool:
+        return self.samples
+
+    @property
+    def eval_sampled(self) -> bool:
+        return self.samples
+
+    @property
+    def rescale(self) -> bool:
+        return self.samples
+
+    @property
+    def logits(self) -> bool:
+        """Whether it trains mask logits (reads the mask learning rate)."""
+        return "lr" in self.uses
+
+    @property
+    def any_param(self) -> bool:
+        """Whether it takes every parametrization (else the sigmoid only)."""
+        return "param" in self.uses
+
+    @property
+    def prune_settings(self) -> tuple[str, ...]:
+        """The settings of pruning's cut schedule it reads (:data:`PRUNE_SETTINGS`)."""
+        return tuple(s for s in PRUNE_SETTINGS if s in self.uses)
+
+    @property
+    def trains_weights(self) -> bool:
+        """Whether its step also gives a loss for the network weights (joint pruning)."""
+        return "prune-joint" in self.commands
+
+    def info(self, settings: tuple[str, ...] | None = None) -> dict:
+        """What a run's ``config.json`` records about its method ("method_info"), so that the
+        run reads back without the registry: name, label, text, colour, whether it samples or
+        is deterministic, and the names of the settings it uses (``settings``: the tool's
+        names for the shared ones, default :attr:`uses`; then its own settings)."""
+        used = list(self.uses if settings is None else settings) + list(self.Settings.names())
+        return {"name": self.name, "label": self.label, "text": self.text, "color": self.color,
+                "samples": bool(self.samples), "deterministic": bool(self.deterministic),
+                "settings": list(used)}
+
+    # ------------------------------------------------------------------ checks
 
     def check(self, config: MethodConfig) -> None:
         """Refuse (:class:`PBInputError`) a parametrization or n this method does not take."""
@@ -142,83 +247,42 @@ class Family:
         if self.min_samples is not None:
             check_n(config.n, self.text, self.min_samples)
 
-    # ------------------------------------------------------------------ MaskTrainer hooks
-
-    def initial_logits(self, param: Parametrization, d: int) -> torch.Tensor:
-        """r_0 (d,) float64: theta = 0.5 for every weight (`sec:app_maskednnregression`)."""
-        return param.logits(torch.full((d,), 0.5, dtype=torch.float64))
-
-    def initial_scores(self, param: Parametrization, d: int,
-                       generator: torch.Generator) -> torch.Tensor:
-        """r_0 (d,) float64 of a run, ``generator`` seeded with its seed (default:
-        :meth:`initial_logits`, which draws nothing)."""
-        return self.initial_logits(param, d)
-
     def check_prune(self, config: Any) -> None:
-        """Refuse (:class:`PBInputError`) a :class:`pbscale.prune.PruneConfig` setting this
-        method does not take (e.g. edge-popup's --target)."""
+        """Refuse (:class:`PBInputError`) a :class:`pbscale.prune_config.PruneConfig` setting
+        this method does not take (e.g. a --target outside (0, 1])."""
 
-    def make_control(self, d: int, lr: float, generator: torch.Generator,
-                     seeds: int | None = None, device: torch.device | str | None = None,
-                     dtype: torch.dtype | None = None
-                     ) -> tuple[Any, list[torch.optim.Optimizer]]:
-        """A learned control and its optimizers (REBAR/RELAX); (None, []) for the others."""
-        return None, []
+    # ------------------------------------------------------------------ the run's method
 
-    def theta(self, trainer: Trainer) -> torch.Tensor:
-        """The mask probabilities (d,) of the trainer's logits."""
-        return trainer.param.theta(trainer.r)
-
-    def eval_mask(self, trainer: Trainer) -> torch.Tensor:
-        """The deterministic evaluation mask (d,) (default 1[theta > 1/2]; a gate method's
-        values in [0, 1], its zeros pruned)."""
-        return (trainer.theta() > 0.5).to(trainer.r.dtype)
-
-    def temperature(self, trainer: Trainer) -> float:
-        """The relaxation temperature the trainer is at (NaN: no relaxation)."""
-        return math.nan
-
-    def gradient(self, trainer: Trainer, f: BatchedLoss, record: list | None
-                 ) -> tuple[Estimate, Callable[[torch.Tensor], torch.Tensor]]:
-        """One step's estimate over the logits and the map r -> theta of the dense regularizer;
-        with ``record``, the losses the weights train on are appended to it."""
-        raise NotImplementedError
-
-    def weight_loss(self, record: list[torch.Tensor], n: int) -> torch.Tensor:
-        """The loss of the network weights from what :meth:`gradient` recorded."""
-        return sum(J.sum() for J in record) / n
-
-    def sample_masks(self, trainer: Trainer, k: int) -> torch.Tensor:
-        """k masks (k, d) from the trainer's current distribution."""
-        return BernoulliSampler(trainer.theta(), trainer.generator).next(k)
-
-    # ------------------------------------------------------------------ microworld hooks
-
-    def vector_gradient(self, f: BatchedLoss, r: torch.Tensor,
-                        uniforms: Callable[[], torch.Tensor], control: Any,
-                        control_opts: list[torch.optim.Optimizer], tau: float) -> torch.Tensor:
-        """The gradient over sigmoid logits r (seeds, d) of one vectorized microworld step
-        (``uniforms()``: (n, seeds, d); ``tau``: CP's temperature at this step)."""
-        raise NotImplementedError
-
-    def run_theta(self, r: torch.Tensor) -> torch.Tensor:
-        """The probabilities (seeds, d) a vectorized microworld run logs at sigmoid logits r."""
-        return torch.sigmoid(r)
+    def make(self, config: MethodConfig, layout: Any, plan: Plan) -> Any:
+        """The run loop's :class:`pbscale.loop_types.Method` of ``config`` over the flat mask
+        of ``layout`` (:class:`pbscale.masks.MaskedModule`: d, device, dtype, sizes), fully
+        built: its random stream (``generator``, seeded with the run's seed), its capabilities
+        (distribution over torchrun ranks, evaluation, what pruning exports)."""
+        raise NotImplementedError(f"{self.name} builds no method")
 
 
-#: Every method, by name, in registration order (MC estimators, CP, hybrids, magnitude).
+#: Every method, by name, in registration order (MC estimators, CP, hybrids, magnitude, beyond).
 REGISTRY: dict[str, Family] = {}
 
 
 def register(family: Family | type[Family]) -> Any:
     """Add a family (an instance, or a class instantiated without arguments) to
-    :data:`REGISTRY`; returns its argument, so it works as a class decorator."""
+    :data:`REGISTRY`; returns its argument, so it works as a class decorator. A name that is
+    empty, taken, or the name of a shared setting, and a colour another method has, are
+    refused."""
     obj = family() if isinstance(family, type) else family
-    if not obj.name or obj.name in REGISTRY:
-        raise ValueError(f"method name {obj.name!r} is empty or registered twice")
+    if not obj.name or obj.name in REGISTRY or obj.name in MethodConfig.__dataclass_fields__:
+        raise ValueError(f"method name {obj.name!r} is empty, registered twice or a setting's")
     unknown = set(obj.commands) - set(COMMANDS)
     if unknown:
         raise ValueError(f"{obj.name}: unknown commands {sorted(unknown)}")
+    unknown = set(obj.uses) - set(SHARED) - set(PRUNE_SETTINGS)
+    if unknown:
+        raise ValueError(f"{obj.name}: unknown settings in uses {sorted(unknown)}")
+    taken = {f.color: f.name for f in REGISTRY.values()}
+    if obj.color in taken:
+        raise ValueError(f"{obj.name}: colour {obj.color!r} is {taken[obj.color]}'s; choose "
+                         "another")
     REGISTRY[obj.name] = obj
     return family
 
@@ -240,12 +304,12 @@ def get_family(name: str, command: str | None = None) -> Family:
     return REGISTRY[name]
 
 
-OPTIMIZERS = ("rmsprop", "sgd")
-
-
 @dataclass
 class MethodConfig:
-    """A mask-optimization method and its hyperparameters (validated before training)."""
+    """A mask-optimization method, the settings every method's run has, and the method's own
+    (``settings``: its family's :class:`Settings`, or a dict of them, or None for their
+    defaults). Validated once, when it is made (:class:`PBInputError` on the first bad
+    setting): a MethodConfig that exists is a valid one."""
 
     method: str = "loorf"
     n: int = 10
@@ -255,12 +319,11 @@ class MethodConfig:
     seed: int = 0
     chunk: int | None = None
     lam: float = 0.0
-    cp_final_tau: float = CP_FINAL_TAU
-    cp_every: int = 100
+    settings: Any = field(default=None, compare=True)
 
-    def validate(self) -> MethodConfig:
-        """Raise :class:`PBInputError` on the first bad setting."""
-        family = get_family(self.method, "regress")
+    def __post_init__(self) -> None:
+        family = get_family(self.method)
+        self.settings = family.Settings.build(self.settings, family.text)
         if self.param not in PARAMETRIZATIONS:
             raise PBInputError(
                 f"unknown parametrization {self.param!r}; "
@@ -277,14 +340,37 @@ class MethodConfig:
             raise PBInputError(f"chunk must be a positive integer (or omitted), got {self.chunk}")
         if not (math.isfinite(self.lam) and self.lam >= 0):
             raise PBInputError(f"the regularization weight must be >= 0, got lam={self.lam}")
-        if not 0 < self.cp_final_tau <= 1 or self.cp_every < 1:
-            raise PBInputError("CP needs 0 < final tau <= 1 and a schedule period >= 1")
+        self.settings.check(family.text)
+
+    def validate(self) -> MethodConfig:
+        """Itself (it was validated when it was made)."""
         return self
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        """The hashed form (see the module docstring): the shared settings, :data:`LEGACY_KEYS`
+        (a CP run's own values), and the family's own settings that differ from their
+        defaults under the family's name."""
+        out = {k: getattr(self, k) for k in HASHED}
+        out.update(LEGACY_KEYS)
+        out.update(self.settings.legacy_entries())
+        own = self.settings.changed()
+        if own:
+            out[self.method] = own
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict) -> MethodConfig:
+        """The configuration a run's hashed method section (:meth:`to_dict`, any version)
+        describes."""
+        family = get_family(data["method"])
+        fields = {k: data[k] for k in HASHED if k in data}
+        own = dict(data.get(data["method"], {}))
+        for f in dataclasses.fields(family.Settings):
+            if "legacy" in f.metadata and f.metadata["legacy"] in data:
+                own[f.name] = data[f.metadata["legacy"]]
+        return cls(**fields, settings=own)
 
     @property
     def family(self) -> Family:
-        """The method's :class:`pbscale.methods.registry.Family`."""
-        return get_family(self.method, "regress")
+        """The method's :class:`Family`."""
+        return REGISTRY[self.method]

@@ -1,50 +1,135 @@
-"""One optimizer over mask logits for every method of the registry: :class:`MethodConfig`,
-:class:`MaskTrainer` (one run; the method's behaviour comes from its
-:class:`pbscale.methods.registry.Family`) and :class:`MaskTrainerGroup` (G MC runs stepping
-together)."""
+"""The methods that train mask logits: :class:`LogitsFamily` (the hooks of one gradient step,
+which every such family fills in) and :class:`MaskTrainer`, the run loop's method over logits r
+of shape (P,) that calls them (one optimizer over r for every method of the registry)."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch import nn
 
 from pbexact.errors import PBInputError
-from pbexact.parametrizations import get_parametrization
+from pbexact.parametrizations import Parametrization, get_parametrization
 
-from .cp import cp_temperature
-from .mc import BatchedLoss, Estimate, dense_regularizer, mc_gradient, surrogate_loss
-from .registry import MethodConfig, names
-from .samplers import auto_chunk
+from ..distributed import RankSync, SampleParallel, Shard
+from ..loop_types import BatchedLoss, RunHooks
+from .estimate import Estimate, dense_regularizer, surrogate_loss
+from .registry import OPTIMIZERS, Family, MethodConfig, Plan, names
+from .samplers import BernoulliSampler, auto_chunk
+
+
+class LogitsFamily(Family):
+    """A method that trains mask logits with :class:`MaskTrainer`. It reads the mask learning
+    rate, optimizer, chunk and L0 weight (add ``"n"`` and ``"param"`` to :attr:`uses` when it
+    draws n samples per step and takes any parametrization). Its hooks, each called by the
+    trainer with itself (whose fields its constructor set): how the logits start
+    (:meth:`initial_logits`), one step's estimate (:meth:`gradient`, and what it records for the
+    network weights, :meth:`weight_loss`), the probabilities and masks it is evaluated with
+    (:meth:`theta`, :meth:`eval_mask`, :meth:`sample_masks`), its temperature, a learned control
+    (:meth:`make_control`), and for the microworld's vectorized runs :meth:`vector_gradient` and
+    :meth:`run_theta`."""
+
+    uses = ("lr", "optimizer", "chunk", "lam")
+
+    def make(self, config: MethodConfig, layout: Any, plan: Plan) -> MaskTrainer:
+        return MaskTrainer(config, layout.d, plan.mask_steps, layout.device,
+                           bytes_per_sample=plan.bytes_per_sample, layers=plan.layers,
+                           target=plan.setting("target", 1.0))
+
+    # ------------------------------------------------------------------ MaskTrainer hooks
+
+    def initial_logits(self, param: Parametrization, d: int,
+                       generator: torch.Generator) -> torch.Tensor:
+        """r_0 (d,) float64 of a run (``generator`` seeded with its seed, for random logits):
+        theta = 0.5 for every weight (`sec:app_maskednnregression`)."""
+        return param.logits(torch.full((d,), 0.5, dtype=torch.float64))
+
+    def make_control(self, d: int, lr: float, generator: torch.Generator,
+                     seeds: int | None = None, device: torch.device | str | None = None,
+                     dtype: torch.dtype | None = None
+                     ) -> tuple[Any, list[torch.optim.Optimizer]]:
+        """A learned control and its optimizers (REBAR/RELAX); (None, []) for the others."""
+        return None, []
+
+    def theta(self, trainer: MaskTrainer) -> torch.Tensor:
+        """The mask probabilities (d,) of the trainer's logits."""
+        return trainer.param.theta(trainer.r)
+
+    def eval_mask(self, trainer: MaskTrainer) -> torch.Tensor:
+        """The deterministic evaluation mask (d,) (default 1[theta > 1/2]; a gate method's
+        values in [0, 1], its zeros pruned)."""
+        return (trainer.theta() > 0.5).to(trainer.r.dtype)
+
+    def temperature(self, trainer: MaskTrainer) -> float:
+        """The relaxation temperature the trainer is at (NaN: no relaxation)."""
+        return math.nan
+
+    def gradient(self, trainer: MaskTrainer, f: BatchedLoss, record: list | None
+                 ) -> tuple[Estimate, Callable[[torch.Tensor], torch.Tensor]]:
+        """One step's estimate over the logits and the map r -> theta of the dense regularizer;
+        with ``record``, the losses the weights train on are appended to it."""
+        raise NotImplementedError
+
+    def weight_loss(self, record: list[torch.Tensor], n: int) -> torch.Tensor:
+        """The loss of the network weights from what :meth:`gradient` recorded."""
+        return sum(J.sum() for J in record) / n
+
+    def sample_masks(self, trainer: MaskTrainer, k: int) -> torch.Tensor:
+        """k masks (k, d) from the trainer's current distribution."""
+        return BernoulliSampler(trainer.theta(), trainer.generator).next(k)
+
+    # ------------------------------------------------------------------ microworld hooks
+
+    def vector_gradient(self, f: BatchedLoss, r: torch.Tensor,
+                        uniforms: Callable[[], torch.Tensor], control: Any,
+                        control_opts: list[torch.optim.Optimizer], tau: float) -> torch.Tensor:
+        """The gradient over sigmoid logits r (seeds, d) of one vectorized microworld step
+        (``uniforms()``: (n, seeds, d); ``tau``: CP's temperature at this step)."""
+        raise NotImplementedError
+
+    def run_theta(self, r: torch.Tensor) -> torch.Tensor:
+        """The probabilities (seeds, d) a vectorized microworld run logs at sigmoid logits r."""
+        return torch.sigmoid(r)
 
 
 class MaskTrainer:
-    """Mask logits r of shape (P,) and one optimizer step per call of :meth:`step`.
+    """Mask logits r of shape (P,) and one optimizer step per call of :meth:`step`; the run
+    loop's :class:`pbscale.loop_types.Method` of every :class:`LogitsFamily`.
 
     theta starts at 0.5 for every weight (`sec:app_maskednnregression`): r = logits(0.5) of the
-    parametrization, and r = 0 for CP (sigmoid(0 / tau) = 0.5).
+    parametrization, and r = 0 for CP (sigmoid(0 / tau) = 0.5). ``generator`` (on ``device``,
+    seeded with the config's seed) is the run's random stream: the run loop draws the batch
+    order and the evaluation from it too. ``layers``: the sizes of the layers the flat logits
+    cover (None: one layer of d) and ``target`` the fraction a per-layer method keeps
+    (edge-popup); both fixed here.
     """
 
     def __init__(self, config: MethodConfig, d: int, total_steps: int,
                  device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32,
-                 bytes_per_sample: int | None = None) -> None:
-        self.config = config.validate()
+                 bytes_per_sample: int | None = None, *,
+                 layers: tuple[int, ...] | None = None, target: float = 1.0) -> None:
+        family = config.family
+        if not isinstance(family, LogitsFamily):
+            raise PBInputError(f"{family.text} trains no mask logits; use one of "
+                               f"{', '.join(names(logits=True))}")
+        self.config = config
+        self.family = family
         self.d = d
         self.total_steps = max(int(total_steps), 1)
         self.device = torch.device(device)
+        self.layers: tuple[int, ...] = tuple(layers) if layers is not None else (d,)
+        self.target = float(target)
         self.param = get_parametrization(config.param)
-        self.family = config.family
-        r0 = self.family.initial_scores(self.param, d,
-                                        torch.Generator().manual_seed(config.seed))
+        r0 = family.initial_logits(self.param, d, torch.Generator().manual_seed(config.seed))
         self.r = nn.Parameter(r0.to(device=self.device, dtype=dtype))
-        opt_cls = torch.optim.RMSprop if config.optimizer == "rmsprop" else torch.optim.SGD
-        self.opt = opt_cls([self.r], lr=config.lr)
+        self.opt = OPTIMIZERS[config.optimizer]([self.r], lr=config.lr)
         self.generator = torch.Generator(device=self.device)
         self.generator.manual_seed(config.seed)
         #: the learned control of REBAR/RELAX and its optimizers (None, [] for the others)
-        self.control, self.control_opts = self.family.make_control(
+        self.control, self.control_opts = family.make_control(
             d, config.lr, torch.Generator().manual_seed(config.seed), device=self.device,
             dtype=dtype)
         if config.chunk is not None:
@@ -53,29 +138,56 @@ class MaskTrainer:
             per_sample = bytes_per_sample or 16 * d
             self.chunk = auto_chunk(config.n, per_sample, self.device)
         self.step_count = 0
-        #: :class:`pbscale.distributed.Shard` of a torchrun launch (MC samples split over ranks)
-        self.shard = None
-        #: sizes of the layers the flat logits cover and the fraction kept per layer (edge-popup;
-        #: pruning sets them from the network and --target)
-        self.layers: tuple[int, ...] = (d,)
-        self.target = 1.0
+        #: this rank's :class:`pbscale.distributed.Shard` once :meth:`distribute` split the
+        #: samples over torchrun ranks (None: all samples here)
+        self.shard: Shard | None = None
 
     @property
     def method(self) -> str:
         return self.config.method
+
+    # ------------------------------------------------------------------ capabilities
+
+    @property
+    def eval_sampled(self) -> bool:
+        """Evaluated by the best of sampled masks (else by :meth:`mode_mask`)."""
+        return self.family.eval_sampled
+
+    @property
+    def also_sampled(self) -> bool:
+        """Pruning also reports the best of its sampled masks."""
+        return self.family.also_sampled
+
+    #: its evaluation mask differs from the masks training saw: pruning recomputes BatchNorm
+    #: statistics for it
+    recalibrate_bn = True
+
+    def distribute(self, shard: Shard) -> list[RunHooks]:
+        """The run-loop strategies of this method under torchrun: its samples split over the
+        ranks (:attr:`Family.split_samples`), or data parallelism (the gradient of r averaged
+        with the weights', :meth:`synced_params`); either way a SIGTERM stops every rank."""
+        if self.family.split_samples:
+            self.shard = shard
+            return [SampleParallel()]
+        return [RankSync()]
+
+    def synced_params(self) -> list[torch.Tensor]:
+        """The parameters whose gradients data parallelism averages over the ranks."""
+        return [] if self.family.split_samples else [self.r]
+
+    def info(self) -> dict:
+        """The unhashed facts of config.json's "info" (the chunk it evaluates at once)."""
+        return {"chunk": self.chunk}
+
+    # ------------------------------------------------------------------ one step
 
     def theta(self) -> torch.Tensor:
         """Mask probabilities, shape (d,) (CP: its hard mask)."""
         with torch.no_grad():
             return self.family.theta(self)
 
-    def tau(self) -> float:
-        """CP's temperature schedule at this step (:func:`cp_temperature`)."""
-        c = self.config
-        return cp_temperature(self.step_count, self.total_steps, c.cp_final_tau, c.cp_every)
-
     def temperature(self) -> float:
-        """The method's relaxation temperature now (CP: :meth:`tau`; NaN for the others)."""
+        """The method's relaxation temperature now (CP: its schedule; NaN for the others)."""
         return self.family.temperature(self)
 
     def uniforms(self, n: int) -> torch.Tensor:
@@ -189,144 +301,3 @@ class MaskTrainer:
             self.control.load_state_dict(state["control"])
         for o, s in zip(self.control_opts, state["control_opts"]):
             o.load_state_dict(s)
-
-
-class MaskTrainerGroup:
-    """G MC runs that step together: one :class:`pbscale.loop_types.Method` over G
-    :class:`MaskTrainer` members (logits (P,), optimizer and generator each), whose n samples
-    per step are drawn member by member from the members' own generators and evaluated in one
-    batched call f: (k, G, d) -> (k, G) (:func:`mc_gradient` with leading dimension G and one
-    generator per run), so member g's estimate, step and history are those of the separate run
-    with its configuration (to the round-off of the batched loss).
-
-    The members share the estimator, n and the parametrization (one :func:`mc_gradient` call);
-    learning rate, optimizer, seed and lam are their own. Masks only (supermask); the loop's
-    own ``generator`` is not used (each member's is, and each is checkpointed in
-    :meth:`state_dict`). The losses of the current epoch are kept per member
-    (:meth:`pop_epoch_losses`). ``r``, :meth:`theta`, :meth:`mode_mask` and
-    :meth:`sample_masks` stack the members' (leading dimension G)."""
-
-    def __init__(self, configs: Sequence[MethodConfig], d: int, total_steps: int,
-                 device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32,
-                 bytes_per_sample: int | None = None) -> None:
-        self.check(configs)
-        self.members = [MaskTrainer(c, d, total_steps, device, dtype, bytes_per_sample)
-                        for c in configs]
-        self.d = d
-        self.device = torch.device(device)
-        self.param = self.members[0].param
-        self.n = configs[0].n
-        per_sample = bytes_per_sample or 16 * d
-        explicit = [c.chunk for c in configs if c.chunk is not None]
-        self.chunk = min([auto_chunk(self.n, per_sample * len(configs), self.device), *explicit])
-        self.generator = torch.Generator(device=self.device)  # the loop's; members use theirs
-        self.epoch_losses: list[list[float]] = [[] for _ in configs]
-
-    @staticmethod
-    def check(configs: Sequence[MethodConfig]) -> None:
-        """Refuse (:class:`PBInputError`) configurations that cannot form a group."""
-        if not configs:
-            raise PBInputError("no runs to train; give at least one seed and learning rate")
-        for c in configs:
-            c.validate()
-            if "batched" not in c.family.commands:
-                raise PBInputError(f"batched runs are MC runs ({', '.join(names('batched'))}); "
-                                   f"run {c.method} with python -m pbscale.regress")
-        seen = [repr(sorted(c.to_dict().items())) for c in configs]
-        if len(set(seen)) != len(seen):
-            raise PBInputError("a run is listed twice in the batch (same seed, learning rate and "
-                               "settings); list each once")
-        for field in ("n", "method", "param"):
-            values = sorted({str(getattr(c, field)) for c in configs})
-            if len(values) != 1:
-                raise PBInputError(f"batched runs share {field}; got {field} in "
-                                   f"{', '.join(values)}: batch each {field} separately")
-
-    @property
-    def method(self) -> str:
-        return self.members[0].method
-
-    @property
-    def r(self) -> torch.Tensor:
-        """The members' logits, (G, P) (a detached copy)."""
-        return torch.stack([m.r.detach() for m in self.members])
-
-    def theta(self) -> torch.Tensor:
-        return torch.stack([m.theta() for m in self.members])
-
-    @property
-    def dtype(self) -> torch.dtype:
-        return self.members[0].dtype
-
-    def surrogate(self, f: BatchedLoss, weights: bool = False) -> tuple[torch.Tensor, float]:
-        """One step's surrogate over the members: f: (k, G, d) -> (k, G); the value's gradient
-        in member g's logits is its estimate (with its dense regularizer). Returns (surrogate,
-        mean over the members of their training losses); each member's loss is kept for
-        :meth:`pop_epoch_losses`."""
-        if weights:
-            raise PBInputError("batched runs train masks only (supermask); train weights with "
-                               "one run at a time")
-        R = torch.stack([m.r for m in self.members])
-        est = mc_gradient(f, R, self.param, self.method, self.n,
-                          [m.generator for m in self.members], self.chunk)
-        grads = list(est.grad.unbind(0))
-        for g, m in enumerate(self.members):
-            if m.config.lam > 0:
-                grads[g] = grads[g] + dense_regularizer(m.r, m.param.theta, m.config.lam)[1]
-        losses = est.loss.tolist()
-        for kept, loss in zip(self.epoch_losses, losses):
-            kept.append(loss)
-        grad = torch.stack(grads).to(R.dtype)
-        return surrogate_loss(grad, R), sum(losses) / len(losses)
-
-    def pop_epoch_losses(self) -> list[float]:
-        """Each member's mean training loss over the steps since the last call (NaN if none),
-        as a separate run's loop computes it; then starts afresh."""
-        out = [sum(ls) / len(ls) if ls else math.nan for ls in self.epoch_losses]
-        self.epoch_losses = [[] for _ in self.members]
-        return out
-
-    def check_finite(self, where: str, flags: dict[str, str]) -> None:
-        """Refuse logits that became NaN or inf, naming the member and its learning rate."""
-        for m in self.members:
-            if not bool(torch.isfinite(m.r).all()):
-                c = m.config
-                raise PBInputError(
-                    f"the mask logits of the run with lr={c.lr}, seed={c.seed} became NaN or inf "
-                    f"in {where}: the learning rate is too large for {flags['optimizer']} "
-                    f"{c.optimizer}; lower it in {flags['masks']} or leave it out of the batch")
-
-    @property
-    def optimizers(self) -> list[torch.optim.Optimizer]:
-        return [o for m in self.members for o in m.optimizers]
-
-    def zero_grad(self) -> None:
-        for m in self.members:
-            m.zero_grad()
-
-    def apply(self) -> None:
-        for m in self.members:
-            m.apply()
-
-    def mode_mask(self) -> torch.Tensor:
-        """(G, d)."""
-        return torch.stack([m.mode_mask() for m in self.members])
-
-    def sample_masks(self, k: int) -> torch.Tensor:
-        """(G, k, d), member g's from its generator."""
-        return torch.stack([m.sample_masks(k) for m in self.members])
-
-    def config_dict(self) -> dict:
-        return {"runs": [m.config_dict() for m in self.members]}
-
-    def state_dict(self) -> dict:
-        return {"members": [m.state_dict() for m in self.members],
-                "epoch_losses": [list(ls) for ls in self.epoch_losses]}
-
-    def load_state_dict(self, state: dict) -> None:
-        if len(state["members"]) != len(self.members):
-            raise ValueError("member count")
-        for m, st in zip(self.members, state["members"]):
-            m.load_state_dict(st)
-        self.epoch_losses = [list(ls) for ls in state["epoch_losses"]]
-

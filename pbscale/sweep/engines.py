@@ -1,5 +1,5 @@
 """Sweep engines: a local pool of child processes, or Ray tasks; both launch the same child
-command (:func:`pbscale.sweep_records.launch`), so their results are identical.
+command (:func:`pbscale.sweep.records.launch`), so their results are identical.
 
 Both print one line per run to stderr as it starts (local pool; Ray prints one line when the
 tasks are submitted) and as it ends (finished, failed or interrupted). SIGTERM or Ctrl-C stops
@@ -23,8 +23,8 @@ from typing import Any
 
 from pbexact.errors import PBInputError
 
-from .sweep_file import Group, Run, Sweep, label, members
-from .sweep_records import launch, per_run, read_record
+from .file import Group, Run, Sweep, label, members
+from .records import launch, per_run, read_record
 
 #: Most runs one local pool or local Ray runs at once.
 MAX_JOBS = 1024
@@ -153,7 +153,7 @@ def run_local(sweep: Sweep, runs: list[Run | Group], jobs: int,
 def ray_runtime_env() -> dict:
     """What a Ray worker needs to start the children: this checkout first on PYTHONPATH (the
     sweep's own code, at the path it has here; on a cluster the same path on every node)."""
-    root = str(Path(__file__).resolve().parents[1])
+    root = str(Path(__file__).resolve().parents[2])
     path = os.environ.get("PYTHONPATH", "")
     return {"env_vars": {"PYTHONPATH": f"{root}{os.pathsep}{path}" if path else root}}
 

@@ -27,8 +27,8 @@ from typing import IO, Any
 
 from pbexact.errors import PBInputError
 
-from . import io
-from .sweep_file import Group, Run, Sweep, members
+from .. import io
+from .file import Group, Run, Sweep, members
 
 STATES = ("finished", "running", "failed", "interrupted", "pending")
 #: Exit codes of a child stopped by SIGTERM (it checkpointed: its run is interrupted).
@@ -202,14 +202,13 @@ def launch(sweep: Sweep, job: Run | Group, env: dict | None = None,
     A child stopped by SIGTERM is interrupted, unless its run wrote ``summary.json`` first
     (then finished). An exception here (e.g. a cancelled Ray task) stops the child with
     SIGTERM, records it as interrupted and is raised again."""
-    from .batched_seeds import member_key
     sweep.record_dir.mkdir(parents=True, exist_ok=True)
     grouped = isinstance(job, Group)
     log = sweep.record_dir / (f"group-{job.id}.log" if grouped else f"{job.id}.log")
     cmd = [sys.executable, *sweep.command_line(job)]
     if grouped:
-        info = {"sweep": sweep.path.stem, "sweep_ids": {
-            member_key(r.full["seed"], r.full["lr"]): r.id for r in job.runs}}
+        key = sweep.batching.member_key
+        info = {"sweep": sweep.path.stem, "sweep_ids": {key(r.full): r.id for r in job.runs}}
     else:
         info = {"sweep": sweep.path.stem, "sweep_id": job.id}
     recs = {r.id: {"id": r.id, "command": sweep.command, "options": r.options,

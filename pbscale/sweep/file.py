@@ -1,5 +1,6 @@
-"""Sweep files: parsing and checking a TOML sweep, its runs and their ids, and the batched-seeds
-plan (the file format is described in :mod:`pbscale.sweep`).
+"""Sweep files: parsing and checking a TOML sweep, its runs and their ids, and the batched plan
+(the file format is described in :mod:`pbscale.sweep`; the commands and how their runs batch:
+the job interface, :mod:`pbscale.jobs`).
 
 Every value of ``[base]`` and ``[[grid]]`` is checked with the command's own argparse parser
 before anything is launched: a switch (``action="store_true"``) takes ``true`` or ``false``, a
@@ -24,14 +25,11 @@ from typing import Any
 
 from pbexact.errors import PBInputError
 
-#: Sweep command name -> module run as ``python -m MODULE`` (it must accept --out and --threads).
-COMMANDS = {"regress": "pbscale.regress", "prune": "pbscale.prune"}
+from .. import jobs
+from ..jobs import COMMANDS, Batching
+
 #: Keys a sweep may not set per run: the sweep sets them.
 RESERVED = ("out", "threads", "quiet")
-#: Module of a group of batched runs, and the regress options it takes once per group (the
-#: others, seed and lr, as lists).
-BATCH_MODULE = "pbscale.batched_seeds"
-BATCH_SHARED = ("method", "n", "param", "optimizer", "epochs", "data_seed", "lam", "device")
 #: Bounds of the ``[sweep]`` resources (a run asking for more is a typo, not a plan).
 MAX_THREADS = 1024
 MAX_CPUS = 1024
@@ -54,8 +52,9 @@ class Run:
 
 @dataclass
 class Group:
-    """Runs that differ only in seed and lr, trained as one ``python -m pbscale.batched_seeds``
-    child: ``seeds`` x ``lrs`` are exactly the members' (seed, lr) pairs. Id ``g`` + hash."""
+    """Runs that differ only in seed and lr, trained as one child of their command's batching
+    module (``python -m pbscale.batched_seeds``): ``seeds`` x ``lrs`` are exactly the members'
+    (seed, lr) pairs. Id ``g`` + hash."""
 
     runs: list[Run]
     seeds: list[int]
@@ -81,7 +80,12 @@ class Sweep:
 
     @property
     def module(self) -> str:
-        return COMMANDS[self.command]
+        return COMMANDS[self.command].module
+
+    @property
+    def batching(self) -> Batching | None:
+        """How the command's runs batch (:func:`pbscale.jobs.batching`), or None."""
+        return jobs.batching(self.command)
 
     @property
     def record_dir(self) -> Path:
@@ -103,13 +107,9 @@ class Sweep:
         """``-m MODULE ARGS`` of a run's or a group's child (after the Python executable)."""
         if isinstance(job, Run):
             return ["-m", self.module, *self.argv(job)]
-        full = job.runs[0].full
-        args: list[str] = []
-        for key in BATCH_SHARED:
-            args += ["--" + key.replace("_", "-"), str(full[key])]
-        args += ["--lrs", ",".join(repr(v) for v in job.lrs),
-                 "--seeds", ",".join(str(v) for v in job.seeds)]
-        return ["-m", BATCH_MODULE, *args, "--out", str(self.out), "--threads",
+        batching = self.batching
+        args = batching.argv(job.runs[0].full, job.seeds, job.lrs)
+        return ["-m", batching.module, *args, "--out", str(self.out), "--threads",
                 str(self.threads), "--quiet"]
 
 
@@ -297,14 +297,14 @@ def load(path: str | Path, out: str | Path | None = None) -> Sweep:
         raise PBInputError(f"{path}: [base] must be a table and grid an array of tables (each "
                            "block headed [[grid]])")
     target, notes = resolve_out(path, head, out)
-    actions = command_actions(COMMANDS[command])
+    actions = command_actions(COMMANDS[command].module)
     for table in [base, *grids]:
         for key, value in table.items():
             if key in RESERVED:
                 raise PBInputError(f"{path}: {key!r} is set by the sweep; remove it (use [sweep] "
                                    "out / threads)")
             if key not in actions:
-                raise PBInputError(f"{path}: python -m {COMMANDS[command]} has no option "
+                raise PBInputError(f"{path}: python -m {COMMANDS[command].module} has no option "
                                    f"--{key.replace('_', '-')}; fix the key {key!r}")
             values = value if isinstance(value, list) else [value]
             if not values or any(isinstance(v, (dict, list)) for v in values):
@@ -336,13 +336,10 @@ def load(path: str | Path, out: str | Path | None = None) -> Sweep:
 
 
 def batchable(sweep: Sweep, run: Run) -> bool:
-    """A regress run of an MC method whose options batched_seeds takes (no own chunk)."""
-    from .methods import names
-
-    full = run.full
-    return (sweep.command == "regress" and full.get("method") in names("batched")
-            and full.get("chunk") is None
-            and set(full) <= {*BATCH_SHARED, "seed", "lr", "chunk"})
+    """Whether a run can train in a group: its command batches and accepts it (regress: an MC
+    method whose options batched_seeds takes, no own chunk)."""
+    batching = sweep.batching
+    return batching is not None and batching.batchable(run.full)
 
 
 def make_group(runs: list[Run], seeds: list[int], lrs: list[float]) -> Group:

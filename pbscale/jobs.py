@@ -1,0 +1,59 @@
+"""The job interface of :mod:`pbscale.sweep`: what a sweep knows of the commands it runs.
+
+A command (:class:`Command`) is a module run as ``python -m MODULE`` whose ``build_parser()``
+gives its options (the sweep checks every value with it and names a run by them) and which
+takes ``--out``, ``--threads`` and ``--quiet``. A command whose runs can train together names a
+batching module whose ``BATCHING`` (:class:`Batching`) says which runs batch (those that differ
+only in seed and learning rate, and that it accepts), the command line of a group, and how a
+member is named in ``$PBSCALE_RUN_INFO``. The modules are found by name (:func:`parser`,
+:func:`batching`), so the sweep depends on this interface, not on any command's internals.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Batching:
+    """How runs of one command train together in one child ``python -m MODULE``: ``shared``
+    (the options given once per group, as ``--flag value``), ``batchable(full)`` (whether a run,
+    every option filled in, can join a group), ``argv(full, seeds, lrs)`` (the group's options
+    after ``python -m MODULE``, without --out, --threads and --quiet) and ``member_key(full)``
+    (a member's name in ``$PBSCALE_RUN_INFO``'s "sweep_ids")."""
+
+    module: str
+    shared: tuple[str, ...]
+    batchable: Callable[[dict], bool]
+    argv: Callable[[dict, Sequence[int], Sequence[float]], list[str]]
+    member_key: Callable[[dict], str]
+
+
+@dataclass(frozen=True)
+class Command:
+    """A command a sweep runs: ``module`` (``python -m MODULE``) and the module whose
+    ``BATCHING`` batches its runs (None: its runs are single children)."""
+
+    module: str
+    batching: str | None = None
+
+
+#: The sweep commands (``[sweep] command``).
+COMMANDS: dict[str, Command] = {
+    "regress": Command("pbscale.regress", batching="pbscale.batched_seeds"),
+    "prune": Command("pbscale.prune"),
+}
+
+
+def parser(command: str) -> argparse.ArgumentParser:
+    """The argparse parser of a command (its module's ``build_parser()``)."""
+    return importlib.import_module(COMMANDS[command].module).build_parser()
+
+
+def batching(command: str) -> Batching | None:
+    """How the runs of a command batch (its batching module's ``BATCHING``), or None."""
+    name = COMMANDS[command].batching
+    return None if name is None else importlib.import_module(name).BATCHING

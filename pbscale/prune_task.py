@@ -1,0 +1,159 @@
+"""One pruning run as the run loop's :class:`pbscale.loop_types.Task`: the network and its
+masked layout (:class:`PruneTask`) and its training batches (:class:`Batches`: the epoch order,
+augmentation, the batch split over torchrun ranks, the selection batches an evaluation scores
+masks on). The evaluation is :class:`pbscale.prune_eval.MaskEvaluation`, the files a finished
+run leaves :mod:`pbscale.prune_export`.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from pbscale import data as datamod
+from pbscale import distributed
+from pbscale.batched import cross_entropy_per_mask
+from pbscale.loop_types import BatchedLoss, EvalContext
+from pbscale.masks import MaskedModule, plain_weight, rescaled_weight
+from pbscale.models import build_model
+from pbscale.prune_config import PruneConfig
+from pbscale.prune_eval import MaskEvaluation
+
+
+class Batches:
+    """The training batches of one run: each epoch a permutation of the training set from the
+    run's generator; step i's batched loss f(z (k, d)) -> CE per mask (k,) on batch i (CIFAR:
+    augmented on the device with the run's own augmentation generator, seeded with its seed and
+    checkpointed); ``eval_batches`` training batches, not augmented, for an evaluation.
+
+    Under torchrun (``shard``) the whole batch is augmented on every rank (the generator
+    advances alike) and each rank evaluates its own rows (:class:`pbscale.distributed.
+    DataParallelLoss`); ``averager`` (:class:`pbscale.distributed.GradAverage`) is armed once
+    per step."""
+
+    def __init__(self, cfg: PruneConfig, data: datamod.Data, layout: MaskedModule,
+                 shard: distributed.Shard | None = None,
+                 averager: distributed.GradAverage | None = None) -> None:
+        self.cfg, self.data, self.layout = cfg, data, layout
+        self.shard, self.averager = shard, averager
+        self.aug_gen = torch.Generator().manual_seed(cfg.seed)
+        self.steps_per_epoch = math.ceil(len(data.train) / cfg.batch_size)
+        if cfg.max_batches:
+            self.steps_per_epoch = min(self.steps_per_epoch, cfg.max_batches)
+
+    def epoch_order(self, generator: torch.Generator) -> torch.Tensor:
+        return torch.randperm(len(self.data.train), generator=generator,
+                              device=generator.device)
+
+    def loss(self, order: torch.Tensor, i: int) -> BatchedLoss:
+        """The batched loss of step i of the epoch whose order is ``order``."""
+        B, data, layout = self.cfg.batch_size, self.data, self.layout
+        idx = order[i * B:(i + 1) * B].to(data.train.y.device)
+        layout.module.train()
+        if self.shard is None:
+            x = data.train.x[idx]
+            if data.augment:
+                x = datamod.augment_batch(x, self.aug_gen)
+            return layout.loss_fn(data.prepare(x), data.train.y[idx], cross_entropy_per_mask)
+        # torchrun: the whole batch is augmented on every rank (the generator advances alike),
+        # each rank gathers and converts only the rows it evaluates
+        aug = datamod.augment_batch(data.train.x[idx], self.aug_gen) if data.augment else None
+
+        def make(rows: slice) -> BatchedLoss:
+            x = aug[rows] if aug is not None else data.train.x[idx[rows]]
+            return layout.loss_fn(data.prepare(x), data.train.y[idx[rows]],
+                                  cross_entropy_per_mask)
+
+        if self.averager is not None:
+            self.averager.new_step()
+        return distributed.DataParallelLoss(
+            make, len(idx), self.shard,
+            on_split=self.averager.split if self.averager is not None else None)
+
+    def selection(self, generator: torch.Generator) -> list:
+        """``eval_batches`` training batches (no augmentation) drawn with ``generator``."""
+        B, data = self.cfg.batch_size, self.data
+        order = torch.randperm(len(data.train), generator=generator,
+                               device=generator.device).to(data.train.y.device)
+        out = []
+        for j in range(min(self.cfg.eval_batches, math.ceil(len(data.train) / B))):
+            idx = order[j * B:(j + 1) * B]
+            out.append((data.prepare(data.train.x[idx]), data.train.y[idx]))
+        return out
+
+
+class PruneTask:
+    """One pruning run as a :class:`pbscale.loop_types.Task`: the network of ``cfg`` (built from
+    its seed and initialization), the masked layout over :attr:`names`
+    (model.masked_names(); masks are flat (d,) vectors, through dynamic weight rescaling for
+    methods that rescale), its :class:`Batches` and its :class:`MaskEvaluation`. Its state is
+    the network's, the augmentation generator's and the evaluation mask's.
+
+    ``shard`` (torchrun): batches and evaluation split over the ranks; :meth:`share_gradients`
+    then averages the gradients of the weights (and of a method's logits) over the ranks."""
+
+    #: The flags named when a run diverges (:func:`pbscale.loop.run`).
+    lr_flags = {"masks": "--mask-lr", "optimizer": "--mask-opt", "weights": "--lr"}
+
+    def __init__(self, cfg: PruneConfig, data: datamod.Data, device: torch.device,
+                 shard: distributed.Shard | None = None) -> None:
+        self.cfg, self.data, self.device, self.shard = cfg, data, device, shard
+        self.model = build_model(cfg.model, cfg.seed, cfg.init).to(device)
+        self.names = self.model.masked_names(cfg.mask_head, cfg.mask_shortcuts)
+        family = cfg.family
+        self.trains_weights = cfg.mode == "joint" or family.dense_weights
+        for p in self.model.parameters():
+            p.requires_grad_(self.trains_weights)
+        self.layout = MaskedModule(self.model, self.names, train_weights=self.trains_weights,
+                                   weight_hook=rescaled_weight if family.rescale
+                                   else plain_weight)
+        self.name = f"{cfg.model}-{cfg.mode}-{cfg.method}"
+        self.d = self.layout.d
+        self.num_all = sum(p.numel() for p in self.model.parameters())
+        #: the run's :class:`pbscale.distributed.GradAverage` under torchrun (its parameters
+        #: come with :meth:`share_gradients`)
+        self.averager = (distributed.GradAverage(shard, [], list(self.model.buffers()))
+                         if shard is not None else None)
+        self.batches = Batches(cfg, data, self.layout, shard, self.averager)
+        self.steps_per_epoch = self.batches.steps_per_epoch
+        self.total_steps = self.steps_per_epoch * cfg.epochs
+        self.evaluation = MaskEvaluation(cfg, data, self.layout, self.batches, shard)
+
+    def share_gradients(self, params: list[torch.Tensor],
+                        optimizers: list[torch.optim.Optimizer]) -> None:
+        """Under torchrun: the gradients of the trained weights and of ``params`` averaged over
+        the ranks by one flat all-reduce per step, before the first of ``optimizers`` steps
+        (nothing without a shard, or with nothing to average)."""
+        if self.averager is not None:
+            self.averager.track([*self.weights(), *params], optimizers)
+
+    # ------------------------------------------------------------------ Task protocol
+
+    def config(self) -> dict:
+        return self.cfg.hashed()
+
+    def weights(self) -> list[nn.Parameter]:
+        return list(self.model.parameters()) if self.trains_weights else []
+
+    def epoch_order(self, generator: torch.Generator) -> torch.Tensor:
+        return self.batches.epoch_order(generator)
+
+    def batch_loss(self, order: torch.Tensor, i: int) -> BatchedLoss:
+        return self.batches.loss(order, i)
+
+    def evaluate(self, ctx: EvalContext) -> dict[str, float]:
+        return self.evaluation.evaluate(ctx)
+
+    def state_dict(self) -> dict:
+        return {"model": {k: v.detach().cpu() for k, v in self.model.state_dict().items()},
+                "aug_gen": self.batches.aug_gen.get_state(),
+                "eval_mask": self.evaluation.state()}
+
+    def load_state_dict(self, state: dict) -> None:
+        with torch.no_grad():
+            for k, v in self.model.state_dict().items():
+                v.copy_(state["model"][k].to(v.device))
+        self.batches.aug_gen.set_state(state["aug_gen"])
+        self.evaluation.load_state(state["eval_mask"])

@@ -1,0 +1,105 @@
+"""A run's folder and the records in it: the folder named by a hash of the run's configuration,
+``config.json`` (what is hashed, what is not: "info" and "method_info"), the provenance a
+reused folder must match, ``summary.json`` and the checkpoint, read with
+``weights_only=True``. :func:`pbscale.loop.run` opens the folder with :func:`open_folder`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from pbexact.errors import PBInputError
+from pbexact.io import check_out_dir
+
+from . import io
+from .loop_types import LoopConfig, Method, Task
+
+#: Entries of ``info`` (config.json, unhashed) that must match when a run folder is reused:
+#: the fingerprint of the data and the number of processes (torchrun) that made the run.
+PROVENANCE = ("data", "world_size")
+
+
+def config_hash(config: dict) -> str:
+    """First 12 hex digits of the SHA-256 of the canonical JSON of ``config``."""
+    text = json.dumps(config, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def run_folder(out: str | Path, task_name: str, config: dict) -> Path:
+    """``<out>/<task_name>-<config_hash(config)>``."""
+    return Path(out) / f"{task_name}-{config_hash(config)}"
+
+
+def full_config(task: Task, method: Method, loop: LoopConfig) -> dict:
+    """The configuration a run folder is named by: task, method and loop."""
+    return {"task": task.config(), "method": method.config_dict(), "loop": loop.to_dict()}
+
+
+def env_info() -> dict:
+    """Facts a launcher (``pbscale.sweep``) passes in ``$PBSCALE_RUN_INFO`` (a JSON object)
+    for config.json's unhashed "info" (e.g. the sweep's run id)."""
+    text = os.environ.get("PBSCALE_RUN_INFO")
+    return json.loads(text) if text else {}
+
+
+def check_provenance(folder: Path, old: Any, new: dict) -> None:
+    """Refuse (one line) to reuse ``folder`` when its recorded :data:`PROVENANCE` (``old``:
+    config.json's "info") differs from this run's (``new``); an entry missing on either side
+    (a folder written before it was recorded) is not compared."""
+    old = old if isinstance(old, dict) else {}
+    for key in PROVENANCE:
+        if key in old and key in new and old[key] != new[key]:
+            what = ("other data (fingerprint {} there, {} now)" if key == "data" else
+                    "{} processes (torchrun), this run has {}")
+            raise PBInputError(
+                f"{folder} holds a run made from {what.format(old[key], new[key])}; choose "
+                f"another --out or delete the folder")
+
+
+def open_folder(out: str | Path, name: str, config: dict, record: dict,
+                files: tuple[str, ...]) -> Path:
+    """The run folder of ``config`` under ``out``, checked: ``files`` (the run's files) are not
+    folders, and a ``config.json`` already there holds the same configuration and
+    provenance (else a one-line :class:`PBInputError`). ``record`` is what this run writes to
+    config.json: ``config`` plus its unhashed "info" (and "method_info")."""
+    check_out_dir(Path(out))
+    folder = run_folder(out, name, config)
+    for f in files:
+        if (folder / f).is_dir():
+            raise PBInputError(f"damaged run folder: {folder / f} is a folder, not a file; "
+                               f"{io.DAMAGED_FIX}")
+    if (folder / "config.json").exists():
+        old = io.read_json(folder / "config.json")
+        if not isinstance(old, dict):
+            raise PBInputError(f"damaged run file {folder / 'config.json'} (not a JSON object); "
+                               f"{io.DAMAGED_FIX}")
+        if {k: old.get(k) for k in config} != json.loads(json.dumps(config)):
+            raise PBInputError(
+                f"{folder} holds a run with another configuration; choose another --out "
+                "or delete the folder"
+            )
+        check_provenance(folder, old.get("info"), record["info"])
+    return folder
+
+
+def write_summary(folder: Path, history: list[dict], device: torch.device | str,
+                  **extra: Any) -> None:
+    """``summary.json`` of a finished run: ``final_<column>`` of the last history row, the
+    training seconds (sum of ``train_seconds``) and per epoch, the device and ``extra``."""
+    train_s = sum(h["train_seconds"] for h in history)
+    summary = {f"final_{k}": v for k, v in history[-1].items() if k != "epoch"}
+    summary.update({"train_seconds": train_s,
+                    "seconds_per_epoch": train_s / max(len(history) - 1, 1),
+                    "device": str(device), **extra})
+    io.write_json(folder / "summary.json", summary)
+
+
+def read_state(path: str | Path) -> dict[str, Any] | None:
+    """A run's checkpoint (``weights_only=True``), or None."""
+    return io.load_checkpoint(path)
