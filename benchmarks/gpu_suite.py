@@ -383,7 +383,7 @@ def _job_kinds(ctx: Context) -> list[dict]:
     (:func:`pbscale.sweep.plan`), as kinds of equal cost: method, n, parametrization, optimizer,
     lam and runs per job (``G``); per kind the jobs and runs of the sweep and one job's
     MethodConfigs (a group's members, or the single run)."""
-    from pbscale.methods import MethodConfig
+    from pbscale.methods import MethodConfig, get_family
     from pbscale.sweep import Group, load, members, plan
 
     sweep = load(SWEEP_FILE, out=ctx.folder)
@@ -405,8 +405,11 @@ def _job_kinds(ctx: Context) -> list[dict]:
     if any(int(r.full["epochs"]) != SWEEP_EPOCHS for r in sweep.runs):
         raise RuntimeError(f"{SWEEP_FILE.name}: a run's epochs is not {SWEEP_EPOCHS}")
     for k in kinds.values():
-        # masks evaluated per step: the cost measure unmeasured kinds are fitted in
-        k["masks_per_step"] = k["runs_per_job"] * (1 if k["method"] == "cp" else k["n"])
+        # masks evaluated per step, the cost measure unmeasured kinds are fitted in: n for a
+        # method that draws samples, one mask for one that draws none (the registry's
+        # min_samples is None: it ignores n)
+        draws = get_family(k["method"]).min_samples is not None
+        k["masks_per_step"] = k["runs_per_job"] * (k["n"] if draws else 1)
     return list(kinds.values())
 
 
@@ -580,8 +583,10 @@ def run_piece(piece: Piece, dev: torch.device, smoke: bool, folder: Path, budget
 
 
 def environment(dev: torch.device, smoke: bool, budget: float, pieces: list[str]) -> dict:
-    """Device, driver, library versions, TF32 flags, commit (``git rev-parse HEAD``, else the
-    environment variable ``GPU_SUITE_COMMIT``), host and date of this run."""
+    """Device, driver, library versions, TF32 flags, commit, host and date of this run. The
+    commit: the environment variable ``GPU_SUITE_COMMIT`` when set (the commit a copied tree
+    was made from: the copy may sit inside another checkout, whose commit git would name),
+    else ``git rev-parse HEAD``; ``commit_source`` says which."""
     env: dict[str, Any] = {
         "device": str(dev),
         "device_name": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
@@ -605,20 +610,22 @@ def environment(dev: torch.device, smoke: bool, budget: float, pieces: list[str]
                                 "-i", str(dev.index or 0)], capture_output=True, text=True,
                                timeout=20)
             env["driver"] = q.stdout.strip() or None
+    if os.environ.get("GPU_SUITE_COMMIT"):
+        # a copy of the working tree (a device machine): the commit it was made from, as the
+        # caller names it; git here could answer for an enclosing checkout
+        env["commit"] = os.environ["GPU_SUITE_COMMIT"].strip()
+        env["commit_source"] = "GPU_SUITE_COMMIT"
+        return env
     with contextlib.suppress(OSError, subprocess.SubprocessError):
         head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True,
                               text=True, timeout=20)
         if head.returncode == 0:
             env["commit"] = head.stdout.strip()
+            env["commit_source"] = "git"
             dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain",
                                     "--untracked-files=no"], capture_output=True, text=True,
                                    timeout=20)
             env["commit_dirty"] = bool(dirty.stdout.strip())
-    if env["commit"] is None and os.environ.get("GPU_SUITE_COMMIT"):
-        # a copy of the working tree without .git (a device machine): the commit it was made
-        # from, as the caller names it
-        env["commit"] = os.environ["GPU_SUITE_COMMIT"]
-        env["commit_source"] = "GPU_SUITE_COMMIT"
     return env
 
 

@@ -88,6 +88,12 @@ def test_smoke_writes_every_piece_the_goals_and_the_environment(tmp_path: Path):
     assert sum(r["runs"] for r in sweep) == 280  # the paper's sweep, as the sweep file says
     assert sum(r["jobs"] for r in sweep) == 95
     assert 1 <= sum(str(r["measured"]) == "True" for r in sweep) < len(sweep)
+    # masks evaluated per step: n for the sampling methods, one mask for CP (the registry says
+    # which draws samples, not a method name in the suite)
+    for r in sweep:
+        per_run = 1 if r["method"] == "cp" else r["n"]
+        assert r["masks_per_step"] == r["runs_per_job"] * per_run, r
+    assert {r["method"] for r in sweep} >= {"cp", "st", "rebar", "arms"}
     hours = sum(r["projected_s"] for r in sweep) / 3600
     assert goals[gs.GOALS[5].text][2] == f"{hours:.3g}"
     assert not list(folder.glob(".tmp-*"))  # the pieces' scratch folders are gone
@@ -161,3 +167,20 @@ def test_alarms_nest():
             assert time.perf_counter() - t0 < 0.9
             time.sleep(5)  # the outer one still fires, on its own time
     assert 0.9 < time.perf_counter() - t0 < 3
+
+
+def test_the_commit_named_in_the_environment_wins_over_an_enclosing_checkout(
+        monkeypatch: pytest.MonkeyPatch):
+    """A tree copied onto a device machine may sit inside another checkout, whose commit git
+    would name (the H100 run recorded one): GPU_SUITE_COMMIT, when set, is the commit."""
+    cpu = torch.device("cpu")
+    monkeypatch.delenv("GPU_SUITE_COMMIT", raising=False)
+    from_git = gs.environment(cpu, True, 1.0, ["sync"])
+    assert from_git["commit_source"] == "git" and re.fullmatch(r"[0-9a-f]{40}",
+                                                               from_git["commit"])
+    named = "9b1e895b3dc8def59339c26dba6a866b703c737b"
+    assert named != from_git["commit"]
+    monkeypatch.setenv("GPU_SUITE_COMMIT", named)
+    env = gs.environment(cpu, True, 1.0, ["sync"])
+    assert env["commit"] == named and env["commit_source"] == "GPU_SUITE_COMMIT"
+    assert env["commit_dirty"] is None  # unknown for a copy
