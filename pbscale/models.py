@@ -36,6 +36,7 @@ import torch
 from torch import nn
 
 from pbexact.errors import PBInputError
+from pbscale.route_ops import bn_act
 
 #: Input shape (without the batch dimension) of each data set the models accept.
 INPUT_SHAPES = {"mnist": (784,), "cifar10": (3, 32, 32)}
@@ -140,9 +141,10 @@ class BasicBlock(nn.Module):
             ]))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = torch.relu(self.bn1(self.conv1(x)))
-        h = self.bn2(self.conv2(h))
-        return torch.relu(h + self.shortcut(x))
+        # relu(bn(.)) and relu(bn(.) + shortcut) through bn_act: op by op (plain forward), or
+        # one fused tail inside a folded call on the fused route (pbscale.routes)
+        h = bn_act(self.bn1, self.conv1(x))
+        return bn_act(self.bn2, self.conv2(h), self.shortcut(x))
 
 
 class ResNet20(nn.Module, PrunableNet):
@@ -173,7 +175,7 @@ class ResNet20(nn.Module, PrunableNet):
         self.fc = nn.Linear(64, NUM_CLASSES)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = torch.relu(self.bn(self.conv(x)))
+        h = bn_act(self.bn, self.conv(x))
         h = self.blocks(h)
         return self.fc(h.mean(dim=(2, 3)))
 
