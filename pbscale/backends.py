@@ -41,7 +41,7 @@ from pbexact.errors import PBInputError
 from pbscale import route_ops
 from pbscale import routes as routes_module
 from pbscale.batched import WeightHook, foldable, forward_masked, plain_weight
-from pbscale.graphs import StaticFunction
+from pbscale.graphs import StaticFunction, capturing
 from pbscale.routes import NONE, Routes
 
 #: Backends a layout may ask for by name ("auto": :meth:`BackendChoice.for_device` decides).
@@ -430,13 +430,15 @@ class Graphed(Backend):
 
     @staticmethod
     def eligible(layout: MaskLayout, z: torch.Tensor, x: torch.Tensor) -> bool:
-        """Whether a call can be replayed: z (k, d) with k > 0, nothing to differentiate, and
-        no training-mode BatchNorm with ``momentum=None`` (its factor is a host read-back)."""
+        """Whether a call can be replayed: z (k, d) with k > 0, nothing to differentiate, no
+        training-mode BatchNorm with ``momentum=None`` (its factor is a host read-back), and not
+        inside another capture (a captured step, :mod:`pbscale.captured_step`)."""
         grads = torch.is_grad_enabled() and (z.requires_grad or x.requires_grad or any(
             t.requires_grad for t in layout.base.values()))
         cumulative = any(isinstance(m, nn.modules.batchnorm._BatchNorm) and m.training
                          and m.momentum is None for m in layout.module.modules())
-        return z.dim() == 2 and z.shape[0] > 0 and not grads and not cumulative
+        return (z.dim() == 2 and z.shape[0] > 0 and not grads and not cumulative
+                and not capturing())
 
     def __call__(self, z: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         lay = self.layout
@@ -502,19 +504,23 @@ class BackendChoice:
         return routes_module.default() if self.routes is None else self.routes
 
     def effective_routes(self, device: torch.device | str) -> Routes:
-        """The routes asked for that apply on ``device`` to this network: none off a CUDA device
-        or off the folded code; ``channels_last`` for 2-d conv nets under autocast (bf16 or
-        fp16: in fp32 channels-last measured slower on the H100, 10.97 against 7.44 dense
-        steps); ``shortcut_einsum`` where a 1x1 convolution is; ``fused_bn`` where a BatchNorm
-        is and ``torch.compile`` can compile for the device; ``cudnn_benchmark`` for conv nets;
-        ``cuda_graph`` for supermasks (constant weights)."""
+        """The routes asked for that apply on ``device`` to this network: none off a GPU (a
+        CUDA device, or the meta device, which stands for one in the emulated sync check and
+        the op counts) or off the folded code; ``channels_last`` for 2-d conv nets under
+        autocast (bf16 or fp16: in fp32 channels-last measured slower on the H100, 10.97
+        against 7.44 dense steps); ``shortcut_einsum`` where a 1x1 convolution is; ``fused_bn``
+        where a BatchNorm is and ``torch.compile`` can compile for a CUDA device (on meta: the
+        eager tail); ``cudnn_benchmark`` for conv nets; ``cuda_graph`` for supermasks (constant
+        weights; captured on CUDA only)."""
         r = self.asked()
-        if torch.device(device).type != "cuda" or not r.on or not self.foldable:
+        kind = torch.device(device).type
+        if kind not in ("cuda", "meta") or not r.on or not self.foldable:
             return NONE
         lay = self.layout
+        compiles = kind == "meta" or route_ops.compile_available()
         return Routes(channels_last=r.channels_last and lay.amp is not None and self.has_conv2d,
                       shortcut_einsum=r.shortcut_einsum and self.has_1x1,
-                      fused_bn=r.fused_bn and self.has_bn and route_ops.compile_available(),
+                      fused_bn=r.fused_bn and self.has_bn and compiles,
                       cudnn_benchmark=r.cudnn_benchmark and self.has_conv,
                       cuda_graph=r.cuda_graph and not lay.train_weights)
 

@@ -19,6 +19,15 @@ import torch
 
 #: Eager runs on a side stream before a capture (lazy initializations, cuDNN autotuning).
 WARMUP = 2
+#: The profiler scope of an uncaptured run of what a CUDA graph would hold (here and in
+#: :class:`pbscale.captured_step.CapturedStep`; `benchmarks/op_count.py` counts the operations
+#: inside it as the one launch of a replay).
+SCOPE = "pbscale.graphs.uncaptured"
+
+
+def capturing() -> bool:
+    """Whether the current CUDA stream is capturing a graph (False without CUDA)."""
+    return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
 
 
 class StaticFunction:
@@ -62,7 +71,9 @@ class StaticFunction:
         if first and self.capture:
             self._capture()
         if self.graph is None:
-            return self.fn(*self.static).clone()
+            with torch.profiler.record_function(SCOPE):  # what a capture would hold
+                out = self.fn(*self.static)
+            return out.clone()
         self.graph.replay()
         return self.out.clone()
 

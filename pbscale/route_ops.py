@@ -30,6 +30,9 @@ from torch import nn
 
 #: The attribute a folded call with the fused route sets on a BatchNorm module (and removes).
 FUSED_ATTR = "fused_bn_act"
+#: The profiler scope of an eager run of the fused tail (`benchmarks/op_count.py` counts the
+#: operations inside it as the kernels the compiled tail launches).
+FUSED_SCOPE = "pbscale.route_ops.batch_norm_act"
 
 
 def bn_act(bn: nn.Module, x: torch.Tensor, residual: torch.Tensor | None = None,
@@ -96,12 +99,17 @@ def _compiled() -> Callable[..., torch.Tensor]:
     return torch.compile(batch_norm_act, dynamic=True)
 
 
+def _eager(*args: object) -> torch.Tensor:
+    with torch.profiler.record_function(FUSED_SCOPE):
+        return batch_norm_act(*args)
+
+
 def batch_norm_act_fn(device: torch.device | str) -> Callable[..., torch.Tensor]:
     """The tail to run on ``device``: compiled on a CUDA device when :func:`compile_available`,
-    else :func:`batch_norm_act` itself (eager)."""
+    else :func:`batch_norm_act` itself (eager, in a profiler scope of its own)."""
     if torch.device(device).type == "cuda" and compile_available():
         return _compiled()
-    return batch_norm_act
+    return _eager
 
 
 def conv1x1_folded(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,

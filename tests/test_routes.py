@@ -14,6 +14,7 @@ import math
 import pytest
 import torch
 from _masked_reference import randomize_bn
+from _reference import earlier_stick_draw
 from torch import nn
 from torch.nn import functional as F
 
@@ -299,41 +300,6 @@ def test_graphed_static_buffers_equal_the_backend(model: str):
     assert len(graphed.calls) == 2  # k = 2 and k = 3
 
 
-def _old_stick_draw(theta: torch.Tensor, n: int, gen: torch.Generator, sizes: list[int],
-                    row_loop: bool, uniforms) -> torch.Tensor:
-    """The copula sampler's stick-breaking as it was before the fewer-kernel form (commit
-    daa5e4e), for the test: the bits of draws in chunks of ``sizes``."""
-    from pbexact.copula import branch_side, branch_threshold
-
-    hi, m = branch_side(theta)
-    c = branch_threshold(m, n)
-    sign = hi.to(theta.dtype).mul_(2).sub_(1)
-    bound = c.mul_(sign)
-    q_prev, first, outs = sign.clone(), 1, []
-    for k in sizes:
-        s = torch.arange(first, first + k, dtype=theta.dtype)
-        per_row = (n - s).clamp_min(1).reciprocal_().view(k, 1)
-        out = uniforms((k, theta.numel()), gen)
-        L = out.log_().mul_(per_row)
-        if first + k - 1 == n:
-            L[-1] = -math.inf
-        q = torch.exp(L)
-        q[0].mul_(q_prev)
-        if row_loop:
-            for i in range(1, k):
-                q[i].mul_(q[i - 1])
-        else:
-            q.cumprod_(0)
-        D = torch.empty_like(L)
-        torch.sub(q_prev, q[0], out=D[0])
-        if k > 1:
-            torch.sub(q[:-1], q[1:], out=D[1:])
-        q_prev = q[-1].clone()
-        outs.append(torch.le(D, bound).to(theta.dtype))
-        first += k
-    return torch.cat(outs)
-
-
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
 def test_copula_stick_breaking_is_bit_for_bit_the_earlier_form(dtype, monkeypatch):
     """CPU float64 and CPU float32 with stick-breaking forced: the same bits as before, chunk
@@ -353,7 +319,7 @@ def test_copula_stick_breaking_is_bit_for_bit_the_earlier_form(dtype, monkeypatc
         s = CopulaSampler(theta, n, torch.Generator().manual_seed(3))
         assert not s._ints
         new = torch.cat([s.next(k) for k in sizes])
-        old = _old_stick_draw(theta, n, torch.Generator().manual_seed(3), sizes, True, uniforms)
+        old = earlier_stick_draw(theta, n, torch.Generator().manual_seed(3), sizes, True, uniforms)
         assert torch.equal(new, old), sizes
 
 
@@ -388,3 +354,100 @@ def test_break_sticks_gpu_branch_on_cpu_tensors_equals_the_row_loop_and_the_earl
         torch.testing.assert_close(a, ref, rtol=1e-6, atol=1e-7)
         assert not torch.equal(a, b)  # not vacuous: the CPU cumprod does differ in float32
     assert (qa == 0).all() and (qb == 0).all()  # the last draw took the whole stick
+
+
+def _lenet_step(seed: int = 0):
+    """A small MLP classifier (the LeNet path: nn.Sequential of Linear and ReLU), supermask,
+    and an ARMS n = 6 trainer."""
+    from pbscale.methods import MaskTrainer, MethodConfig
+
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(20, 16), nn.ReLU(), nn.Linear(16, 10))
+    layout = MaskedModule(net)
+    tr = MaskTrainer(MethodConfig(method="arms", n=6, chunk=6, seed=seed), layout.d, 10, "cpu")
+    return layout, tr
+
+
+def _batches(k: int = 3) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    gen = torch.Generator().manual_seed(9)
+    return [(torch.randn(5, 20, generator=gen), torch.randint(0, 10, (5,), generator=gen))
+            for _ in range(k)]
+
+
+def test_captured_step_static_flow_equals_the_plain_step():
+    """The captured step's data flow run eagerly (the CPU): batch copied into static buffers,
+    the loss built once on them, the trainer's own step; the logits after three steps equal a
+    twin trainer's plain steps bit for bit, and each call returns the step's read-back (the sum
+    of the n sampled losses: the plain step's loss times n)."""
+    from pbscale.batched import cross_entropy_per_mask
+    from pbscale.captured_step import CapturedStep
+
+    layout, tr = _lenet_step()
+    twin_layout, twin = _lenet_step()
+    step = CapturedStep(tr, layout, *_batches(1)[0])
+    assert not step.capture  # no capture off CUDA
+    for x, y in _batches():
+        got = step(x, y)
+        loss = twin.step(twin_layout.loss_fn(x, y, cross_entropy_per_mask))
+        assert got.dtype == torch.float64 and got.dim() == 0
+        assert float(got) / 6 == loss
+        assert torch.equal(tr.r, twin.r)
+    assert tr.step_count == twin.step_count == 3
+    with pytest.raises(PBInputError, match="supermask"):
+        CapturedStep(tr, MaskedModule(layout.module, train_weights=True), *_batches(1)[0])
+
+
+def test_captured_step_captures_at_the_second_call_and_again_after_a_change(monkeypatch):
+    """The capture schedule, with the capture emulated by a stand-in graph that replays the
+    eager step: eager at the first call, captured at the second and replayed after (the step
+    counter advanced on the host), eager again once the learning rate changes, then a new
+    graph."""
+    from pbscale.captured_step import CapturedStep
+
+    layout, tr = _lenet_step()
+    step = CapturedStep(tr, layout, *_batches(1)[0])
+    step.capture = True
+    events: list[str] = []
+
+    orig = step._eager
+
+    class FakeGraph:
+        def replay(self) -> None:
+            events.append("replay")
+            count = tr.step_count
+            step.readback = orig()
+            tr.step_count = count  # a replay runs kernels only; __call__ counts the step
+
+    def fake_capture() -> bool:
+        events.append("capture")
+        step.graph = FakeGraph()
+        return True
+
+    monkeypatch.setattr(step, "_capture", fake_capture)
+
+    def eager() -> torch.Tensor:
+        events.append("eager")
+        return orig()
+
+    monkeypatch.setattr(step, "_eager", eager)
+    batches = _batches(6)
+    for i, (x, y) in enumerate(batches):
+        if i == 3:
+            for g in tr.opt.param_groups:
+                g["lr"] *= 0.5
+        step(x, y)
+    assert events == ["eager", "capture", "replay", "replay",  # calls 1, 2, 3
+                      "eager", "capture", "replay", "replay"]  # the rate changed: 4, 5, 6
+    assert tr.step_count == 6
+
+
+def test_read_backs_are_recorded_and_stood_in():
+    from pbscale.captured_step import ReadBacks
+
+    t = torch.tensor(2.5)
+    with ReadBacks(torch.device("cpu"), stand_in=True) as mode:
+        assert float(t * 2) == 0.0 and (t > 0).item() is False
+    assert [float(v) for v in mode.tensors] == [5.0, 1.0]
+    with ReadBacks(torch.device("cpu"), stand_in=False) as mode:
+        assert float(t * 2) == 5.0
+    assert len(mode.tensors) == 1

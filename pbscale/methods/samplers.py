@@ -296,6 +296,14 @@ def _exponents(n: int, first: int, k: int, dtype: torch.dtype, device: torch.dev
     return e
 
 
+def release_scratch() -> None:
+    """Drop the cached scratch tensor and stick-breaking exponents, so that the next ones are
+    allocated anew (a CUDA graph capture that allocates them keeps them in the graph's own
+    memory pool, safe from reuse when a later shape evicts them)."""
+    _SCRATCH.clear()
+    _EXPONENTS.clear()
+
+
 def _scratch(shape: tuple[int, ...], like: torch.Tensor) -> torch.Tensor:
     """One cached scratch tensor per process (the latest shape, dtype and device only): a fresh
     (k, d) buffer per chunk costs page faults on the CPU that can exceed the arithmetic. Only
