@@ -509,9 +509,10 @@ class BackendChoice:
         the op counts) or off the folded code; ``channels_last`` for 2-d conv nets under
         autocast (bf16 or fp16: in fp32 channels-last measured slower on the H100, 10.97
         against 7.44 dense steps); ``shortcut_einsum`` where a 1x1 convolution is; ``fused_bn``
-        where a BatchNorm is and ``torch.compile`` can compile for a CUDA device (on meta: the
-        eager tail); ``cudnn_benchmark`` for conv nets; ``cuda_graph`` for supermasks (constant
-        weights; captured on CUDA only)."""
+        for conv nets with BatchNorm (it acts where the forward calls
+        :func:`pbscale.route_ops.bn_act`: ResNet-20) when ``torch.compile`` can compile for a
+        CUDA device (on meta: the eager tail); ``cudnn_benchmark`` for conv nets;
+        ``cuda_graph`` for supermasks (constant weights; captured on CUDA only)."""
         r = self.asked()
         kind = torch.device(device).type
         if kind not in ("cuda", "meta") or not r.on or not self.foldable:
@@ -520,7 +521,7 @@ class BackendChoice:
         compiles = kind == "meta" or route_ops.compile_available()
         return Routes(channels_last=r.channels_last and lay.amp is not None and self.has_conv2d,
                       shortcut_einsum=r.shortcut_einsum and self.has_1x1,
-                      fused_bn=r.fused_bn and self.has_bn and compiles,
+                      fused_bn=r.fused_bn and self.has_bn and self.has_conv2d and compiles,
                       cudnn_benchmark=r.cudnn_benchmark and self.has_conv,
                       cuda_graph=r.cuda_graph and not lay.train_weights)
 

@@ -24,7 +24,9 @@ LeNet is an ``nn.Sequential`` (subclass) of Linear and ReLU layers fed flat imag
 backend; the MLP fast path takes plain ``nn.Sequential`` instances only). The classes with their
 own ``forward`` (ResNet-20 and its blocks, VGG-19) set ``channelwise_forward = True``: their
 forwards join layers by channel-wise operations only, which lets
-:func:`pbscale.batched.forward_masked` run k masks of them as one network.
+:func:`pbscale.batched.forward_masked` run k masks of them as one network. ResNet-20 writes
+"BatchNorm, residual add, ReLU" as one call, :func:`pbscale.route_ops.bn_act`: op by op as
+before, or one fused tail in a folded call on the ``fused_bn`` route (:mod:`pbscale.routes`).
 """
 
 from __future__ import annotations

@@ -11,7 +11,8 @@ replaces (to float rounding, gradients included; tested against it on the CPU):
   :func:`batch_norm_act_fn`, the function to run on a device: ``torch.compile`` of it on a CUDA
   device where Triton is available (two kernels: one reduction, one elementwise; only this tail
   is compiled, never a convolution: Triton's grouped-convolution templates were 1.7-78x slower
-  than cuDNN on the H100), else the eager function.
+  than cuDNN on the H100), else the eager function. Compiling raises dynamo's recompile limit
+  to :data:`RECOMPILE_LIMIT` for the process (its variants would pass the default of 8).
 * :func:`conv1x1_folded`: a 1x1 convolution (any stride, no padding) on folded activations
   (B, k Cin, H, W) with the k masks' kernels (k Cout, Cin, 1, 1) and groups k, as a strided
   slice and one ``einsum`` over the k masks; channels-last in, channels-last out.
@@ -93,8 +94,18 @@ def compile_available() -> bool:
             and importlib.util.find_spec("triton") is not None)
 
 
+#: Compiled variants of the tail dynamo may keep (its default, 8, is below the 2 residual
+#: forms x 2 dtypes x 2 memory formats x train/eval x with/without autograd a run can meet).
+RECOMPILE_LIMIT = 64
+
+
 @functools.cache
 def _compiled() -> Callable[..., torch.Tensor]:
+    import torch._dynamo.config as dynamo
+
+    for name in ("recompile_limit", "cache_size_limit"):  # the name changed across versions
+        if hasattr(dynamo, name):
+            setattr(dynamo, name, max(getattr(dynamo, name), RECOMPILE_LIMIT))
     # dynamic shapes: one kernel pair for the layers' shapes and the last, shorter chunk
     return torch.compile(batch_norm_act, dynamic=True)
 

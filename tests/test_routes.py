@@ -246,6 +246,9 @@ def test_effective_routes_follow_device_network_and_setting(monkeypatch: pytest.
     assert lenet.effective_routes("cuda") == Routes(cuda_graph=True)
     monkeypatch.setattr(route_ops, "compile_available", lambda: False)
     assert not fp32.effective_routes("cuda").fused_bn  # no Triton: the reference BatchNorm
+    # the meta device stands for a GPU (op counts, the emulated sync check): the eager tail
+    assert fp32.effective_routes("meta") == Routes(
+        shortcut_einsum=True, fused_bn=True, cudnn_benchmark=True, cuda_graph=True)
     # no routes asked: the process default, read at each call
     default = MaskedModule(resnet, names).choice
     assert default.effective_routes("cuda") == NONE
