@@ -193,7 +193,7 @@ def step_rows(dev: torch.device, model: str, amp_name: str, batch: int, n: int, 
     for _ in range(steps):
         a.step(f)
         cb(x, y)
-    diff = float((a.r - b.r).abs().max())
+    diff = float((a.r - b.r).detach().abs().max())
     base = {"model": model, "amp": amp_name, "what": "mc_step", "routes": str(taken), "n": n,
             "batch": batch, "ms_reference": eager_ms}
     return [{**base, "route": "dense_train", "routes": "", "n": 1, "ms": dense_ms,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import math
+import os
 
 import pytest
 import torch
@@ -454,3 +455,31 @@ def test_read_backs_are_recorded_and_stood_in():
     with ReadBacks(torch.device("cpu"), stand_in=False) as mode:
         assert float(t * 2) == 5.0
     assert len(mode.tensors) == 1
+
+
+@pytest.mark.skipif(os.environ.get("PBNN_SLOW_TESTS") != "1",
+                    reason="torch.compile on the CPU (inductor, C++): about 2 min; "
+                    "PBNN_SLOW_TESTS=1")
+def test_the_fused_tail_compiles_whole_and_equals_the_eager_tail():
+    """The function the fused route compiles on a GPU compiles as one graph (fullgraph: no
+    break) and gives the eager tail's values, running statistics and gradients (float32,
+    rtol 1e-5), with and without a residual, in training and eval mode; here by inductor's CPU
+    backend."""
+    fn = torch.compile(route_ops.batch_norm_act, dynamic=True, fullgraph=True)
+    gen = torch.Generator().manual_seed(0)
+    for shape in ((4, 6, 5, 5), (4, 12, 3, 3)):
+        x = torch.randn(shape, generator=gen, requires_grad=True)
+        res = torch.randn(shape, generator=gen)
+        w = (torch.rand(shape[1], generator=gen) + 0.5).requires_grad_()
+        b = torch.randn(shape[1], generator=gen)
+        for residual in (None, res):
+            for train in (True, False):
+                s1 = [torch.zeros(shape[1]), torch.ones(shape[1])]
+                s2 = [t.clone() for t in s1]
+                got = fn(x, *s1, w, b, train, 0.1, 1e-5, residual, True)
+                ref = route_ops.batch_norm_act(x, *s2, w, b, train, 0.1, 1e-5, residual, True)
+                torch.testing.assert_close(got, ref, rtol=1e-5, atol=1e-5)
+                torch.testing.assert_close(s1, s2, rtol=1e-5, atol=1e-6)
+                torch.testing.assert_close(torch.autograd.grad(got.sum(), [x, w]),
+                                           torch.autograd.grad(ref.sum(), [x, w]),
+                                           rtol=1e-5, atol=1e-5)
