@@ -20,11 +20,16 @@ which networks they run:
 :meth:`BackendChoice.choose` per call (the MLP paths where they apply, else the device's
 backend), :meth:`BackendChoice.for_device` for networks off the MLP paths ("auto": folded on a
 GPU and for networks without convolutions, loop for conv nets elsewhere, vmap for a network the
-folded code cannot run; or the backend asked for by name).
+folded code cannot run; or the backend asked for by name). It also decides which GPU routes of
+:mod:`pbscale.routes` a call takes (:meth:`BackendChoice.effective_routes`): the folded
+backend's (channels-last, the 1x1 shortcut as an einsum, the fused BatchNorm tail, cuDNN
+autotuning) and :class:`Graphed`, a backend's forward replayed from a CUDA graph.
 """
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Callable
 from typing import ClassVar, Protocol
 
 import torch
@@ -33,7 +38,11 @@ from torch.func import functional_call, vmap
 from torch.nn import functional as F
 
 from pbexact.errors import PBInputError
+from pbscale import route_ops
+from pbscale import routes as routes_module
 from pbscale.batched import WeightHook, foldable, forward_masked, plain_weight
+from pbscale.graphs import StaticFunction, capturing
+from pbscale.routes import NONE, Routes
 
 #: Backends a layout may ask for by name ("auto": :meth:`BackendChoice.for_device` decides).
 BACKENDS = ("auto", "folded", "loop", "vmap")
@@ -323,24 +332,30 @@ class Folded(Backend):
     (live parameters when ``train_weights``) the weights. BatchNorm in training mode: each mask
     normalizes with its own batch statistics, and the running statistics are updated once per
     call with the mean over the k masks of their updates; in eval mode the running statistics.
-    Dropout: independent units per mask's channels."""
+    Dropout: independent units per mask's channels. ``routes``: the GPU routes to take
+    (:class:`pbscale.routes.Routes`, or a function of the device giving them; default none),
+    ``channels_last`` among them turning channels-last on, ``cudnn_benchmark`` autotuning."""
 
     name = "folded"
     group: int | None = None
 
-    def __init__(self, layout: MaskLayout, group: int | None = None) -> None:
+    def __init__(self, layout: MaskLayout, group: int | None = None,
+                 routes: Routes | Callable[[torch.device], Routes] = NONE) -> None:
         super().__init__(layout)
         if group is not None:
             self.group = group
+        self.routes = routes
 
     def __call__(self, z: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         lay = self.layout
         if z.dim() != 2 or z.shape[-1] != lay.d:
             raise PBInputError(f"masks must have shape (k, {lay.d}), got {tuple(z.shape)}")
-        return forward_masked(lay.module, lay.split(z), x, amp=lay.amp,
-                              channels_last=lay.channels_last,
-                              weight_hook=lay.weight_hook or plain_weight, params=lay.base,
-                              group=self.group, update_stats=True)
+        r = self.routes(x.device) if callable(self.routes) else self.routes
+        with route_ops.cudnn_benchmark() if r.cudnn_benchmark else contextlib.nullcontext():
+            return forward_masked(lay.module, lay.split(z), x, amp=lay.amp,
+                                  channels_last=lay.channels_last or r.channels_last,
+                                  weight_hook=lay.weight_hook or plain_weight, params=lay.base,
+                                  group=self.group, update_stats=True, routes=r)
 
 
 class Loop(Folded):
@@ -395,6 +410,51 @@ class Vmap(Backend):
         return out
 
 
+class Graphed(Backend):
+    """Another backend's forward replayed from CUDA graphs (the ``cuda_graph`` route), one
+    :class:`pbscale.graphs.StaticFunction` per shape, dtype, layout and device of (z, x), the
+    latest ``keep`` kept, each around its own instance of the backend (``make()``: its scratch
+    buffers are the graph's). Contract: the wrapped backend's, for the calls :meth:`eligible`
+    admits (masks (k, d), no gradient wanted to masks, inputs or weights, no BatchNorm whose
+    factor is read back on the host); ``capture=False`` runs the same static-buffer data flow
+    eagerly (any device). A change of the weights (their storage or version) makes a new graph.
+    BatchNorm running statistics: updated once per call, as by the wrapped backend."""
+
+    name = "graphed"
+
+    def __init__(self, layout: MaskLayout, make: Callable[[], Backend], capture: bool = True,
+                 keep: int = 2) -> None:
+        super().__init__(layout)
+        self.make, self.capture, self.keep = make, capture, keep
+        self.calls: dict[tuple, StaticFunction] = {}
+
+    @staticmethod
+    def eligible(layout: MaskLayout, z: torch.Tensor, x: torch.Tensor) -> bool:
+        """Whether a call can be replayed: z (k, d) with k > 0, nothing to differentiate, no
+        training-mode BatchNorm with ``momentum=None`` (its factor is a host read-back), and not
+        inside another capture (a captured step, :mod:`pbscale.captured_step`)."""
+        grads = torch.is_grad_enabled() and (z.requires_grad or x.requires_grad or any(
+            t.requires_grad for t in layout.base.values()))
+        cumulative = any(isinstance(m, nn.modules.batchnorm._BatchNorm) and m.training
+                         and m.momentum is None for m in layout.module.modules())
+        return (z.dim() == 2 and z.shape[0] > 0 and not grads and not cumulative
+                and not capturing())
+
+    def __call__(self, z: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        lay = self.layout
+        key = (tuple(z.shape), z.dtype, tuple(x.shape), x.dtype, x.stride(), str(x.device),
+               torch.is_grad_enabled(), tuple(m.training for m in lay.module.modules()),
+               tuple((t.data_ptr(), t._version) for t in lay.base.values()))
+        call = self.calls.pop(key, None)
+        if call is None:
+            while len(self.calls) >= self.keep:
+                self.calls.pop(next(iter(self.calls)))  # the oldest
+            call = StaticFunction(self.make(), list(lay.buffers.values()),
+                                  capture=self.capture and x.device.type == "cuda")
+        self.calls[key] = call  # the latest last
+        return call(z, x)
+
+
 class BackendChoice:
     """A layout's backends and the rule that picks one.
 
@@ -402,9 +462,14 @@ class BackendChoice:
     MLP paths where :func:`mlp_plan` accepts the network (and no autocast is asked for), and
     :meth:`for_device` pick the rest; a backend named explicitly is used for every call. Built
     once per layout (and again when it moves device), so the MLP scratch buffers and the flat
-    weight cache live as long as the layout."""
+    weight cache live as long as the layout.
 
-    def __init__(self, layout: MaskLayout, requested: str = "auto") -> None:
+    ``routes``: the GPU routes asked for (:class:`pbscale.routes.Routes` or its text; None:
+    the process default, :func:`pbscale.routes.default`, read at each call);
+    :meth:`effective_routes` keeps those that apply."""
+
+    def __init__(self, layout: MaskLayout, requested: str = "auto",
+                 routes: Routes | str | None = None) -> None:
         if requested not in BACKENDS:
             raise PBInputError(f"unknown backend {requested!r}; choose one of "
                                f"{', '.join(BACKENDS)}")
@@ -418,15 +483,47 @@ class BackendChoice:
                                "cannot run this network; leave them unset")
         self.layout = layout
         self.requested = requested
-        self.has_conv = any(isinstance(m, nn.modules.conv._ConvNd)
-                            for m in layout.module.modules())
+        self.routes = None if routes is None else routes_module.parse(routes)
+        mods = list(layout.module.modules())
+        self.has_conv = any(isinstance(m, nn.modules.conv._ConvNd) for m in mods)
+        self.has_conv2d = any(isinstance(m, nn.Conv2d) for m in mods)
+        self.has_1x1 = any(isinstance(m, nn.Conv2d) and m.kernel_size == (1, 1) for m in mods)
+        self.has_bn = any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in mods)
         self.plan = mlp_plan(layout) if requested == "auto" and layout.amp is None else None
-        self.folded, self.loop, self.vmap = Folded(layout), Loop(layout), Vmap(layout)
+        self.folded = Folded(layout, routes=self.effective_routes)
+        self.loop, self.vmap = Loop(layout), Vmap(layout)
         self.mlp_inplace = self.mlp_autograd = None
         if self.plan is not None:
             weights = MlpWeights(layout, self.plan)
             self.mlp_inplace = MlpInplace(layout, weights)
             self.mlp_autograd = MlpAutograd(layout, weights)
+        self.graphed: dict[str, Graphed] = {}
+
+    def asked(self) -> Routes:
+        """The routes asked for: this layout's, else the process default at this moment."""
+        return routes_module.default() if self.routes is None else self.routes
+
+    def effective_routes(self, device: torch.device | str) -> Routes:
+        """The routes asked for that apply on ``device`` to this network: none off a GPU (a
+        CUDA device, or the meta device, which stands for one in the emulated sync check and
+        the op counts) or off the folded code; ``channels_last`` for 2-d conv nets under
+        autocast (bf16 or fp16: in fp32 channels-last measured slower on the H100, 10.97
+        against 7.44 dense steps); ``shortcut_einsum`` where a 1x1 convolution is; ``fused_bn``
+        for conv nets with BatchNorm (it acts where the forward calls
+        :func:`pbscale.route_ops.bn_act`: ResNet-20) when ``torch.compile`` can compile for a
+        CUDA device (on meta: the eager tail); ``cudnn_benchmark`` for conv nets;
+        ``cuda_graph`` for supermasks (constant weights; captured on CUDA only)."""
+        r = self.asked()
+        kind = torch.device(device).type
+        if kind not in ("cuda", "meta") or not r.on or not self.foldable:
+            return NONE
+        lay = self.layout
+        compiles = kind == "meta" or route_ops.compile_available()
+        return Routes(channels_last=r.channels_last and lay.amp is not None and self.has_conv2d,
+                      shortcut_einsum=r.shortcut_einsum and self.has_1x1,
+                      fused_bn=r.fused_bn and self.has_bn and self.has_conv2d and compiles,
+                      cudnn_benchmark=r.cudnn_benchmark and self.has_conv,
+                      cuda_graph=r.cuda_graph and not lay.train_weights)
 
     def for_device(self, device: torch.device | str) -> Backend:
         """The backend for networks off the MLP paths on ``device``: the requested one, or for
@@ -450,7 +547,27 @@ class BackendChoice:
                 and z.shape[-2] > 0 and z.dtype == self.layout.dtype
                 and x.dtype == self.layout.dtype):
             wants = self.mlp_inplace.weights.wants_graph(z, x)
-            return self.mlp_autograd if wants else self.mlp_inplace
-        if z.shape[-2] == 0:
+            backend = self.mlp_autograd if wants else self.mlp_inplace
+        elif z.shape[-2] == 0:
             return self.vmap
-        return self.for_device(x.device)
+        else:
+            backend = self.for_device(x.device)
+        if (backend.name in ("mlp_inplace", "folded", "loop")
+                and self.effective_routes(x.device).cuda_graph
+                and Graphed.eligible(self.layout, z, x)):
+            return self.graphed_for(backend)
+        return backend
+
+    def graphed_for(self, backend: Backend, capture: bool = True) -> Graphed:
+        """The :class:`Graphed` wrapper of ``backend`` (an MLP in-place, folded or loop
+        backend of this layout), built once; each of its graphs runs its own instance."""
+        if backend.name not in self.graphed:
+            lay = self.layout
+            if backend.name == "mlp_inplace":
+                def make() -> Backend:
+                    return MlpInplace(lay, MlpWeights(lay, self.plan))
+            else:
+                def make() -> Backend:
+                    return Folded(lay, backend.group, self.effective_routes)
+            self.graphed[backend.name] = Graphed(lay, make, capture)
+        return self.graphed[backend.name]

@@ -39,6 +39,12 @@ GPU the single folded call wins (H200, k = 100: 53 ms against 85 ms for vmap).
 Weights are used live (not detached): gradients flow to the weights (joint training,
 `sec:app_joint_pruning_setup`) and to soft masks (CP, `sec:pb_application`). The backends
 :class:`pbscale.backends.Folded` and :class:`pbscale.backends.Loop` run masks through it.
+
+``routes`` (:class:`pbscale.routes.Routes`, default none: the reference path) swaps in the GPU
+routes' computations of :mod:`pbscale.route_ops` where they apply: ``channels_last`` (the
+masked kernels written in channels-last, a repeated shared activation kept so),
+``shortcut_einsum`` (a 1x1 convolution on folded activations) and ``fused_bn`` (BatchNorm with
+the ReLU and residual add the model's :func:`pbscale.route_ops.bn_act` asks for after it).
 """
 
 from __future__ import annotations
@@ -51,6 +57,8 @@ from torch import nn
 from torch.nn import functional as F
 
 from pbexact.errors import PBInputError
+from pbscale import route_ops
+from pbscale.routes import NONE, Routes
 
 _CONV = (nn.Conv1d, nn.Conv2d, nn.Conv3d)
 _BN = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d)
@@ -83,11 +91,14 @@ class _Fold:
     None (running statistics left alone)."""
 
     def __init__(self, masks: Mapping[str, torch.Tensor], hook: WeightHook,
-                 params: Mapping[str, torch.Tensor] | None = None, stats: dict | None = None
+                 params: Mapping[str, torch.Tensor] | None = None, stats: dict | None = None,
+                 routes: Routes = NONE, bn_act: Callable[..., torch.Tensor] | None = None
                  ) -> None:
         self.hook = hook
         self.params = params
         self.stats = stats
+        self.routes = routes
+        self.bn_act = bn_act or route_ops.batch_norm_act  # the fused route's tail
         self.used: set[str] = set()
         self.start(next(iter(masks.values())).shape[0], masks)
 
@@ -97,9 +108,13 @@ class _Fold:
         self.masks = masks
         self.folded_out = False
 
-    def value(self, module: nn.Module, prefix: str, attr: str) -> tuple[torch.Tensor | None, bool]:
+    def value(self, module: nn.Module, prefix: str, attr: str, channels_last: bool = False
+              ) -> tuple[torch.Tensor | None, bool]:
         """The parameter ``attr`` of ``module``: (k, *shape) masked values and True when a mask
-        applies to it, else (the shared parameter or None, False)."""
+        applies to it, else (the shared parameter or None, False). ``channels_last``: a 4-d
+        kernel's plain product w * z is written in channels-last order of the stacked kernel
+        (k out, in, kh, kw) (the same values; with autograd or a weight hook: the hook's result,
+        laid out by the caller)."""
         p = getattr(module, attr)
         name = f"{prefix}{attr}"
         if p is not None and self.params is not None:
@@ -107,7 +122,13 @@ class _Fold:
         if p is None or name not in self.masks:
             return p, False
         self.used.add(name)
-        return self.hook(name, p, self.masks[name]), True
+        z = self.masks[name]
+        if (channels_last and p.dim() == 4 and self.hook is plain_weight
+                and not (torch.is_grad_enabled() and (p.requires_grad or z.requires_grad))):
+            out = torch.empty((z.shape[0] * p.shape[0], *p.shape[1:]), device=p.device,
+                              dtype=torch.result_type(p, z), memory_format=torch.channels_last)
+            return torch.mul(p, z, out=out.view(z.shape)), True
+        return self.hook(name, p, z), True
 
     def channels(self, x: torch.Tensor, expected: int, what: str) -> bool:
         """True if x (B, C, ...) is folded (C = k * expected), False if shared (C = expected)."""
@@ -122,9 +143,14 @@ class _Fold:
         )
 
 
-def _repeat(x: torch.Tensor, k: int) -> torch.Tensor:
-    """A shared tensor (B, C, ...) in the folded layout (B, k * C, ...) (no copy for k = 1)."""
-    return x if k == 1 else x.repeat(1, k, *([1] * (x.dim() - 2)))
+def _repeat(x: torch.Tensor, k: int, channels_last: bool = False) -> torch.Tensor:
+    """A shared tensor (B, C, ...) in the folded layout (B, k * C, ...) (no copy for k = 1);
+    ``channels_last``: a 4-d result in channels-last memory format."""
+    if k == 1:
+        return x
+    out = x.repeat(1, k, *([1] * (x.dim() - 2)))
+    return out.contiguous(memory_format=torch.channels_last) if channels_last and out.dim() == 4 \
+        else out
 
 
 def _conv(state: _Fold, m: nn.Module, prefix: str, x: torch.Tensor) -> torch.Tensor:
@@ -133,22 +159,28 @@ def _conv(state: _Fold, m: nn.Module, prefix: str, x: torch.Tensor) -> torch.Ten
                            "by forward_masked; use padding_mode='zeros'")
     k, g = state.k, m.groups
     fn = _CONV_FN[m.weight.dim() - 2]
-    w, w_masked = state.value(m, prefix, "weight")
+    cl = state.routes.channels_last and x.dim() == 4
+    w, w_masked = state.value(m, prefix, "weight", channels_last=cl)
     b, b_masked = state.value(m, prefix, "bias")
     folded = state.channels(x, m.in_channels, f"{prefix}weight")
     state.folded_out = True
     if not folded and not (w_masked or b_masked):
-        return _repeat(fn(x, w, b, m.stride, m.padding, m.dilation, g), k)
+        return _repeat(fn(x, w, b, m.stride, m.padding, m.dilation, g), k, cl)
     if not w_masked:
         w = w.unsqueeze(0).expand(k, *w.shape)
     if b is not None and not b_masked:
         b = b.unsqueeze(0).expand(k, *b.shape)
     w = w.reshape(k * w.shape[1], *w.shape[2:])
+    if cl:  # a no-op for the channels-last product of state.value
+        w = w.contiguous(memory_format=torch.channels_last)
     b = None if b is None else b.reshape(-1)
     if not folded:
         if g == 1:  # the shared input through the stacked kernel: out channel block j = mask j
             return fn(x, w, b, m.stride, m.padding, m.dilation, 1)
-        x = _repeat(x, k)
+        x = _repeat(x, k, cl)
+    if (state.routes.shortcut_einsum and g == 1 and x.dim() == 4 and w.shape[2:] == (1, 1)
+            and tuple(m.padding) == (0, 0) and tuple(m.dilation) == (1, 1)):
+        return route_ops.conv1x1_folded(x, w, b, m.stride, k)
     return fn(x, w, b, m.stride, m.padding, m.dilation, k * g)
 
 
@@ -177,7 +209,11 @@ def _linear(state: _Fold, m: nn.Module, prefix: str, x: torch.Tensor) -> torch.T
     return h if b is None else h + b
 
 
-def _batch_norm(state: _Fold, m: nn.Module, prefix: str, x: torch.Tensor) -> torch.Tensor:
+def _batch_norm(state: _Fold, m: nn.Module, prefix: str, x: torch.Tensor,
+                residual: torch.Tensor | None = None, relu: bool = False,
+                fused: bool = False) -> torch.Tensor:
+    """The k-batched BatchNorm; ``fused`` (the fused route, :func:`pbscale.route_ops.bn_act`):
+    followed by ``+ residual`` and ReLU, in one function where the input is folded."""
     k = state.k
     w, w_masked = state.value(m, prefix, "weight")
     b, b_masked = state.value(m, prefix, "bias")
@@ -198,7 +234,10 @@ def _batch_norm(state: _Fold, m: nn.Module, prefix: str, x: torch.Tensor) -> tor
         out = F.batch_norm(x, rm, rv, w, b, use_batch, momentum, m.eps)
         if update:
             _collect(state, m, rm.unsqueeze(0), rv.unsqueeze(0), k)
-        return _repeat(out, k)
+        out = _repeat(out, k, state.routes.channels_last)
+        if residual is not None:  # the shared case: the tail op by op
+            out = out + residual
+        return torch.relu(out) if relu else out
     if not folded:
         x = _repeat(x, k)
     if w is not None:
@@ -207,7 +246,10 @@ def _batch_norm(state: _Fold, m: nn.Module, prefix: str, x: torch.Tensor) -> tor
         b = b.reshape(-1) if b_masked else b.repeat(k)
     if rm is not None or update:  # eval: the running statistics; update: copies per mask
         rm, rv = m.running_mean.repeat(k), m.running_var.repeat(k)
-    out = F.batch_norm(x, rm, rv, w, b, use_batch, momentum, m.eps)
+    if fused:
+        out = state.bn_act(x, rm, rv, w, b, use_batch, momentum, m.eps, residual, relu)
+    else:
+        out = F.batch_norm(x, rm, rv, w, b, use_batch, momentum, m.eps)
     if update:
         _collect(state, m, rm.view(k, -1), rv.view(k, -1), 1)
     return out
@@ -237,8 +279,11 @@ def _apply_stats(stats: dict) -> None:
 
 @contextlib.contextmanager
 def _folded(module: nn.Module, state: _Fold) -> Iterator[None]:
-    """Give every Conv / Linear / BatchNorm of ``module`` its k-batched forward while inside."""
+    """Give every Conv / Linear / BatchNorm of ``module`` its k-batched forward while inside
+    (and, with the fused route, every BatchNorm the tail :func:`pbscale.route_ops.bn_act`
+    calls)."""
     patched: list[nn.Module] = []
+    fused: list[nn.Module] = []
     try:
         for prefix, m in module.named_modules():
             pre = f"{prefix}." if prefix else ""
@@ -261,17 +306,25 @@ def _folded(module: nn.Module, state: _Fold) -> Iterator[None]:
 
             m.forward = fwd
             patched.append(m)
+            if fn is _batch_norm and state.routes.fused_bn:
+                def tail(x, residual=None, relu=True, _m=m, _pre=pre):
+                    return _batch_norm(state, _m, _pre, x, residual, relu, fused=True)
+
+                setattr(m, route_ops.FUSED_ATTR, tail)
+                fused.append(m)
         yield
     finally:
         for m in patched:
             del m.forward  # back to the class's forward
+        for m in fused:
+            delattr(m, route_ops.FUSED_ATTR)
 
 
 def forward_masked(module: nn.Module, masks: Mapping[str, torch.Tensor], x: torch.Tensor,
                    *, amp: torch.dtype | None = None, channels_last: bool = False,
                    weight_hook: WeightHook = plain_weight,
                    params: Mapping[str, torch.Tensor] | None = None, group: int | None = None,
-                   update_stats: bool = False) -> torch.Tensor:
+                   update_stats: bool = False, routes: Routes = NONE) -> torch.Tensor:
     """Outputs of ``module`` under k masks at once: masks {parameter name: (k, *param.shape)}
     multiplying the named parameters (weights or biases of Conv / Linear / BatchNorm layers;
     soft values allowed), input x (B, ...) shared by all masks -> (k, B, ...).
@@ -290,6 +343,10 @@ def forward_masked(module: nn.Module, masks: Mapping[str, torch.Tensor], x: torc
     statistics: left unchanged by default; with ``update_stats=True`` (training mode) updated
     once, with the mean over the k masks of the update each mask's batch statistics would make
     (and ``num_batches_tracked`` + 1), as :class:`pbscale.masks.MaskedModule` documents.
+
+    ``routes``: the GPU routes to take where they apply (module docstring); none by default.
+    The fused BatchNorm tail is compiled on a CUDA device where Triton is available
+    (:func:`pbscale.route_ops.batch_norm_act_fn`), eager elsewhere.
     """
     if not masks:
         raise PBInputError("forward_masked needs at least one mask; pass {name: (k, *shape)}")
@@ -316,7 +373,8 @@ def forward_masked(module: nn.Module, masks: Mapping[str, torch.Tensor], x: torc
         raise PBInputError("params must name every parameter of the module (and only those)")
     g = k if group is None else min(int(group), k)
     stats: dict | None = {} if update_stats else None
-    state = _Fold(masks, weight_hook, params, stats)
+    state = _Fold(masks, weight_hook, params, stats, routes,
+                  route_ops.batch_norm_act_fn(x.device) if routes.fused_bn else None)
     if channels_last and x.dim() == 4:
         x = x.contiguous(memory_format=torch.channels_last)
     amp_ctx = (torch.autocast(x.device.type, dtype=amp) if amp is not None

@@ -35,6 +35,7 @@ from torch import nn
 from pbexact.errors import PBInputError
 from pbscale.backends import Backend, BackendChoice, Folded
 from pbscale.batched import WeightHook, plain_weight
+from pbscale.routes import Routes
 
 #: Loss of the network output against targets per mask: (k, B, ...) outputs -> (k,) losses.
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
@@ -68,13 +69,15 @@ class MaskedModule:
 
     ``backend``: "auto" (default: :class:`pbscale.backends.BackendChoice` picks per call) or
     "folded", "loop", "vmap" for every call. ``amp`` (e.g. ``torch.bfloat16``, autocast) and
-    ``channels_last`` apply to the folded and loop backends.
+    ``channels_last`` apply to the folded and loop backends. ``routes``: the GPU routes asked
+    for (:mod:`pbscale.routes`: "all", names, a ``Routes``; None: the process default,
+    ``PBNN_ROUTES``), taken where they apply.
     """
 
     def __init__(self, module: nn.Module, names: Sequence[str] | None = None,
                  train_weights: bool = False, weight_hook: WeightHook | None = None,
                  backend: str = "auto", amp: torch.dtype | None = None,
-                 channels_last: bool = False) -> None:
+                 channels_last: bool = False, routes: Routes | str | None = None) -> None:
         params = dict(module.named_parameters())
         if names is None:
             names = [k for k, p in params.items() if k.endswith("weight") and p.dim() >= 2]
@@ -103,7 +106,7 @@ class MaskedModule:
         self.sizes = [math.prod(s) for s in self.shapes]
         self.d = sum(self.sizes)
         self.amp, self.channels_last = amp, bool(channels_last)
-        self.choice = BackendChoice(self, backend)
+        self.choice = BackendChoice(self, backend, routes)
 
     def backend_for(self, device: torch.device | str) -> str:
         """The name of the backend :meth:`forward` uses on ``device`` for networks off the MLP
@@ -133,7 +136,7 @@ class MaskedModule:
         self.module.to(device=device, dtype=dtype)
         self.base = self._params()
         self.buffers = {k: b for k, b in self.module.named_buffers()}
-        self.choice = BackendChoice(self, self.choice.requested)
+        self.choice = BackendChoice(self, self.choice.requested, self.choice.routes)
         return self
 
     def _params(self) -> dict[str, torch.Tensor]:

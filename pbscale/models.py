@@ -24,7 +24,9 @@ LeNet is an ``nn.Sequential`` (subclass) of Linear and ReLU layers fed flat imag
 backend; the MLP fast path takes plain ``nn.Sequential`` instances only). The classes with their
 own ``forward`` (ResNet-20 and its blocks, VGG-19) set ``channelwise_forward = True``: their
 forwards join layers by channel-wise operations only, which lets
-:func:`pbscale.batched.forward_masked` run k masks of them as one network.
+:func:`pbscale.batched.forward_masked` run k masks of them as one network. ResNet-20 writes
+"BatchNorm, residual add, ReLU" as one call, :func:`pbscale.route_ops.bn_act`: op by op as
+before, or one fused tail in a folded call on the ``fused_bn`` route (:mod:`pbscale.routes`).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ import torch
 from torch import nn
 
 from pbexact.errors import PBInputError
+from pbscale.route_ops import bn_act
 
 #: Input shape (without the batch dimension) of each data set the models accept.
 INPUT_SHAPES = {"mnist": (784,), "cifar10": (3, 32, 32)}
@@ -140,9 +143,10 @@ class BasicBlock(nn.Module):
             ]))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = torch.relu(self.bn1(self.conv1(x)))
-        h = self.bn2(self.conv2(h))
-        return torch.relu(h + self.shortcut(x))
+        # relu(bn(.)) and relu(bn(.) + shortcut) through bn_act: op by op (plain forward), or
+        # one fused tail inside a folded call on the fused route (pbscale.routes)
+        h = bn_act(self.bn1, self.conv1(x))
+        return bn_act(self.bn2, self.conv2(h), self.shortcut(x))
 
 
 class ResNet20(nn.Module, PrunableNet):
@@ -173,7 +177,7 @@ class ResNet20(nn.Module, PrunableNet):
         self.fc = nn.Linear(64, NUM_CLASSES)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = torch.relu(self.bn(self.conv(x)))
+        h = bn_act(self.bn, self.conv(x))
         h = self.blocks(h)
         return self.fc(h.mean(dim=(2, 3)))
 

@@ -58,3 +58,14 @@ def masked_loss(module: nn.Module, x: torch.Tensor, y: torch.Tensor,
         return loss(out, y).reshape(lead)
 
     return f
+
+
+def randomize_bn(net: nn.Module, gen: torch.Generator) -> None:
+    """Non-trivial running statistics and affine parameters (BN starts at 0 / 1 otherwise)."""
+    with torch.no_grad():
+        for m in net.modules():
+            if isinstance(m, nn.modules.batchnorm._BatchNorm):
+                m.running_mean.copy_(torch.rand(m.num_features, generator=gen) - 0.5)
+                m.running_var.copy_(torch.rand(m.num_features, generator=gen) + 0.5)
+                m.weight.copy_(torch.rand(m.num_features, generator=gen) + 0.5)
+                m.bias.copy_(torch.rand(m.num_features, generator=gen) - 0.5)

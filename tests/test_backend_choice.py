@@ -122,9 +122,9 @@ def test_the_backends_agree_on_the_models(model):
 def test_every_backend_states_its_contract():
     """Each backend's docstring says which networks it runs, the shapes, gradients and
     BatchNorm statistics (the contract is written once, on the class)."""
-    backends = [B.MlpInplace, B.MlpAutograd, B.Folded, B.Loop, B.Vmap]
+    backends = [B.MlpInplace, B.MlpAutograd, B.Folded, B.Loop, B.Vmap, B.Graphed]
     assert {c.name for c in backends} == {"mlp_inplace", "mlp_autograd", "folded", "loop",
-                                          "vmap"}
+                                          "vmap", "graphed"}
     for cls in backends:
         doc = (cls.__doc__ or "").lower()
         assert "gradient" in doc and "batchnorm" in doc or cls is B.Loop, cls

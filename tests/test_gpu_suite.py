@@ -22,6 +22,11 @@ ENV_KEYS = {"device", "device_name", "driver", "torch", "cuda", "cudnn", "tf32_m
             "tf32_cudnn", "commit", "hostname", "date", "smoke", "budget_s"}
 
 
+def _goal(key: str) -> str:
+    """The summary text of the goal ``key``."""
+    return next(g.text for g in gs.GOALS if g.key == key)
+
+
 def _folder(out: Path) -> Path:
     (folder,) = [p for p in out.iterdir() if p.is_dir()]
     return folder
@@ -80,16 +85,22 @@ def test_smoke_writes_every_piece_the_goals_and_the_environment(tmp_path: Path):
     # the goals' values are the CSVs' numbers
     best = min(r["per_dense_train"] for r in prune if r["what"] == "mc_step"
                and r["model"] == "resnet20" and r["amp"] == "none" and r["n"] == 2)
-    assert goals[gs.GOALS[0].text][2] == f"{best:.3g}"
+    assert goals[_goal("resnet20_fp32")][2] == f"{best:.3g}"
     arms = io.read_csv(folder / "bench_arms_step.csv")[-1]
     assert arms["ratio"] == pytest.approx(arms["arms_ms"] / arms["loorf_ms"])
-    assert goals[gs.GOALS[3].text][2] == f"{arms['ratio']:.3g}"
+    assert goals[_goal("arms_loorf")][2] == f"{arms['ratio']:.3g}"
     sweep = io.read_csv(folder / "regression_sweep.csv")
     assert sum(r["runs"] for r in sweep) == 280  # the paper's sweep, as the sweep file says
     assert sum(r["jobs"] for r in sweep) == 95
     assert 1 <= sum(str(r["measured"]) == "True" for r in sweep) < len(sweep)
+    # masks evaluated per step: n for the sampling methods, one mask for CP (the registry says
+    # which draws samples, not a method name in the suite)
+    for r in sweep:
+        per_run = 1 if r["method"] == "cp" else r["n"]
+        assert r["masks_per_step"] == r["runs_per_job"] * per_run, r
+    assert {r["method"] for r in sweep} >= {"cp", "st", "rebar", "arms"}
     hours = sum(r["projected_s"] for r in sweep) / 3600
-    assert goals[gs.GOALS[5].text][2] == f"{hours:.3g}"
+    assert goals[_goal("sweep_hours")][2] == f"{hours:.3g}"
     assert not list(folder.glob(".tmp-*"))  # the pieces' scratch folders are gone
 
 
@@ -112,8 +123,8 @@ def test_a_failing_piece_is_reported_and_the_others_run(tmp_path: Path,
     assert (folder / "bench_batched_seeds.csv").exists()
     assert not (folder / "bench_arms_step.csv").exists()
     goals = _goal_rows(summary)
-    assert goals[gs.GOALS[3].text][3] == "not measured"
-    assert goals[gs.GOALS[4].text][3].startswith(("met", "not met"))
+    assert goals[_goal("arms_loorf")][3] == "not measured"
+    assert goals[_goal("batched_speedup")][3].startswith(("met", "not met"))
 
 
 def test_a_piece_past_its_budget_is_stopped(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
@@ -138,6 +149,8 @@ def test_bad_input_is_one_line_exit_2(tmp_path: Path, capsys: pytest.CaptureFixt
              (["--out", str(tmp_path), "--budget-s", "0", "--smoke"], "--budget-s"),
              (["--out", str(tmp_path), "--pieces", "sync,bogus", "--smoke"], "bogus"),
              (["--out", str(tmp_path), "--device", "gpu"], "--device"),
+             (["--out", str(tmp_path), "--smoke", "--routes", "bogus"], "unknown route 'bogus'"),
+             (["--out", str(tmp_path), "--smoke", "--label", "a/b"], "--label"),
              (["--smoke"], "--out")]
     if not torch.cuda.is_available():
         cases.append((["--out", str(tmp_path), "--device", "cuda"], "use --smoke"))
@@ -161,3 +174,50 @@ def test_alarms_nest():
             assert time.perf_counter() - t0 < 0.9
             time.sleep(5)  # the outer one still fires, on its own time
     assert 0.9 < time.perf_counter() - t0 < 3
+
+
+def test_the_commit_named_in_the_environment_wins_over_an_enclosing_checkout(
+        monkeypatch: pytest.MonkeyPatch):
+    """A tree copied onto a device machine may sit inside another checkout, whose commit git
+    would name (the H100 run recorded one): GPU_SUITE_COMMIT, when set, is the commit."""
+    cpu = torch.device("cpu")
+    monkeypatch.delenv("GPU_SUITE_COMMIT", raising=False)
+    from_git = gs.environment(cpu, True, 1.0, ["sync"])
+    assert from_git["commit_source"] == "git" and re.fullmatch(r"[0-9a-f]{40}",
+                                                               from_git["commit"])
+    named = "9b1e895b3dc8def59339c26dba6a866b703c737b"
+    assert named != from_git["commit"]
+    monkeypatch.setenv("GPU_SUITE_COMMIT", named)
+    env = gs.environment(cpu, True, 1.0, ["sync"])
+    assert env["commit"] == named and env["commit_source"] == "GPU_SUITE_COMMIT"
+    assert env["commit_dirty"] is None  # unknown for a copy
+
+
+def test_the_session_script_runs_the_tests_and_both_suites(tmp_path: Path):
+    """benchmarks/gpu_session.sh, what a session lent a GPU runs, on the CPU with --smoke: the
+    GPU route tests (skipped here: pytest's code 5, "no tests ran"), the suite with the routes
+    off and then on, both folders packed with their logs, the summaries beside."""
+    import os
+    import subprocess
+    import sys
+    import tarfile
+
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "OUT": str(tmp_path), "PYTHON": sys.executable,
+           "GPU_SUITE_ARGS": "--smoke", "GPU_BEFORE_PIECES": "sync", "GPU_AFTER_PIECES": "sync",
+           "GPU_SUITE_COMMIT": "9b1e895b3dc8def59339c26dba6a866b703c737b"}
+    res = subprocess.run(["bash", str(root / "benchmarks" / "gpu_session.sh")], env=env,
+                         capture_output=True, text=True, timeout=600)
+    assert res.returncode == (0 if torch.cuda.is_available() else 5), res.stdout[-2000:]
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert names == ["gpu_session.log", "gpu_suite.tar.gz", "summary-routes-all.md",
+                     "summary-routes-off.md", "test_gpu_routes.log"]
+    with tarfile.open(tmp_path / "gpu_suite.tar.gz") as tar:
+        members = tar.getnames()
+        envs = {m.split("/")[0]: json.load(tar.extractfile(m)) for m in members
+                if m.endswith("environment.json")}
+    assert len(envs) == 2 and all(f"{m}/gpu_suite.log" in members for m in envs)
+    by_label = {("all" if "routes-all" in m else "off"): e for m, e in envs.items()}
+    assert by_label["off"]["routes"] == "off" and by_label["all"]["routes"].count(",") == 4
+    assert {e["commit"] for e in envs.values()} == {env["GPU_SUITE_COMMIT"]}
+    assert "GPU routes off" in (tmp_path / "summary-routes-off.md").read_text()

@@ -12,7 +12,7 @@ import os
 
 import pytest
 import torch
-from _masked_reference import forward_one
+from _masked_reference import forward_one, randomize_bn
 from torch import nn
 
 from pbexact.errors import PBInputError
@@ -23,15 +23,6 @@ from pbscale.models import INPUT_SHAPES, MODELS, build_model
 SLOW = os.environ.get("PBNN_SLOW_TESTS") == "1"
 
 
-def _randomize_bn(net: nn.Module, gen: torch.Generator) -> None:
-    """Non-trivial running statistics and affine parameters (BN starts at 0 / 1 otherwise)."""
-    with torch.no_grad():
-        for m in net.modules():
-            if isinstance(m, nn.modules.batchnorm._BatchNorm):
-                m.running_mean.copy_(torch.rand(m.num_features, generator=gen) - 0.5)
-                m.running_var.copy_(torch.rand(m.num_features, generator=gen) + 0.5)
-                m.weight.copy_(torch.rand(m.num_features, generator=gen) + 0.5)
-                m.bias.copy_(torch.rand(m.num_features, generator=gen) - 0.5)
 
 
 def _run(net: nn.Module, names: list[str], backend: str, z: torch.Tensor, x: torch.Tensor,
@@ -57,7 +48,7 @@ def test_folded_and_loop_equal_vmap_on_every_model(name, train, hook):
         pytest.skip("VGG-19 (20M masked weights): run with PBNN_SLOW_TESTS=1")
     gen = torch.Generator().manual_seed(3)
     net = build_model(name, seed=0).double()
-    _randomize_bn(net, gen)
+    randomize_bn(net, gen)
     assert foldable(net)
     names = net.masked_names(mask_shortcuts=True)
     x = torch.randn((3, *INPUT_SHAPES[net.dataset]), generator=gen, dtype=torch.float64)
@@ -250,7 +241,7 @@ def test_bf16_autocast_and_channels_last_close_to_float32(backend):
     float32 outputs, on ResNet-20; channels-last alone in float32 agrees to float rounding."""
     gen = torch.Generator().manual_seed(5)
     net = build_model("resnet20", seed=0)
-    _randomize_bn(net, gen)
+    randomize_bn(net, gen)
     net.eval()  # eval mode: the outputs do not depend on the batch, a stricter comparison
     names = net.masked_names()
     x = torch.randn(4, 3, 32, 32, generator=gen)
