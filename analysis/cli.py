@@ -1,9 +1,11 @@
-"""What every `python -m analysis.*` entry point shares: one-line errors and atomic writes."""
+"""What every `python -m analysis.*` entry point shares: one-line errors, atomic writes, the J
+table reader and the settings recorded beside a tool's results."""
 
 from __future__ import annotations
 
 import csv
 import io
+import json
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
@@ -11,6 +13,7 @@ from typing import Any
 
 from pbexact.errors import PBInputError
 from pbexact.io import (
+    WriteError,
     atomic_write_bytes,
     atomic_write_text,
     check_out_dir,
@@ -21,7 +24,8 @@ from pbexact.io import (
 
 __all__ = [
     "atomic_write_bytes", "atomic_write_text", "check_out_dir", "check_out_file",
-    "output_folders", "read_table", "run", "save_figure", "write_csv", "write_json",
+    "check_settings", "output_folders", "read_table", "run", "save_figure", "settings_path",
+    "write_csv", "write_json",
 ]
 
 
@@ -29,12 +33,22 @@ def run(
     main: Callable[[Sequence[str] | None], int | None], argv: Sequence[str] | None = None
 ) -> int:
     """Call ``main``; bad input becomes ``error: ...`` on stderr and exit code 2 (argparse's own
-    errors, already printed as one line by `pbexact.cli.ArgumentParser`, return their code)."""
+    errors, already printed as one line by `pbexact.cli.ArgumentParser`, return their code). A
+    write that fails (disk full, quota, read-only folder: `pbexact.io.WriteError`) is one line
+    naming the file, the folder and the space it needed, exit code 2; Ctrl-C is one line and exit
+    code 130 (files are written atomically: what was written before is intact)."""
     try:
         return int(main(argv) or 0)
     except PBInputError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except WriteError as exc:
+        print(f"error: {exc.one_line()}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted (SIGINT); the files written before are intact: rerun the command to "
+              "redo the rest", file=sys.stderr)
+        return 130
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
 
@@ -97,3 +111,45 @@ def save_figure(fig: Any, paths: Iterable[str | Path]) -> list[Path]:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=130, bbox_inches="tight")
     return [atomic_write_bytes(p, buf.getvalue()) for p in paths]
+
+
+def settings_path(stem: str | Path) -> Path:
+    """``STEM_settings.json``: the settings recorded beside the results ``STEM.csv``."""
+    stem = Path(stem)
+    return stem.with_name(stem.name + "_settings.json")
+
+
+def check_settings(stem: str | Path, settings: dict, keys: Iterable[str] | None = None,
+                   replot: bool = False) -> dict | None:
+    """Refuse, before any work, results ``STEM.csv`` recorded with other settings than
+    ``settings`` (compared on ``keys``, default all): a run on top of another run's results, or
+    a ``--replot`` of a mix. Results without recorded settings (``STEM_settings.json``, written
+    before the results it labels) and a damaged settings file are refused too. Returns the
+    recorded settings (None when there are none yet)."""
+    stem = Path(stem)
+    csv_path = stem.with_name(stem.name + ".csv")
+    path = settings_path(stem)
+    if not path.exists():
+        if csv_path.exists() or replot:
+            raise PBInputError(
+                f"{csv_path} has no recorded settings ({path.name} is missing); delete it or "
+                "choose another --out" + ("" if not replot else ", then run the experiment")
+            )
+        return None
+    try:
+        with open(path) as fh:
+            old = json.load(fh)
+        if not isinstance(old, dict):
+            raise ValueError
+    except (OSError, UnicodeDecodeError, ValueError):
+        raise PBInputError(f"damaged settings file {path}; delete it with its results or "
+                           "choose another --out") from None
+    diff = [k for k in (settings if keys is None else keys) if old.get(k) != settings[k]]
+    if diff:
+        k = diff[0]
+        raise PBInputError(
+            f"{csv_path.parent} holds results with other settings ({k} = {old.get(k)!r}, "
+            f"asked {settings[k]!r}); choose another --out, delete them"
+            + (", or replot with the recorded settings" if replot else "")
+        )
+    return old
