@@ -3,11 +3,14 @@ table reader and the settings recorded beside a tool's results."""
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import json
+import signal
 import sys
-from collections.abc import Callable, Iterable, Sequence
+import threading
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -24,8 +27,8 @@ from pbexact.io import (
 
 __all__ = [
     "atomic_write_bytes", "atomic_write_text", "check_out_dir", "check_out_file",
-    "check_settings", "output_folders", "read_table", "run", "save_figure", "settings_path",
-    "write_csv", "write_json",
+    "Interrupted", "check_settings", "output_folders", "read_table", "run", "save_figure",
+    "settings_path", "stop_signals", "write_csv", "write_json",
 ]
 
 
@@ -35,8 +38,9 @@ def run(
     """Call ``main``; bad input becomes ``error: ...`` on stderr and exit code 2 (argparse's own
     errors, already printed as one line by `pbexact.cli.ArgumentParser`, return their code). A
     write that fails (disk full, quota, read-only folder: `pbexact.io.WriteError`) is one line
-    naming the file, the folder and the space it needed, exit code 2; Ctrl-C is one line and exit
-    code 130 (files are written atomically: what was written before is intact)."""
+    naming the file, the folder and the space it needed, exit code 2; Ctrl-C (or SIGTERM under
+    :func:`stop_signals`) is one line and exit code 130 (143) (files are written atomically:
+    what was written before is intact)."""
     try:
         return int(main(argv) or 0)
     except PBInputError as exc:
@@ -45,12 +49,45 @@ def run(
     except WriteError as exc:
         print(f"error: {exc.one_line()}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("interrupted (SIGINT); the files written before are intact: rerun the command to "
-              "redo the rest", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:
+        signum = getattr(exc, "signum", signal.SIGINT)
+        print(f"{signal.Signals(signum).name}: interrupted; the files written before are intact: "
+              "rerun the command to redo the rest", file=sys.stderr)
+        return 128 + signum
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
+
+
+class Interrupted(KeyboardInterrupt):
+    """SIGTERM (or SIGINT) received under :func:`stop_signals`: a KeyboardInterrupt that knows
+    its signal, so that a tool ends like Ctrl-C, with exit code 128 + ``signum``."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+@contextlib.contextmanager
+def stop_signals() -> Iterator[None]:
+    """Within the block SIGTERM and SIGINT raise :class:`Interrupted` in the main thread (so
+    ``finally`` clauses run and a tool can stop its workers and say how to resume). A SIGINT the
+    process inherited as ignored stays ignored; outside the main thread nothing changes."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, _frame: Any) -> None:
+        raise Interrupted(signum)
+
+    old = {}
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        if signal.getsignal(sig) is not signal.SIG_IGN:
+            old[sig] = signal.signal(sig, handler)
+    try:
+        yield
+    finally:
+        for sig, was in old.items():
+            signal.signal(sig, was)
 
 
 def read_table(path: str | Path) -> Any:

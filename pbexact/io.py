@@ -31,11 +31,11 @@ NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
 
 
 class WriteError(OSError):
-    """An atomic write of ``path`` that failed (``errno`` and ``strerror`` of the cause; ``size``:
-    the bytes the file needed). Nothing was replaced: the previous version of the file, and
-    every file written before, is intact."""
+    """An atomic write of ``path`` that failed (``errno`` and ``strerror`` of the cause;
+    ``size``: the bytes the file needed, when known). Nothing was replaced: the previous version
+    of the file, and every file written before, is intact."""
 
-    def __init__(self, cause: OSError, path: Path, size: int) -> None:
+    def __init__(self, cause: OSError, path: Path, size: int | None = None) -> None:
         super().__init__(cause.errno, cause.strerror or str(cause) or type(cause).__name__,
                          str(path))
         self.path = path
@@ -45,9 +45,10 @@ class WriteError(OSError):
         """``<problem>; <fix>``: the file, the cause, the folder and the space it needed."""
         folder = self.path.parent
         if self.errno in NO_SPACE:
-            return (f"cannot write {self.path} ({self.strerror}): {folder} needs "
-                    f"{format_bytes(self.size)} more for it; free disk space there or choose "
-                    f"another {flag} (the files written before are intact)")
+            need = "" if self.size is None else f" {format_bytes(self.size)} more for it"
+            return (f"cannot write {self.path} ({self.strerror}): {folder} needs{need or ' room'}"
+                    f"; free disk space there or choose another {flag} (the files written "
+                    "before are intact)")
         return (f"cannot write {self.path} ({self.strerror}); make {folder} writable or "
                 f"choose another {flag} (the files written before are intact)")
 
