@@ -102,14 +102,16 @@ def read_table(path: str | Path) -> Any:
     try:
         text = path.read_text()
     except OSError as exc:
-        raise PBInputError(f"cannot read the J table {path}: {exc.strerror}") from None
+        raise PBInputError(f"cannot read the J table {path}: {exc.strerror}; give a "
+                           "readable CSV with columns h,J") from None
     except UnicodeDecodeError:
         raise PBInputError(
             f"the J table {path} is not a text file; give a CSV with columns h,J"
         ) from None
     rows = list(csv.reader(io.StringIO(text)))
     if not rows or [c.strip() for c in rows[0]] != ["h", "J"]:
-        raise PBInputError(f"corrupt J table {path}: the first line must be the header 'h,J'")
+        raise PBInputError(f"corrupt J table {path}: the first line must be the header 'h,J'; "
+                           "add that header")
     values: dict[int, float] = {}
     for line, row in enumerate(rows[1:], start=2):
         if not row:
@@ -117,19 +119,22 @@ def read_table(path: str | Path) -> Any:
         if len(row) != 2:
             raise PBInputError(
                 f"corrupt J table {path}, line {line}: expected the two columns h,J, got "
-                f"{len(row)} values {row!r}"
+                f"{len(row)} values {row!r}; give one h,J pair per line"
             )
         try:
             h, j = int(row[0]), float(row[1])
         except ValueError:
             raise PBInputError(
-                f"corrupt J table {path}, line {line}: expected 'h,J' numbers, got {row!r}"
+                f"corrupt J table {path}, line {line}: expected 'h,J' numbers, got {row!r}; fix "
+                "that line"
             ) from None
         if h in values or h < 0:
-            raise PBInputError(f"corrupt J table {path}, line {line}: h={h} repeated or < 0")
+            raise PBInputError(f"corrupt J table {path}, line {line}: h={h} repeated or < 0; "
+                               "give each h in 0..2^d-1 once")
         values[h] = j
     if sorted(values) != list(range(len(values))):
-        raise PBInputError(f"corrupt J table {path}: the h column must cover 0..{len(values) - 1}")
+        raise PBInputError(f"corrupt J table {path}: the h column must cover "
+                           f"0..{len(values) - 1}; give each h in 0..2^d-1 once")
     return check_table(np.array([values[h] for h in range(len(values))]))
 
 

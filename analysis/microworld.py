@@ -443,10 +443,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     d = check_d(args.d, limit=16)
     if args.steps < 1 or args.seeds < 1 or args.log_every < 1:
-        raise PBInputError("--steps, --seeds and --log-every must be >= 1")
+        raise PBInputError("--steps, --seeds and --log-every must be >= 1; give 1 or more")
     lrs = args.lrs or ([0.1] if args.experiment == "estimators" else [0.1, 0.01])
     if any(not lr > 0 for lr in lrs):
-        raise PBInputError(f"learning rates must be positive, got {lrs}")
+        raise PBInputError(f"learning rates must be positive, got {lrs}; give --lrs > 0")
     configs = experiment_configs(args.experiment, lrs, args.n)
     for cfg in configs:  # fail on a bad setting before hours of training
         if cfg.method in DETERMINISTIC:

@@ -94,13 +94,17 @@ class CurveLogger:
 def check_run(steps: int, seeds: int, log_every: int, lr: float) -> None:
     """Fail before any work on a bad run setting."""
     if not isinstance(steps, int) or steps < 0:
-        raise PBInputError(f"the number of steps must be an integer >= 0, got {steps!r}")
+        raise PBInputError(f"the number of steps must be an integer >= 0, got {steps!r}; "
+                           "give steps >= 0")
     if not isinstance(seeds, int) or seeds < 1:
-        raise PBInputError(f"the number of seeds must be an integer >= 1, got {seeds!r}")
+        raise PBInputError(f"the number of seeds must be an integer >= 1, got {seeds!r}; "
+                           "give seeds >= 1")
     if not isinstance(log_every, int) or log_every < 1:
-        raise PBInputError(f"--log-every must be an integer >= 1, got {log_every!r}")
+        raise PBInputError(f"--log-every must be an integer >= 1, got {log_every!r}; give 1 "
+                           "or more")
     if not (math.isfinite(lr) and lr > 0):
-        raise PBInputError(f"the learning rate must be a positive number, got {lr!r}")
+        raise PBInputError(f"the learning rate must be a positive number, got {lr!r}; give "
+                           "e.g. 0.1")
 
 
 #: Peak bytes per logged point of one run's curve (the curves held until the figures are drawn,

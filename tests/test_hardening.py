@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from test_refusals import FORMAT
 
 from pbexact import io as pio
 from pbexact.errors import PBInputError
@@ -438,6 +439,7 @@ def test_every_bad_input_is_one_line_exit_2_before_any_work(tmp_path, capsys):
         lines = err.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("error: "), (module, argv, err)
         assert words in lines[0], (module, argv, lines[0])
+        assert FORMAT.match(lines[0]), f"not 'error: <problem>; <fix>': {lines[0]}"
     # nothing was computed or written: the folder is as it was, the file untouched
     assert sorted(p.name for p in tmp_path.iterdir()) == before
     assert (tmp_path / "a_file").read_text() == "keep me"

@@ -8,6 +8,7 @@ import math
 
 import numpy as np
 import pytest
+from test_refusals import FORMAT
 
 from analysis import variance as V
 from analysis.cli import read_table, run
@@ -19,6 +20,7 @@ from pbexact.vertices import vertices
 def _one_line(capsys) -> str:
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error:"), err
+    assert FORMAT.match(err[0]), f"not 'error: <problem>; <fix>': {err[0]}"
     return err[0]
 
 
