@@ -68,6 +68,7 @@ from analysis.scale_report import main as scale_main
 from pbexact.cli import (
     ArgumentParser,
     int_at_least,
+    int_in_range,
     nonneg_int,
     positive_int,
     seed_list_at_most,
@@ -287,7 +288,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quick", action="store_true",
                    help=f"a small study for CI: instances {QUICK['instances']}, "
                    f"{QUICK['seeds']} seeds, {QUICK['steps']} steps (overrides those options)")
-    p.add_argument("--jobs", type=positive_int, default=1,
+    p.add_argument("--jobs", type=int_in_range(1, 1024, "worker processes"), default=1,
                    help="units run in parallel, one process and one thread each")
     p.add_argument("--results", type=Path, default=Path("results/instances"),
                    help="folder where unit results are stored and reused")
