@@ -400,6 +400,12 @@ def fig_cor_mc_bad_gen_2(out: Path, max_d: int, epsilon: float) -> dict:
             "binding_from_d": first_binding_d(epsilon)}
 
 
+#: The figures and tables :func:`build_all` draws, by file stem (the choices of ``--only``).
+FIGURES = ("sig_per_temp", "different_J", "collapse_of_j", "deceiving_J",
+           "deceiving_piecewise_runs", "deceiving_squared_runs", "theta_dep_ill",
+           "tab_mc_bad_gen_2", "cor_mc_bad_gen_2")
+
+
 def build_all(out: Path, only: Sequence[str] | None, temperatures: int, final_tau: float,
               iters: int, cor_max_d: int, epsilon: float, progress: bool = True) -> dict:
     """Draw the requested figures into ``out``; returns the numbers each one reports."""
@@ -415,6 +421,7 @@ def build_all(out: Path, only: Sequence[str] | None, temperatures: int, final_ta
         "tab_mc_bad_gen_2": lambda: tab_mc_bad_gen_2(out),
         "cor_mc_bad_gen_2": lambda: fig_cor_mc_bad_gen_2(out, cor_max_d, epsilon),
     }
+    assert tuple(makers) == FIGURES
     names = list(only) if only else list(makers)
     unknown = [n for n in names if n not in makers]
     if unknown:
@@ -432,8 +439,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path("results"),
                         help="output folder (default results/; --out figures regenerates the "
                         "committed figures)")
-    parser.add_argument("--only", nargs="+", metavar="NAME",
-                        help="draw only these (file stems, e.g. theta_dep_ill)")
+    parser.add_argument("--only", nargs="+", metavar="NAME", choices=FIGURES,
+                        help="draw only these (file stems: " + ", ".join(FIGURES) + ")")
     parser.add_argument("--temperatures", type=positive_int, default=10,
                         help="CP temperatures, exponential from 1 to --final-tau (default 10)")
     parser.add_argument("--final-tau", type=positive_float, default=CP_FINAL_TAU,
@@ -447,10 +454,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     args = parser.parse_args(argv)
     if args.iters < 1:
-        raise PBInputError("--iters must be at least 1")
+        raise PBInputError("--iters must be at least 1; give --iters 1 or more")
     check_corollary_sizes(args.cor_max_d, args.epsilon)
     if args.final_tau > 1:
-        raise PBInputError(f"--final-tau must be in (0, 1], got {args.final_tau}")
+        raise PBInputError(f"--final-tau must be in (0, 1], got {args.final_tau}; give e.g. "
+                           "--final-tau 0.005")
     check_out_dir(args.out)
     report = build_all(args.out, args.only, args.temperatures, args.final_tau, args.iters,
                        args.cor_max_d, args.epsilon, progress=not args.no_progress)

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import json
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -43,18 +42,27 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from analysis.cli import output_folders, run, save_figure, write_csv, write_json
+from analysis.cli import (
+    check_settings,
+    output_folders,
+    run,
+    save_figure,
+    settings_path,
+    write_csv,
+    write_json,
+)
 from analysis.microworld_hybrid import TORCH_METHODS, check_torch_method, run_torch
 from analysis.microworld_runs import (
     DETERMINISTIC,
     TRUE,
     Trajectory,
     check_method,
+    check_run_memory,
     found_optimum,
     run_exact,
 )
 from pbexact.benchmarks import BENCHMARKS, NNLoss, benchmark_table
-from pbexact.cli import ArgumentParser, nonneg_int, positive_float, positive_int
+from pbexact.cli import ArgumentParser, nonneg_int, positive_float, positive_int, step_count
 from pbexact.errors import PBInputError, check_d
 from pbexact.estimators import REGISTRY
 from pbscale.methods import REGISTRY as METHOD_REGISTRY
@@ -215,41 +223,11 @@ def run_settings(args: argparse.Namespace, d: int, lrs: list[float]) -> dict:
             "steps": args.steps, "seed": args.seed, "log_every": args.log_every}
 
 
-def settings_path(stem_path: Path) -> Path:
-    return stem_path.with_name(stem_path.name + "_settings.json")
-
-
-def check_settings(stem_path: Path, settings: dict, replot: bool) -> dict | None:
-    """Refuse results in --out recorded with other settings (a run on top of another, or a
-    --replot of a mix); results without recorded settings are refused too. Returns the recorded
-    settings (None when there are none yet)."""
-    csv_path = stem_path.with_name(stem_path.name + ".csv")
-    path = settings_path(stem_path)
-    if not path.exists():
-        if csv_path.exists() or replot:
-            raise PBInputError(
-                f"{csv_path} has no recorded settings ({path.name} is missing); delete it or "
-                "choose another --out" + ("" if not replot else ", then run the experiment")
-            )
-        return None
-    try:
-        with open(path) as fh:
-            old = json.load(fh)
-        if not isinstance(old, dict):
-            raise ValueError
-    except (OSError, UnicodeDecodeError, ValueError):
-        raise PBInputError(f"damaged settings file {path}; delete it with its results or "
-                           "choose another --out") from None
+def check_run_settings(stem_path: Path, settings: dict, replot: bool) -> dict | None:
+    """`analysis.cli.check_settings` on the settings a run (all of them) or a --replot (those
+    marked True in :data:`SETTINGS_REPLOT`) must share with the recorded ones."""
     keys = [k for k, needed in SETTINGS_REPLOT.items() if needed or not replot]
-    diff = [k for k in keys if old.get(k) != settings[k]]
-    if diff:
-        k = diff[0]
-        raise PBInputError(
-            f"{csv_path.parent} holds results with other settings ({k} = {old.get(k)!r}, "
-            f"asked {settings[k]!r}); choose another --out, delete them"
-            + (", or replot with the recorded settings" if replot else "")
-        )
-    return old
+    return check_settings(stem_path, settings, keys, replot)
 
 
 def write_results(path: Path, J: np.ndarray, results: dict[Config, Trajectory],
@@ -439,7 +417,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--d", type=positive_int, default=10,
                    help="number of bits (default 10; paper: 4, 10)")
     p.add_argument("--seeds", type=positive_int, default=100, help="seeds per method (default 100)")
-    p.add_argument("--steps", type=positive_int, default=10_000, help="SGD steps (default 10,000)")
+    p.add_argument("--steps", type=step_count(), default=10_000,
+                   help="SGD steps (default 10,000)")
     p.add_argument("--benchmark", choices=(*BENCHMARKS, "all"), default="all",
                    help="exponential, nnloss or all (default); approaches uses nnloss only")
     p.add_argument("--lrs", type=positive_float, nargs="+", default=None,
@@ -464,10 +443,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     d = check_d(args.d, limit=16)
     if args.steps < 1 or args.seeds < 1 or args.log_every < 1:
-        raise PBInputError("--steps, --seeds and --log-every must be >= 1")
+        raise PBInputError("--steps, --seeds and --log-every must be >= 1; give 1 or more")
     lrs = args.lrs or ([0.1] if args.experiment == "estimators" else [0.1, 0.01])
     if any(not lr > 0 for lr in lrs):
-        raise PBInputError(f"learning rates must be positive, got {lrs}")
+        raise PBInputError(f"learning rates must be positive, got {lrs}; give --lrs > 0")
     configs = experiment_configs(args.experiment, lrs, args.n)
     for cfg in configs:  # fail on a bad setting before hours of training
         if cfg.method in DETERMINISTIC:
@@ -477,14 +456,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             check_method(cfg.method, cfg.n)
     benches = benchmarks_for(args.experiment, args.benchmark)
+    check_run_memory(args.steps, args.log_every, len(configs) * len(benches), args.seeds,
+                     max(cfg.n for cfg in configs), d)
     if args.replot and not args.out.is_dir():
         raise PBInputError(
             f"--replot needs the results folder {args.out}; run the experiment first"
         )
     folders = output_folders(args.out, args.figures)
     settings = run_settings(args, d, lrs)
-    recorded = [check_settings(args.out / f"microworld_{args.experiment}_{bench}_d{d}",
-                               settings, args.replot) for bench in benches]  # before any work
+    recorded = [check_run_settings(args.out / f"microworld_{args.experiment}_{bench}_d{d}",
+                                   settings, args.replot)
+                for bench in benches]  # before any work
     if args.replot and any(r != recorded[0] for r in recorded):
         raise PBInputError(f"{args.out} mixes results of two runs (their settings differ); "
                            "run the experiment again or choose another --out")

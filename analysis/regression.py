@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pbexact.cli import ArgumentParser, positive_int, positive_int_list
+from pbexact.cli import ArgumentParser, positive_int, positive_int_list, thread_count
 from pbexact.errors import PBInputError
 from pbexact.io import check_out_dir
 from pbscale import io
@@ -166,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
                     "the committed ones)")
     ap.add_argument("--device", default="auto")
     ap.add_argument("--collect", action="store_true", help="only draw the finished runs")
-    ap.add_argument("--threads", type=positive_int, default=None, help="torch CPU threads")
+    ap.add_argument("--threads", type=thread_count, default=None, help="torch CPU threads")
     args = ap.parse_args(argv)
     try:
         set_threads(args.threads)

@@ -18,10 +18,14 @@ claim of :mod:`analysis.claims` on each instance and writes, under --out:
   CSVs in --compare-with (same code and seeds must give the same numbers);
 * ``units.csv``: the settings and wall time of every unit.
 
-A unit is one (experiment, benchmark, instance, d); its results live in --results/units/<unit>/
-and are reused when its recorded settings (``unit.json``) match the requested ones, so an
-interrupted study resumes where it stopped. Every option is checked before any folder is touched,
-and a unit that is recomputed replaces its old folder only once it has succeeded.
+A unit is one (experiment, benchmark, instance, d); its results live in
+--results/units/<unit>-<key>/, keyed by its settings (so units of other --seeds, --steps, --seed
+or --log-every stay beside each other), and are reused when its recorded settings
+(``unit.json``) match the requested ones, so an interrupted study resumes where it stopped.
+Every option is checked before any folder is touched, and a unit that is recomputed replaces its
+old folder only once it has succeeded. Ctrl-C or SIGTERM stops the running units (their worker
+processes too) and ends with one line saying how many units are finished and how to resume,
+exit code 130 or 143, like the training tools.
 """
 
 from __future__ import annotations
@@ -30,13 +34,22 @@ import argparse
 import csv
 import json
 import math
+import shlex
+import signal
 import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
 from analysis.claims import CLAIMS, OUTCOMES, Claim, UnitResult, Verdict
-from analysis.cli import atomic_write_text, check_out_dir, run, save_figure, write_csv
+from analysis.cli import (
+    atomic_write_text,
+    check_out_dir,
+    run,
+    save_figure,
+    stop_signals,
+    write_csv,
+)
 from analysis.report_plots import plot_final_losses
 from analysis.report_units import (
     BENCHMARKS,
@@ -44,6 +57,7 @@ from analysis.report_units import (
     Settings,
     Unit,
     check_units,
+    is_done,
     load_units,
     plan_units,
     run_units,
@@ -54,9 +68,11 @@ from analysis.scale_report import main as scale_main
 from pbexact.cli import (
     ArgumentParser,
     int_at_least,
+    int_in_range,
     nonneg_int,
     positive_int,
     seed_list_at_most,
+    step_count,
 )
 from pbexact.errors import PBInputError
 
@@ -190,8 +206,8 @@ def normalized_rows(loaded: dict[Unit, UnitResult], d: int) -> list[dict]:
     return rows
 
 
-def instance0_check(loaded: dict[Unit, UnitResult], results: Path, compare_with: Path
-                    ) -> list[list]:
+def instance0_check(loaded: dict[Unit, UnitResult], results: Path, settings: Settings,
+                    compare_with: Path) -> list[list]:
     """Instance 0's per-seed final losses against the committed microworld CSV of the same
     experiment, benchmark and d (if there is one and it has the same number of steps and seeds),
     for every config (all lrs). ``identical`` needs every reference value reproduced exactly;
@@ -201,7 +217,7 @@ def instance0_check(loaded: dict[Unit, UnitResult], results: Path, compare_with:
         ref = compare_with / f"{u.stem}.csv"
         if u.instance != 0 or not ref.exists():
             continue
-        mine = _finals(unit_dir(results, u) / f"{u.stem}.csv")
+        mine = _finals(unit_dir(results, u, settings) / f"{u.stem}.csv")
         theirs = _finals(ref)
         if _shape(mine) != _shape(theirs):
             continue  # another scale (e.g. --quick): nothing to compare
@@ -264,7 +280,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-d4", action="store_true", help="skip the d = 4 row")
     p.add_argument("--seeds", type=int_at_least(2), default=100,
                    help="seeds per method (>= 2: the claims compare standard errors)")
-    p.add_argument("--steps", type=positive_int, default=10_000, help="SGD steps")
+    p.add_argument("--steps", type=step_count(), default=10_000, help="SGD steps")
     p.add_argument("--seed", type=nonneg_int, default=0, help="random seed of the runs")
     p.add_argument("--log-every", type=positive_int, default=10,
                    help="logged iterations of estimators/params (approaches always logs every "
@@ -272,7 +288,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quick", action="store_true",
                    help=f"a small study for CI: instances {QUICK['instances']}, "
                    f"{QUICK['seeds']} seeds, {QUICK['steps']} steps (overrides those options)")
-    p.add_argument("--jobs", type=positive_int, default=1,
+    p.add_argument("--jobs", type=int_in_range(1, 1024, "worker processes"), default=1,
                    help="units run in parallel, one process and one thread each")
     p.add_argument("--results", type=Path, default=Path("results/instances"),
                    help="folder where unit results are stored and reused")
@@ -280,10 +296,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="folder for the tables and figures")
     p.add_argument("--replot", action="store_true",
                    help="only rebuild tables and figures from --results (nothing is trained)")
-    p.add_argument("--compare-with", type=Path, default=FIGURES_DIR,
+    p.add_argument("--compare-with", type=Path, default=None,
                    help="folder of the committed instance-0 microworld CSVs to check instance 0 "
                    "against (default: the repository's figures/, "
-                   f"{FIGURES_DIR})")
+                   f"{FIGURES_DIR}, when it exists)")
     return p
 
 
@@ -299,11 +315,36 @@ def check_study(args: argparse.Namespace) -> None:
                                f"d = {args.d} (only at d = {', '.join(map(str, have))}); "
                                "change --d or --experiments")
     for flag, folder in (("--results", args.results), ("--compare-with", args.compare_with)):
-        if folder.exists() and not folder.is_dir():
+        if folder is not None and folder.exists() and not folder.is_dir():
             raise PBInputError(f"{flag} {folder} is a file, not a folder; choose a folder")
+    if args.compare_with is not None and not args.compare_with.is_dir():
+        raise PBInputError(f"--compare-with {args.compare_with} does not exist; give the folder "
+                           f"of the committed microworld CSVs (default {FIGURES_DIR})")
     if args.replot and not (args.results / "units").is_dir():
         raise PBInputError(f"--replot needs the unit results in {args.results}/units; run the "
                            "study without --replot first")
+
+
+def scale_rows(args: argparse.Namespace, scale: Sequence[str]) -> int:
+    """The scale rows through ``analysis.scale_report``'s command line; its one-line errors are
+    its own, and anything else it raises (a damaged run folder it cannot read) becomes one line
+    naming the command that shows the details."""
+    if args.scale_out.exists() and not args.scale_out.is_dir():
+        raise PBInputError(f"--scale-out {args.scale_out} is a file, not a folder; choose a "
+                           "folder")
+    for folder in args.scale_runs or ():
+        if not folder.is_dir():
+            raise PBInputError(f"--scale-runs {folder} is not a folder; give folders holding "
+                               "run folders")
+    source = ["--runs", *map(str, args.scale_runs)] if args.scale_runs else ["--replot"]
+    argv = [*source, "--out", str(args.scale_out), "--experiments", ",".join(scale)]
+    try:
+        return run(scale_main, argv)
+    except Exception as exc:  # noqa: BLE001 - one line instead of a traceback
+        raise PBInputError(
+            f"the scale rows failed ({type(exc).__name__}: {exc}); run python -m "
+            f"analysis.scale_report {shlex.join(argv)} to see where (a damaged run folder?)"
+        ) from None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -311,9 +352,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     scale = [e for e in args.experiments if e in SCALE_EXPERIMENTS]
     args.experiments = [e for e in args.experiments if e in EXPERIMENTS]
     if scale:
-        source = ["--runs", *map(str, args.scale_runs)] if args.scale_runs else ["--replot"]
-        code = scale_main([*source, "--out", str(args.scale_out), "--experiments",
-                           ",".join(scale)])
+        code = scale_rows(args, scale)
         if code or not args.experiments:
             return code
     instances = args.instances
@@ -326,7 +365,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     out = check_out_dir(args.out, "--out")
     start = time.perf_counter()
     if not args.replot:
-        run_units(units, settings, check_out_dir(args.results, "--results"), args.jobs)
+        results = check_out_dir(args.results, "--results")
+        try:
+            with stop_signals():
+                run_units(units, settings, results, args.jobs)
+        except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM under stop_signals
+            signum = getattr(exc, "signum", signal.SIGINT)
+            done = sum(is_done(results, u, settings) for u in units)
+            resume = shlex.join(["python", "-m", "analysis.report",
+                                 *(sys.argv[1:] if argv is None else argv)])
+            print(f"{signal.Signals(signum).name}: {done} of {len(units)} units finished, kept "
+                  f"in {results / 'units'}; resume with: {resume}", file=sys.stderr)
+            return 128 + signum
     loaded = load_units(units, settings, args.results)
     claims = [c for c in CLAIMS if any(u.experiment == c.experiment and u.d == c.d
                                        for u in units)]
@@ -345,13 +395,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             import matplotlib.pyplot as plt
 
             plt.close(fig)
-    check = instance0_check(loaded, args.results, args.compare_with)
+    check = instance0_check(loaded, args.results, settings, args.compare_with or FIGURES_DIR)
     write_csv(out / "instance0_check.csv",
               ["unit", "reference", "finals", "reference_finals", "common", "max_abs_diff",
                "found_flags_differ", "identical"], check)
     units_rows = []
     for u in units:
-        rec = json.loads((unit_dir(args.results, u) / "unit.json").read_text())
+        rec = json.loads((unit_dir(args.results, u, settings) / "unit.json").read_text())
         units_rows.append([u.name, *u.record(settings).values(), f"{rec['wall_s']:.1f}"])
     write_csv(out / "units.csv", [*("unit", *units[0].record(settings)), "wall_s"], units_rows)
     total = sum(float(r[-1]) for r in units_rows)

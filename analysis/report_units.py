@@ -1,9 +1,13 @@
 """The units of ``python -m analysis.report`` and the runner that computes them.
 
 A unit is one call of a tool's command line (``module.main(argv)``) whose results live in their
-own folder ``RESULTS/units/<unit.name>/``, marked finished by ``unit.json`` (the unit's recorded
-settings, its wall time and its command). A unit is reused when ``unit.json`` records the
-requested settings and its result files exist.
+own folder ``RESULTS/units/<unit.name>-<key>/``, keyed by its settings as run folders are by
+their hash (``key``: the first 10 hex digits of the SHA-256 of ``unit.record(settings)``), so
+units of other settings (another ``--seeds``, ``--steps`` ...) stay side by side and are never
+replaced. A folder is marked finished by ``unit.json`` (the unit's recorded settings, its wall
+time and its command); a unit is reused when ``unit.json`` records the requested settings and its
+result files exist. A finished folder of an older version, ``RESULTS/units/<unit.name>/``, is
+renamed to its key when its settings are the requested ones.
 
 Any frozen dataclass with the attributes of :class:`ReportUnit` is a unit: the runner needs its
 folder name, the module it runs, the command line for a folder, the settings it records, the
@@ -13,17 +17,27 @@ is one more such class, run by the same :func:`run_units`.
 
 A unit never destroys a finished result: it is built in a partial folder beside its folder and
 swapped in only when its tool succeeded (`pbexact.io.replace_folder`). A tool's one-line error
-(:class:`PBInputError` or an argparse error) stops the study with that line and the unit's name.
+(:class:`PBInputError` or an argparse error) or a failed write (disk full) stops the study with
+that line and the unit's name.
+
+Units run in parallel (``jobs`` > 1) in worker processes that die with the study: on Linux the
+kernel sends them SIGTERM when the study's process dies, even by SIGKILL (``PR_SET_PDEATHSIG``),
+and they ignore Ctrl-C, which the study handles; a study stopped by an exception, Ctrl-C or
+SIGTERM terminates its running workers before it returns (their partial folders are removed by
+the next run).
 """
 
 from __future__ import annotations
 
 import contextlib
 import csv
+import hashlib
 import importlib
 import json
+import multiprocessing
 import os
 import shutil
+import signal
 import time
 import traceback
 from collections.abc import Sequence
@@ -39,7 +53,8 @@ from analysis.cli import write_json
 from analysis.microworld_hybrid import DETERMINISTIC_TORCH
 from pbexact.benchmarks import BENCHMARKS
 from pbexact.errors import PBInputError
-from pbexact.io import new_partial_folder, replace_folder
+from pbexact.io import NO_SPACE, WriteError, new_partial_folder, replace_folder
+from pbexact.processes import die_with_parent
 
 EXPERIMENTS = ("estimators", "params", "approaches")
 #: Relative cost of one microworld unit at the paper's scale (measured, d = 10 estimators = 1):
@@ -183,21 +198,44 @@ class _StderrLine:
         return line.removeprefix("error: ")
 
 
-def unit_dir(results: Path, unit: ReportUnit) -> Path:
-    return results / "units" / unit.name
+def unit_key(unit: ReportUnit, settings: Any) -> str:
+    """The first 10 hex digits of the SHA-256 of the unit's recorded settings."""
+    text = json.dumps(unit.record(settings), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:10]
 
 
-def is_done(results: Path, unit: ReportUnit, settings: Any) -> bool:
-    """A unit is reused only if its marker exists and records the same settings."""
-    marker = unit_dir(results, unit) / "unit.json"
-    if not marker.exists():
+def unit_dir(results: Path, unit: ReportUnit, settings: Any) -> Path:
+    """``RESULTS/units/<unit.name>-<key>``: the unit's folder at these settings."""
+    return results / "units" / f"{unit.name}-{unit_key(unit, settings)}"
+
+
+def _finished(folder: Path, unit: ReportUnit, settings: Any) -> bool:
+    marker = folder / "unit.json"
+    if not marker.is_file():
         return False
     try:
         rec = json.loads(marker.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError):
         return False
     return isinstance(rec, dict) and rec.get("settings") == unit.record(settings) and all(
-        (unit_dir(results, unit) / f).exists() for f in unit.result_files())
+        (folder / f).exists() for f in unit.result_files())
+
+
+def is_done(results: Path, unit: ReportUnit, settings: Any) -> bool:
+    """A unit is reused only if its marker exists and records the same settings."""
+    return _finished(unit_dir(results, unit, settings), unit, settings)
+
+
+def adopt_unkeyed(results: Path, units: Sequence[ReportUnit], settings: Any) -> int:
+    """Rename each finished unit folder of an older version (``RESULTS/units/<unit.name>``,
+    without a key) whose settings are the requested ones to its keyed name; returns how many."""
+    moved = 0
+    for unit in units:
+        old, new = results / "units" / unit.name, unit_dir(results, unit, settings)
+        if not new.exists() and _finished(old, unit, settings):
+            os.replace(old, new)
+            moved += 1
+    return moved
 
 
 def run_unit(unit: ReportUnit, settings: Any, results: Path) -> tuple[ReportUnit, float]:
@@ -205,10 +243,11 @@ def run_unit(unit: ReportUnit, settings: Any, results: Path) -> tuple[ReportUnit
     log.txt) in a partial folder, write unit.json there last, and swap the folder in: a unit
     folder is finished or absent, never half, and a failed rerun leaves the old one in place.
 
-    A :class:`PBInputError` or argparse error of the tool becomes a :class:`PBInputError` naming
-    the unit (its partial folder is removed); any other exception propagates and leaves the
-    partial folder, with the traceback in its log.txt, for inspection."""
-    final = unit_dir(results, unit)
+    A :class:`PBInputError` or argparse error of the tool, or a failed write (disk full), becomes
+    a :class:`PBInputError` naming the unit (its partial folder is removed); any other exception
+    propagates and leaves the partial folder, with the traceback in its log.txt, for
+    inspection."""
+    final = unit_dir(results, unit, settings)
     work = new_partial_folder(final)
     argv = unit.argv(settings, work)
     main = importlib.import_module(unit.module).main
@@ -221,6 +260,8 @@ def run_unit(unit: ReportUnit, settings: Any, results: Path) -> tuple[ReportUnit
                 main(argv)
             except PBInputError as exc:
                 raise _UnitRefused(str(exc)) from None
+            except WriteError as exc:
+                raise _UnitRefused(exc.one_line("--results")) from None
             except SystemExit as exc:
                 if exc.code not in (0, None):
                     log.flush()
@@ -231,14 +272,24 @@ def run_unit(unit: ReportUnit, settings: Any, results: Path) -> tuple[ReportUnit
     except _UnitRefused as exc:
         shutil.rmtree(work, ignore_errors=True)
         raise PBInputError(f"unit {unit.name}: {exc}") from None
+    except OSError as exc:  # the log itself could not be written (disk full)
+        if exc.errno not in NO_SPACE:
+            raise
+        shutil.rmtree(work, ignore_errors=True)
+        raise PBInputError(f"unit {unit.name}: {WriteError(exc, log_path).one_line('--results')}"
+                           ) from None
     finally:
         import matplotlib.pyplot as plt
 
         plt.close("all")  # the tool's figures, saved already
     wall = time.perf_counter() - start
-    write_json(work / "unit.json", {"settings": unit.record(settings), "wall_s": wall,
-                                    "argv": ["python", "-m", unit.module,
-                                             *unit.argv(settings, final)]})
+    try:
+        write_json(work / "unit.json", {"settings": unit.record(settings), "wall_s": wall,
+                                        "argv": ["python", "-m", unit.module,
+                                                 *unit.argv(settings, final)]})
+    except WriteError as exc:
+        shutil.rmtree(work, ignore_errors=True)
+        raise PBInputError(f"unit {unit.name}: {exc.one_line('--results')}") from None
     replace_folder(work, final)
     return unit, wall
 
@@ -253,16 +304,41 @@ def _last_error(log: Path) -> str:
     return line.removeprefix("error: ")
 
 
-def _init_worker() -> None:
+def _init_worker(parent: int) -> None:
+    """A worker: dies with the study (SIGTERM when ``parent`` dies, Linux), leaves Ctrl-C to
+    the study (which terminates it), one torch thread."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    die_with_parent(parent)()
+    import threading
+
     import torch
+    from tqdm import tqdm
+
+    # tqdm's default lock is a multiprocessing semaphore, which a terminated worker would leave
+    # to the resource tracker (a "leaked semaphore" warning); the worker's bars go to its log
+    tqdm.set_lock(threading.RLock())
 
     torch.set_num_threads(1)
+
+
+def _stop_workers(pool: ProcessPoolExecutor) -> None:
+    """Cancel the units not started and terminate the running ones (their partial folders are
+    removed by the next run)."""
+    pool.shutdown(wait=False, cancel_futures=True)
+    workers = multiprocessing.active_children()
+    for proc in workers:
+        proc.terminate()
+    for proc in workers:
+        proc.join(10)
+    pool.shutdown(wait=True)  # joins the pool's manager thread, which sees the workers gone
 
 
 def run_units(units: Sequence[ReportUnit], settings: Any, results: Path, jobs: int) -> None:
     """Run the units not already done, longest first, in ``jobs`` processes of one thread each.
     A unit refused by its tool stops the study (with that one line); a crashed unit is reported
-    and the others go on."""
+    and the others go on. Any exception here (Ctrl-C, SIGTERM turned into one, a refusal)
+    terminates the running workers before it propagates."""
+    adopt_unkeyed(results, units, settings)
     todo = [u for u in units if not is_done(results, u, settings)]
     reused = len(units) - len(todo)
     todo.sort(key=lambda u: -u.cost)
@@ -283,21 +359,24 @@ def run_units(units: Sequence[ReportUnit], settings: Any, results: Path, jobs: i
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS",
                 "OPENBLAS_NUM_THREADS"):
         os.environ[var] = "1"  # inherited by the worker processes
-    import multiprocessing
-
     ctx = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(jobs, mp_context=ctx, initializer=_init_worker) as pool:
+    pool = ProcessPoolExecutor(jobs, mp_context=ctx, initializer=_init_worker,
+                               initargs=(os.getpid(),))
+    try:
         futures = {pool.submit(run_unit, u, settings, results): u for u in todo}
         for k, fut in enumerate(as_completed(futures), 1):
             try:
                 done(k, *fut.result())
             except PBInputError:
-                pool.shutdown(cancel_futures=True)
                 raise
             except Exception as exc:  # a crashed unit: report it, keep the others
+                folder = unit_dir(results, futures[fut], settings)
                 print(f"  [{k}/{len(todo)}] {futures[fut].name} FAILED: {exc!r} "
-                      f"(partial folder with its log.txt beside {unit_dir(results, futures[fut])})",
-                      flush=True)
+                      f"(partial folder with its log.txt beside {folder})", flush=True)
+    except BaseException:
+        _stop_workers(pool)
+        raise
+    pool.shutdown()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -352,6 +431,7 @@ def read_unit(path: Path, unit: Unit, J: np.ndarray) -> UnitResult:
 
 
 def load_units(units: Sequence[Unit], settings: Settings, results: Path) -> dict[Unit, UnitResult]:
+    adopt_unkeyed(results, units, settings)
     missing = [u.name for u in units if not is_done(results, u, settings)]
     if missing:
         raise PBInputError(
@@ -360,5 +440,5 @@ def load_units(units: Sequence[Unit], settings: Settings, results: Path) -> dict
     out = {}
     for u in units:
         J = instance_table(u.benchmark, u.d, u.instance)
-        out[u] = read_unit(unit_dir(results, u) / f"{u.stem}.csv", u, J)
+        out[u] = read_unit(unit_dir(results, u, settings) / f"{u.stem}.csv", u, J)
     return out

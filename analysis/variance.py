@@ -8,14 +8,19 @@ logits; DisARM's column is blank for odd n), the entropy of p_theta and the expe
 
     python -m analysis.variance --d 4 --n 4
     python -m analysis.variance --d 10 --n 10      # exact, by the closed form
+    python -m analysis.variance --benchmark random --d 6 --seed 3   # a random instance of one's own
 
 --method auto (the default) enumerates multisets where they are few and uses the closed form
-(`pbexact.closed_form`) otherwise; both are exact. Monte Carlo runs only when asked (--method mc).
+(`pbexact.closed_form`) otherwise; both are exact. Monte Carlo runs only when asked (--method mc;
+its files end in ``_mc``). The settings of each result are recorded beside it
+(``STEM_settings.json``); results of other settings in --out (another seed, table, step count...)
+are refused before anything is written, never overwritten.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -23,9 +28,18 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
-from analysis.cli import output_folders, read_table, run, save_figure, write_csv
-from pbexact.benchmarks import BENCHMARKS, benchmark_table
-from pbexact.cli import ArgumentParser, nonneg_int, positive_float, positive_int
+from analysis.cli import (
+    check_settings,
+    output_folders,
+    read_table,
+    run,
+    save_figure,
+    settings_path,
+    write_csv,
+    write_json,
+)
+from pbexact.benchmarks import BENCHMARKS, TABLES, benchmark_table
+from pbexact.cli import ArgumentParser, nonneg_int, positive_float, positive_int, step_count
 from pbexact.closed_form import MAX_CLOSED_FORM_D, check_closed_form_size, closed_form_moments
 from pbexact.errors import (
     ENUMERATION_MEMORY_LIMIT,
@@ -36,6 +50,7 @@ from pbexact.errors import (
     multiset_count,
 )
 from pbexact.estimators import ESTIMATORS, check_estimator, estimators_for, get_estimator
+from pbexact.io import csv_text
 from pbexact.parametrizations import Sigmoid
 from pbexact.polynomial import entropy, expected_loss, true_gradient
 from pbexact.variance import EstimatorMoments, exact_moments, mc_moments
@@ -198,6 +213,57 @@ def plot_variances(rows: list[dict[str, float]], title: str, logx: bool = False)
     return fig
 
 
+#: Peak bytes per logged row and bit (a dict of d + 8 Python floats, its CSV line, the figure's
+#: arrays), a bound: the rows of every table are kept until its CSV is written.
+ROW_BYTES_PER_COLUMN = 128
+
+
+def check_log_memory(steps: int, log_every: int, d: int,
+                     limit: int = ENUMERATION_MEMORY_LIMIT) -> None:
+    """Refuse, before any work, a trajectory whose logged rows pass ``limit`` bytes, naming the
+    --log-every that fits."""
+    rows = steps // log_every + 2
+    need = rows * (d + 8) * ROW_BYTES_PER_COLUMN
+    if need > limit:
+        every = -(-steps * (d + 8) * ROW_BYTES_PER_COLUMN // limit)
+        raise PBInputError(
+            f"--steps {steps:,} logged every {log_every:,} step(s) keeps {rows:,} rows of "
+            f"{d + 8} values, about {format_bytes(need)}, over the limit of "
+            f"{format_bytes(limit)}; use --log-every {every:,} or more, or fewer --steps")
+
+
+def table_name(path: Path, d: int) -> str:
+    """The name a ``--table`` file gives its results: its stem without a trailing ``_d{d}`` or
+    ``_d{d}_table`` (``rand_d6.csv`` and ``rand_d6_table.csv`` give ``rand``, whose results are
+    ``rand_d6_n4_variance.*``: d is not repeated; ``my_table.csv`` gives ``my_table``)."""
+    for suffix in (f"_d{d}_table", f"_d{d}"):
+        if path.stem.endswith(suffix) and path.stem != suffix:
+            return path.stem.removesuffix(suffix)
+    return path.stem
+
+
+def result_stem(name: str, d: int, n: int, method: str) -> str:
+    """``B_d{d}_n{n}_variance``, with ``_mc`` for the Monte Carlo estimate (so that exact and
+    estimated variances of one instance sit side by side)."""
+    return f"{name}_d{d}_n{n}_variance" + ("_mc" if method == "mc" else "")
+
+
+def table_digest(J: np.ndarray) -> str:
+    """The first 16 hex digits of the SHA-256 of a J table's float64 bytes (recorded with the
+    results it gave: another table, same settings otherwise, is refused)."""
+    data = np.ascontiguousarray(J, dtype=np.float64).tobytes()
+    return hashlib.sha256(data).hexdigest()[:16]
+
+
+def check_table_file(path: Path, J: np.ndarray) -> None:
+    """Refuse a ``B_d{d}_table.csv`` in --out that holds another table than ``J`` (another
+    instance seed) before anything is written."""
+    if path.exists() and (not path.is_file() or path.read_bytes() != csv_text(
+            ["h", "J"], enumerate(J)).encode()):
+        raise PBInputError(f"{path} holds another J table (another instance or --seed); choose "
+                           "another --out or delete it")
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = ArgumentParser(
         prog="python -m analysis.variance",
@@ -206,7 +272,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--d", type=positive_int, default=None, help="number of bits (default 4)")
     p.add_argument("--n", type=positive_int, default=4, help="samples per estimate (default 4)")
-    p.add_argument("--benchmark", choices=(*BENCHMARKS, "all"), default="all")
+    p.add_argument("--benchmark", choices=(*TABLES, "all"), default="all",
+                   help="exponential, nnloss, all (both), or random: one's own random instance, "
+                   "J(z) iid standard normal drawn from --seed")
     p.add_argument(
         "--table",
         type=Path,
@@ -214,9 +282,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="a J table CSV with exactly two columns h,J (as written to DIR/B_d{d}_table.csv) "
         "to study instead of the benchmarks; row h is the loss of the vertex z with z_i = bit "
         "i-1 of h (h = sum_i 2^(i-1) z_i: h=1 is z_1=1, the others 0), every h in 0..2^d-1 "
-        "once; d is read from its length",
+        "once; d is read from its length; results are named by the file (rand_d6.csv gives "
+        "rand_d6_n4_variance.csv)",
     )
-    p.add_argument("--steps", type=nonneg_int, default=10_000, help="SGD steps (default 10,000)")
+    p.add_argument("--steps", type=step_count(0), default=10_000,
+                   help="SGD steps (default 10,000)")
     p.add_argument("--log-every", type=positive_int, default=100,
                    help="steps between logged points")
     p.add_argument("--lr", type=positive_float, default=0.1, help="SGD learning rate (default 0.1)")
@@ -233,7 +303,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--draws", type=positive_int, default=10_000,
                    help="estimator draws per step for mc")
-    p.add_argument("--out", type=Path, default=Path("results"), help="output folder")
+    p.add_argument("--out", type=Path, default=Path("results"),
+                   help="output folder; the settings of each result are recorded beside it "
+                   "(STEM_settings.json) and results of other settings are never overwritten")
     p.add_argument("--logx", action="store_true",
                    help="log step axis in the figure (the early steps, where the estimators "
                    "differ most, spread out)")
@@ -250,29 +322,43 @@ def main(argv: Sequence[str] | None = None) -> int:
         J = read_table(args.table)
         table_d = len(J).bit_length() - 1
         if args.d is not None and args.d != table_d:
-            raise PBInputError(f"--d {args.d} does not match the table's 2^{table_d} entries")
+            raise PBInputError(f"--d {args.d} does not match the table's 2^{table_d} entries; "
+                               "leave --d out (d is read from the table)")
         args.d = table_d
-        tables[args.table.stem] = J
+        tables[table_name(args.table, table_d)] = J
     d = check_d(4 if args.d is None else args.d, limit=MAX_CLOSED_FORM_D)
-    if args.steps < 0 or args.log_every < 1 or args.draws < 1:
-        raise PBInputError("--steps must be >= 0, --log-every >= 1 and --draws >= 1")
     check_estimators(args.n)
     check_method(args.method, d, args.n, args.draws)
-    folders = output_folders(args.out, args.figures)
-    if not tables:
+    check_log_memory(args.steps, args.log_every, d)
+    method = resolve_method(args.method, d, args.n)
+    if not tables:  # every table is built before anything is written
         names = BENCHMARKS if args.benchmark == "all" else (args.benchmark,)
-        for bench in names:
-            tables[bench] = benchmark_table(bench, d, args.seed)
-            write_csv(args.out / f"{bench}_d{d}_table.csv", ["h", "J"], enumerate(tables[bench]))
+        tables = {bench: benchmark_table(bench, d, args.seed) for bench in names}
+    folders = output_folders(args.out, args.figures)
+    stems = {bench: result_stem(bench, d, args.n, method) for bench in tables}
+    # enumerate and closed give the same numbers (both exact): one name, one setting
+    settings = {bench: {"seed": args.seed, "d": d, "n": args.n, "steps": args.steps,
+                        "log_every": args.log_every, "lr": args.lr,
+                        "method": "mc" if method == "mc" else "exact",
+                        "draws": args.draws if method == "mc" else None,
+                        "table": table_digest(J)}
+                for bench, J in tables.items()}
+    for bench, J in tables.items():  # refused before anything is written
+        check_settings(args.out / stems[bench], settings[bench])
+        if args.table is None:
+            check_table_file(args.out / f"{bench}_d{d}_table.csv", J)
+    if args.table is None:
+        for bench, J in tables.items():
+            write_csv(args.out / f"{bench}_d{d}_table.csv", ["h", "J"], enumerate(J))
     for bench, J in tables.items():
         rows = variance_trajectory(
             J, args.n, args.steps, args.log_every, args.lr, args.method, args.draws, args.seed,
             desc=f"{bench} d={d} n={args.n}",
         )
-        stem = f"{bench}_d{d}_n{args.n}_variance"
+        stem = stems[bench]
+        write_json(settings_path(args.out / stem), settings[bench])  # before what it labels
         for folder in folders:  # the figure's data sits next to it
             write_csv(folder / f"{stem}.csv", list(rows[0]), [list(r.values()) for r in rows])
-        method = resolve_method(args.method, d, args.n)
         fig = plot_variances(rows, f"{bench}, d={d}, n={args.n} ({method})", args.logx)
         save_figure(fig, [folder / f"{stem}.png" for folder in folders])
         last = rows[-1]

@@ -7,6 +7,9 @@ as dots; right panel: the MC estimate's relative error, MC / exact - 1, i.e. the
 figure carried.
 
     python -m analysis.variance_compare --d 10 --n 10
+
+The settings of each result are recorded beside it (``STEM_settings.json``); results of other
+settings in --out are refused before anything is written, never overwritten.
 """
 
 from __future__ import annotations
@@ -17,12 +20,26 @@ from pathlib import Path
 
 import numpy as np
 
-from analysis.cli import output_folders, run, save_figure, write_csv
-from analysis.variance import check_estimators, variance_trajectory
-from pbexact.benchmarks import BENCHMARKS, benchmark_table
-from pbexact.cli import ArgumentParser, nonneg_int, positive_float, positive_int
+from analysis.cli import (
+    check_settings,
+    output_folders,
+    run,
+    save_figure,
+    settings_path,
+    write_csv,
+    write_json,
+)
+from analysis.variance import (
+    check_estimators,
+    check_log_memory,
+    check_method,
+    table_digest,
+    variance_trajectory,
+)
+from pbexact.benchmarks import BENCHMARKS, TABLES, benchmark_table
+from pbexact.cli import ArgumentParser, nonneg_int, positive_float, positive_int, step_count
 from pbexact.closed_form import MAX_CLOSED_FORM_D
-from pbexact.errors import PBInputError, check_d
+from pbexact.errors import check_d
 from pbexact.estimators import ESTIMATORS, get_estimator
 
 
@@ -88,8 +105,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--d", type=positive_int, default=10, help="number of bits (default 10)")
     p.add_argument("--n", type=positive_int, default=10, help="samples per estimate (default 10)")
-    p.add_argument("--benchmark", choices=(*BENCHMARKS, "all"), default="all")
-    p.add_argument("--steps", type=nonneg_int, default=10_000, help="SGD steps (default 10,000)")
+    p.add_argument("--benchmark", choices=(*TABLES, "all"), default="all",
+                   help="exponential, nnloss, all (both), or random (J(z) iid standard normal "
+                   "from --seed)")
+    p.add_argument("--steps", type=step_count(0), default=10_000,
+                   help="SGD steps (default 10,000)")
     p.add_argument("--log-every", type=positive_int, default=100,
                    help="steps between logged points")
     p.add_argument("--lr", type=positive_float, default=0.1, help="SGD learning rate (default 0.1)")
@@ -105,19 +125,27 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     d = check_d(args.d, limit=MAX_CLOSED_FORM_D)
-    if args.steps < 0 or args.log_every < 1 or args.draws < 1:
-        raise PBInputError("--steps must be >= 0, --log-every >= 1 and --draws >= 1")
     check_estimators(args.n)
-    folders = output_folders(args.out, args.figures)
+    check_method("closed", d, args.n)
+    check_method("mc", d, args.n, args.draws)
+    check_log_memory(args.steps, args.log_every, d)
     names = BENCHMARKS if args.benchmark == "all" else (args.benchmark,)
-    for bench in names:
-        J = benchmark_table(bench, d, args.seed)
+    tables = {bench: benchmark_table(bench, d, args.seed) for bench in names}
+    folders = output_folders(args.out, args.figures)
+    stems = {bench: f"{bench}_d{d}_n{args.n}_variance_exact_vs_mc" for bench in names}
+    settings = {bench: {"seed": args.seed, "d": d, "n": args.n, "steps": args.steps,
+                        "log_every": args.log_every, "lr": args.lr, "draws": args.draws,
+                        "table": table_digest(J)} for bench, J in tables.items()}
+    for bench in names:  # refused before anything is written
+        check_settings(args.out / stems[bench], settings[bench])
+    for bench, J in tables.items():
         common = dict(steps=args.steps, log_every=args.log_every, lr=args.lr, seed=args.seed)
         exact = variance_trajectory(J, args.n, method="closed", desc=f"{bench} exact", **common)
         mc = variance_trajectory(J, args.n, method="mc", draws=args.draws, desc=f"{bench} MC",
                                  **common)
         rows = compare_rows(exact, mc)
-        stem = f"{bench}_d{d}_n{args.n}_variance_exact_vs_mc"
+        stem = stems[bench]
+        write_json(settings_path(args.out / stem), settings[bench])  # before what it labels
         for folder in folders:
             write_csv(folder / f"{stem}.csv", list(rows[0]), [list(r.values()) for r in rows])
         fig = plot_compare(rows, f"{bench}, d={d}, n={args.n}: exact vs MC", args.draws)

@@ -3,6 +3,8 @@
 several d and n; exact by the closed form (`pbexact.closed_form`).
 
     python -m analysis.variance_table --d 4 10 --n 2 4 10 --estimator disarm --against loorf arms
+    python -m analysis.variance_table --table mine.csv --n 2 4    # one's own J table(s)
+    python -m analysis.variance_table --benchmark random --d 6   # a random instance (--seed)
 
 For each benchmark, d and n it prints and writes (CSV in --out) the variance ratios
 estimator / other at theta = 0.5 (step 0) and their median over the logged steps, and the
@@ -18,11 +20,11 @@ from pathlib import Path
 
 import numpy as np
 
-from analysis.cli import check_out_dir, run, write_csv
-from analysis.variance import variance_trajectory
-from pbexact.benchmarks import BENCHMARKS, benchmark_table
-from pbexact.cli import ArgumentParser, nonneg_int, positive_int
-from pbexact.errors import check_d
+from analysis.cli import check_out_dir, read_table, run, write_csv
+from analysis.variance import check_log_memory, table_name, variance_trajectory
+from pbexact.benchmarks import BENCHMARKS, TABLES, benchmark_table
+from pbexact.cli import ArgumentParser, nonneg_int, positive_int, step_count
+from pbexact.errors import PBInputError, check_d
 from pbexact.estimators import ESTIMATORS, check_estimator
 
 
@@ -48,15 +50,22 @@ def build_parser() -> argparse.ArgumentParser:
         description="Exact variance ratios of one estimator against others along the "
         "true-gradient trajectory (closed form).",
     )
-    p.add_argument("--d", type=positive_int, nargs="+", default=[4, 10], help="numbers of bits")
+    p.add_argument("--d", type=positive_int, nargs="+", default=None,
+                   help="numbers of bits (default 4 10)")
     p.add_argument("--n", type=positive_int, nargs="+", default=[2, 4, 10],
                    help="samples per estimate")
     p.add_argument("--estimator", choices=ESTIMATORS, default="disarm",
                    help="the estimator studied")
     p.add_argument("--against", nargs="+", choices=ESTIMATORS, default=["loorf", "arms"],
                    help="estimators compared")
-    p.add_argument("--benchmark", choices=(*BENCHMARKS, "all"), default="all")
-    p.add_argument("--steps", type=nonneg_int, default=10_000, help="SGD steps (default 10,000)")
+    p.add_argument("--benchmark", choices=(*TABLES, "all"), default="all",
+                   help="exponential, nnloss, all (both), or random (J(z) iid standard normal "
+                   "from --seed)")
+    p.add_argument("--table", type=Path, nargs="+", default=None,
+                   help="J table CSVs (columns h,J, as analysis.variance --table reads them) "
+                   "studied instead of the benchmarks; d is read from each")
+    p.add_argument("--steps", type=step_count(0), default=10_000,
+                   help="SGD steps (default 10,000)")
     p.add_argument("--log-every", type=positive_int, default=100,
                    help="steps between logged points")
     p.add_argument("--seed", type=nonneg_int, default=0, help="seed of the benchmark instances")
@@ -67,29 +76,39 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    for d in args.d:
+    if args.table is not None and args.d is not None:
+        raise PBInputError("--d and --table both given; leave --d out (d is read from each "
+                           "table)")
+    given: dict[tuple[str, int], np.ndarray] = {}
+    for path in args.table or ():
+        J = read_table(path)
+        d = len(J).bit_length() - 1
+        given[(table_name(path, d), d)] = J
+    ds = sorted({d for _, d in given}) if given else (args.d or [4, 10])
+    for d in ds:
         check_d(d, limit=20)
+        check_log_memory(args.steps, args.log_every, d)
     for name in (args.estimator, *args.against):
         for n in args.n:
             check_estimator(name, n)
     check_out_dir(args.out, "--out")
     names = BENCHMARKS if args.benchmark == "all" else (args.benchmark,)
+    tables = given or {(bench, d): benchmark_table(bench, d, args.seed)
+                       for bench in names for d in ds}
     out = []
     print(f"{'benchmark':12s} {'d':>3s} {'n':>3s} {'vs':8s} {'ratio@0.5':>10s} "
           f"{'median ratio':>12s} {'max ratio':>10s} {'lower on':>9s}")
-    for bench in names:
-        for d in args.d:
-            J = benchmark_table(bench, d, args.seed)
-            for n in args.n:
-                rows = variance_trajectory(J, n, args.steps, args.log_every, method="closed",
-                                           desc=f"{bench} d={d} n={n}" if args.progress else "")
-                for other in args.against:
-                    c = compare(rows, args.estimator, other)
-                    out.append([bench, d, n, args.estimator, other, c["ratio_step0"],
-                                c["ratio_median"], c["ratio_max"], c["lower_fraction"]])
-                    print(f"{bench:12s} {d:3d} {n:3d} {other:8s} {c['ratio_step0']:10.3f} "
-                          f"{c['ratio_median']:12.3f} {c['ratio_max']:10.3f} "
-                          f"{100 * c['lower_fraction']:8.0f}%")
+    for (bench, d), J in tables.items():
+        for n in args.n:
+            rows = variance_trajectory(J, n, args.steps, args.log_every, method="closed",
+                                       desc=f"{bench} d={d} n={n}" if args.progress else "")
+            for other in args.against:
+                c = compare(rows, args.estimator, other)
+                out.append([bench, d, n, args.estimator, other, c["ratio_step0"],
+                            c["ratio_median"], c["ratio_max"], c["lower_fraction"]])
+                print(f"{bench:12s} {d:3d} {n:3d} {other:8s} {c['ratio_step0']:10.3f} "
+                      f"{c['ratio_median']:12.3f} {c['ratio_max']:10.3f} "
+                      f"{100 * c['lower_fraction']:8.0f}%")
     path = write_csv(args.out / f"variance_table_{args.estimator}.csv",
                      ["benchmark", "d", "n", "estimator", "other", "ratio_step0",
                       "ratio_median", "ratio_max", "lower_fraction"], out)

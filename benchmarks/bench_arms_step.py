@@ -10,13 +10,21 @@ count the device's work).
 from __future__ import annotations
 
 import statistics
+import sys
 import time
 
 import torch
 
-from pbexact.cli import ArgumentParser, positive_int
+from analysis.cli import run
+from pbexact.cli import (
+    ArgumentParser,
+    positive_int,
+    positive_int_list,
+    thread_count,
+)
 from pbscale.methods import BernoulliSampler, CopulaSampler, MaskTrainer, MethodConfig
 from pbscale.regression import BATCH, RegressionProblem, make_problem
+from pbscale.runtime import resolve_device
 
 
 def step_ratio(n: int, repeats: int, dev: torch.device, problem: RegressionProblem | None = None
@@ -67,16 +75,21 @@ def step_ratio(n: int, repeats: int, dev: torch.device, problem: RegressionProbl
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--ns", default="100")
+    ap = ArgumentParser(prog="python -m benchmarks.bench_arms_step",
+                        description=__doc__.splitlines()[0])
+    ap.add_argument("--ns", type=positive_int_list, default=[100],
+                    help="samples per step, comma-separated (default 100)")
     ap.add_argument("--repeats", type=positive_int, default=40)
-    ap.add_argument("--threads", type=positive_int, default=1)
-    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--threads", type=thread_count, default=1)
+    ap.add_argument("--device", default="cpu", help="cpu, cuda, cuda:K or auto (default cpu)")
     args = ap.parse_args(argv)
+    for n in args.ns:  # ARMS and LOORF need n >= 2: refused before any work
+        for method in ("arms", "loorf"):
+            MethodConfig(method=method, n=n).validate()
+    dev = resolve_device(args.device)
     torch.set_num_threads(args.threads)
-    dev = torch.device(args.device)
     prob = make_problem(0, dev)
-    for n in (int(v) for v in args.ns.split(",")):
+    for n in args.ns:
         r = step_ratio(n, args.repeats, dev, prob)
         print(f"n={n} chunk={r['chunk']} threads={torch.get_num_threads()} "
               f"device={dev}: step ARMS {r['arms_ms']:.2f} ms, LOORF {r['loorf_ms']:.2f} ms, "
@@ -86,5 +99,6 @@ def main(argv: list[str] | None = None) -> None:
               f"{r['loorf_cpu_ms']:.2f} ms, ratio {r['ratio_cpu']:.2f}; samplers: copula "
               f"{r['copula_cpu_ms']:.2f} ms, Bernoulli {r['bernoulli_cpu_ms']:.2f} ms", flush=True)
 
+
 if __name__ == "__main__":
-    main()
+    sys.exit(run(main))

@@ -27,11 +27,14 @@ from pathlib import Path
 
 import torch
 
-from pbexact.cli import ArgumentParser, positive_int
+from analysis.cli import run
+from pbexact.cli import ArgumentParser, int_in_range, positive_int, thread_count
+from pbexact.errors import PBInputError
 from pbscale import regress
-from pbscale.batched_seeds import train_batched
-from pbscale.methods import MethodConfig
+from pbscale.batched_seeds import MAX_RUNS, lr_list, train_batched
+from pbscale.methods import MaskTrainerGroup, MethodConfig, names
 from pbscale.regression import RegressionProblem, make_problem
+from pbscale.runtime import resolve_device
 
 #: The modes :func:`time_modes` can time, by name.
 MODES = ("batched", "serial", "parallel")
@@ -93,21 +96,29 @@ def time_modes(configs: list[MethodConfig], epochs: int, dev: torch.device,
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--method", default="loorf")
+    ap = ArgumentParser(prog="python -m benchmarks.bench_batched_seeds",
+                        description=__doc__.splitlines()[0])
+    ap.add_argument("--method", default="loorf", choices=list(names("batched")),
+                    help="a method that runs batched (default loorf)")
     ap.add_argument("--n", type=positive_int, default=10)
     ap.add_argument("--seeds", type=positive_int, default=4)
-    ap.add_argument("--lrs", default="0.1,0.01")
+    ap.add_argument("--lrs", type=lr_list, default="0.1,0.01",
+                    help="comma-separated learning rates (default 0.1,0.01)")
     ap.add_argument("--epochs", type=positive_int, default=2)
-    ap.add_argument("--procs", type=positive_int, default=2, help="parallel processes")
-    ap.add_argument("--device", default="cpu")
-    ap.add_argument("--threads", type=positive_int, default=1, help="torch threads per process")
+    ap.add_argument("--procs", type=int_in_range(1, 1024, "parallel processes"), default=2,
+                    help="parallel processes")
+    ap.add_argument("--device", default="cpu", help="cpu, cuda, cuda:K or auto (default cpu)")
+    ap.add_argument("--threads", type=thread_count, default=1, help="torch threads per process")
     args = ap.parse_args(argv)
-    torch.set_num_threads(args.threads)
-    dev = torch.device(args.device)
-    lrs = [float(v) for v in args.lrs.split(",")]
+    lrs = args.lrs
+    if args.seeds * len(lrs) > MAX_RUNS:  # counted before the list is built
+        raise PBInputError(f"{args.seeds * len(lrs):,} runs (--seeds x --lrs), more than the "
+                           f"{MAX_RUNS:,} one group holds; lower --seeds")
     configs = [MethodConfig(args.method, args.n, "sigmoid", lr, seed=s)
                for lr in lrs for s in range(args.seeds)]
+    MaskTrainerGroup.check(configs)  # the method, n and rates, before any work
+    dev = resolve_device(args.device)
+    torch.set_num_threads(args.threads)
     G = len(configs)
     print(f"{G} runs: {args.method} n={args.n}, lr in {lrs}, {args.seeds} seeds, "
           f"{args.epochs} epochs of 100 steps, d=8,050, device {dev}, {args.threads} thread(s)"
@@ -127,4 +138,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(run(main))

@@ -32,10 +32,20 @@ import time
 
 import torch
 
-from pbexact.cli import ArgumentParser, int_at_least, nonneg_int, positive_int, positive_int_list
+from analysis.cli import run
+from pbexact.cli import (
+    ArgumentParser,
+    int_at_least,
+    nonneg_int,
+    positive_int,
+    positive_int_list,
+    thread_count,
+)
+from pbexact.errors import PBInputError
 from pbscale import distributed
 from pbscale.methods import MC_METHODS, MaskTrainer, MethodConfig
 from pbscale.regression import BATCH, make_problem
+from pbscale.runtime import resolve_device
 
 
 def _worker(args: argparse.Namespace) -> None:
@@ -145,8 +155,8 @@ def main(argv: list[str] | None = None) -> None:
                     help="samples per forward (0: automatic)")
     ap.add_argument("--ks", type=positive_int_list, default=[1, 2],
                     help="process counts to compare")
-    ap.add_argument("--threads", type=positive_int, default=1, help="torch threads per process")
-    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--threads", type=thread_count, default=1, help="torch threads per process")
+    ap.add_argument("--device", default="cpu", help="cpu or cuda (default cpu)")
     ap.add_argument("--dp-methods", type=_dp_methods, default="dense,cp",
                     help="joint LeNet pruning methods timed data-parallel ('' : none)")
     ap.add_argument("--dp-batch", type=positive_int, default=128)
@@ -161,6 +171,9 @@ def main(argv: list[str] | None = None) -> None:
     if args.worker:
         _worker(args)
         return
+    MethodConfig(args.estimator, args.n, chunk=args.chunk or None).validate()
+    if resolve_device(args.device).type not in ("cpu", "cuda"):  # a missing GPU is refused
+        raise PBInputError(f"--device {args.device} is neither cpu nor cuda; use --device cpu")
     forward = [f"--samples={args.n}", f"--estimator={args.estimator}", f"--steps={args.steps}",
                f"--warmup={args.warmup}", f"--chunk={args.chunk}", f"--threads={args.threads}",
                f"--device={args.device}"]
@@ -192,4 +205,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(run(main))

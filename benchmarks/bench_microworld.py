@@ -18,10 +18,10 @@ import torch
 
 from analysis.cli import run, write_json
 from analysis.microworld_hybrid import run_torch
-from analysis.microworld_runs import run_exact
+from analysis.microworld_runs import check_run_memory, run_exact
 from benchmarks.timing import best_time
 from pbexact.benchmarks import NNLoss
-from pbexact.cli import ArgumentParser, positive_int
+from pbexact.cli import ArgumentParser, positive_int, step_count
 from pbexact.errors import check_d
 from pbexact.io import check_out_dir
 
@@ -38,14 +38,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                                 description=__doc__.splitlines()[0])
     p.add_argument("--d", type=positive_int, default=10)
     p.add_argument("--seeds", type=positive_int, default=100)
-    p.add_argument("--steps", type=positive_int, default=200,
+    p.add_argument("--steps", type=step_count(), default=200,
                    help="steps timed for the vectorized run")
-    p.add_argument("--loop-steps", type=positive_int, default=30,
+    p.add_argument("--loop-steps", type=step_count(), default=30,
                    help="steps timed per seed in the loop")
     p.add_argument("--repeats", type=positive_int, default=3)
     p.add_argument("--out", type=Path, default=Path("results"))
     args = p.parse_args(argv)
     check_d(args.d, limit=16)
+    check_run_memory(args.steps, 1, 1, args.seeds, max(n for _, n, _ in CASES), args.d)
     check_out_dir(args.out)
     torch.set_num_threads(1)
     net = NNLoss(args.d, 0)

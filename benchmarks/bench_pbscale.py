@@ -46,9 +46,9 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     for n in args.ns:
         MethodConfig(method=args.estimator, n=n).validate()
+    dev = resolve_device(args.device)  # a missing GPU is refused before --out is created
     if not args.child:
         check_out_dir(args.out)
-    dev = resolve_device(args.device)
     prob = make_problem(0, dev)
     idx = torch.arange(BATCH, device=dev)
     x, y = prob.x_train[idx], prob.y_train[idx]

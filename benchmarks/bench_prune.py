@@ -33,7 +33,6 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 import torch
 from torch import nn
@@ -41,8 +40,9 @@ from torch.func import replace_all_batch_norm_modules_
 from torch.nn import functional as F
 
 from analysis.cli import run
-from pbexact.cli import ArgumentParser
+from pbexact.cli import ArgumentParser, int_at_least, positive_int
 from pbexact.errors import PBInputError
+from pbexact.io import check_out_dir
 from pbscale import io
 from pbscale.batched import cross_entropy_per_mask, forward_masked
 from pbscale.masks import MaskedModule
@@ -62,11 +62,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ns", default="1,10,100", help="samples per MC step, comma-separated")
     p.add_argument("--models", default=",".join(BENCH_MODELS),
                    help=f"comma-separated, from {', '.join(BENCH_MODELS)}")
-    p.add_argument("--batch", type=int, default=128, help="batch size (default 128)")
-    p.add_argument("--chunk", type=int, default=None,
+    p.add_argument("--batch", type=int_at_least(2), default=128,
+                   help="batch size, >= 2 for BatchNorm's batch statistics (default 128)")
+    p.add_argument("--chunk", type=positive_int, default=None,
                    help="masks per chunk of an MC step (default: on cpu 10, on cuda the "
                    "largest n)")
-    p.add_argument("--repeats", type=int, default=None,
+    p.add_argument("--repeats", type=positive_int, default=None,
                    help="timed repetitions after one warm-up (default 3 on cpu, 10 on cuda)")
     p.add_argument("--layouts", default="nchw",
                    help="memory layouts of the convolutional model's activations: nchw, "
@@ -86,26 +87,30 @@ def _positive_ints(text: str, what: str) -> list[int]:
     try:
         vals = [int(v) for v in text.split(",") if v.strip()]
     except ValueError:
-        raise PBInputError(f"{what} must be comma-separated integers, got {text!r}") from None
+        raise PBInputError(f"{what} must be comma-separated integers, got {text!r}; give e.g. "
+                           f"{what} 1,10,100") from None
     if not vals or min(vals) < 1:
-        raise PBInputError(f"{what} must be positive integers, got {text!r}")
+        raise PBInputError(f"{what} must be positive integers, got {text!r}; give e.g. "
+                           f"{what} 1,10,100")
     return vals
 
 
 def check_args(args: argparse.Namespace) -> argparse.Namespace:
     """Validate every argument (PBInputError naming the problem) before any work."""
     if args.device not in ("cpu", "cuda"):
-        raise PBInputError(f"--device must be cpu or cuda, got {args.device!r}")
+        raise PBInputError(f"--device {args.device!r} is neither cpu nor cuda; use --device cpu "
+                           "or --device cuda")
     if args.device == "cuda" and not torch.cuda.is_available():
         raise PBInputError("--device cuda: no CUDA device is visible; use --device cpu")
     args.amps = [a.strip() for a in args.amp.split(",") if a.strip()]
     if not args.amps or any(a not in ("none", "bf16") for a in args.amps):
-        raise PBInputError(f"--amp must be none, bf16 or both (none,bf16), got {args.amp!r}")
+        raise PBInputError(f"--amp {args.amp!r} is not none, bf16 or both; give --amp none, "
+                           "bf16 or none,bf16")
     args.amp = args.amps[0]
     args.layout_list = [v.strip() for v in args.layouts.split(",") if v.strip()]
     if not args.layout_list or any(v not in ("nchw", "channels_last") for v in args.layout_list):
-        raise PBInputError("--layouts must be nchw, channels_last or nchw,channels_last, got "
-                           f"{args.layouts!r}")
+        raise PBInputError(f"--layouts {args.layouts!r} is not nchw, channels_last or both; "
+                           "give --layouts nchw, channels_last or nchw,channels_last")
     args.channels_last = args.layout_list[0] == "channels_last"
     args.ns = _positive_ints(args.ns, "--ns")
     args.group_list = _positive_ints(args.groups, "--groups") if args.groups.strip() else []
@@ -114,12 +119,6 @@ def check_args(args: argparse.Namespace) -> argparse.Namespace:
     if bad or not args.models:
         raise PBInputError(f"unknown model {bad[0] if bad else ''!r} in --models; choose from "
                            f"{', '.join(BENCH_MODELS)}")
-    if args.batch < 2:
-        raise PBInputError(f"--batch must be >= 2 (BatchNorm batch statistics), got {args.batch}")
-    if args.chunk is not None and args.chunk < 1:
-        raise PBInputError(f"--chunk must be a positive integer, got {args.chunk}")
-    if args.repeats is not None and args.repeats < 1:
-        raise PBInputError(f"--repeats must be a positive integer, got {args.repeats}")
     for n in args.ns:  # the method's own checks (estimator, parametrization, n)
         method_config(args, n).validate()
     args.chunk_given = args.chunk
@@ -392,6 +391,7 @@ def main(argv: list[str] | None = None) -> int:
         fn = _step_fn(setup, args, what, int(n))
         print(json.dumps({"peak": peak_memory(fn, setup.dev)}))
         return 0
+    out = check_out_dir(args.out)  # after every check: a refused run creates nothing
     rows = []
     for amp in args.amps:
         args.amp = amp
@@ -401,7 +401,7 @@ def main(argv: list[str] | None = None) -> int:
             for layout in dict.fromkeys(layouts):
                 args.channels_last = layout == "channels_last"
                 rows += bench_model(model, args)
-    path = Path(args.out) / f"bench_prune_{args.device}.csv"
+    path = out / f"bench_prune_{args.device}.csv"
     io.write_csv(path, rows)
     print(f"wrote {path}")
     return 0

@@ -11,28 +11,45 @@ sampling alone costs this much.
 
 from __future__ import annotations
 
+import argparse
 import statistics
+import sys
 import time
 
 import torch
 
-from pbexact.cli import ArgumentParser, positive_int
+from analysis.cli import run
+from pbexact.cli import ArgumentParser, positive_int, thread_count
 from pbscale.methods import BernoulliSampler, CopulaSampler, uniform_bits24
 from pbscale.models import INPUT_SHAPES, MODELS, build_model
+
+
+def model_list(text: str) -> list[str]:
+    """argparse type: comma-separated model names of ``pbscale.models``."""
+    names = [m.strip() for m in text.split(",")]
+    if not text.strip() or not all(names):
+        raise argparse.ArgumentTypeError(f"expected comma-separated models like lenet,resnet20, "
+                                         f"got {text!r}")
+    bad = [m for m in names if m not in MODELS]
+    if bad:
+        raise argparse.ArgumentTypeError(f"unknown model {bad[0]!r}; choose from "
+                                         f"{', '.join(MODELS)}")
+    return names
 
 
 def main(argv: list[str] | None = None) -> None:
     ap = ArgumentParser(prog="python -m benchmarks.bench_sampling_floor",
                         description=__doc__.splitlines()[0])
-    ap.add_argument("--models", default="lenet")
+    ap.add_argument("--models", type=model_list, default="lenet",
+                    help=f"comma-separated, from {', '.join(MODELS)} (default lenet)")
     ap.add_argument("--batch", type=positive_int, default=128)
     ap.add_argument("--n", type=positive_int, default=100)
     ap.add_argument("--repeats", type=positive_int, default=20)
-    ap.add_argument("--threads", type=positive_int, default=1)
+    ap.add_argument("--threads", type=thread_count, default=1)
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     n = args.n
-    for name in args.models.split(","):
+    for name in args.models:
         measure(name, args.batch, n, args.repeats)
 
 
@@ -74,4 +91,4 @@ def measure(name: str, batch: int, n: int, repeats: int) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(run(main))

@@ -57,6 +57,8 @@ from pbscale.graphs import SCOPE as GRAPH_SCOPE
 
 MODELS = ("lenet", "resnet20", "regression")
 STEPS = ("mc", "loorf", "captured", "cp", "forward", "sampler")
+#: The steps that time one trainer's step, and the method each trains.
+TRAINED = {"mc": "arms", "loorf": "loorf", "cp": "cp"}
 #: Kernels of the compiled fused BatchNorm tail per call, in the estimate: one reduction (the
 #: batch statistics) and one elementwise kernel (normalize, affine, add, ReLU).
 FUSED_KERNELS = 2
@@ -218,9 +220,9 @@ class Setup:
 
     def trainer(self, method: str) -> Any:
         from benchmarks.check_gpu_sync import host_generators
-        from pbscale.methods import MaskTrainer, MethodConfig
+        from pbscale.methods import MaskTrainer, MethodConfig, get_family
 
-        n = self.args.n if method != "cp" else 1
+        n = self.args.n if get_family(method).samples else 1
         ctx = host_generators() if self.dev.type == "meta" else contextlib.nullcontext()
         with ctx:
             return MaskTrainer(MethodConfig(method=method, n=n, chunk=n), self.layout.d, 100,
@@ -229,8 +231,8 @@ class Setup:
     def step(self, what: str) -> Callable[[], object]:
         from pbscale.methods import CopulaSampler
 
-        if what in ("mc", "loorf", "cp"):
-            tr = self.trainer({"mc": "arms"}.get(what, what))
+        if what in TRAINED:
+            tr = self.trainer(TRAINED[what])
             return lambda: tr.step(self.f)
         if what == "captured":
             from pbscale.captured_step import CapturedStep

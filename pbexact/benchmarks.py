@@ -1,7 +1,9 @@
-"""Microworld benchmarks of `sec:microworld`, deterministic from a seed.
+"""Microworld benchmarks of `sec:microworld`, deterministic from a seed, and a random table.
 
-Both tabulate to a J table over all 2^d vertices (index h, z_i = bit i-1 of h); NNLoss is also a
-torch module, so that methods which differentiate J (CP, ST, REBAR, RELAX) can use it.
+Each tabulates to a J table over all 2^d vertices (index h, z_i = bit i-1 of h); NNLoss is also a
+torch module, so that methods which differentiate J (CP, ST, REBAR, RELAX) can use it. The random
+table (iid standard normal values) is no benchmark of the paper: it is one's own instance for the
+exact variance tools.
 """
 
 from __future__ import annotations
@@ -84,15 +86,27 @@ class NNLoss(nn.Module):
             return self.forward(torch.from_numpy(vertices(self.d))).numpy().copy()
 
 
+def random_table(d: int, seed: int) -> np.ndarray:
+    """A random instance: J(z) iid standard normal over the 2^d vertices; shape (2^d,)."""
+    d = check_d(d)
+    return np.random.default_rng(seed).standard_normal(2**d)
+
+
+#: The paper's microworld benchmarks.
 BENCHMARKS = ("exponential", "nnloss")
+#: Every table :func:`benchmark_table` builds: the benchmarks and the random instance.
+TABLES = (*BENCHMARKS, "random")
 
 
 def benchmark_table(name: str, d: int, seed: int = 0) -> np.ndarray:
-    """The J table of a microworld benchmark by name (exponential or nnloss)."""
+    """The J table of a microworld benchmark by name (exponential or nnloss), or the random
+    instance (``random``, :func:`random_table`)."""
     from .errors import PBInputError
 
     if name == "exponential":
         return exponential_tabular_loss(d, seed)
     if name == "nnloss":
         return NNLoss(d, seed).table()
-    raise PBInputError(f"unknown benchmark {name!r}; choose one of {', '.join(BENCHMARKS)}")
+    if name == "random":
+        return random_table(d, seed)
+    raise PBInputError(f"unknown benchmark {name!r}; choose one of {', '.join(TABLES)}")

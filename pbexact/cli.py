@@ -2,8 +2,14 @@
 ``type=`` functions, and :func:`run_main`, which maps how a tool ends to its exit code (the
 torch tools' device and threads: :mod:`pbscale.runtime`).
 
-A bad value given to one of these types becomes argparse's one-line ``error: argument --x: ...``
-and exit code 2, like a :class:`~pbexact.errors.PBInputError` raised later by the tool.
+A bad value given to one of these types becomes argparse's one-line
+``error: argument --x: ...; see PROG --help`` and exit code 2, like a
+:class:`~pbexact.errors.PBInputError` raised later by the tool. Every integer type refuses values
+past a signed 64-bit integer (:data:`MAX_INT`, what torch and numpy take as a seed or a size) and
+every number type values past float32 (:data:`MAX_FLOAT`, torch's default dtype), so a huge value
+is one line here rather than an overflow deep inside torch. Flags are never abbreviated
+(``--meth`` is not ``--method``). Nothing here imports torch, so the numpy tools start without
+it.
 """
 
 from __future__ import annotations
@@ -11,6 +17,7 @@ from __future__ import annotations
 import argparse
 import copy
 import math
+import signal
 import sys
 import textwrap
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -19,6 +26,16 @@ from .errors import PBInputError
 
 if TYPE_CHECKING:
     from collections.abc import Callable
+
+#: Largest integer any integer type accepts: 2**63 - 1, a signed 64-bit integer (torch's seeds,
+#: sizes and thread counts are C integers; larger values overflow inside torch).
+MAX_INT = 2**63 - 1
+#: Largest number any number type accepts: the largest float32 (torch's default dtype; a larger
+#: learning rate cannot even be converted to a float32 step).
+MAX_FLOAT = float.fromhex("0x1.fffffep+127")
+#: Most torch threads a ``--threads`` takes (:data:`thread_count`); more is no machine's core
+#: count, and torch would try to start that many threads.
+MAX_THREADS = 1024
 
 
 def _argparse_error(message: str) -> Exception:
@@ -100,12 +117,14 @@ class DefaultsHelpFormatter(argparse.HelpFormatter):
 
 
 class ArgumentParser(argparse.ArgumentParser):
-    """argparse's parser whose usage errors are one line, ``error: ... (see PROG --help)``, exit
-    code 2, like the :class:`PBInputError` messages of every tool, and whose ``--help`` shows
-    every default (:class:`DefaultsHelpFormatter`, unless another ``formatter_class`` is given)."""
+    """argparse's parser whose usage errors are one line, ``error: ...; see PROG --help``, exit
+    code 2, like the :class:`PBInputError` messages of every tool, whose ``--help`` shows every
+    default (:class:`DefaultsHelpFormatter`, unless another ``formatter_class`` is given) and
+    which takes no abbreviated flag (``allow_abbrev=False`` unless asked otherwise)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("formatter_class", DefaultsHelpFormatter)
+        kwargs.setdefault("allow_abbrev", False)  # --meth is not --method: a typo is refused
         super().__init__(*args, **kwargs)
 
     def parse_args_or_code(self, argv: list[str] | None = None) -> argparse.Namespace | int:
@@ -117,15 +136,19 @@ class ArgumentParser(argparse.ArgumentParser):
             return int(exc.code or 0)
 
     def error(self, message: str) -> NoReturn:
-        print(f"error: {message} (see {self.prog} --help)", file=sys.stderr)
+        print(f"error: {message}; see {self.prog} --help", file=sys.stderr)
         raise SystemExit(2)
 
 
 def _parse_int(text: str) -> int:
     try:
-        return int(text)
+        value = int(text)
     except ValueError:
         raise _argparse_error(f"expected an integer, got {text!r}") from None
+    if value > MAX_INT:
+        raise _argparse_error(f"must be at most 2**63 - 1 = {MAX_INT:,} (a signed 64-bit "
+                              f"integer, what torch and numpy take), got {text}")
+    return value
 
 
 def positive_int(text: str) -> int:
@@ -151,6 +174,9 @@ def _parse_float(text: str) -> float:
         raise _argparse_error(f"expected a number, got {text!r}") from None
     if not math.isfinite(value):
         raise _argparse_error(f"must be a finite number, got {text}")
+    if abs(value) > MAX_FLOAT:
+        raise _argparse_error(f"must be at most {MAX_FLOAT:.4g} in absolute value (the largest "
+                              f"float32, torch's default dtype), got {text}")
     return value
 
 
@@ -170,6 +196,41 @@ def nonneg_float(text: str) -> float:
     return value
 
 
+def int_in_range(minimum: int, maximum: int, why: str = "") -> Any:
+    """argparse type factory: an integer from ``minimum`` to ``maximum``; ``why`` (e.g. "a 2^d
+    table per d") says in the error what the upper bound stands for."""
+
+    def parse(text: str) -> int:
+        value = _parse_int(text)
+        if value < minimum:
+            raise _argparse_error(f"must be an integer >= {minimum}, got {value}")
+        if value > maximum:
+            because = f" ({why})" if why else ""
+            raise _argparse_error(f"must be at most {maximum:,}{because}, got {value:,}")
+        return value
+
+    parse.__name__ = f"int_in_range_{minimum}_{maximum}"
+    return parse
+
+
+#: argparse type of ``--threads``: 1 to :data:`MAX_THREADS` torch threads.
+thread_count = int_in_range(1, MAX_THREADS, "torch threads per process; no machine here has "
+                            "more cores")
+thread_count.__name__ = "thread_count"
+
+
+#: Most SGD steps a ``--steps`` of the exact-side tools takes (the paper's runs take 10,000; a
+#: billion steps of the smallest microworld run, at about 200 µs a step, take two days).
+MAX_STEPS = 10**9
+
+
+def step_count(minimum: int = 1) -> Any:
+    """argparse type factory: a number of SGD steps from ``minimum`` to :data:`MAX_STEPS`."""
+    parse = int_in_range(minimum, MAX_STEPS, "the paper's runs take 10,000")
+    parse.__name__ = f"step_count_{minimum}"
+    return parse
+
+
 def positive_int_list(text: str) -> list[int]:
     """argparse type: a comma-separated list of integers >= 1, e.g. ``2,10,100``."""
     parts = [p.strip() for p in text.split(",")]
@@ -185,6 +246,8 @@ def _parse_seeds(text: str, limit: int | None, what: str = "seeds") -> list[int]
         for part in text.split(","):
             if "-" in part.strip()[1:]:
                 a, b = (int(x) for x in part.split("-", 1))
+                if max(a, b) > MAX_INT:  # before the range is expanded
+                    raise _seed_too_large(text)
                 if limit is not None and b - a + 1 > limit:
                     raise _argparse_error(f"at most {limit:,} {what}, got the range "
                                           f"{part.strip()} of {b - a + 1:,}")
@@ -198,7 +261,14 @@ def _parse_seeds(text: str, limit: int | None, what: str = "seeds") -> list[int]
                               ) from None
     if not out or min(out) < 0:
         raise _argparse_error(f"seeds are integers >= 0, got {text!r}")
+    if max(out) > MAX_INT:
+        raise _seed_too_large(text)
     return sorted(out)
+
+
+def _seed_too_large(text: str) -> Exception:
+    return _argparse_error(f"seeds are at most 2**63 - 1 = {MAX_INT:,} (a signed 64-bit "
+                           f"integer), got {text!r}")
 
 
 def seed_list(text: str) -> list[int]:
@@ -249,8 +319,12 @@ def run_main(body: Callable[[], int | None], resumable: bool = False) -> int:
     ...`` on stderr and 2; a run stopped by a signal after its checkpoint
     (:class:`RunInterrupted`): its message, how to resume, and 143 (SIGTERM) or 130 (SIGINT);
     Ctrl-C elsewhere (``KeyboardInterrupt``): one line and 130 (``resumable``: with the command
-    that resumes); argparse's exits (already one line): their code."""
+    that resumes; one carrying ``signum``, as SIGTERM under ``analysis.cli.stop_signals``:
+    128 + signum); a write that failed (:class:`~pbexact.io.WriteError`: disk full, quota,
+    read-only folder): one line naming the file and the space it needed, and 2; argparse's
+    exits (already one line): their code."""
     from .errors import RunInterrupted
+    from .io import WriteError
 
     try:
         return int(body() or 0)
@@ -260,9 +334,15 @@ def run_main(body: Callable[[], int | None], resumable: bool = False) -> int:
     except RunInterrupted as exc:
         print(f"{exc}; resume with: {resume_command()}", file=sys.stderr)
         return exc.code
-    except KeyboardInterrupt:
+    except WriteError as exc:
+        print(f"error: {exc.one_line()}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt as exc:
+        # a KeyboardInterrupt raised for SIGTERM (``analysis.cli.stop_signals``) carries signum
+        signum = int(getattr(exc, "signum", signal.SIGINT))
         resume = f"; resume with: {resume_command()}" if resumable else ""
-        print(f"interrupted{resume}", file=sys.stderr)
-        return 130
+        name = f"{signal.Signals(signum).name}: " if hasattr(exc, "signum") else ""
+        print(f"{name}interrupted{resume}", file=sys.stderr)
+        return 128 + signum
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)

@@ -283,7 +283,8 @@ def check_closed_form_size(d: int, n: int, estimators: tuple[str, ...] = est.EST
     when an estimator on the ARMS copula is asked for (its accurate range); the API and the CLIs
     call this one check."""
     if d > MAX_CLOSED_FORM_D:
-        raise PBInputError(f"closed-form variances go up to d={MAX_CLOSED_FORM_D}, got d={d}")
+        raise PBInputError(f"closed-form variances go up to d={MAX_CLOSED_FORM_D}, got d={d}; "
+                           "use a smaller table")
     n = check_n(n)
     copula = any(est.get_estimator(name).law == "copula" for name in estimators)
     if copula and n > MAX_ARMS_CLOSED_FORM_N:
@@ -313,7 +314,8 @@ def closed_form_moments(
     param = get_parametrization(parametrization)
     r = np.asarray(r, dtype=np.float64)
     if r.ndim != 1:
-        raise PBInputError(f"closed-form moments take one logit vector, shape (P,), not {r.shape}")
+        raise PBInputError(f"closed-form moments take one logit vector, shape (P,), not {r.shape}; "
+                           "call once per vector")
     theta = check_theta(param.theta(r))
     param.check_exact(r)
     d = theta.shape[-1]

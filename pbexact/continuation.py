@@ -94,9 +94,11 @@ def exponential_schedule(num_temperatures: int, final: float = CP_FINAL_TAU) -> 
     """tau_k = final^(k / (K - 1)), k = 0, ..., K - 1, from 1 down to ``final``
     (:func:`exponential_temperature`, shape (K,))."""
     if num_temperatures < 1:
-        raise PBInputError(f"need at least one temperature, got {num_temperatures}")
+        raise PBInputError(f"need at least one temperature, got {num_temperatures}; "
+                           "give 1 or more")
     if not 0 < final <= 1:
-        raise PBInputError(f"the final temperature must be in (0, 1], got {final}")
+        raise PBInputError(f"the final temperature must be in (0, 1], got {final}; "
+                           "give e.g. 1/200")
     return np.array([exponential_temperature(k, num_temperatures, final)
                      for k in range(num_temperatures)])
 
@@ -124,10 +126,12 @@ def run_cp(
     started from the previous temperature's x. An array x0 runs independent starts at once."""
     if iters_per_temperature < 1:
         raise PBInputError(
-            f"need at least one iteration per temperature, got {iters_per_temperature}"
+            f"need at least one iteration per temperature, got {iters_per_temperature}; give 1 "
+            "or more"
         )
     if not np.isfinite(lr) or lr <= 0:
-        raise PBInputError(f"the learning rate must be positive, got {lr}")
+        raise PBInputError(f"the learning rate must be positive, got {lr}; give a finite "
+                           "number > 0")
     x = np.array(x0, dtype=np.float64)
     xs, ts = [], []
     for tau in np.asarray(taus, dtype=np.float64):

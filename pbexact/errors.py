@@ -35,7 +35,7 @@ class RunInterrupted(Exception):  # noqa: N818 - what happened, not an error
 
 def check_d(d: int, limit: int = MAX_TABLE_D) -> int:
     if not isinstance(d, (int, np.integer)) or isinstance(d, bool) or d < 1:
-        raise PBInputError(f"d must be a positive integer, got {d!r}")
+        raise PBInputError(f"d must be a positive integer, got {d!r}; give d >= 1")
     if d > limit:
         need = 2**d * 8
         raise PBInputError(
@@ -48,7 +48,8 @@ def check_d(d: int, limit: int = MAX_TABLE_D) -> int:
 def check_n(n: int, estimator: str = "", minimum: int = 1) -> int:
     """n samples; LOORF and ARMS need ``minimum=2`` (leave-one-out and pairwise copula)."""
     if not isinstance(n, (int, np.integer)) or isinstance(n, bool) or n < 1:
-        raise PBInputError(f"n must be a positive integer number of samples, got {n!r}")
+        raise PBInputError(f"n must be a positive integer number of samples, got {n!r}; "
+                           "give n >= 1")
     if n < minimum:
         who = f"{estimator} " if estimator else ""
         raise PBInputError(
@@ -77,7 +78,8 @@ def check_theta(theta: Any, d: int | None = None) -> np.ndarray:
                 "(clip it, or pass logits through a parametrization)"
             )
     if d is not None and arr.shape[-1] != d:
-        raise PBInputError(f"theta has {arr.shape[-1]} entries but the problem has d={d}")
+        raise PBInputError(f"theta has {arr.shape[-1]} entries but the problem has d={d}; "
+                           "give one theta per bit")
     return arr
 
 
@@ -85,7 +87,8 @@ def check_table(J: Any, d: int | None = None) -> np.ndarray:
     """A J table of 2^d finite values, indexed by h (z_i is bit i-1 of h, `sec:pb_basics`)."""
     arr = np.asarray(J, dtype=np.float64)
     if arr.ndim != 1:
-        raise PBInputError(f"a J table must be one-dimensional, got shape {arr.shape}")
+        raise PBInputError(f"a J table must be one-dimensional, got shape {arr.shape}; "
+                           "flatten it to 2^d values")
     size = arr.shape[0]
     if size < 2 or size & (size - 1):
         raise PBInputError(
@@ -93,7 +96,8 @@ def check_table(J: Any, d: int | None = None) -> np.ndarray:
         )
     table_d = size.bit_length() - 1
     if d is not None and table_d != d:
-        raise PBInputError(f"the J table has {size} = 2^{table_d} entries, but d={d} needs {2**d}")
+        raise PBInputError(f"the J table has {size} = 2^{table_d} entries, but d={d} needs {2**d}; "
+                           "give a table of that length")
     # min and max propagate NaN and show any inf: two reductions settle the common case
     if not (np.isfinite(arr.min()) and np.isfinite(arr.max())):
         where = int(np.flatnonzero(~np.isfinite(arr))[0])
@@ -133,9 +137,10 @@ def check_learning_rate(lr: Any, name: str = "learning rate") -> float:
     try:
         value = float(lr)
     except (TypeError, ValueError):
-        raise PBInputError(f"the {name} must be a number > 0, got {lr!r}") from None
+        raise PBInputError(f"the {name} must be a number > 0, got {lr!r}; give e.g. 0.1") from None
     if not (math.isfinite(value) and value > 0):
-        raise PBInputError(f"the {name} must be a finite number > 0, got {lr!r}")
+        raise PBInputError(f"the {name} must be a finite number > 0, got {lr!r}; give e.g. "
+                           "0.1")
     return value
 
 

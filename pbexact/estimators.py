@@ -71,7 +71,8 @@ class EstimatorSpec:
         n = check_n(n, self.text, self.min_samples)
         if self.even and n % 2:
             raise PBInputError(
-                f"{self.text} takes n/2 antithetic pairs: n must be even, got n={n}"
+                f"{self.text} takes n/2 antithetic pairs: n must be even, got n={n}; use "
+                f"n={n + 1} or another estimator"
             )
         return n
 
@@ -91,13 +92,15 @@ class EstimatorSpec:
             return None
         if self.constant == "beta":
             if J is None:
-                raise PBInputError(f"{self.name} needs the J table for its baseline beta*")
+                raise PBInputError(f"{self.name} needs the J table for its baseline beta*; pass "
+                                 "J")
             return param.expand(flipped_expectation(J, theta, gradient))
         if self.law == "copula":
             return param.expand(arms_correlation(theta, n))
         if self.law == "antithetic":
             return param.expand(antithetic_correlation(theta))
-        raise PBInputError(f"{self.name}: no correlation rho for the {self.law} law")
+        raise PBInputError(f"{self.name}: no correlation rho for the {self.law} law; give "
+                           "the estimator an iid or copula law")
 
     def form(self, J: Array, extra: Array | None = None) -> LinearEstimate:
         """The linear form on losses J (..., n); ``extra`` is the constant of
@@ -196,7 +199,8 @@ def pair_centered(J: Array) -> Array:
     and its negative, shape of J (..., n), n even."""
     n = J.shape[-1]
     if n % 2:
-        raise PBInputError(f"antithetic pairs need an even number of samples, got {n}")
+        raise PBInputError(f"antithetic pairs need an even number of samples, got {n}; give "
+                           "an even n")
     pairs = J.reshape(J.shape[:-1] + (n // 2, 2))
     half = (pairs[..., 0] - pairs[..., 1]) / 2
     return arrays.namespace(J).stack([half, -half], -1).reshape(J.shape)

@@ -5,12 +5,15 @@ Each file is written to a temporary name ``.NAME.<pid>.<random>.tmp`` in its fol
 disk and moved into place with ``os.replace``: a reader, or an interrupted run, sees the old file
 or the new one, never half. The file gets the mode a plain ``open`` would give it (0666 less the
 umask). A writer killed mid-write leaves its temporary file behind; the next write of the same
-name removes those whose process is gone.
+name removes those whose process is gone. A write that fails (disk full, quota, read-only folder)
+raises :class:`WriteError`, an ``OSError`` that knows the file and how many bytes it needed:
+:meth:`WriteError.one_line` is the one-line message every command-line tool prints.
 """
 
 from __future__ import annotations
 
 import csv
+import errno
 import glob
 import io
 import json
@@ -21,7 +24,33 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from .errors import PBInputError
+from .errors import PBInputError, format_bytes
+
+#: errno values that mean "no room": the fix is to free space, not to fix permissions.
+NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
+
+
+class WriteError(OSError):
+    """An atomic write of ``path`` that failed (``errno`` and ``strerror`` of the cause;
+    ``size``: the bytes the file needed, when known). Nothing was replaced: the previous version
+    of the file, and every file written before, is intact."""
+
+    def __init__(self, cause: OSError, path: Path, size: int | None = None) -> None:
+        super().__init__(cause.errno, cause.strerror or str(cause) or type(cause).__name__,
+                         str(path))
+        self.path = path
+        self.size = size
+
+    def one_line(self, flag: str = "--out") -> str:
+        """``<problem>; <fix>``: the file, the cause, the folder and the space it needed."""
+        folder = self.path.parent
+        if self.errno in NO_SPACE:
+            need = "" if self.size is None else f" {format_bytes(self.size)} more for it"
+            return (f"cannot write {self.path} ({self.strerror}): {folder} needs{need or ' room'}"
+                    f"; free disk space there or choose another {flag} (the files written "
+                    "before are intact)")
+        return (f"cannot write {self.path} ({self.strerror}); make {folder} writable or "
+                f"choose another {flag} (the files written before are intact)")
 
 
 def _pid_alive(pid: int) -> bool:
@@ -57,21 +86,28 @@ def remove_stale_temporaries(path: str | Path) -> list[Path]:
 
 
 def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
+    """Write ``data`` to ``path`` atomically (see the module docstring); a failed write raises
+    :class:`WriteError` and leaves no temporary file."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    remove_stale_temporaries(path)
     tmp = path.parent / f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
-    # os.open with 0o666 applies the umask, as a plain open() does (mkstemp would force 0600)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        remove_stale_temporaries(path)
+        # os.open with 0o666 applies the umask, as a plain open() does (mkstemp would force 0600)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(data)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+    except WriteError:
         raise
+    except OSError as exc:
+        raise WriteError(exc, path, len(data)) from exc
     return path
 
 
@@ -83,12 +119,17 @@ def write_json(path: str | Path, obj: Any) -> Path:
     return atomic_write_text(path, json.dumps(obj, indent=2) + "\n")
 
 
-def write_csv(path: str | Path, header: Sequence[str], rows: Iterable[Sequence[Any]]) -> Path:
+def csv_text(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
+    """The text :func:`write_csv` writes."""
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
     writer.writerow(header)
     writer.writerows(rows)
-    return atomic_write_text(path, buf.getvalue())
+    return buf.getvalue()
+
+
+def write_csv(path: str | Path, header: Sequence[str], rows: Iterable[Sequence[Any]]) -> Path:
+    return atomic_write_text(path, csv_text(header, rows))
 
 
 def _nearest_existing(path: Path) -> Path:

@@ -153,7 +153,8 @@ class Direct(Parametrization):
 
     def __init__(self, eps: float = 1e-3) -> None:
         if not 0 <= eps < 0.5:
-            raise PBInputError(f"direct parametrization needs 0 <= eps < 0.5, got eps={eps}")
+            raise PBInputError(f"direct parametrization needs 0 <= eps < 0.5, got eps={eps}; "
+                               "give e.g. eps=1e-6")
         self.eps = eps
 
     def theta(self, r: Array) -> Array:
@@ -204,7 +205,8 @@ class Escort(Parametrization):
 
     def __init__(self, power: float = 4.0) -> None:
         if power <= 0:
-            raise PBInputError(f"escort needs a positive power P, got P={power}")
+            raise PBInputError(f"escort needs a positive power P, got P={power}; give e.g. "
+                               "P=2")
         self.power = power
 
     def _split(self, r: Array) -> tuple[Array, Array]:

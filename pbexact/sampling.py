@@ -100,7 +100,8 @@ def sample_antithetic(
     theta = check_theta(theta)
     n = check_n(n, "DisARM", 2)
     if n % 2:
-        raise PBInputError(f"antithetic pairs need an even number of samples, got n={n}")
+        raise PBInputError(f"antithetic pairs need an even number of samples, got n={n}; "
+                           "give an even n")
     u = rng.random(size + theta.shape[:-1] + (n // 2,) + theta.shape[-1:])
     t = theta[..., None, :]
     pairs = np.stack([u < t, 1 - u < t], axis=-2) * 1.0  # (..., n/2, 2, d)

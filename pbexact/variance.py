@@ -136,7 +136,8 @@ def _multiset_moments(
     mean_centered = any(spec.center == "mean" for spec in specs.values())
     for name, law in laws.items():
         if law not in ("iid", "copula"):
-            raise PBInputError(f"{name}: multisets are enumerated for iid and copula samples only")
+            raise PBInputError(f"{name}: multisets are enumerated for iid and copula samples "
+                                 "only; use closed_form_moments or mc_moments")
     extras = {name: estimator_extra(name, J, theta, n, param, grad_theta) for name in estimators}
     # one lookup table per sample (iid: p_theta of the vertex) or per bit (ARMS: the copula's
     # probability of that many ones)

@@ -72,7 +72,8 @@ def check_enumeration(num_items: int, n: int) -> None:
     """Raise PBInputError, with the memory it would need, if the n-multisets of ``num_items``
     vertices are too many to enumerate."""
     if n < 1 or num_items < 1:
-        raise PBInputError(f"multisets need n >= 1 and at least one item, got n={n}")
+        raise PBInputError(f"multisets need n >= 1 and at least one item, got n={n}; "
+                           "give n >= 1")
     need = enumeration_bytes(num_items, n)
     if need > ENUMERATION_MEMORY_LIMIT:
         raise PBInputError(

@@ -129,3 +129,69 @@ def test_seed_lists_are_bounded_before_they_are_expanded():
         seed_list_at_most(5, "instances")("0-100000000000000")  # not expanded: no memory error
     with pytest.raises(argparse.ArgumentTypeError, match="at most 5 seeds, got more"):
         seed_list_at_most(5)("0-3,5-6")
+
+
+@pytest.mark.parametrize("module", cli_modules())
+def test_no_tool_takes_an_abbreviated_flag(module, monkeypatch):
+    parser = tool_parser(module, monkeypatch)
+    for p in all_parsers(parser):
+        assert p.allow_abbrev is False, f"{p.prog} takes abbreviated flags"
+
+
+def test_an_abbreviation_is_refused_in_one_line(capsys):
+    p = ArgumentParser(prog="x")
+    p.add_argument("--method", default="cp")
+    assert p.parse_args_or_code(["--method", "arms"]).method == "arms"
+    assert p.parse_args_or_code(["--meth", "arms"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["error: unrecognized arguments: --meth arms; see x --help"]
+
+
+def test_the_shared_types_bound_what_torch_and_numpy_take():
+    import numpy as np
+    import torch
+
+    from pbexact.cli import (
+        MAX_FLOAT,
+        MAX_INT,
+        MAX_STEPS,
+        MAX_THREADS,
+        int_in_range,
+        nonneg_int,
+        positive_float,
+        positive_int,
+        seed_list,
+        step_count,
+        thread_count,
+    )
+
+    # the largest accepted seed is one torch and numpy take; one more is refused by the type
+    assert nonneg_int(str(MAX_INT)) == MAX_INT
+    torch.Generator().manual_seed(MAX_INT)
+    np.random.default_rng(MAX_INT)
+    for parse in (nonneg_int, positive_int, step_count(0)):
+        with pytest.raises(argparse.ArgumentTypeError, match="at most"):
+            parse(str(10**20))
+    with pytest.raises(argparse.ArgumentTypeError, match=r"2\*\*63 - 1"):
+        nonneg_int(str(MAX_INT + 1))
+    with pytest.raises(argparse.ArgumentTypeError, match=r"2\*\*63 - 1"):
+        seed_list(f"0-{10**20}")  # refused before the range is expanded
+    # numbers: float32's range, torch's default dtype (a larger rate cannot become a step)
+    assert positive_float(repr(MAX_FLOAT)) == MAX_FLOAT == float(np.finfo(np.float32).max)
+    torch.tensor(-MAX_FLOAT, dtype=torch.float32)
+    for text in ("1e39", "1e308", "nan", "inf", "-inf"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            positive_float(text)
+    assert thread_count(str(MAX_THREADS)) == MAX_THREADS == 1024
+    with pytest.raises(argparse.ArgumentTypeError, match="at most 1,024"):
+        thread_count("1025")
+    assert step_count()(str(MAX_STEPS)) == MAX_STEPS
+    with pytest.raises(argparse.ArgumentTypeError, match="at most 1,000,000,000"):
+        step_count()(str(MAX_STEPS + 1))
+    with pytest.raises(argparse.ArgumentTypeError, match=r"must be an integer >= 1"):
+        step_count()("0")
+    assert step_count(0)("0") == 0
+    limited = int_in_range(2, 5, "five is plenty")
+    assert limited("5") == 5
+    with pytest.raises(argparse.ArgumentTypeError, match=r"at most 5 \(five is plenty\), got 6"):
+        limited("6")

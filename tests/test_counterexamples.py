@@ -80,7 +80,10 @@ def test_all_figures_and_csvs_are_written(tmp_path):
 def test_cli_unknown_figure_is_exit_2(tmp_path, capsys):
     assert ce.run(ce.main, ["--out", str(tmp_path), "--only", "nope"]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("error: unknown figure") and err.count("\n") == 1
+    assert err.startswith("error: argument --only: invalid choice: 'nope'") and \
+        err.count("\n") == 1
+    with pytest.raises(PBInputError, match="unknown figure 'nope'"):  # the API's own check
+        ce.build_all(tmp_path, ["nope"], 2, 0.5, 1, 3, 0.25, progress=False)
 
 
 @pytest.mark.parametrize("args,words", [

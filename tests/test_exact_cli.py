@@ -16,6 +16,7 @@ from _reference import D1_TABLE, D1_VARIANCES
 from analysis import arms_table, variance
 from pbexact.benchmarks import NNLoss, benchmark_table, exponential_tabular_loss
 from pbexact.errors import PBInputError
+from pbexact.estimators import REGISTRY
 from pbexact.vertices import vertices
 
 
@@ -26,10 +27,13 @@ def test_variance_cli_writes_the_documented_files(tmp_path):
     for bench in ("exponential", "nnloss"):
         with open(tmp_path / f"{bench}_d3_n3_variance.csv") as fh:
             rows = list(csv.DictReader(fh))
-        assert list(rows[0]) == ["step", "loss", "entropy", "var_reinforce", "var_loorf",
-                                 "var_arms", "var_betastar", "var_disarm", "theta_1", "theta_2",
-                                 "theta_3"]
-        assert all(r["var_disarm"] == "" for r in rows)  # n = 3 is odd: DisARM takes pairs
+        # one var column per registered estimator, in registry order
+        assert list(rows[0]) == ["step", "loss", "entropy", *(f"var_{k}" for k in REGISTRY),
+                                 "theta_1", "theta_2", "theta_3"]
+        paired = [k for k, spec in REGISTRY.items() if spec.even]
+        assert paired  # DisARM takes antithetic pairs
+        for k in REGISTRY:  # n = 3 is odd: blank exactly for the estimators that take pairs
+            assert all((r[f"var_{k}"] == "") == (k in paired) for r in rows), k
         assert [int(r["step"]) for r in rows] == [0, 10, 20, 30, 40]
         assert float(rows[0]["entropy"]) == pytest.approx(3 * np.log(2))
         assert all(float(r[f"var_{k}"]) >= 0 for r in rows for k in ("reinforce", "loorf"))

@@ -171,9 +171,9 @@ def recorded_margins(margins: list[float]) -> Iterator[None]:
     was, and checked to give z), CP's 1[r > 0] min |r|, a magnitude cut the relative gap
     between the smallest kept and the largest newly pruned |w|. The run's numbers do not
     change (tests/golden/results.json holds them)."""
-    from pbscale import prune
+    from pbscale import prune_eval
     from pbscale.methods import magnitude, samplers
-    saved = (prune.PruneTask.choose_mask, samplers.BernoulliSampler.next,
+    saved = (prune_eval.MaskEvaluation.choose_mask, samplers.BernoulliSampler.next,
              magnitude.global_magnitude_masks)
     choose, draw, cut = saved
     inside = [False]
@@ -184,7 +184,7 @@ def recorded_margins(margins: list[float]) -> Iterator[None]:
             z = choose(self, method, batches, sampled)
         finally:
             inside[0] = False
-        if not (self.family.samples if sampled is None else sampled) and hasattr(method, "r"):
+        if not (method.eval_sampled if sampled is None else sampled) and hasattr(method, "r"):
             r = method.r.detach()  # CP's 1[r > 0]; another rule: margin unknown, taken as 0
             known = torch.equal(z, (r > 0).to(z.dtype))
             margins.append(float(r.abs().min()) if known else 0.0)
@@ -218,13 +218,13 @@ def recorded_margins(margins: list[float]) -> Iterator[None]:
             margins.append((lo - hi) / lo if lo > 0 else 0.0)
         return new
 
-    prune.PruneTask.choose_mask = choose_mask
+    prune_eval.MaskEvaluation.choose_mask = choose_mask
     samplers.BernoulliSampler.next = next_masks
     magnitude.global_magnitude_masks = magnitude_masks
     try:
         yield
     finally:
-        (prune.PruneTask.choose_mask, samplers.BernoulliSampler.next,
+        (prune_eval.MaskEvaluation.choose_mask, samplers.BernoulliSampler.next,
          magnitude.global_magnitude_masks) = saved
 
 

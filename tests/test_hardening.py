@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from test_refusals import FORMAT
 
 from pbexact import io as pio
 from pbexact.errors import PBInputError
@@ -438,6 +439,7 @@ def test_every_bad_input_is_one_line_exit_2_before_any_work(tmp_path, capsys):
         lines = err.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("error: "), (module, argv, err)
         assert words in lines[0], (module, argv, lines[0])
+        assert FORMAT.match(lines[0]), f"not 'error: <problem>; <fix>': {lines[0]}"
     # nothing was computed or written: the folder is as it was, the file untouched
     assert sorted(p.name for p in tmp_path.iterdir()) == before
     assert (tmp_path / "a_file").read_text() == "keep me"
@@ -463,12 +465,19 @@ def _cor_only(th):
 
 
 def test_runaway_learning_rate_names_its_cause(tmp_path, capsys):
+    from analysis.microworld_runs import run_exact
     from analysis.variance import variance_trajectory
+    from pbexact.benchmarks import benchmark_table
 
+    # past float32 the command line refuses a rate up front (torch could not take a step)
     argv = ["params", "--d", "3", "--seeds", "2", "--steps", "3", "--lrs", "1e308", "--out",
             str(tmp_path)]
     assert _call("analysis.microworld", argv) == 2
-    assert "the learning rate 1e+308 is too large" in capsys.readouterr().err
+    assert "--lrs: must be at most 3.403e+38" in capsys.readouterr().err
+    # below it, a run that diverges names the rate (the API takes any float64)
+    J = benchmark_table("exponential", 3, 0)
+    with pytest.raises(PBInputError, match="the learning rate 1e\\+308 is too large"):
+        run_exact(J, "reinforce", 1, "cosine", lr=1e308, steps=3, seeds=2)
 
     J = np.random.default_rng(0).normal(size=8) * 1e300
     with pytest.raises(PBInputError, match="the learning rate 1e\\+10 is too large"):
@@ -505,7 +514,8 @@ def test_tools_write_under_out_only_unless_figures_is_named(tmp_path, monkeypatc
     # --figures DIR adds the copies there
     fig = tmp_path / "fig"
     assert _call("analysis.variance", ["--d", "3", "--n", "3", "--steps", "2", "--benchmark",
-                                       "nnloss", "--out", str(out), "--figures", str(fig)]) == 0
+                                       "nnloss", "--out", str(tmp_path / "out2"),
+                                       "--figures", str(fig)]) == 0
     assert sorted(p.name for p in fig.iterdir()) == ["nnloss_d3_n3_variance.csv",
                                                       "nnloss_d3_n3_variance.png"]
 

@@ -6,7 +6,13 @@ from __future__ import annotations
 import csv
 import json
 import math
+import os
 import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,7 +22,10 @@ from analysis import report as R
 from analysis import report_units as U
 from analysis.cli import run
 
+ROOT = Path(__file__).resolve().parent.parent
 SEEDS = 100
+#: The settings of ``--quick`` (seeds, steps, seed, log interval).
+QUICK = U.Settings(5, 50, 0, 10)
 
 
 def cfg(method: str, n: int, mean: float, se: float, param: str = "sigmoid",
@@ -229,7 +238,7 @@ def test_replot_reproduces_the_tables_and_settings_guard_reuse(quick, tmp_path):
                         "--out", str(out2)]) == 0
     for name in ("agreement.csv", "agreement.md", "final_loss_d10.csv"):
         assert (out2 / name).read_text() == (out / name).read_text()
-    settings = U.Settings(5, 50, 0, 10)
+    settings = QUICK
     u = U.Unit("estimators", "nnloss", 0, 10)
     assert U.is_done(results, u, settings)
     assert not U.is_done(results, u, U.Settings(5, 51, 0, 10))  # other steps: rerun
@@ -241,13 +250,13 @@ def test_replot_reproduces_the_tables_and_settings_guard_reuse(quick, tmp_path):
 def test_instance0_check_and_wrong_instance(quick, tmp_path):
     results, _ = quick
     u = U.Unit("estimators", "nnloss", 0, 10)
-    src = U.unit_dir(results, u) / f"{u.stem}.csv"
+    src = U.unit_dir(results, u, QUICK) / f"{u.stem}.csv"
     ref = tmp_path / "ref"
     ref.mkdir()
     shutil.copy(src, ref / src.name)
     J0 = U.instance_table("nnloss", 10, 0)
     loaded = {u: U.read_unit(src, u, J0)}
-    rows = R.instance0_check(loaded, results, ref)
+    rows = R.instance0_check(loaded, results, QUICK, ref)
     assert rows[0][-1] == 1 and rows[0][5] == repr(0.0)
     # a reference with one seed's final changed is reported as different
     text = (ref / src.name).read_text().splitlines()
@@ -256,7 +265,7 @@ def test_instance0_check_and_wrong_instance(quick, tmp_path):
     parts[10] = repr(float(parts[10]) + 0.5)
     text[k] = ",".join(parts)
     (ref / src.name).write_text("\n".join(text) + "\n")
-    rows = R.instance0_check(loaded, results, ref)
+    rows = R.instance0_check(loaded, results, QUICK, ref)
     assert rows[0][-1] == 0 and float(rows[0][5]) == pytest.approx(0.5)
     # results read against another instance's J table are refused
     with pytest.raises(R.PBInputError, match="does not start"):
@@ -272,10 +281,10 @@ def test_parallel_units_give_the_same_numbers(quick, tmp_path):
     for bench in U.BENCHMARKS:
         for i in (1,):
             u = U.Unit("estimators", bench, i, 10)
-            a = (U.unit_dir(results, u) / f"{u.stem}.csv").read_bytes()
-            b = (U.unit_dir(tmp_path / "r", u) / f"{u.stem}.csv").read_bytes()
+            a = (U.unit_dir(results, u, QUICK) / f"{u.stem}.csv").read_bytes()
+            b = (U.unit_dir(tmp_path / "r", u, QUICK) / f"{u.stem}.csv").read_bytes()
             assert a == b, u.name
-            rec = json.loads((U.unit_dir(tmp_path / "r", u) / "unit.json").read_text())
+            rec = json.loads((U.unit_dir(tmp_path / "r", u, QUICK) / "unit.json").read_text())
             assert rec["settings"]["steps"] == 50
 
 
@@ -338,7 +347,7 @@ def test_a_unit_its_tool_refuses_keeps_the_old_result_and_says_why(tmp_path):
     results = tmp_path / "results"
     settings = U.Settings(2, 12, 0, 1)
     unit = U.Unit("estimators", "exponential", 0, 17)  # the microworld refuses d = 17 itself
-    old = U.unit_dir(results, unit)
+    old = U.unit_dir(results, unit, settings)
     old.mkdir(parents=True)
     (old / "unit.json").write_text('{"finished": true}')
     (old / f"{unit.stem}.csv").write_text("old results")
@@ -346,22 +355,23 @@ def test_a_unit_its_tool_refuses_keeps_the_old_result_and_says_why(tmp_path):
     with pytest.raises(R.PBInputError, match=r"^unit estimators_d17_exponential_i0: .*d"):
         U.run_unit(unit, settings, results)
     assert _snapshot(old) == before
-    assert sorted(p.name for p in (results / "units").iterdir()) == [unit.name]  # no partials
+    assert sorted(p.name for p in (results / "units").iterdir()) == [old.name]  # no partials
     with pytest.raises(R.PBInputError, match="unit estimators_d17_exponential_i0"):
         U.run_units([unit], settings, results, jobs=2)  # through the process pool as well
     assert _snapshot(old) == before
 
 
-def test_a_rerun_unit_replaces_the_old_one_only_when_done(tmp_path, monkeypatch):
+def test_units_of_other_settings_stay_beside_each_other(tmp_path, monkeypatch):
     results = tmp_path / "results"
     unit = U.Unit("estimators", "exponential", 0, 4)
-    U.run_unit(unit, U.Settings(2, 12, 0, 1), results)
-    folder = U.unit_dir(results, unit)
+    a, b = U.Settings(2, 12, 0, 1), U.Settings(3, 12, 0, 1)  # --seeds 2, then --seeds 3
+    U.run_unit(unit, a, results)
+    folder = U.unit_dir(results, unit, a)
     first = _snapshot(folder)
-    assert U.is_done(results, unit, U.Settings(2, 12, 0, 1))
+    assert U.is_done(results, unit, a) and not U.is_done(results, unit, b)
     rec = json.loads((folder / "unit.json").read_text())
     assert rec["argv"][rec["argv"].index("--out") + 1] == str(folder)
-    # a crash mid-unit: the finished folder stays as it was
+    # a crash mid-unit leaves every finished folder as it was
     import analysis.microworld as M
 
     def crash(argv):
@@ -369,12 +379,153 @@ def test_a_rerun_unit_replaces_the_old_one_only_when_done(tmp_path, monkeypatch)
 
     monkeypatch.setattr(M, "main", crash)
     with pytest.raises(RuntimeError):
-        U.run_unit(unit, U.Settings(2, 13, 0, 1), results)
+        U.run_unit(unit, b, results)
     assert _snapshot(folder) == first
     partial = [p for p in (results / "units").iterdir() if p.name.endswith(".partial")]
     assert len(partial) == 1 and "RuntimeError: killed" in (partial[0] / "log.txt").read_text()
     monkeypatch.undo()
-    U.run_unit(unit, U.Settings(2, 13, 0, 1), results)
-    assert U.is_done(results, unit, U.Settings(2, 13, 0, 1))
-    assert not U.is_done(results, unit, U.Settings(2, 12, 0, 1))
+    U.run_unit(unit, b, results)
+    # both stay: the --seeds 2 unit (log, CSV, unit.json, figures) is untouched
+    assert U.is_done(results, unit, a) and U.is_done(results, unit, b)
+    assert _snapshot(folder) == first
+    assert U.unit_dir(results, unit, b) != folder
     assert not [p for p in (results / "units").iterdir() if p.name.endswith(".old")]
+
+
+def test_a_study_with_other_seeds_keeps_the_first_one(quick, tmp_path, capsys):
+    results, _ = quick
+    mine = tmp_path / "results"
+    shutil.copytree(results, mine)
+    before = _snapshot(mine)
+    argv = ["--experiments", "estimators", "--no-d4", "--instances", "0", "--steps", "50",
+            "--results", str(mine), "--out", str(tmp_path / "o")]
+    assert run(R.main, [*argv, "--seeds", "3"]) == 0
+    after = _snapshot(mine)
+    assert {k: v for k, v in after.items() if k in before} == before  # nothing replaced
+    assert len({k.parts[1] for k in after} - {k.parts[1] for k in before}) == 2  # 2 new units
+    capsys.readouterr()
+    assert run(R.main, [*argv, "--seeds", "5", "--replot"]) == 0  # the 5-seed study is intact
+    assert (tmp_path / "o" / "agreement.md").read_text().count("5 seeds") == 1
+
+
+def test_finished_units_of_an_older_layout_are_adopted(quick, tmp_path):
+    results, _ = quick
+    mine = tmp_path / "results"
+    shutil.copytree(results, mine)
+    u = U.Unit("estimators", "nnloss", 0, 10)
+    keyed = U.unit_dir(mine, u, QUICK)
+    keyed.rename(mine / "units" / u.name)  # the folder name before units were keyed
+    assert not U.is_done(mine, u, QUICK)
+    assert U.adopt_unkeyed(mine, [u], QUICK) == 1 and U.is_done(mine, u, QUICK)
+    # one of other settings is left where it is
+    keyed.rename(mine / "units" / u.name)
+    assert U.adopt_unkeyed(mine, [u], U.Settings(5, 51, 0, 10)) == 0
+    assert (mine / "units" / u.name).is_dir()
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--steps", str(10**20)], "--steps: must be at most"),
+    (["--steps", str(2 * 10**9)], "--steps: must be at most 1,000,000,000"),
+    (["--compare-with", "/nonexistent-pbnn"], "--compare-with /nonexistent-pbnn does not exist"),
+    (["--meth", "x"], "unrecognized arguments: --meth"),
+])
+def test_more_bad_options_are_one_line(tmp_path, capsys, argv, message):
+    assert run(R.main, ["--quick", *argv, "--results", str(tmp_path / "r"),
+                        "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error:") and message in err[0], err
+    assert not (tmp_path / "r").exists() and not (tmp_path / "o").exists()
+
+
+def test_scale_rows_refuse_a_file_and_a_damaged_run_in_one_line(tmp_path, capsys):
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    assert run(R.main, ["--experiments", "supermask", "--scale-out", str(afile)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--scale-out" in err[0] and "is a file" in err[0], err
+    assert afile.read_text() == "x"
+    assert run(R.main, ["--experiments", "supermask", "--scale-runs", str(afile),
+                        "--scale-out", str(tmp_path / "s")]) == 2
+    assert "--scale-runs" in capsys.readouterr().err
+    runs = tmp_path / "runs" / "lenet-0123456789ab"
+    runs.mkdir(parents=True)
+    (runs / "config.json").write_text("[]")
+    (runs / "summary.json").write_text('{"final_test_acc": "high"}')
+    code = run(R.main, ["--experiments", "supermask", "--scale-runs", str(tmp_path / "runs"),
+                        "--scale-out", str(tmp_path / "s")])
+    captured = capsys.readouterr()
+    assert "Traceback" not in captured.err and code in (0, 2)
+    if code == 2:
+        assert captured.err.strip().splitlines()[-1].startswith("error: ")
+
+
+# ---------------------------------------------------------------------------------------------
+# Stopped studies: one line, the finished units kept, no process left behind
+
+
+def _state(pid: int) -> str | None:
+    """The process state letter of ``pid`` (None when gone)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return None
+
+
+def _children(pid: int) -> set[int]:
+    out = set()
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[1]) == pid:
+            out.add(int(stat.parent.name))
+    return out
+
+
+def _wait_for(cond, timeout: float) -> bool:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if cond():
+            return True
+        time.sleep(0.2)
+    return cond()
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc (Linux)")
+@pytest.mark.parametrize("sig, jobs", [(signal.SIGTERM, 2), (signal.SIGKILL, 2),
+                                       (signal.SIGINT, 1)])
+def test_a_stopped_study_leaves_no_process_and_says_how_to_resume(tmp_path, sig, jobs):
+    results = tmp_path / "r"
+    cmd = [sys.executable, "-m", "analysis.report", "--experiments", "estimators", "--no-d4",
+           "--instances", "0", "--seeds", "5", "--steps", "300000", "--log-every", "1000",
+           "--jobs", str(jobs), "--results", str(results), "--out", str(tmp_path / "o")]
+    # the child gets Python's own Ctrl-C handling whatever this process inherited (a test run in
+    # the background starts with SIGINT ignored)
+    proc = subprocess.Popen(cmd, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        units = results / "units"
+        started = _wait_for(lambda: len(list(units.glob(".*.partial/log.txt"))) >= jobs, 120)
+        assert started, proc.stderr.read() if proc.poll() is not None else "no unit started"
+        kids = _children(proc.pid)
+        assert len(kids) >= (jobs if jobs > 1 else 0), kids  # workers (+ resource tracker)
+        proc.send_signal(sig)
+        code = proc.wait(timeout=60)
+        err = proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert _wait_for(lambda: all(_state(p) in (None, "Z") for p in kids), 30), \
+        [(p, _state(p)) for p in kids]
+    if sig == signal.SIGKILL:
+        assert code == -signal.SIGKILL
+        return
+    assert code == 128 + sig, err
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "Traceback" not in err, err
+    assert lines[0].startswith(f"{signal.Signals(sig).name}: 0 of 2 units finished, kept in "
+                               f"{units}; resume with: python -m analysis.report "), lines
+    # the next run removes the stopped units' partial folders and starts them again
+    assert not list(units.glob("*-*/unit.json"))

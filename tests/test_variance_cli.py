@@ -8,6 +8,7 @@ import math
 
 import numpy as np
 import pytest
+from test_refusals import FORMAT
 
 from analysis import variance as V
 from analysis.cli import read_table, run
@@ -19,6 +20,7 @@ from pbexact.vertices import vertices
 def _one_line(capsys) -> str:
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error:"), err
+    assert FORMAT.match(err[0]), f"not 'error: <problem>; <fix>': {err[0]}"
     return err[0]
 
 
@@ -118,3 +120,85 @@ def test_estimator_names_and_sizes_are_checked_by_the_parsers(tmp_path, capsys):
     assert not (tmp_path / "o").exists()
     assert run(arms_table.main, ["--n", "1"]) == 2
     assert "--n: must be an integer >= 2" in _one_line(capsys)
+
+
+def _files(folder):
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir()) if p.is_file()}
+
+
+def test_results_of_other_settings_are_refused_before_anything_is_written(tmp_path, capsys):
+    out = tmp_path / "out"
+    base = ["--d", "2", "--n", "2", "--steps", "2", "--log-every", "1", "--out", str(out)]
+    assert run(V.main, base) == 0
+    first = _files(out)
+    assert {"exponential_d2_n2_variance_settings.json", "nnloss_d2_table.csv"} <= set(first)
+    capsys.readouterr()
+    # another seed (another instance), steps or learning rate: refused, nothing touched
+    for extra, key in ((["--seed", "1"], "seed = 0, asked 1"), (["--steps", "3"], "steps"),
+                       (["--lr", "0.2"], "lr")):
+        assert run(V.main, [*base, *extra]) == 2
+        assert key in _one_line(capsys)
+        assert _files(out) == first
+    # the same settings rerun; enumerate and closed are both exact: one result, rerun too
+    assert run(V.main, base) == 0
+    assert run(V.main, [*base, "--method", "closed"]) == 0
+    # Monte Carlo estimates sit beside the exact results
+    exact = (out / "nnloss_d2_n2_variance.csv").read_bytes()
+    assert run(V.main, [*base, "--method", "mc", "--draws", "50"]) == 0
+    assert (out / "nnloss_d2_n2_variance_mc.csv").exists()
+    assert (out / "nnloss_d2_n2_variance.csv").read_bytes() == exact
+    # a huge seed is refused by the parser before the table is written
+    other = tmp_path / "other"
+    capsys.readouterr()
+    assert run(V.main, [*base[:-1], str(other), "--seed", str(10**20)]) == 2
+    assert "2**63 - 1" in _one_line(capsys) and not other.exists()
+    # a table of another instance in --out is refused too (a folder from before settings)
+    (out / "nnloss_d2_n2_variance_settings.json").unlink()
+    capsys.readouterr()
+    assert run(V.main, base) == 2
+    assert "has no recorded settings" in _one_line(capsys)
+
+
+def test_a_random_instance_and_table_names_without_a_repeated_d(tmp_path, capsys):
+    from pbexact.benchmarks import random_table
+
+    out = tmp_path / "out"
+    argv = ["--benchmark", "random", "--d", "3", "--seed", "3", "--steps", "0", "--out",
+            str(out)]
+    assert run(V.main, argv) == 0
+    assert read_table(out / "random_d3_table.csv").tolist() == random_table(3, 3).tolist()
+    assert (out / "random_d3_n4_variance.csv").exists()
+    J = random_table(3, 3)
+    assert not np.array_equal(J, random_table(3, 4)) and J.shape == (8,)
+    # one's own table, named by its file: d is not repeated
+    for name, stem in (("rand_d3.csv", "rand_d3_n4"), ("rand_d3_table.csv", "rand_d3_n4"),
+                       ("my_table.csv", "my_table_d3_n4"), ("_d3.csv", "_d3_d3_n4")):
+        (tmp_path / name).write_text((out / "random_d3_table.csv").read_text())
+        mine = tmp_path / f"o_{name}"
+        assert run(V.main, ["--table", str(tmp_path / name), "--steps", "0", "--out",
+                            str(mine)]) == 0
+        assert (mine / f"{stem}_variance.csv").exists(), sorted(p.name for p in mine.iterdir())
+
+
+def test_variance_table_takes_tables_and_the_random_instance(tmp_path, capsys):
+    import csv
+
+    from analysis import variance_table
+
+    table = tmp_path / "mine_d2.csv"
+    table.write_text("h,J\n0,1.0\n1,-2.0\n2,0.5\n3,3.0\n")
+    out = tmp_path / "out"
+    assert run(variance_table.main, ["--table", str(table), "--n", "2", "4", "--steps", "3",
+                                     "--against", "loorf", "--out", str(out)]) == 0
+    with open(out / "variance_table_disarm.csv") as fh:
+        rows = list(csv.DictReader(fh))
+    assert [(r["benchmark"], r["d"], r["n"]) for r in rows] == [("mine", "2", "2"),
+                                                                ("mine", "2", "4")]
+    # the ratios are those of analysis.variance on the same table
+    traj = V.variance_trajectory(read_table(table), 4, steps=3, log_every=100,
+                                 method="closed")
+    assert float(rows[1]["ratio_step0"]) == traj[0]["var_disarm"] / traj[0]["var_loorf"]
+    assert run(variance_table.main, ["--benchmark", "random", "--d", "3", "--n", "2",
+                                     "--steps", "0", "--out", str(tmp_path / "r")]) == 0
+    assert run(variance_table.main, ["--table", str(table), "--d", "2"]) == 2
+    assert "leave --d out" in _one_line(capsys)

@@ -13,8 +13,6 @@ child running; the children checkpoint and exit, and the next ``sweep run`` resu
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import fcntl
 import json
 import os
@@ -26,6 +24,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from pbexact.errors import PBInputError
+from pbexact.processes import die_with_parent
 
 from .. import io
 from .file import Group, Run, Sweep, members
@@ -33,7 +32,6 @@ from .file import Group, Run, Sweep, members
 STATES = ("finished", "running", "failed", "interrupted", "pending")
 #: Exit codes of a child stopped by SIGTERM (it checkpointed: its run is interrupted).
 TERMINATED = (143, -signal.SIGTERM)
-PR_SET_PDEATHSIG = 1
 
 
 def record_path(sweep: Sweep, run: Run) -> Path:
@@ -167,31 +165,6 @@ class SweepLock:
             fcntl.flock(self.fh, fcntl.LOCK_UN)
             self.fh.close()
             self.fh = None
-
-
-def _prctl() -> Any:
-    name = ctypes.util.find_library("c") if sys.platform.startswith("linux") else None
-    if not name:
-        return None
-    try:
-        return ctypes.CDLL(name, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None
-
-
-PRCTL = _prctl()
-
-
-def die_with_parent(parent: int) -> Any:
-    """A ``preexec_fn`` under which the child gets SIGTERM when its parent dies (Linux
-    ``PR_SET_PDEATHSIG``; elsewhere nothing), and exits at once if the parent ``parent`` is
-    already gone."""
-    def setup() -> None:
-        if PRCTL is not None:
-            PRCTL(PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
-            if os.getppid() != parent:
-                os._exit(143)
-    return setup
 
 
 def launch(sweep: Sweep, job: Run | Group, env: dict | None = None,
