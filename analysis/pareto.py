@@ -4,23 +4,34 @@ pruning runs (`fig:supermask_results`, `fig:joint_pruning_results`,
 
 RUNS are run folders of ``python -m pbscale.prune`` (with ``config.json`` and ``summary.json``)
 or folders holding them. Runs that differ only in their seed are averaged (test accuracy and
-weights remaining; the seed count is reported). A method's label is its name (``cp``, ``mp``,
-``gmp``, ``dense``) or, for MC, ``<estimator>-<param>-n<n>``, with ``-<init>`` when the weights
-are not ``kaiming_normal``; its colour is its method's in the method registry. For every (model,
-mode) this writes ``pareto_<model>_<mode>.png`` (test accuracy against weights remaining over
-the masked tensors, log axis; each label's points and its Pareto front: the points no other
-point of the label beats in both accuracy and sparsity) and ``layers_<model>_<mode>.png`` (per
-layer fraction remaining of each label's most accurate run at most ``--layer-max`` remaining),
-with ``runs.csv``, ``pareto.csv`` and ``layers.csv`` holding the plotted numbers. A setting a
-method does not use is left empty in them (GMP and MP: ``lam``, ``mask_lr``; CP and MC:
-``target``; dense: all three; :func:`used_settings`).
+weights remaining; the seed count is reported). A series' label is its method's name (``cp``,
+``mp``, ``gmp``, ``dense``) or, for a method that samples (MC), ``<name>-<param>-n<n>``, with
+``-<init>`` when the weights are not ``kaiming_normal``; its legend text and colour are the
+method's own as the run recorded them (``method_info`` in ``config.json``), else the method
+registry's, else the name in grey, so runs of a method removed since still plot. The training
+budget (epochs, ``max_batches``, batch size, data: :data:`analysis.run_files.PRUNE_BUDGET`) is
+part of a setting: where one model and mode hold runs of several budgets, each label is split by
+budget (``cp-e2``, ``cp-e3``, ``cp-e1-b20``) and a note says so, so a front never mixes budgets.
+
+For every (model, mode) this writes ``pareto_<model>_<mode>.png`` (test accuracy against weights
+remaining over the masked tensors, log axis in percent; each label's points and its Pareto
+front: the points no other point of the label beats in both accuracy and sparsity) and
+``layers_<model>_<mode>.png`` (per layer fraction remaining of one setting per label: by default
+the one nearest a common remaining fraction, the sparsest fraction every pruning label reaches;
+``--layer-at`` sets the fraction, ``--layer-max`` picks each label's most accurate setting at
+most that remaining instead; the console and ``layers.csv`` name the run folders used), with
+``runs.csv``, ``pareto.csv`` and ``layers.csv`` holding the plotted numbers. A setting a method
+does not use is left empty in them (GMP and MP: ``lam``, ``mask_lr``; CP and MC: ``target``;
+dense: all three; :func:`used_settings`).
 
 ``--overlay supermask:cp,joint:gmp`` (or ``--overlay all``, or a mode alone) also draws the chosen
 series of each model on one pair of shared axes, ``overlay_<model>.png``, with the plotted points
 in ``overlay_<model>.csv``: "CP supermask against GMP joint" in one figure.
 
-A run folder whose ``config.json`` or ``summary.json`` is missing, truncated or of the wrong shape
-is skipped with one warning line on stderr naming it; the others are plotted.
+A run folder whose ``config.json`` or ``summary.json`` is missing, truncated, of the wrong shape
+or holds a wrong value is skipped with one warning line on stderr naming it; the others are
+plotted. Nothing is written outside ``--out`` (a symlink out of it is refused), and a full disk
+is one line with the space needed, every older file left as it was.
 """
 
 from __future__ import annotations
@@ -30,17 +41,25 @@ import json
 import math
 import sys
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from analysis.cli import atomic_write_text, check_out_dir, save_figure, write_csv
 from analysis.cli import run as cli_run
+from analysis.out_files import Outputs, check_in_folder, check_out, out_folder
+from analysis.run_files import (
+    PRUNE_BUDGET,
+    DamagedRun,
+    PruneRun,
+    budget_of,
+    read_each,
+    read_prune,
+)
 from pbexact.cli import ArgumentParser, positive_float
 from pbexact.errors import PBInputError
-from pbscale.methods import REGISTRY, names
+from pbscale.methods import names
 
-#: The methods whose runs are labelled with their parametrization and n (the MC estimators).
+#: The method registry's MC estimators (a run's own ``method_info`` says whether it samples).
 MC = names(samples=True)
 
 
@@ -48,10 +67,7 @@ def find_runs(paths: Sequence[str | Path]) -> list[Path]:
     """Finished run folders (``summary.json`` present) at or directly under ``paths``."""
     found: list[Path] = []
     for p in map(Path, paths):
-        if not p.exists():
-            raise PBInputError(f"{p} does not exist; pass run folders or folders holding them")
-        if not p.is_dir():
-            raise PBInputError(f"{p} is a file; pass run folders or folders holding them")
+        check_in_folder(p, "", "pass run folders or folders holding them")
         if (p / "summary.json").exists():
             found.append(p)
             continue
@@ -68,28 +84,41 @@ def find_runs(paths: Sequence[str | Path]) -> list[Path]:
 
 #: The weight initialization runs are labelled with when it is not this one.
 DEFAULT_INIT = "kaiming_normal"
-#: Marker and line style of a method's 1st, 2nd, ... label (its colour is the registry's).
+#: Marker and line style of a method's 1st, 2nd, ... label (its colour is the method's own).
 STYLES = [("o", "-"), ("s", "--"), ("^", ":"), ("v", "-."), ("D", "--")]
 
 
-def label(task: dict) -> str:
-    m = task["method"]
-    base = f"{m}-{task['param']}-n{task['n']}" if m in MC else m
+def label(run: PruneRun, name: str | None = None) -> str:
+    """A run's series: ``name`` (default: its method's name) with ``-<param>-n<n>`` for a
+    method that samples and ``-<init>`` for weights not initialized by DEFAULT_INIT."""
+    task = run.task
+    m = name or run.method
+    base = f"{m}-{task.get('param')}-n{task.get('n')}" if run.info.samples else m
     init = task.get("init", DEFAULT_INIT)
     return base if init == DEFAULT_INIT else f"{base}-{init}"
 
 
-def styles(labels: Sequence[str], methods: dict[str, str]) -> dict[str, dict]:
-    """Plot keywords per label: the colour of its method in the method registry, and a marker
-    and line style that tell apart the labels of one method (in the order given)."""
+def budget_suffix(budget: tuple) -> str:
+    """``-e<epochs>`` (and ``-b<max_batches>``, and other budget settings) of a budget."""
+    b = dict(budget)
+    out = f"-e{b.get('epochs')}"
+    if b.get("max_batches"):
+        out += f"-b{b['max_batches']}"
+    return out
+
+
+def styles(points: Sequence[dict]) -> dict[str, dict]:
+    """Plot keywords per label: its method's colour (as the run recorded it), and a marker and
+    line style that tell apart the labels of one method (in the order given)."""
     out, seen = {}, defaultdict(int)
-    for lab in labels:
-        m = methods[lab]
+    for p in points:
+        lab = p["label"]
+        if lab in out:
+            continue
+        m = p["method"]
         marker, ls = STYLES[seen[m] % len(STYLES)]
         seen[m] += 1
-        fam = REGISTRY.get(m)
-        out[lab] = {"marker": marker, "linestyle": ls,
-                    **({"color": fam.color} if fam is not None else {})}
+        out[lab] = {"marker": marker, "linestyle": ls, "color": p["color"]}
     return out
 
 
@@ -98,79 +127,61 @@ def styles(labels: Sequence[str], methods: dict[str, str]) -> dict[str, dict]:
 SETTINGS = ("lam", "target", "mask_lr")
 
 
-def used_settings(method: str) -> frozenset[str]:
-    """The :data:`SETTINGS` a method's run depends on, from its registry family: a method with
-    mask logits (CP, MC) has the L0 weight ``lam`` and the mask learning rate ``mask_lr``; one
-    that cuts by magnitude (MP, GMP) prunes to ``target``; dense training uses none."""
-    family = REGISTRY[method]
-    used = {"lam", "mask_lr"} if family.logits else set()
-    return frozenset(used | ({"target"} & set(family.prune_settings)))
-
-
-class DamagedRun(Exception):
-    """A run folder whose config.json or summary.json cannot be read as a finished run."""
-
-
-def _read_json(path: Path) -> dict:
-    try:
-        obj = json.loads(path.read_text())
-    except OSError as exc:
-        raise DamagedRun(f"cannot read {path.name} ({exc.strerror})") from None
-    except (UnicodeDecodeError, json.JSONDecodeError):
-        raise DamagedRun(f"{path.name} is not valid JSON (truncated?)") from None
-    if not isinstance(obj, dict):
-        raise DamagedRun(f"{path.name} holds a {type(obj).__name__}, not an object")
-    return obj
-
-
-def _number(value: object, name: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise DamagedRun(f"{name} is {value!r}, not a number")
-    return float(value)
+def used_settings(run: PruneRun) -> frozenset[str]:
+    """The :data:`SETTINGS` a run's method uses (its recorded settings, else the registry's: a
+    method with mask logits (CP, MC) has the L0 weight ``lam`` and the mask learning rate
+    ``mask_lr``; one that cuts by magnitude (MP, GMP) prunes to ``target``; dense training uses
+    none; a method known to neither shows all three)."""
+    return frozenset(s for s in SETTINGS if run.info.uses(s))
 
 
 def read_run(folder: Path) -> dict:
-    """One finished run's settings and final metrics; :class:`DamagedRun` (with the reason)
-    when its config.json or summary.json is missing, truncated or of the wrong shape."""
-    cfg = _read_json(folder / "config.json")
-    summ = _read_json(folder / "summary.json")
-    task = cfg.get("task")
-    if not isinstance(task, dict):
-        raise DamagedRun("config.json has no 'task' object")
+    """One finished run's settings and final metrics (a dict of the tables' columns);
+    :class:`~analysis.run_files.DamagedRun` (with the reason) when its config.json or
+    summary.json is missing, truncated or of the wrong shape."""
+    run = read_prune(folder)
+    task = run.task
+    used = used_settings(run)
     try:
-        used = used_settings(task["method"])
-        layers = {k[len("final_remaining_"):]: _number(v, k) for k, v in summ.items()
-                  if k.startswith("final_remaining_") and k != "final_remaining_all"}
-        metrics = {k: _number(summ[s], s) for k, s in (
-            ("test_acc", "final_test_acc"), ("val_acc", "final_val_acc"),
-            ("remaining", "final_remaining"), ("remaining_all", "final_remaining_all"),
-            ("seconds_per_epoch", "seconds_per_epoch"))}
-        return {"run": folder.name, "model": task["model"], "mode": task["mode"],
-                "label": label(task), "method": task["method"],
-                **{k: task[k] if k in used else "" for k in SETTINGS},
-                "epochs": task["epochs"], "seed": task["seed"], **metrics, "layers": layers,
-                "key": json.dumps({k: v for k, v in task.items() if k != "seed"},
-                                  sort_keys=True),
-                "command": command(task)}
-    except KeyError as exc:
-        raise DamagedRun(f"config.json or summary.json lacks {exc}") from None
-    except TypeError as exc:
-        raise DamagedRun(f"a value of config.json has the wrong type ({exc})") from None
+        cmd = command(task)
+    except (PBInputError, KeyError, TypeError, ValueError) as exc:
+        raise DamagedRun(f"config.json's task is not a prune configuration ({exc})") from None
+    return {"run": folder.name, "model": task["model"], "mode": task["mode"],
+            "series": label(run), "label": label(run), "legend": label(run, run.info.label),
+            "method": run.method, "color": run.info.color,
+            **{k: task.get(k, "") if k in used else "" for k in SETTINGS},
+            "epochs": task["epochs"], "seed": task["seed"], **run.metrics, "layers": run.layers,
+            "budget": budget_of(task, PRUNE_BUDGET),
+            "key": json.dumps({k: v for k, v in task.items() if k != "seed"}, sort_keys=True),
+            "command": cmd}
 
 
 def read_runs(folders: Sequence[Path]) -> list[dict]:
     """Every readable run; a damaged one is skipped with one warning line on stderr naming its
     folder and the reason. None readable: :class:`PBInputError`."""
-    runs = []
-    for f in folders:
-        try:
-            runs.append(read_run(f))
-        except DamagedRun as exc:
-            print(f"warning: skipped the damaged run {f}: {exc}", file=sys.stderr)
+    runs = read_each(folders, read_run)
     if not runs:
         raise PBInputError(f"none of the {len(folders)} run(s) could be read (see the warnings); "
                            "rerun them with python -m pbscale.prune")
     return runs
+
+
+def split_budgets(runs: list[dict]) -> list[str]:
+    """Where one (model, mode) has runs of several training budgets, append each run's budget to
+    its label (``cp-e2``) so that no front mixes budgets; returns one note per such pair."""
+    notes = []
+    for mm in sorted({(r["model"], r["mode"]) for r in runs}):
+        sel = [r for r in runs if (r["model"], r["mode"]) == mm]
+        budgets = {r["budget"] for r in sel}
+        if len(budgets) < 2:
+            continue
+        for r in sel:
+            r["label"] += budget_suffix(r["budget"])
+            r["legend"] += f" ({budget_suffix(r['budget'])[1:]})"
+        notes.append(f"note: {mm[0]} {mm[1]}: runs of {len(budgets)} training budgets; each "
+                     "label is split by budget (-e<epochs>, -b<max batches>) so that no front "
+                     "mixes them")
+    return notes
 
 
 def command(task: dict) -> str:
@@ -191,7 +202,8 @@ def command(task: dict) -> str:
 
 
 def average_seeds(runs: list[dict]) -> list[dict]:
-    """One point per configuration: means over its seeds."""
+    """One point per configuration (the training budget part of it): means over its seeds;
+    ``runs`` lists its run folders."""
     groups: dict[str, list[dict]] = defaultdict(list)
     for r in runs:
         groups[r["key"]].append(r)
@@ -201,6 +213,7 @@ def average_seeds(runs: list[dict]) -> list[dict]:
         for k in ("test_acc", "val_acc", "remaining", "remaining_all", "seconds_per_epoch"):
             p[k] = sum(r[k] for r in rs) / len(rs)
         p["seeds"] = len(rs)
+        p["runs"] = sorted(r["run"] for r in rs)
         p["layers"] = {k: sum(r["layers"][k] for r in rs) / len(rs) for k in rs[0]["layers"]}
         out.append(p)
     return out
@@ -217,6 +230,23 @@ def pareto_front(points: list[dict]) -> list[dict]:
         if not dominated:
             front.append(p)
     return sorted(front, key=lambda p: p["remaining"])
+
+
+def fraction_axis(ax: Any, values: Iterable[float], axis: str = "x") -> None:
+    """A log axis of remaining fractions labelled in percent whose tick labels do not overlap:
+    major ticks at 1-9 x 10^k over at most half a decade of data, at 1, 2, 5 x 10^k over at most
+    two decades, at powers of ten beyond (thinned to at most 7); minor ticks unlabelled."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    vals = [v for v in values if v > 0 and math.isfinite(v)]
+    span = math.log10(max(vals) / min(vals)) if vals else 0.0
+    subs = tuple(range(1, 10)) if span <= 0.5 else (1, 2, 5) if span <= 2 else (1,)
+    a = ax.xaxis if axis == "x" else ax.yaxis
+    (ax.set_xscale if axis == "x" else ax.set_yscale)("log")
+    a.set_major_locator(LogLocator(base=10, subs=subs, numticks=7 if subs == (1,) else 12))
+    a.set_major_formatter(FuncFormatter(lambda x, _: f"{100 * x:.3g}%"))
+    a.set_minor_formatter(NullFormatter())
+    ax.tick_params(axis=axis, labelsize=8)
 
 
 def parse_overlay(text: str) -> list[tuple[str, str | None]]:
@@ -238,14 +268,17 @@ def parse_overlay(text: str) -> list[tuple[str, str | None]]:
 
 def overlay_selection(points: list[dict], items: list[tuple[str, str | None]]
                       ) -> list[tuple[str, str]]:
-    """The (mode, label) series an ``--overlay`` names, in its order (``all``: every one);
-    an item that matches no run is a :class:`PBInputError` listing the ones there are."""
+    """The (mode, label) series an ``--overlay`` names, in its order (``all``: every one; a
+    label split by budget is named by its label or its series, ``cp`` for ``cp-e2`` and
+    ``cp-e3``); an item that matches no run is a :class:`PBInputError` listing the ones there
+    are."""
     have = sorted({(p["mode"], p["label"]) for p in points})
+    series = {(p["mode"], p["label"]): p["series"] for p in points}
     if not items:
         return have
     out: list[tuple[str, str]] = []
     for mode, lab in items:
-        match = [h for h in have if h[0] == mode and (lab is None or h[1] == lab)]
+        match = [h for h in have if h[0] == mode and (lab is None or lab in (h[1], series[h]))]
         if not match:
             raise PBInputError(
                 f"--overlay {mode}{':' + lab if lab else ''} matches no run; the runs have "
@@ -266,7 +299,7 @@ def plot_overlay(points: list[dict], model: str, series: list[tuple[str, str]]
     (:data:`OVERLAY_COLUMNS`; ``on_front`` 1 for the points of the front)."""
     import matplotlib.pyplot as plt
 
-    styles = ["-", "--", ":", "-."]
+    line_styles = ["-", "--", ":", "-."]
     modes = list(dict.fromkeys(m for m, _ in series))
     fig, ax = plt.subplots(figsize=(6.4, 4.4))
     rows = []
@@ -276,14 +309,14 @@ def plot_overlay(points: list[dict], model: str, series: list[tuple[str, str]]
             continue
         front = pareto_front(group)
         line = ax.plot([p["remaining"] for p in front], [p["test_acc"] for p in front],
-                       marker="osD^v<>P*X"[k % 10], ls=styles[modes.index(mode) % len(styles)],
-                       color=f"C{k % 10}", label=f"{lab} ({mode})")[0]
+                       marker="osD^v<>P*X"[k % 10], ls=line_styles[modes.index(mode) % 4],
+                       color=f"C{k % 10}", label=f"{group[0]['legend']} ({mode})")[0]
         ax.scatter([p["remaining"] for p in group], [p["test_acc"] for p in group],
                    color=line.get_color(), marker=line.get_marker(), alpha=0.3, s=14)
         for p in sorted(group, key=lambda p: p["remaining"]):
             rows.append([model, mode, lab, *(p[c] for c in SETTINGS), p["epochs"], p["seeds"],
                          p["remaining"], p["test_acc"], int(any(p is q for q in front))])
-    ax.set_xscale("log")
+    fraction_axis(ax, [p["remaining"] for p in points if p["model"] == model])
     ax.set_xlabel("weights remaining (fraction of masked weights, log)")
     ax.set_ylabel("test accuracy")
     ax.set_title(f"{model}: " + ", ".join(f"{lab} ({mode})" for mode, lab in series), fontsize=9)
@@ -292,12 +325,95 @@ def plot_overlay(points: list[dict], model: str, series: list[tuple[str, str]]
     return fig, rows
 
 
+def plot_fronts(sel: list[dict], title: str) -> Any:
+    """Test accuracy against weights remaining of one (model, mode): each label's points and its
+    Pareto front, in its method's colour, with its method's legend text."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    look = styles(sorted(sel, key=lambda p: p["label"]))
+    for lab in sorted(look):
+        group = [p for p in sel if p["label"] == lab]
+        front = pareto_front(group)
+        line = ax.plot([p["remaining"] for p in front], [p["test_acc"] for p in front],
+                       label=group[0]["legend"], **look[lab])[0]
+        ax.scatter([p["remaining"] for p in group], [p["test_acc"] for p in group],
+                   color=line.get_color(), alpha=0.35, s=12)
+    fraction_axis(ax, [p["remaining"] for p in sel])
+    ax.set_xlabel("weights remaining (fraction of masked weights, log)")
+    ax.set_ylabel("test accuracy")
+    ax.set_title(title)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=7)
+    return fig
+
+
+def common_fraction(sel: list[dict]) -> float:
+    """The sparsest remaining fraction every pruning label of a (model, mode) reaches: the
+    largest, over labels with some setting below 1, of the label's smallest remaining fraction
+    (settings with no weight left aside); 1 when no label prunes."""
+    lows = []
+    for lab in {p["label"] for p in sel}:
+        rem = [p["remaining"] for p in sel if p["label"] == lab and p["remaining"] > 0]
+        if rem and min(rem) < 1:
+            lows.append(min(rem))
+    return max(lows) if lows else 1.0
+
+
+def layer_choice(sel: list[dict], at: float | None, most_accurate_below: float | None
+                 ) -> tuple[str, dict[str, dict]]:
+    """How the per-layer plot chose its settings (words) and, per label, the setting: the
+    most accurate at most ``most_accurate_below`` remaining; else the one nearest (in log
+    remaining) to ``at`` (default :func:`common_fraction`)."""
+    out = {}
+    if most_accurate_below is not None:
+        how = f"each label's most accurate setting at most {most_accurate_below:.3g} remaining"
+        for lab in sorted({p["label"] for p in sel}):
+            ok = [p for p in sel if p["label"] == lab and p["remaining"] <= most_accurate_below]
+            if ok:
+                out[lab] = max(ok, key=lambda p: p["test_acc"])
+        return how, out
+    target = common_fraction(sel) if at is None else at
+    how = (f"the settings nearest {target:.2%} remaining"
+           + (" (the sparsest fraction every pruning label reaches)" if at is None else ""))
+    for lab in sorted({p["label"] for p in sel}):
+        ok = [p for p in sel if p["label"] == lab and p["remaining"] > 0]
+        if ok:
+            out[lab] = min(ok, key=lambda p: (abs(math.log(p["remaining"] / target)),
+                                              -p["test_acc"]))
+    return how, out
+
+
+def plot_layers(chosen: dict[str, dict], look: dict[str, dict], title: str) -> Any:
+    """Fraction remaining per layer of the chosen setting of each label."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    layer_names: list[str] = []
+    for lab, p in chosen.items():
+        layer_names = list(p["layers"])
+        ax.plot(range(len(layer_names)), [p["layers"][n] for n in layer_names], **look[lab],
+                label=f"{p['legend']} ({p['remaining']:.2%}, acc {p['test_acc']:.3f})")
+    ax.set_xticks(range(len(layer_names)), layer_names, rotation=60, fontsize=7)
+    fraction_axis(ax, [v for p in chosen.values() for v in p["layers"].values()], axis="y")
+    ax.set_ylabel("fraction remaining in the layer")
+    ax.set_title(title, fontsize=9)
+    ax.legend(fontsize=7)
+    return fig
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = ArgumentParser(prog="python -m analysis.pareto", description=__doc__.split("\n\n")[0])
     ap.add_argument("runs", nargs="+", help="run folders or folders holding them")
-    ap.add_argument("--out", type=Path, required=True, help="folder for the figures and CSVs")
-    ap.add_argument("--layer-max", type=positive_float, default=1.0,
-                    help="per-layer plot: each label's most accurate run at most this remaining")
+    ap.add_argument("--out", type=out_folder, required=True,
+                    help="folder for the figures and CSVs")
+    pick = ap.add_mutually_exclusive_group()
+    pick.add_argument("--layer-at", type=positive_float, default=None, metavar="FRACTION",
+                      help="per-layer plot: each label's setting nearest this remaining "
+                      "fraction (default: the sparsest fraction every pruning label reaches)")
+    pick.add_argument("--layer-max", type=positive_float, default=None,
+                      help="per-layer plot: each label's most accurate setting at most this "
+                      "remaining instead")
     ap.add_argument("--overlay", type=parse_overlay, default=None, metavar="all|MODE[:LABEL],...",
                     help="also draw the chosen modes or (mode, label) series of each model on "
                     "shared axes, e.g. supermask:cp,joint:gmp or all: overlay_<model>.png with "
@@ -307,8 +423,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    out = check_out_dir(args.out, "--out")
+    out = check_out(args.out, "--out")
     runs = read_runs(find_runs(args.runs))
+    notes = split_budgets(runs)
     points = average_seeds(runs)
     overlay = None if args.overlay is None else overlay_selection(points, args.overlay)
     import matplotlib
@@ -316,63 +433,44 @@ def main(argv: Sequence[str] | None = None) -> int:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    files = Outputs(out)
     cols = ["model", "mode", "label", *SETTINGS, "epochs", "seeds",
             "test_acc", "val_acc", "remaining", "remaining_all", "seconds_per_epoch"]
     pts = sorted(points, key=lambda p: (p["model"], p["mode"], p["label"], p["remaining"]))
-    write_csv(out / "runs.csv", cols, [[p[c] for c in cols] for p in pts])
+    files.csv("runs.csv", cols, [[p[c] for c in cols] for p in pts])
     lines = ["| command | epochs | seeds | test acc | remaining (masked) | remaining (all) | "
              "s/epoch |", "| --- | --- | --- | --- | --- | --- | --- |"]
     for p in pts:
         lines.append(f"| `{p['command']}` | {p['epochs']} | {p['seeds']} | "
                      f"{p['test_acc']:.4f} | {p['remaining']:.4%} | {p['remaining_all']:.4%} | "
                      f"{p['seconds_per_epoch']:.1f} |")
-    atomic_write_text(out / "runs.md", "\n".join(lines) + "\n")
-    pareto_rows, layer_rows = [], []
+    files.text("runs.md", "\n".join(lines) + "\n")
+    pareto_rows, layer_rows, used = [], [], []
     for (model, mode) in sorted({(p["model"], p["mode"]) for p in points}):
         sel = [p for p in points if (p["model"], p["mode"]) == (model, mode)]
-        fig, ax = plt.subplots(figsize=(6, 4))
-        fig2, ax2 = plt.subplots(figsize=(6, 4))
-        labs = sorted({p["label"] for p in sel})
-        look = styles(labs, {p["label"]: p["method"] for p in sel})
-        for lab in labs:
-            group = [p for p in sel if p["label"] == lab]
-            front = pareto_front(group)
-            line = ax.plot([p["remaining"] for p in front], [p["test_acc"] for p in front],
-                           label=lab, **look[lab])[0]
-            ax.scatter([p["remaining"] for p in group], [p["test_acc"] for p in group],
-                       color=line.get_color(), alpha=0.35, s=12)
-            for p in front:
+        fig = plot_fronts(sel, f"{model}, {mode}")
+        files.figure(f"pareto_{model}_{mode}.png", fig)
+        plt.close(fig)
+        for lab in sorted({p["label"] for p in sel}):
+            for p in pareto_front([p for p in sel if p["label"] == lab]):
                 pareto_rows.append([model, mode, lab, p["lam"], p["target"], p["remaining"],
                                     p["test_acc"], p["seeds"]])
-            eligible = [p for p in group if p["remaining"] <= args.layer_max]
-            if eligible:
-                best = max(eligible, key=lambda p: p["test_acc"])
-                names = list(best["layers"])
-                ax2.plot(range(len(names)), [best["layers"][n] for n in names], **look[lab],
-                         label=f"{lab} ({best['remaining']:.2%}, acc {best['test_acc']:.3f})")
-                for n in names:
-                    layer_rows.append([model, mode, lab, best["remaining"], n,
-                                       best["layers"][n]])
-        ax.set_xscale("log")
-        ax.set_xlabel("weights remaining (fraction of masked weights, log)")
-        ax.set_ylabel("test accuracy")
-        ax.set_title(f"{model}, {mode}")
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=7)
-        save_figure(fig, [out / f"pareto_{model}_{mode}.png"])
-        if ax2.lines:
-            ax2.set_xticks(range(len(names)), names, rotation=60, fontsize=7)
-            ax2.set_yscale("log")
-            ax2.set_ylabel("fraction remaining in the layer")
-            ax2.set_title(f"{model}, {mode}: per layer")
-            ax2.legend(fontsize=7)
-            save_figure(fig2, [out / f"layers_{model}_{mode}.png"])
-        plt.close(fig)
-        plt.close(fig2)
-    write_csv(out / "pareto.csv", ["model", "mode", "label", "lam", "target", "remaining",
-                                   "test_acc", "seeds"], pareto_rows)
-    write_csv(out / "layers.csv", ["model", "mode", "label", "run_remaining", "layer",
-                                   "remaining"], layer_rows)
+        how, chosen = layer_choice(sel, args.layer_at, args.layer_max)
+        if chosen:
+            fig = plot_layers(chosen, styles(sorted(sel, key=lambda p: p["label"])),
+                              f"{model}, {mode}: per layer, {how}")
+            files.figure(f"layers_{model}_{mode}.png", fig)
+            plt.close(fig)
+            used.append(f"  per-layer plot {model} {mode}: {how}")
+            for lab, p in chosen.items():
+                used.append(f"    {lab:<22} {p['remaining']:.4%} remaining, test_acc "
+                            f"{p['test_acc']:.4f}: {', '.join(p['runs'])}")
+                layer_rows += [[model, mode, lab, p["remaining"], n, p["layers"][n],
+                                ";".join(p["runs"])] for n in p["layers"]]
+    files.csv("pareto.csv", ["model", "mode", "label", "lam", "target", "remaining",
+                             "test_acc", "seeds"], pareto_rows)
+    files.csv("layers.csv", ["model", "mode", "label", "run_remaining", "layer", "remaining",
+                             "runs"], layer_rows)
     overlays = []
     for model in sorted({p["model"] for p in points}) if overlay is not None else ():
         mine = [s for s in overlay if any((p["model"], p["mode"], p["label"]) == (model, *s)
@@ -380,13 +478,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not mine:
             continue
         fig, rows = plot_overlay(points, model, mine)
-        write_csv(out / f"overlay_{model}.csv", OVERLAY_COLUMNS, rows)
-        save_figure(fig, [out / f"overlay_{model}.png"])
+        files.csv(f"overlay_{model}.csv", OVERLAY_COLUMNS, rows)
+        files.figure(f"overlay_{model}.png", fig)
         plt.close(fig)
         overlays.append(f"overlay_{model}.png")
+    files.write()
+    for note in notes:
+        print(note, file=sys.stderr)
     print(f"{len(runs)} runs ({len(points)} configurations) -> {out}")
     for r in pareto_rows:
         print(f"  {r[0]} {r[1]} {r[2]:<22} remaining {r[5]:.4%}  test_acc {r[6]:.4f}")
+    for line in used:
+        print(line)
     if overlays:
         print(f"  overlays: {', '.join(overlays)} (with their CSVs)")
     if any(math.isnan(p["test_acc"]) for p in points):

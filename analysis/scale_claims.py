@@ -1,52 +1,61 @@
 """The supermask, pruning and NN-regression rows of `tab:app_results_summ` (the 11 bullets of the
 claims study), each a predicate over plain run data: a list of :class:`RunRecord` (one finished
-run each, :mod:`analysis.scale_runs`), not over one microworld instance.
+run each, :mod:`analysis.scale_runs`), not over one microworld instance, read as a
+:class:`~analysis.scale_runs.Reading` says.
 
 Pruning claims compare Pareto fronts (:func:`analysis.scale_runs.better_front`) and per-layer
-allocations (total-variation distances); regression claims compare final validation losses over
-seeds as the microworld claims do (:func:`analysis.claims.compare`). :data:`SCALE_CLAIMS` lists
-them in table order; :func:`evaluate_scale` runs them.
+allocations (total-variation distances); regression claims (:mod:`analysis.scale_regression`)
+compare final validation losses over seeds as the microworld claims do
+(:func:`analysis.claims.compare`). :data:`SCALE_CLAIMS` lists them in table order;
+:func:`evaluate_scale` runs them.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-from analysis.claims import (
-    FAILS,
-    HOLDS,
-    NOISE,
-    ConfigResult,
-    Verdict,
-    Z,
-    compare,
-    iterations_to_drop,
-    worse_than_all,
-    z_score,
-)
-from analysis.pareto import MC as PRUNE_MC
-from analysis.scale_runs import (
-    ACC_FLOOR,
+from analysis.claims import FAILS, HOLDS, NOISE, Verdict, Z
+from analysis.scale_fronts import (
     FALLBACK_SE,
     GRID_POINTS,
-    MISSING,
     MUCH_ACC,
-    Point,
-    RunRecord,
     better_front,
-    combine,
+    degenerate,
     front,
-    points,
-    tv_distance,
     useful,
 )
+from analysis.scale_regression import (
+    CP,
+    MUCH_REL,
+    Evaluate,
+    cp_best,
+    cp_sgd,
+    grad_helps,
+    parametrizations,
+    reinforce_much_worse,
+)
+from analysis.scale_runs import (
+    ACC_FLOOR,
+    AS_REPORTED,
+    BOOTSTRAP_SEED,
+    MISSING,
+    Point,
+    Reading,
+    RunRecord,
+    combine,
+    ns,
+    per_budget,
+    points,
+    replicate_distances,
+    select,
+    select_seeds,
+    tv_distance,
+)
 
-#: "Much worse" (regression): the final loss must also be this fraction above the other's.
-MUCH_REL = 0.10
 #: Per-layer allocation: runs of two methods are matched when their remaining fractions differ by
 #: at most this factor.
 MATCH_FACTOR = 2.0
@@ -55,87 +64,66 @@ MATCH_FACTOR = 2.0
 VERY_TV = 0.10
 #: Allocation standard error used when no setting has two or more seeds.
 FALLBACK_TV_SE = 0.02
-#: Regression: standard error of a single run's final loss, as a fraction of it (a setting run
-#: with one seed has no seed spread).
-FALLBACK_REL_SE = 0.02
-
-
-def _sel(records: Sequence[RunRecord], experiment: str, **want) -> list[RunRecord]:
-    """Records of an experiment whose method / settings equal every ``want`` (a tuple: one of)."""
-    out = []
-    for r in records:
-        if r.experiment != experiment:
-            continue
-        ok = True
-        for k, v in want.items():
-            got = r.method if k == "method" else r.get(k)
-            if not (got in v if isinstance(v, tuple) else got == v):
-                ok = False
-                break
-        if ok:
-            out.append(r)
-    return out
-
-
-def _ns(records: Sequence[RunRecord]) -> list[int]:
-    return sorted({int(r.get("n")) for r in records})
 
 
 # ----------------------------------------------------------------------------- supermask (1-4)
+# CP is named as data (the method the paper calls CP); the MC estimators are the methods whose
+# runs record that they sample (``samples=True`` in :func:`analysis.scale_runs.select`).
 
-#: The MC estimators of the pruning runs (pbscale.prune's ``--method`` choices).
-MC_PRUNE = PRUNE_MC
 
-
-def _mc_pair(key: str, a: str, b: str, label_a: str, label_b: str
-             ) -> Callable[[Sequence[RunRecord]], Verdict]:
+def _mc_pair(key: str, a: str, b: str, label_a: str, label_b: str) -> Evaluate:
     """Supermask MC runs with ``key`` == a against those with ``key`` == b, at every n both
     have."""
-    def evaluate(records: Sequence[RunRecord]) -> Verdict:
-        mc = _sel(records, "supermask", method=MC_PRUNE)
+    def evaluate(records: Sequence[RunRecord], reading: Reading = AS_REPORTED) -> Verdict:
+        mc = select(records, "supermask", samples=True)
         parts = []
-        for n in _ns(mc):
-            ra = _sel(mc, "supermask", n=n, **{key: a})
-            rb = _sel(mc, "supermask", n=n, **{key: b})
+        for n in ns(mc):
+            ra = select(mc, "supermask", n=n, **{key: a})
+            rb = select(mc, "supermask", n=n, **{key: b})
             if ra and rb:
                 parts.append((f"n={n}", better_front(ra, rb, f"{label_a} n={n}",
-                                                     f"{label_b} n={n}")))
+                                                     f"{label_b} n={n}", reading=reading)))
         return combine(parts) if parts else Verdict(
             MISSING, f"no {label_a} and {label_b} runs at one n", {})
     return evaluate
 
 
-def _supermask_cp_mc(records: Sequence[RunRecord]) -> Verdict:
-    cp = _sel(records, "supermask", method="cp")
-    mc = _sel(records, "supermask", method=MC_PRUNE)
-    parts = [(f"n={n}", better_front(cp, _sel(mc, "supermask", n=n), "CP", f"MC n={n}"))
-             for n in _ns(mc)]
-    if 100 not in _ns(mc):
+def _supermask_cp_mc(records: Sequence[RunRecord], reading: Reading = AS_REPORTED) -> Verdict:
+    cp = select(records, "supermask", method=CP)
+    mc = select(records, "supermask", samples=True)
+    parts = [(f"n={n}", better_front(cp, select(mc, "supermask", n=n), "CP", f"MC n={n}",
+                                     reading=reading))
+             for n in ns(mc)]
+    if 100 not in ns(mc):
         parts.append(("n=100", Verdict(MISSING, "no MC run with n = 100", {})))
     return combine(parts)
 
 
-def _cp_optimizers(experiment: str, better: str, worse: str) -> Callable[[Sequence[RunRecord]],
-                                                                       Verdict]:
-    def evaluate(records: Sequence[RunRecord]) -> Verdict:
-        a = _sel(records, experiment, method="cp", mask_opt=better)
-        b = _sel(records, experiment, method="cp", mask_opt=worse)
-        return better_front(a, b, f"CP {better}", f"CP {worse}", much=True)
+def _cp_optimizers(experiment: str, better: str, worse: str) -> Evaluate:
+    def evaluate(records: Sequence[RunRecord], reading: Reading = AS_REPORTED) -> Verdict:
+        a = select(records, experiment, method=CP, mask_opt=better)
+        b = select(records, experiment, method=CP, mask_opt=worse)
+        return better_front(a, b, f"CP {better}", f"CP {worse}", much=True, reading=reading)
     return evaluate
 
 
 # ---------------------------------------------------------------------------- joint (5-8)
 
-
-def _joint_cp_best(records: Sequence[RunRecord]) -> Verdict:
-    cp = _sel(records, "joint", method="cp")
-    others = [("MC", _sel(records, "joint", method=MC_PRUNE)),
-              ("MP", _sel(records, "joint", method="mp")),
-              ("GMP", _sel(records, "joint", method="gmp"))]
-    return combine([(name, better_front(cp, rs, "CP", name)) for name, rs in others])
+#: Claim 5's opponents of CP: (label, selection of the joint runs).
+JOINT_OPPONENTS = (("MC", {"samples": True}), ("MP", {"method": "mp"}),
+                   ("GMP", {"method": "gmp"}))
 
 
-ALLOCATION_METHODS = (("CP", ("cp",)), ("MC", MC_PRUNE), ("GMP", ("gmp",)))
+def _joint_cp_best(records: Sequence[RunRecord], reading: Reading = AS_REPORTED) -> Verdict:
+    cp = select(records, "joint", method=CP)
+    return combine([(name, better_front(cp, select(records, "joint", **want), "CP", name,
+                                        reading=reading))
+                    for name, want in JOINT_OPPONENTS])
+
+
+#: The groups whose per-layer allocations claims 6 and 7 compare: (label, selection).
+ALLOCATION_METHODS = (("CP", {"method": CP}), ("MC", {"samples": True}),
+                      ("GMP", {"method": "gmp"}))
 
 
 def _matched(fa: Sequence[Point], fb: Sequence[Point]) -> list[tuple[Point, Point]]:
@@ -151,25 +139,31 @@ def _matched(fa: Sequence[Point], fb: Sequence[Point]) -> list[tuple[Point, Poin
     return pairs
 
 
-def _tv_se(pts: Sequence[Point]) -> tuple[float, bool]:
-    rep = [p.tv_sd for p in pts if p.seeds > 1 and math.isfinite(p.tv_sd)]
+def _tv_se(pts: Sequence[Point], reading: Reading = AS_REPORTED) -> tuple[float, bool]:
+    """The seed spread of the allocation: the mean :attr:`Point.tv_sd` over the settings of two
+    or more seeds (with ``drop_degenerate``, not the degenerate ones); (FALLBACK_TV_SE, False)
+    without such."""
+    rep = [p.tv_sd for p in pts if p.seeds > 1 and math.isfinite(p.tv_sd)
+           and not (reading.drop_degenerate and degenerate(p))]
     return (float(np.mean(rep)), True) if rep else (FALLBACK_TV_SE, False)
 
 
-def joint_fronts(records: Sequence[RunRecord]) -> dict[str, list[Point]]:
-    """{CP, MC, GMP: the joint-pruning front points with accuracy >= ACC_FLOOR}, sorted by
+def joint_fronts(records: Sequence[RunRecord], floor: float = ACC_FLOOR
+                 ) -> dict[str, list[Point]]:
+    """{CP, MC, GMP: the joint-pruning front points with accuracy >= floor}, sorted by
     remaining (:func:`analysis.scale_runs.useful`)."""
-    return {name: useful(front(points(_sel(records, "joint", method=methods))))
-            for name, methods in ALLOCATION_METHODS}
+    return {name: useful(front(points(select(records, "joint", **want))), floor)
+            for name, want in ALLOCATION_METHODS}
 
 
-def _joint_solutions_differ(records: Sequence[RunRecord]) -> Verdict:
-    fronts = joint_fronts(records)
+def solutions_differ(records: Sequence[RunRecord], reading: Reading = AS_REPORTED) -> Verdict:
+    """Claim 6 on the joint runs of one training budget."""
+    fronts = joint_fronts(select_seeds(records, reading), reading.acc_floor)
     present = [k for k, v in fronts.items() if v]
     if len(present) < 2:
         return Verdict(MISSING, "fewer than two of CP, MC, GMP have front points with accuracy "
-                       f">= {ACC_FLOOR:g}", {})
-    within, known = _tv_se([p for v in fronts.values() for p in v])
+                       f">= {reading.acc_floor:g}", {})
+    within, known = _tv_se([p for v in fronts.values() for p in v], reading)
     cut = max(VERY_TV, Z * within)
     kinds, parts, values = [], [], {}
     for i, x in enumerate(present):
@@ -196,10 +190,39 @@ def _joint_solutions_differ(records: Sequence[RunRecord]) -> Verdict:
                    values)
 
 
-def _joint_mc_allocation(records: Sequence[RunRecord]) -> Verdict:
-    fronts = joint_fronts(records)
+def _joint_solutions_differ(records: Sequence[RunRecord],
+                            reading: Reading = AS_REPORTED) -> Verdict:
+    return per_budget(select(records, "joint"), lambda rs: solutions_differ(rs, reading))
+
+
+def allocation_se(se_mc: float, se_other: float, pairs: int) -> float:
+    """Claim 7's standard error of the mean distance difference over ``pairs`` matched runs:
+    sqrt(se_mc^2 + se_other^2) / sqrt(pairs) (each pair taken as an independent draw)."""
+    return math.hypot(se_mc, se_other) / math.sqrt(pairs)
+
+
+def bootstrap_allocation_se(pairs: Sequence[tuple[Point, Point]], se_mc: float,
+                            se_other: float) -> float:
+    """Claim 7's s.e. that sees a point matched to several partners as one draw: the s.d. of
+    the mean difference over bootstrap replicates of the distinct points
+    (:func:`analysis.scale_runs.replicate_distances`; one-seed settings drawn with their group's
+    seed spread)."""
+    rng = np.random.default_rng(BOOTSTRAP_SEED)
+    mc = list({id(p): p for p, _ in pairs}.values())
+    other = list({id(q): q for _, q in pairs}.values())
+    dm = replicate_distances(mc, se_mc, rng)
+    do = replicate_distances(other, se_other, rng)
+    col_m = {id(p): j for j, p in enumerate(mc)}
+    col_o = {id(q): j for j, q in enumerate(other)}
+    diffs = np.mean([do[:, col_o[id(q)]] - dm[:, col_m[id(p)]] for p, q in pairs], axis=0)
+    return float(diffs.std(ddof=1))
+
+
+def mc_allocation(records: Sequence[RunRecord], reading: Reading = AS_REPORTED) -> Verdict:
+    """Claim 7 on the joint runs of one training budget."""
+    fronts = joint_fronts(select_seeds(records, reading), reading.acc_floor)
     if not fronts["MC"]:
-        return Verdict(MISSING, f"no MC front point with accuracy >= {ACC_FLOOR:g}", {})
+        return Verdict(MISSING, f"no MC front point with accuracy >= {reading.acc_floor:g}", {})
     parts = []
     for other in ("CP", "GMP"):
         pairs = _matched(fronts["MC"], fronts[other])
@@ -209,218 +232,24 @@ def _joint_mc_allocation(records: Sequence[RunRecord]) -> Verdict:
             continue
         diffs = [q.distance - p.distance for p, q in pairs]
         mean = float(np.mean(diffs))
-        (se_m, km), (se_o, ko) = _tv_se(fronts["MC"]), _tv_se(fronts[other])
-        se = math.hypot(se_m, se_o) / math.sqrt(len(pairs))
+        (se_m, km), (se_o, ko) = _tv_se(fronts["MC"], reading), _tv_se(fronts[other], reading)
+        se = (bootstrap_allocation_se(pairs, se_m, se_o) if reading.bootstrap
+              else allocation_se(se_m, se_o, len(pairs)))
         outcome = HOLDS if mean > Z * se else FAILS if mean < -Z * se else NOISE
         mc_d = float(np.mean([p.distance for p, _ in pairs]))
         o_d = float(np.mean([q.distance for _, q in pairs]))
         parts.append((other, Verdict(
             outcome, f"distance from the dense allocation (TV): {other} {o_d:.3f}, MC {mc_d:.3f} "
             f"over {len(pairs)} matched runs, difference {mean:+.3f} (s.e. {se:.3f}"
+            + (", bootstrap" if reading.bootstrap else "")
             + ("" if km and ko else ", fallback") + ")",
             {"tv_other": o_d, "tv_mc": mc_d, "diff": mean, "se": se})))
     return combine(parts)
 
 
-# ----------------------------------------------------------------------- regression (9-11)
-
-
-@dataclass
-class NamedResult(ConfigResult):
-    """A :class:`ConfigResult` with its own label (regression: "cp sgd", "loorf escort")."""
-
-    name: str = ""
-
-    @property
-    def label(self) -> str:
-        return self.name or super().label
-
-    @property
-    def stderr(self) -> float:
-        """Standard error over seeds; FALLBACK_REL_SE x |final| for a single run."""
-        if self.final.size == 1:
-            return FALLBACK_REL_SE * abs(float(self.final[0]))
-        return super().stderr
-
-
-def _final(records: Sequence[RunRecord], label: str, method: str, n: int = 0,
-           param: str = "sigmoid", lr: float = 0.0) -> NamedResult:
-    """Per-seed final losses (seeds,) and the mean curve over seeds of a group of runs."""
-    finals = np.array([r.final_loss for r in sorted(records, key=lambda r: r.seed)])
-    # (a single run gets the fallback standard error FALLBACK_REL_SE x its loss)
-    steps = records[0].epochs
-    curve = np.mean([r.losses for r in records], axis=0) if all(
-        r.losses.size == steps.size for r in records) else np.zeros(0)
-    return NamedResult(method, n, param, lr, finals, np.zeros(finals.size, dtype=bool),
-                       steps=steps, curve=curve, name=label)
-
-
-def select_setting(records: Sequence[RunRecord], label: str) -> ConfigResult | None:
-    """Among the settings of a group of regression runs (learning rate, CP's optimizer ...), the
-    one with the lowest mean over seeds of the mean validation loss over the second half of
-    training (`sec:app_maskednnregression`, :func:`analysis.regression.select`)."""
-    from analysis.regression import select
-
-    groups: dict[str, list[RunRecord]] = {}
-    for r in records:
-        groups.setdefault(r.setting, []).append(r)
-    if not groups:
-        return None
-    hist = {k: [{"epoch": r.epochs, "val_loss_chosen": r.losses} for r in rs]
-            for k, rs in groups.items()}
-    best, _ = select(hist)
-    rs = groups[best]
-    return _final(rs, label, rs[0].method, int(rs[0].get("n", 0)), rs[0].get("param", "sigmoid"),
-                  float(rs[0].get("lr", 0.0)))
-
-
-def _by_epochs(records: Sequence[RunRecord]) -> dict[int, list[RunRecord]]:
-    out: dict[int, list[RunRecord]] = {}
-    for r in records:
-        out.setdefault(int(r.get("epochs")), []).append(r)
-    return dict(sorted(out.items(), reverse=True))
-
-
-def much_worse(worse: ConfigResult, better: ConfigResult, z: float = Z) -> Verdict:
-    """"worse is much worse than better": worse by more than z combined s.e. and by at least
-    MUCH_REL of better's final loss (holds); better than it by z s.e., or worse but by less than
-    MUCH_REL, fails; noise otherwise."""
-    s = compare(worse, better, z)
-    rel = (worse.mean - better.mean) / abs(better.mean) if better.mean else math.inf
-    zs = z_score(worse, better)
-    outcome = (HOLDS if s == 1 and rel >= MUCH_REL else FAILS if s == -1 or s == 1
-               else NOISE)
-    return Verdict(outcome, f"{worse.label} {worse.text()} vs {better.label} {better.text()} "
-                   f"({zs:+.1f} s.e., {rel:+.0%})", {f"z[{worse.label} - {better.label}]": zs,
-                                                     f"rel[{worse.label} - {better.label}]": rel})
-
-
-def _reg_reinforce_much_worse(records: Sequence[RunRecord]) -> Verdict:
-    parts = []
-    for epochs, rs in _by_epochs(_sel(records, "regression", param="sigmoid", lr=0.1,
-                                      optimizer="rmsprop")).items():
-        for n in _ns([r for r in rs if r.method in ("reinforce", "loorf", "arms")]):
-            group = {m: [r for r in rs if r.method == m and r.get("n") == n]
-                     for m in ("reinforce", "loorf", "arms")}
-            if not group["reinforce"] or not (group["loorf"] or group["arms"]):
-                continue
-            rf = _final(group["reinforce"], f"reinforce n={n}", "reinforce", n)
-            for m in ("loorf", "arms"):
-                if group[m]:
-                    parts.append((f"{epochs} ep n={n} vs {m}",
-                                  much_worse(rf, _final(group[m], f"{m} n={n}", m, n))))
-    return combine(parts) if parts else Verdict(MISSING, "no REINFORCE and LOORF/ARMS runs at "
-                                                "one n, sigmoid, lr 0.1", {})
-
-
-PARAMS = ("sigmoid", "cosine", "direct", "escort")
-
-
-def _param_curves(records: Sequence[RunRecord]) -> tuple[int, dict[str, ConfigResult]] | None:
-    rs = _sel(records, "regression", method="loorf", n=10, optimizer="rmsprop")
-    for epochs, group in _by_epochs(rs).items():
-        sel = {p: select_setting([r for r in group if r.get("param") == p], f"loorf {p}")
-               for p in PARAMS}
-        if all(v is not None for v in sel.values()):
-            return epochs, sel  # type: ignore[return-value]
-    return None
-
-
-def _speed(fast: ConfigResult, slow: Sequence[ConfigResult]) -> Verdict:
-    t = {c.label: iterations_to_drop(c) for c in (fast, *slow)}
-    ok = all(t[fast.label] < t[c.label] for c in slow)
-    return Verdict(HOLDS if ok else FAILS, "epochs to 90% of the mean curve's drop: "
-                   + ", ".join(f"{k} {v:g}" for k, v in t.items()),
-                   {f"epochs90[{k}]": v for k, v in t.items()})
-
-
-def _slower(slow: ConfigResult, fast: Sequence[ConfigResult]) -> Verdict:
-    t = {c.label: iterations_to_drop(c) for c in (slow, *fast)}
-    ok = all(t[slow.label] > t[c.label] for c in fast)
-    return Verdict(HOLDS if ok else FAILS, "epochs to 90% of the mean curve's drop: "
-                   + ", ".join(f"{k} {v:g}" for k, v in t.items()),
-                   {f"epochs90[{k}]": v for k, v in t.items()})
-
-
-def _reg_params(which: str) -> Callable[[Sequence[RunRecord]], Verdict]:
-    def evaluate(records: Sequence[RunRecord]) -> Verdict:
-        got = _param_curves(records)
-        if got is None:
-            return Verdict(MISSING, "LOORF n=10 runs of the four parametrizations missing", {})
-        epochs, c = got
-        good = [c["sigmoid"], c["escort"]]
-        if which == "cosine":
-            parts = [("slower", _slower(c["cosine"], good + [c["direct"]])),
-                     ("worse", worse_than_all([c["cosine"]], good))]
-        elif which == "direct":
-            parts = [("fast", _speed(c["direct"], [c["cosine"], c["sigmoid"]])),
-                     ("poor", worse_than_all([c["direct"]], good))]
-        else:
-            parts = [("well", worse_than_all([c["cosine"], c["direct"]], good))]
-        v = combine(parts)
-        return Verdict(v.outcome, f"{epochs} epochs, lr selected per parametrization: "
-                       + v.detail, v.values)
-    return evaluate
-
-
-APPROACHES = ("reinforce", "loorf", "st", "rebar")
-
-
-def _approach_curves(records: Sequence[RunRecord]) -> dict[int, dict[str, ConfigResult]]:
-    """Per epochs, the selected setting of REINFORCE, LOORF, ST, REBAR (n = 10, sigmoid,
-    RMSprop, lr selected) and of CP with each optimizer (lr selected) and with both."""
-    out: dict[int, dict[str, ConfigResult]] = {}
-    rs = _sel(records, "regression", param="sigmoid")
-    for epochs, group in _by_epochs(rs).items():
-        sel: dict[str, ConfigResult] = {}
-        for m in APPROACHES:
-            c = select_setting([r for r in group if r.method == m and r.get("n") == 10
-                                and r.get("optimizer") == "rmsprop"], m)
-            if c is not None:
-                sel[m] = c
-        for opt in ("rmsprop", "sgd"):
-            c = select_setting([r for r in group if r.method == "cp"
-                                and r.get("optimizer") == opt], f"cp {opt}")
-            if c is not None:
-                sel[f"cp {opt}"] = c
-        c = select_setting([r for r in group if r.method == "cp"], "cp")
-        if c is not None:
-            sel["cp"] = c
-        if "reinforce" in sel and len(sel) > 1:
-            out[epochs] = sel
-    return out
-
-
-def _reg_grad_helps(records: Sequence[RunRecord]) -> Verdict:
-    parts = []
-    for epochs, c in _approach_curves(records).items():
-        for m in ("st", "rebar"):
-            if m in c:
-                parts.append((f"{epochs} ep {m}", worse_than_all([c["reinforce"]], [c[m]])))
-    return combine(parts) if parts else Verdict(MISSING, "no REINFORCE with ST or REBAR runs at "
-                                                "the same epochs", {})
-
-
-def _reg_cp_best(records: Sequence[RunRecord]) -> Verdict:
-    parts = []
-    for epochs, c in _approach_curves(records).items():
-        if not {"cp", "st", "loorf"} <= set(c):
-            continue
-        others = [c[m] for m in ("reinforce", "rebar") if m in c]
-        parts.append((f"{epochs} ep CP first", worse_than_all([c["st"], c["loorf"], *others],
-                                                              [c["cp"]])))
-        if others:
-            parts.append((f"{epochs} ep ST, LOORF next", worse_than_all(others,
-                                                                       [c["st"], c["loorf"]])))
-    return combine(parts) if parts else Verdict(MISSING, "no CP, ST and LOORF runs at the same "
-                                                "epochs", {})
-
-
-def _reg_cp_sgd(records: Sequence[RunRecord]) -> Verdict:
-    parts = [(f"{epochs} ep", worse_than_all([c["cp rmsprop"]], [c["cp sgd"]]))
-             for epochs, c in _approach_curves(records).items()
-             if {"cp rmsprop", "cp sgd"} <= set(c)]
-    return combine(parts) if parts else Verdict(MISSING, "no CP runs with both optimizers", {})
+def _joint_mc_allocation(records: Sequence[RunRecord],
+                         reading: Reading = AS_REPORTED) -> Verdict:
+    return per_budget(select(records, "joint"), lambda rs: mc_allocation(rs, reading))
 
 
 # ------------------------------------------------------------------- beyond the paper (12-14)
@@ -432,10 +261,11 @@ BEYOND = (("st-theta", "ST on theta", "straight-through on the probabilities"),
           ("edgepopup", "Edge-popup", "Ramanujan et al. 2020"))
 
 
-def _beyond_vs_cp(method: str, label: str) -> Callable[[Sequence[RunRecord]], Verdict]:
-    def evaluate(records: Sequence[RunRecord]) -> Verdict:
-        return better_front(_sel(records, "supermask", method=method),
-                            _sel(records, "supermask", method="cp"), label, "CP")
+def _beyond_vs_cp(method: str, label: str) -> Evaluate:
+    def evaluate(records: Sequence[RunRecord], reading: Reading = AS_REPORTED) -> Verdict:
+        return better_front(select(records, "supermask", method=method),
+                            select(records, "supermask", method=CP), label, "CP",
+                            reading=reading)
     return evaluate
 
 
@@ -451,9 +281,21 @@ class ScaleClaim:
     paper: str
     criterion: str
     experiment: str
-    evaluate: Callable[[Sequence[RunRecord]], Verdict]
+    evaluate: Evaluate
     beyond: bool = False
+    #: The :class:`~analysis.scale_runs.Reading` fields that act on this claim (a reading that
+    #: changes none of them reads "n/a" in the robustness columns).
+    acts: tuple[str, ...] = ("acc_floor", "balanced", "drop_degenerate", "bootstrap",
+                             "borrow_sd")
 
+    def applies(self, reading: Reading) -> bool:
+        """Whether ``reading`` changes how this claim reads its runs."""
+        return bool(set(reading.changes()) & set(self.acts))
+
+
+#: What acts on the regression claims: balanced seeds (they compare final losses over seeds, with
+#: no accuracy floor, pooled s.e. or front points).
+REGRESSION_ACTS = ("balanced",)
 
 _FRONT = (f"mean over {GRID_POINTS} log-spaced remaining fractions of the difference of the two "
           "Pareto fronts' best test accuracy with at most that fraction remaining (range: from "
@@ -492,13 +334,14 @@ def _build_scale() -> list[ScaleClaim]:
                    "shares of remaining weights per layer of front runs matched within "
                    f"x{MATCH_FACTOR:g} remaining > max({VERY_TV:g}, {Z:g} x seed spread); "
                    f"fails if <= {VERY_TV:g} while the seed spread could show it", "joint",
-                   _joint_solutions_differ),
+                   _joint_solutions_differ, acts=("acc_floor", "balanced", "drop_degenerate")),
         ScaleClaim("joint_mc_allocation", 7, "pruning: approaches",
                    "MC methods could not change the per-layer allocation as much as CP or GMP",
                    "allocation distance = TV distance of the shares of remaining weights per "
                    "layer from the dense layer sizes' shares; over MC front runs matched within "
                    f"x{MATCH_FACTOR:g} remaining to CP (and GMP) front runs, CP's (GMP's) minus "
-                   f"MC's distance > {Z:g} s.e.", "joint", _joint_mc_allocation),
+                   f"MC's distance > {Z:g} s.e.", "joint", _joint_mc_allocation,
+                   acts=("acc_floor", "balanced", "drop_degenerate", "bootstrap")),
         ScaleClaim("joint_cp_sgd_gt_rmsprop", 8, "pruning: approaches",
                    "CP performed much better with SGD than with RMSprop",
                    f"CP SGD front better than CP RMSprop front by at least {MUCH_ACC:g} "
@@ -507,34 +350,34 @@ def _build_scale() -> list[ScaleClaim]:
                    "REINFORCE performed much worse than the others",
                    f"at each n and epochs run (sigmoid, lr 0.1): REINFORCE {_REG} and by >= "
                    f"{MUCH_REL:.0%} than each of LOORF and ARMS", "regression",
-                   _reg_reinforce_much_worse),
+                   reinforce_much_worse, acts=REGRESSION_ACTS),
         ScaleClaim("reg_cosine_slow_worse", 10, "NN regression: parametrization",
                    "Cosine was slower and converged to worse values",
                    "LOORF n=10, lr selected per parametrization: cosine takes the most epochs to "
                    f"90% of its mean curve's drop, and {_REG} than sigmoid and escort",
-                   "regression", _reg_params("cosine")),
+                   "regression", parametrizations("cosine"), acts=REGRESSION_ACTS),
         ScaleClaim("reg_direct_fast_poor", 10, "NN regression: parametrization",
                    "Direct was fast and converged to poor values",
                    "LOORF n=10: direct reaches 90% of its drop in fewer epochs than cosine and "
                    f"sigmoid, and its {_REG} than sigmoid and escort", "regression",
-                   _reg_params("direct")),
+                   parametrizations("direct"), acts=REGRESSION_ACTS),
         ScaleClaim("reg_escort_sigmoid_well", 10, "NN regression: parametrization",
                    "Escort and sigmoid performed relatively well",
                    f"LOORF n=10: cosine and direct each {_REG} than sigmoid and than escort",
-                   "regression", _reg_params("well")),
+                   "regression", parametrizations("well"), acts=REGRESSION_ACTS),
         ScaleClaim("reg_grad_helps", 11, "NN regression: approaches",
                    "grad_z J started becoming helpful for hybrid methods",
                    f"at each epochs run: REINFORCE n=10 {_REG} than ST and than REBAR (those "
-                   "run; lr selected per method)", "regression", _reg_grad_helps),
+                   "run; lr selected per method)", "regression", grad_helps, acts=REGRESSION_ACTS),
         ScaleClaim("reg_cp_best", 11, "NN regression: approaches",
                    "CP performed the best, followed by ST and LOORF",
                    f"CP (optimizer and lr selected) better than ST, LOORF, REINFORCE, REBAR; ST "
                    f"and LOORF better than REINFORCE and REBAR ({_REG})", "regression",
-                   _reg_cp_best),
+                   cp_best, acts=REGRESSION_ACTS),
         ScaleClaim("reg_cp_sgd", 11, "NN regression: approaches",
                    "CP performed well with SGD, but not with RMSprop",
                    f"CP RMSprop (lr selected) {_REG} than CP SGD (lr selected)", "regression",
-                   _reg_cp_sgd),
+                   cp_sgd, acts=REGRESSION_ACTS),
         *(ScaleClaim(f"sm_{method.replace('-', '_')}_vs_cp", 12 + i, "supermask: beyond the paper",
                      f"{label} performed better than CP ({source})",
                      f"{label} front better than the CP front (both optimizers) ({_FRONT})",
@@ -547,9 +390,10 @@ def _build_scale() -> list[ScaleClaim]:
 SCALE_CLAIMS: tuple[ScaleClaim, ...] = tuple(_build_scale())
 
 
-def evaluate_scale(records: Sequence[RunRecord],
-                   experiments: Iterable[str] | None = None) -> list[tuple[ScaleClaim, Verdict]]:
-    """Every scale claim (of ``experiments``, default all) on the records."""
+def evaluate_scale(records: Sequence[RunRecord], experiments: Iterable[str] | None = None,
+                   reading: Reading = AS_REPORTED) -> list[tuple[ScaleClaim, Verdict]]:
+    """Every scale claim (of ``experiments``, default all) on the records, as ``reading``
+    reads them."""
     chosen = None if experiments is None else set(experiments)
-    return [(c, c.evaluate(records)) for c in SCALE_CLAIMS
+    return [(c, c.evaluate(records, reading)) for c in SCALE_CLAIMS
             if chosen is None or c.experiment in chosen]

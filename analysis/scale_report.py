@@ -2,18 +2,23 @@
 
     python -m analysis.scale_report --runs runs/claims --out figures/claims
     python -m analysis.scale_report --replot --out figures/claims
+    python -m analysis.scale_report --runs my/runs --compare cp arms
+    python -m analysis.scale_report --replot --out figures/claims20 --baseline figures/claims
 
 Reads finished run folders of ``python -m pbscale.prune`` (supermask and joint) and
 ``python -m pbscale.regress`` (MaskedNNRegression) under --runs (at any depth; the sweeps
 ``sweeps/claims_*.toml`` write them), copies their small files (``config.json``, ``metrics.csv``
 or ``history.csv``, ``summary.json``; not checkpoints or masks) to ``OUT/runs/<name of the --runs
-folder>/`` and, from those
-copies only, evaluates every claim of :data:`analysis.scale_claims.SCALE_CLAIMS`. ``--replot`` skips
-the copy, so a fresh clone redraws the committed tables and figures from the committed files.
-Writes, under --out:
+folder>/`` (two --runs folders of one name: ``<parent>-<name>`` each; a different run already
+under that name is refused, never overwritten) and, from those copies only, evaluates every claim
+of :data:`analysis.scale_claims.SCALE_CLAIMS`, as reported and under each robustness reading
+(:mod:`analysis.scale_robust`). ``--replot`` skips the copy, so a fresh clone redraws the
+committed tables and figures from the committed files. A damaged run folder is skipped with one
+warning line. Writes, under --out:
 
 * ``agreement.md`` / ``agreement.csv``: per claim the paper's wording, the criterion, the outcome
-  (holds / fails / noise / no data) with its numbers, and the scale it was run at next to the
+  (holds / fails / noise / no data), its outcome under each reading and whether it is robust,
+  each sub-verdict with its numbers on its own line, and the scale it was run at next to the
   paper's (model, data, epochs, seeds, n);
 * ``claims/<claim>.csv``: the numbers behind each verdict;
 * ``points_<experiment>.csv``: every pruning setting (seed means: remaining fraction, test
@@ -24,7 +29,13 @@ Writes, under --out:
 * ``layers_over_training.png`` / ``.csv``: remaining weights per layer over training (left: the
   fraction left in each layer; right: each layer's share of the weights left) for one joint run
   of CP, MC and GMP at matched sparsity (`sec:sparsities_throughout`): the sparsest MC front run
-  with accuracy >= ``ACC_FLOOR`` and the CP and GMP front runs nearest to it.
+  with accuracy >= ``ACC_FLOOR`` and the CP and GMP front runs nearest to it;
+* with ``--baseline STUDY...``: ``training_length.md`` / ``.csv``, rows 1-8's verdicts in each
+  baseline study (its ``runs/`` folder) beside this one's, and the rows that changed.
+
+``--compare A B`` answers "does A beat B on these runs at matched sparsity?" with the claims'
+front criterion (A, B: a method name, a group such as ``cp rmsprop``, or a recorded label), per
+experiment and training budget, with its robustness; it writes nothing.
 """
 
 from __future__ import annotations
@@ -32,21 +43,43 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 from collections.abc import Sequence
-from functools import cache
 from pathlib import Path
 
-import numpy as np
-
-from analysis.cli import atomic_write_bytes, atomic_write_text, run, save_figure, write_csv
-from analysis.scale_claims import MC_PRUNE, SCALE_CLAIMS, evaluate_scale, joint_fronts
+from analysis.cli import run
+from analysis.out_files import Outputs, check_in_folder, check_out, inside, out_folder
+from analysis.pareto import fraction_axis
+from analysis.run_files import (
+    DamagedRun,
+    PruneRun,
+    budget_text,
+    read_columns,
+    read_each,
+    read_run,
+)
+from analysis.scale_claims import joint_fronts
+from analysis.scale_fronts import better_front, front
+from analysis.scale_robust import by_study, for_experiment, judge
 from analysis.scale_runs import (
     ACC_FLOOR,
-    SCALE_OUTCOMES,
+    READINGS,
     RunRecord,
     allocation_shares,
-    front,
+    by_budget,
+    leaves,
     points,
+)
+from analysis.scale_tables import (
+    agreement_rows,
+    claim_rows,
+    console_lines,
+    fmt,
+    length_markdown,
+    length_rows,
+    markdown,
+    scale_text,
+    warning_lines,
 )
 from pbexact.cli import ArgumentParser
 from pbexact.errors import PBInputError
@@ -54,224 +87,177 @@ from pbexact.errors import PBInputError
 EXPERIMENTS = ("supermask", "joint", "regression")
 #: The files of a run folder the report reads (and copies); checkpoints and masks stay behind.
 SMALL_FILES = ("config.json", "metrics.csv", "history.csv", "summary.json")
-#: The paper's scale of each experiment (`sec:app_supermask_setup`,
-#: `sec:app_joint_pruning_setup`, `sec:app_maskednnregression`).
-PAPER_SCALE = {
-    "supermask": "LeNet/MNIST and Conv6/CIFAR-10; 200 epochs; 5 seeds; n in {2, 10, 100}; "
-                 "lambda 1e-1..1e-5",
-    "joint": "ResNet-20 and VGG-19/CIFAR-10; 200 epochs; 5 seeds; n in {2, 10, 100}; "
-             "lambda 1e-1..1e-8 (CP to 1e-10)",
-    "regression": "MaskedNNRegression (d = 8,050); 300 epochs; 10 seeds; n in {2, 10, 100, "
-                  "1000}",
-}
+#: The settings of a pruning run that make a curve of its own (with its method), where the
+#: method uses them: the sampling law and count, and the mask optimizer.
+SERIES = ("param", "n", "mask_opt")
 
 
 # ------------------------------------------------------------------------------- reading
+
+
+def check_root(root: Path) -> Path:
+    """A --runs folder: it must exist and be a folder (one line otherwise)."""
+    return check_in_folder(root, "--runs ", "pass folders holding run folders")
 
 
 def find_run_folders(roots: Sequence[Path]) -> list[Path]:
     """Finished run folders (``summary.json`` and ``config.json``) at any depth under roots,
     sorted."""
     found: set[Path] = set()
-    for root in roots:
-        if not root.exists():
-            raise PBInputError(f"{root} does not exist; pass folders holding run folders")
-        for s in root.rglob("summary.json"):
-            if (s.parent / "config.json").exists():
-                found.add(s.parent)
+    for root in map(check_root, roots):
+        try:
+            for s in root.rglob("summary.json"):
+                if (s.parent / "config.json").exists():
+                    found.add(s.parent)
+        except OSError as exc:
+            raise PBInputError(f"cannot list {root} ({exc.strerror}); pass a readable "
+                               "folder") from None
     return sorted(found)
 
 
-def _json(path: Path) -> dict:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        raise PBInputError(f"damaged run file {path}; delete the run folder and run it "
-                           "again") from None
-
-
-@cache
-def layer_sizes(model: str, mask_head: bool, mask_shortcuts: bool) -> dict[str, int]:
-    """{layer: dense weights} of the masked tensors of a pruning run, keyed as its metrics'
-    ``remaining_<layer>`` columns."""
-    from pbscale.models import build_model
-
-    net = build_model(model)
-    counts = net.layer_counts(net.masked_names(mask_head, mask_shortcuts))
-    return {k.removesuffix(".weight"): v for k, v in counts.items()}
+def prune_record(run: PruneRun) -> RunRecord:
+    """The :class:`RunRecord` of a pruning run, whose accuracy must be a number and whose
+    ``metrics.csv`` must hold every epoch's layers."""
+    task = run.task
+    if not math.isfinite(run.metrics["test_acc"]):
+        raise DamagedRun(f"final_test_acc is {run.metrics['test_acc']}, not an accuracy")
+    sizes = run.sizes
+    read_columns(run.folder / "metrics.csv", ["epoch", *(f"remaining_{k}" for k in sizes)])
+    settings = {k: v for k, v in task.items() if k != "seed"}
+    return RunRecord(task["mode"], task["method"], settings, run.seed,
+                     run.metrics["remaining"], run.metrics["test_acc"], dict(run.layers),
+                     sizes, info=run.info)
 
 
 def read_record(folder: Path) -> RunRecord | None:
-    """The :class:`RunRecord` of one finished run folder; None for folders of other tools."""
-    cfg, summ = _json(folder / "config.json"), _json(folder / "summary.json")
-    task = cfg.get("task", {})
-    if "mode" in task:
-        settings = {k: v for k, v in task.items() if k != "seed"}
-        layers = {k[len("final_remaining_"):]: float(v) for k, v in summ.items()
-                  if k.startswith("final_remaining_") and k != "final_remaining_all"}
-        return RunRecord(task["mode"], task["method"], settings, int(task["seed"]),
-                         float(summ["final_remaining"]), float(summ["final_test_acc"]), layers,
-                         layer_sizes(task["model"], bool(task.get("mask_head")),
-                                     bool(task.get("mask_shortcuts"))))
-    if task.get("name") == "regression":
-        method = cfg["method"]
-        settings = {k: v for k, v in method.items() if k not in ("seed", "chunk", "method")}
-        settings.update(epochs=int(cfg["loop"]["epochs"]), data_seed=task.get("data_seed"))
-        hist = _table(folder / "history.csv")
-        return RunRecord("regression", method["method"], settings, int(method["seed"]),
-                         final_loss=float(summ["final_val_loss_chosen"]),
-                         epochs=np.array(hist["epoch"]), losses=np.array(hist["val_loss_chosen"]))
-    return None
+    """The :class:`RunRecord` of one finished run folder; None for folders of other tools;
+    :class:`~analysis.run_files.DamagedRun` with the reason for a damaged one."""
+    import numpy as np
 
-
-def _table(path: Path) -> dict[str, list[float]]:
-    """Columns of a run's metrics CSV as floats."""
-    import csv
-
-    try:
-        with open(path, newline="") as fh:
-            rows = list(csv.DictReader(fh))
-        return {k: [float(r[k]) for r in rows] for k in (rows[0] if rows else {})}
-    except (OSError, ValueError, KeyError):
-        raise PBInputError(f"damaged run file {path}; delete the run folder and run it "
-                           "again") from None
-
-
-def copy_small_files(roots: Sequence[Path], dest: Path) -> int:
-    """Copy the small files of every finished run folder under roots (not those already under
-    dest) to dest/<root's name>/<path relative to the root>; returns the number of run folders
-    copied."""
-    folders = 0
-    dest_abs = dest.resolve()
-    for root in roots:
-        for folder in find_run_folders([root]):
-            if folder.resolve().is_relative_to(dest_abs):
-                continue
-            rel = Path(root.resolve().name) / folder.relative_to(root)
-            for name in SMALL_FILES:
-                src = folder / name
-                if src.exists():
-                    atomic_write_bytes(dest / rel / name, src.read_bytes())
-            folders += 1
-    return folders
+    run = read_run(folder)
+    if run is None:
+        return None
+    if isinstance(run, PruneRun):
+        return prune_record(run)
+    return RunRecord("regression", run.method, run.settings, run.seed,
+                     final_loss=run.final_loss, epochs=np.array(run.epochs),
+                     losses=np.array(run.losses), info=run.info)
 
 
 def load(runs_dir: Path) -> list[tuple[RunRecord, Path]]:
-    """(record, folder) of every run folder under runs_dir, sorted by folder."""
-    out = []
-    for folder in find_run_folders([runs_dir]):
+    """(record, folder) of every readable run folder under runs_dir, sorted by folder; a
+    damaged one is skipped with one warning line."""
+    def pair(folder: Path) -> tuple[RunRecord, Path] | None:
         r = read_record(folder)
-        if r is not None:
-            out.append((r, folder))
-    return out
+        return None if r is None else (r, folder)
+    return read_each(find_run_folders([runs_dir]), pair)
 
 
-# ------------------------------------------------------------------------------- tables
+# ------------------------------------------------------------------------------- copying
 
 
-def group_label(r: RunRecord) -> str:
-    """The curve a run belongs to: ``cp rmsprop``, ``arms escort n=10``, ``gmp``, ``loorf
-    sigmoid n=10 lr=0.1`` ..."""
-    if r.experiment == "regression":
-        if r.method == "cp":
-            return f"cp {r.get('optimizer')}"
-        return f"{r.method} {r.get('param')} n={r.get('n')}"
-    if r.method == "cp":
-        return f"cp {r.get('mask_opt')}"
-    if r.method in MC_PRUNE:
-        return f"{r.method} {r.get('param')} n={r.get('n')}"
-    return r.method
+def copy_names(roots: Sequence[Path]) -> dict[Path, str]:
+    """The folder under OUT/runs of each --runs root (roots that resolve to one folder taken
+    once): its name, or, where two roots share one, enough of their parents' names to tell them
+    apart (``a-runs``, ``b-runs``)."""
+    real: dict[Path, tuple[str, ...]] = {}
+    for root in roots:
+        parts = root.resolve().parts[1:]
+        if parts not in real.values():
+            real[root] = parts
+    depth = dict.fromkeys(real, 1)
+    while True:
+        out = {r: "-".join(p[-depth[r]:]) or "root" for r, p in real.items()}
+        clash = {n for n in out.values() if list(out.values()).count(n) > 1}
+        if not clash:
+            return out
+        grow = [r for r in real if out[r] in clash and depth[r] < len(real[r])]
+        if not grow:
+            return {r: f"{n}-{i}" if n in clash else n for i, (r, n) in enumerate(out.items())}
+        for r in grow:
+            depth[r] += 1
 
 
-def _scale(records: Sequence[RunRecord], experiment: str) -> str:
-    rs = [r for r in records if r.experiment == experiment]
-    if not rs:
-        return "not run"
-    seeds: dict[str, set[int]] = {}
-    for r in rs:
-        seeds.setdefault(r.setting, set()).add(r.seed)
-    k = sorted({len(s) for s in seeds.values()})
-    epochs = sorted({int(r.get("epochs")) for r in rs})
-    if experiment == "regression":
-        model = "MaskedNNRegression (d = 8,050)"
-        ns = sorted({int(r.get("n")) for r in rs if r.method != "cp"})
-    else:
-        model = ", ".join(sorted({f"{r.get('model')}/{r.get('dataset')}" for r in rs}))
-        if any(r.get("mask_head") for r in rs):
-            model += " (head masked)"
-        ns = sorted({int(r.get("n")) for r in rs if r.method in MC_PRUNE})
-        lams = sorted({float(r.get("lam")) for r in rs if r.method in ("cp", *MC_PRUNE)})
-    text = (f"{model}; {'/'.join(map(str, epochs))} epochs; "
-            f"{'-'.join(map(str, sorted({k[0], k[-1]})))} seeds per setting; "
-            + (f"n in {{{', '.join(map(str, ns))}}}" if ns else "no MC runs"))
-    if experiment != "regression" and lams:
-        text += f"; lambda {lams[-1]:g}..{lams[0]:g}"
-    return f"{text}; {len(rs)} runs"
+def same_run(a: bytes, b: bytes) -> bool:
+    """Whether two config.json files describe the same run (their ``info`` aside)."""
+    try:
+        ja, jb = json.loads(a), json.loads(b)
+    except ValueError:
+        return a == b
+    if isinstance(ja, dict) and isinstance(jb, dict):
+        ja.pop("info", None)
+        jb.pop("info", None)
+    return ja == jb
 
 
-def agreement(records: Sequence[RunRecord], experiments: Sequence[str]) -> list[dict]:
-    rows = []
-    for claim, v in evaluate_scale(records, experiments):
-        rows.append({"bullet": claim.bullet, "claim": claim.key, "row": claim.row,
-                     "paper": claim.paper, "criterion": claim.criterion, "outcome": v.outcome,
-                     "detail": v.detail, "our_scale": _scale(records, claim.experiment),
-                     "paper_scale": PAPER_SCALE[claim.experiment], "values": v.values})
-    return rows
+def plan_copies(roots: Sequence[Path], out: Path) -> tuple[Outputs, int]:
+    """The small files of every finished run folder under roots (not those already under
+    OUT/runs) as files of OUT/runs/<root's folder>/<path under the root>, and the number of run
+    folders. A folder there that holds another run (config.json differs) is refused."""
+    dest = out / "runs"
+    dest_real = dest.resolve()
+    names = copy_names(roots)
+    files = Outputs(out)
+    seen: set[Path] = set()
+    for root, name in names.items():
+        found = find_run_folders([root])
+        if not found:
+            raise PBInputError(f"--runs {root} holds no finished run folders (config.json and "
+                               "summary.json); pass folders holding run folders")
+        for folder in found:
+            real = folder.resolve()
+            if real.is_relative_to(dest_real) or real in seen:
+                continue
+            seen.add(real)
+            rel = Path("runs") / name / folder.relative_to(root)
+            inside(out / rel, out)
+            try:
+                data = {n: (folder / n).read_bytes() for n in SMALL_FILES
+                        if (folder / n).is_file()}
+            except OSError as exc:
+                print(f"warning: skipped the unreadable run {folder} ({exc.strerror})",
+                      file=sys.stderr)
+                continue
+            old = out / rel / "config.json"
+            if old.is_file() and not same_run(old.read_bytes(), data.get("config.json", b"")):
+                raise PBInputError(f"{out / rel} holds another run than {folder} (config.json "
+                                   "differs); choose another --out or move that folder away")
+            for n, b in data.items():
+                files.add(rel / n, b)
+    return files, len(seen)
 
 
-def markdown(rows: list[dict], n_runs: int) -> str:
-    """agreement.md: the verdicts, the scale of each experiment next to the paper's, and the
-    criteria."""
-    beyond = {c.key for c in SCALE_CLAIMS if c.beyond}
-    paper = [r for r in rows if r["claim"] not in beyond]
-    extra = [r for r in rows if r["claim"] in beyond]
-    counts = {o: sum(r["outcome"] == o for r in paper) for o in SCALE_OUTCOMES}
-    lines = ["# Supermask, pruning and NN-regression rows of tab:app_results_summ",
-             "",
-             f"Generated by `python -m analysis.scale_report` from {n_runs} finished runs "
-             "(`runs/` next to this file). The paper's rows: "
-             + ", ".join(f"{v} {k}" for k, v in counts.items()) + "."]
-
-    def table(rs: list[dict], head: str) -> list[str]:
-        return ["", f"| # | {head} | outcome | numbers |", "| --- | --- | --- | --- |"] + [
-            f"| {r['bullet']} | {r['paper']} | **{r['outcome']}** | "
-            f"{r['detail'].replace('|', '/')} |" for r in rs]
-
-    lines += table(paper, "paper")
-    if extra:
-        lines += ["", "## Beyond the paper", "",
-                  "Methods the paper does not run (docs/beyond.md), each front set against CP's."]
-        lines += table(extra, "statement")
-    lines += ["", "## Scale", "", "| experiment | ours | paper's |", "| --- | --- | --- |"]
-    seen = []
-    for r in rows:
-        exp = next(c.experiment for c in SCALE_CLAIMS if c.key == r["claim"])
-        if exp not in seen:
-            seen.append(exp)
-            lines.append(f"| {exp} | {r['our_scale']} | {r['paper_scale']} |")
-    lines += ["", "## Criteria", ""]
-    lines += [f"- {r['bullet']} `{r['claim']}`: {r['criterion']}" for r in rows]
-    return "\n".join(lines) + "\n"
+def copy_small_files(roots: Sequence[Path], out: Path) -> int:
+    """Copy the small files of every finished run under roots to OUT/runs
+    (:func:`plan_copies`); returns the number of run folders copied."""
+    files, n = plan_copies(roots, out)
+    files.write()
+    return n
 
 
-def _fmt(x) -> str:
-    return f"{x:.6g}" if isinstance(x, float) else str(x)
+# ------------------------------------------------------------------------------- groups
 
 
-def write_tables(out: Path, rows: list[dict], n_runs: int) -> None:
-    cols = ["bullet", "claim", "row", "paper", "criterion", "outcome", "detail", "our_scale",
-            "paper_scale"]
-    write_csv(out / "agreement.csv", cols, [[r[c] for c in cols] for r in rows])
-    atomic_write_text(out / "agreement.md", markdown(rows, n_runs))
-    for r in rows:
-        body = [["outcome", r["outcome"]], ["detail", r["detail"]],
-                ["criterion", r["criterion"]]]
-        body += [[k, _fmt(float(v))] for k, v in sorted(r["values"].items())]
-        write_csv(out / "claims" / f"{r['claim']}.csv", ["name", "value"], body)
+def group_label(r: RunRecord, name: str | None = None) -> str:
+    """The curve a pruning run belongs to: its method's ``name`` (default: the method) and the
+    values of the :data:`SERIES` settings its method uses (``cp rmsprop``, ``arms escort n=10
+    rmsprop``, ``gmp``)."""
+    words = [name or r.method]
+    for k in SERIES:
+        if r.info.uses(k) and r.get(k) is not None:
+            words.append(f"n={r.get(k)}" if k == "n" else str(r.get(k)))
+    return " ".join(words)
 
 
-def write_points(out: Path, records: Sequence[RunRecord], experiment: str) -> list[dict]:
+def legend_label(r: RunRecord) -> str:
+    """:func:`group_label` under the method's recorded label (``CP rmsprop``)."""
+    return group_label(r, r.info.label)
+
+
+def write_points(files: Outputs, records: Sequence[RunRecord], experiment: str) -> list[dict]:
     """points_<experiment>.csv; returns the rows (for the Pareto figure)."""
+    import numpy as np
+
     rs = [r for r in records if r.experiment == experiment]
     rows = []
     if experiment == "regression":
@@ -283,15 +269,20 @@ def write_points(out: Path, records: Sequence[RunRecord], experiment: str) -> li
             f = np.array([r.final_loss for r in g])
             s = g[0].settings
             rows.append([g[0].method, s.get("n"), s.get("param"), s.get("lr"),
-                         s.get("optimizer"), s.get("epochs"), len(g), _fmt(float(f.mean())),
-                         _fmt(float(f.std(ddof=1) / math.sqrt(len(f))) if len(f) > 1 else "")])
-        write_csv(out / "points_regression.csv", ["method", "n", "param", "lr", "optimizer",
-                                                  "epochs", "seeds", "final_val_loss",
-                                                  "stderr"], rows)
+                         s.get("optimizer"), s.get("epochs"), len(g), fmt(float(f.mean())),
+                         fmt(float(f.std(ddof=1) / math.sqrt(len(f))) if len(f) > 1 else "")])
+        files.csv("points_regression.csv", ["method", "n", "param", "lr", "optimizer",
+                                            "epochs", "seeds", "final_val_loss", "stderr"], rows)
         return []
+    budgets = by_budget(rs)
     by_label: dict[str, list[RunRecord]] = {}
+    legends: dict[str, str] = {}
     for r in rs:
-        by_label.setdefault(group_label(r), []).append(r)
+        lab = group_label(r)
+        if len(budgets) > 1:  # runs of several budgets: a curve per budget
+            lab += f" ({budget_text(r.budget, budgets)})"
+        by_label.setdefault(lab, []).append(r)
+        legends.setdefault(lab, legend_label(r) + lab[len(group_label(r)):])
     table, plotted = [], []
     for lab in sorted(by_label):
         pts = points(by_label[lab])
@@ -301,11 +292,11 @@ def write_points(out: Path, records: Sequence[RunRecord], experiment: str) -> li
             dist = sum(abs(p.shares[k] - p.dense[k]) for k in p.dense) / 2 if p.dense else 0.0
             table.append([lab, p.method, s.get("lam"), s.get("mask_opt"), s.get("mask_lr"),
                           s.get("target"), s.get("n"), s.get("param"), s.get("epochs"),
-                          p.seeds, _fmt(p.remaining), _fmt(p.accuracy),
-                          _fmt(p.acc_sd) if p.seeds > 1 else "", int(id(p) in on), _fmt(dist)])
-            plotted.append({"label": lab, "remaining": p.remaining, "accuracy": p.accuracy,
-                            "front": id(p) in on})
-    write_csv(out / f"points_{experiment}.csv",
+                          p.seeds, fmt(p.remaining), fmt(p.accuracy),
+                          fmt(p.acc_sd) if p.seeds > 1 else "", int(id(p) in on), fmt(dist)])
+            plotted.append({"label": lab, "legend": legends[lab], "remaining": p.remaining,
+                            "accuracy": p.accuracy, "front": id(p) in on})
+    files.csv(f"points_{experiment}.csv",
               ["group", "method", "lam", "mask_opt", "mask_lr", "target", "n", "param", "epochs",
                "seeds", "remaining", "test_acc", "test_acc_sd", "on_front",
                "allocation_distance"], table)
@@ -315,7 +306,7 @@ def write_points(out: Path, records: Sequence[RunRecord], experiment: str) -> li
 # ------------------------------------------------------------------------------- figures
 
 
-def plot_pareto(out: Path, plotted: list[dict], experiment: str) -> None:
+def plot_pareto(files: Outputs, plotted: list[dict], experiment: str) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -330,26 +321,31 @@ def plot_pareto(out: Path, plotted: list[dict], experiment: str) -> None:
             continue
         fr = sorted((p for p in g if p["front"]), key=lambda p: p["remaining"])
         line = ax.plot([p["remaining"] for p in fr], [p["accuracy"] for p in fr],
-                       marker="os^D"[i // len(colors) % 4], ms=3, label=lab,
+                       marker="os^D"[i // len(colors) % 4], ms=3, label=g[0]["legend"],
                        color=colors[(2 * i + i // 10) % len(colors)])[0]
         ax.scatter([p["remaining"] for p in g], [p["accuracy"] for p in g], s=8, alpha=0.3,
                    color=line.get_color())
     ax.axhline(ACC_FLOOR, color="grey", lw=0.6, ls=":")
-    ax.set_xscale("log")
+    fraction_axis(ax, [p["remaining"] for p in plotted])
     ax.set_xlabel("weights remaining (fraction of the masked weights)")
     ax.set_ylabel("test accuracy (seed mean)")
     ax.set_title(f"{experiment}: Pareto fronts")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=6, ncol=2)
-    save_figure(fig, [out / f"pareto_{experiment}.png"])
+    files.figure(f"pareto_{experiment}.png", fig)
     plt.close(fig)
 
 
 def chosen_runs(loaded: Sequence[tuple[RunRecord, Path]]) -> list[tuple[str, RunRecord, Path]]:
-    """One joint run each of MC, CP and GMP at matched sparsity: the sparsest MC front setting
-    with accuracy >= ACC_FLOOR (else the median CP front setting) and the CP and GMP front
-    settings nearest to it in log remaining; the lowest seed of each setting."""
+    """One joint run each of MC, CP and GMP at matched sparsity, from the largest training
+    budget: the sparsest MC front setting with accuracy >= ACC_FLOOR (else the median CP front
+    setting) and the CP and GMP front settings nearest to it in log remaining; the lowest seed
+    of each setting."""
     joint = [(r, f) for r, f in loaded if r.experiment == "joint"]
+    if not joint:
+        return []
+    largest = list(by_budget(r for r, _ in joint))[-1]
+    joint = [(r, f) for r, f in joint if r.budget == largest]
     fronts = joint_fronts([r for r, _ in joint])
     if fronts["MC"]:
         target = fronts["MC"][0].remaining
@@ -368,7 +364,7 @@ def chosen_runs(loaded: Sequence[tuple[RunRecord, Path]]) -> list[tuple[str, Run
     return out
 
 
-def plot_layers(out: Path, chosen: list[tuple[str, RunRecord, Path]]) -> None:
+def plot_layers(files: Outputs, chosen: list[tuple[str, RunRecord, Path]]) -> None:
     """layers_over_training.png / .csv (`fig:joint_pruning_per_layer`)."""
     import matplotlib
 
@@ -378,7 +374,7 @@ def plot_layers(out: Path, chosen: list[tuple[str, RunRecord, Path]]) -> None:
     rows = []
     fig, axes = plt.subplots(len(chosen), 2, figsize=(9, 2.6 * len(chosen)), squeeze=False)
     for (name, r, folder), (ax1, ax2) in zip(chosen, axes):
-        hist = _table(folder / "metrics.csv")
+        hist = read_columns(folder / "metrics.csv")
         layers = list(r.layer_sizes)
         ep = hist["epoch"]
         frac = {k: hist[f"remaining_{k}"] for k in layers}
@@ -392,10 +388,10 @@ def plot_layers(out: Path, chosen: list[tuple[str, RunRecord, Path]]) -> None:
                       labels=layers, alpha=0.8)
         for i, e in enumerate(ep):
             for k in layers:
-                rows.append([name, folder.name, int(e), k, _fmt(frac[k][i]), _fmt(shares[i][k])])
-        title = (f"{name}: {group_label(r)}, {r.remaining:.2%} left, acc {r.accuracy:.3f}")
+                rows.append([name, folder.name, int(e), k, fmt(frac[k][i]), fmt(shares[i][k])])
+        title = f"{name}: {legend_label(r)}, {r.remaining:.2%} left, acc {r.accuracy:.3f}"
         ax1.set_title(title, fontsize=8)
-        ax1.set_yscale("log")
+        fraction_axis(ax1, [x for k in layers for x in frac[k]], axis="y")
         ax1.set_ylabel("fraction left in layer", fontsize=7)
         ax2.set_ylabel("share of weights left", fontsize=7)
         ax2.set_ylim(0, 1)
@@ -404,35 +400,95 @@ def plot_layers(out: Path, chosen: list[tuple[str, RunRecord, Path]]) -> None:
             ax.set_xlabel("epoch", fontsize=7)
             ax.tick_params(labelsize=6)
     fig.tight_layout()
-    save_figure(fig, [out / "layers_over_training.png"])
+    files.figure("layers_over_training.png", fig)
     plt.close(fig)
-    write_csv(out / "layers_over_training.csv", ["method", "run", "epoch", "layer", "remaining",
-                                                 "share"], rows)
+    files.csv("layers_over_training.csv", ["method", "run", "epoch", "layer", "remaining",
+                                           "share"], rows)
 
 
 # ------------------------------------------------------------------------------- main
 
 
-def report(out: Path, experiments: Sequence[str]) -> list[dict]:
-    """Everything under ``out`` from the run files in ``out/runs``; returns the agreement rows."""
+def study_records(folder: Path, experiments: Sequence[str]) -> list[RunRecord]:
+    """The records of a study: its ``runs/`` folder (or the folder itself when it has none)."""
+    runs = folder / "runs"
+    return [r for r, _ in load(runs if runs.is_dir() else check_root(folder))
+            if r.experiment in experiments]
+
+
+def report(out: Path, experiments: Sequence[str], baselines: Sequence[Path] = ()) -> list:
+    """Everything under ``out`` from the run files in ``out/runs`` (and, with ``baselines``,
+    the training-length table); returns the judged claims
+    (:class:`analysis.scale_robust.Judged`)."""
     runs_dir = out / "runs"
     if not runs_dir.is_dir():
         raise PBInputError(f"{runs_dir} does not exist; run without --replot and with --runs "
                            "first")
     loaded = load(runs_dir)
     records = [r for r, _ in loaded if r.experiment in experiments]
-    rows = agreement(records, experiments)
-    write_tables(out, rows, len(records))
+    judged = judge(records, experiments)
+    scales = {e: scale_text(records, e) for e in EXPERIMENTS}
+    files = Outputs(out)
+    cols, rows = agreement_rows(judged, scales)
+    files.csv("agreement.csv", cols, rows)
+    files.text("agreement.md", markdown(judged, scales, len(records)))
+    for j in judged:
+        files.csv(Path("claims") / f"{j.claim.key}.csv", ["name", "value"], claim_rows(j))
     for exp in experiments:
         if any(r.experiment == exp for r in records):
-            plotted = write_points(out, records, exp)
+            plotted = write_points(files, records, exp)
             if exp != "regression":
-                plot_pareto(out, plotted, exp)
+                plot_pareto(files, plotted, exp)
     if "joint" in experiments:
         chosen = chosen_runs([(r, f) for r, f in loaded if r.experiment == "joint"])
         if chosen:
-            plot_layers(out, chosen)
-    return rows
+            plot_layers(files, chosen)
+    if baselines:
+        studies = [(b.resolve().name, study_records(b, experiments)) for b in baselines]
+        studies.append((out.resolve().name, records))
+        names = [s for s, _ in studies]
+        if len(set(names)) < len(names):
+            raise PBInputError(f"--baseline and --out folders share a name ({', '.join(names)}); "
+                               "give each study a folder of its own name")
+        sources = [(b.resolve().name, str(b / "runs" if (b / "runs").is_dir() else b), len(rs))
+                   for b, (_, rs) in zip(baselines, studies)]
+        sources.append((out.resolve().name, str(runs_dir), len(records)))
+        length = by_study(studies)
+        files.text("training_length.md", length_markdown(length, sources))
+        files.csv("training_length.csv", *length_rows(length))
+    files.write()
+    return judged
+
+
+def matches(r: RunRecord, name: str) -> bool:
+    return name in (r.method, r.info.label, group_label(r), legend_label(r))
+
+
+def compare(records: Sequence[RunRecord], a: str, b: str) -> list[str]:
+    """``--compare A B``: per pruning experiment where both have runs, "A performed better than
+    B" by the claims' front criterion (one line per training budget compared), with its
+    robustness under each reading."""
+    lines = [f"does {a} beat {b} at matched sparsity? (the claims' Pareto-front criterion: mean "
+             "accuracy gap over the shared range of remaining fractions, against 2 s.e.)"]
+    for exp in ("supermask", "joint"):
+        ra = [r for r in records if r.experiment == exp and matches(r, a)]
+        rb = [r for r in records if r.experiment == exp and matches(r, b)]
+        if not ra or not rb:
+            continue
+        v = better_front(ra, rb, a, b)
+        others = {rd.title: better_front(ra, rb, a, b, reading=for_experiment(
+            rd, records, exp)).outcome for rd in READINGS}
+        bad = [f"{k}: {o}" for k, o in others.items() if o != v.outcome]
+        lines.append(f"{exp}: {v.outcome}, " + (f"fragile ({'; '.join(bad)})" if bad
+                                                else "robust (every reading agrees)"))
+        lines += [f"  {name + ': ' if name else ''}{pv.outcome}: {pv.detail}"
+                  for name, pv in leaves(v)]
+    if len(lines) == 1:
+        have = sorted({g for r in records if r.experiment != "regression"
+                       for g in (r.method, group_label(r))})
+        raise PBInputError(f"{a} and {b} have no pruning runs in one experiment; choose from "
+                           f"{', '.join(have) or 'nothing (no pruning runs)'}")
+    return lines
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -440,15 +496,22 @@ def build_parser() -> argparse.ArgumentParser:
                        description=__doc__.split("\n\n")[0],
                        epilog="The run folders come from python -m pbscale.sweep run "
                               "sweeps/claims_*.toml (see each file's header for its cost).")
-    p.add_argument("--runs", type=Path, nargs="+", default=None,
+    p.add_argument("--runs", type=out_folder, nargs="+", default=None,
                    help="folders holding finished run folders (searched at any depth)")
-    p.add_argument("--out", type=Path, default=Path("results/claims"),
+    p.add_argument("--out", type=out_folder, default=Path("results/claims"),
                    help="folder for the tables, figures and the copied run files (the "
                         "committed study: figures/claims)")
     p.add_argument("--experiments", default=",".join(EXPERIMENTS),
                    help="comma-separated subset of " + ", ".join(EXPERIMENTS))
     p.add_argument("--replot", action="store_true",
                    help="only redraw from OUT/runs (no --runs, nothing copied)")
+    p.add_argument("--baseline", type=out_folder, nargs="+", default=(), metavar="STUDY",
+                   help="other studies' --out folders (their runs/): write "
+                        "training_length.md/.csv, rows 1-8 of each beside this one's")
+    p.add_argument("--compare", nargs=2, metavar=("A", "B"), default=None,
+                   help="only answer: does A beat B at matched sparsity on the --runs (or, "
+                        "with --replot, OUT/runs)? A, B: a method, a group (\"cp rmsprop\") "
+                        "or a label; writes nothing")
     return p
 
 
@@ -466,16 +529,30 @@ def main(argv: Sequence[str] | None = None) -> int:
     experiments = parse_experiments(args.experiments)
     if args.replot and args.runs:
         raise PBInputError("--replot redraws from OUT/runs only; drop --runs")
+    if not args.replot and not args.runs:
+        raise PBInputError("no --runs given; pass the folders holding the run folders, or "
+                           "--replot")
+    if args.compare:
+        if args.baseline:
+            raise PBInputError("--compare writes nothing; drop --baseline")
+        roots = args.runs or [args.out / "runs"]
+        records = [r for root in roots for r, _ in load(check_root(root))]
+        for line in compare(records, *args.compare):
+            print(line)
+        return 0
+    out = check_out(args.out, "--out")
+    for b in args.baseline:
+        check_root(b)
     if not args.replot:
-        if not args.runs:
-            raise PBInputError("no --runs given; pass the folders holding the run folders, or "
-                               "--replot")
-        n = copy_small_files(args.runs, args.out / "runs")
-        print(f"copied the small files of {n} run folders to {args.out / 'runs'}")
-    rows = report(args.out, experiments)
-    for r in rows:
-        print(f"{r['bullet']:>2} {r['claim']:<26} {r['outcome']:<8} {r['detail'][:150]}")
-    print(f"-> {args.out / 'agreement.md'}")
+        n = copy_small_files(args.runs, out)
+        print(f"copied the small files of {n} run folders to {out / 'runs'}")
+    judged = report(out, experiments, args.baseline)
+    for line in console_lines(judged):
+        print(line)
+    for line in warning_lines(judged):
+        print(line, file=sys.stderr)
+    print(f"-> {out / 'agreement.md'}"
+          + (f", {out / 'training_length.md'}" if args.baseline else ""))
     return 0
 
 

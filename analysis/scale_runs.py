@@ -1,20 +1,34 @@
 """Finished pruning and NN-regression runs as the scale claims read them (:class:`RunRecord`),
-per-setting seed means (:class:`Point`), per-layer allocation distances, and the comparison of two
-methods' accuracy/sparsity Pareto fronts (:func:`front_gap`, :func:`better_front`).
+their selection (:func:`select`) and training budgets (:func:`by_budget`), per-setting seed means
+(:class:`Point`), per-layer allocation distances and their bootstrap replicates; the comparison
+of Pareto fronts is :mod:`analysis.scale_fronts`.
 
 Outcomes are those of the microworld claims (:mod:`analysis.claims`: holds / fails / noise) and
-``no data`` (:data:`MISSING`) where the runs a claim reads are not there (yet).
+``no data`` (:data:`MISSING`) where the runs a claim reads are not there (yet). A verdict made of
+parts (one per n, per method compared, per training budget ...) keeps them
+(:class:`ScaleVerdict`), so that each can be shown on its own line.
+
+How the runs are read is a :class:`Reading`: the one the study reports (:data:`AS_REPORTED`)
+and the variations the robustness columns try (:mod:`analysis.scale_robust`).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from analysis.claims import FAILS, HOLDS, NOISE, Verdict, Z
+from analysis.claims import FAILS, HOLDS, NOISE, Verdict
+from analysis.run_files import (
+    PRUNE_BUDGET,
+    REGRESSION_BUDGET,
+    MethodInfo,
+    budget_of,
+    budget_text,
+    method_info,
+)
 
 #: A claim whose runs are missing.
 MISSING = "no data"
@@ -25,14 +39,91 @@ SCALE_OUTCOMES = (HOLDS, FAILS, NOISE, MISSING)
 #: where the MC fronts at n = 2 top out near 0.5 accuracy) are compared rather than left without
 #: data; a front that stays below it still reads "no data".
 ACC_FLOOR = 0.3
-#: Remaining fractions at which two fronts are compared (log-spaced over the shared range).
-GRID_POINTS = 25
-#: Accuracy standard error of a setting's mean used when a method has no setting with two or
-#: more seeds (half a point of accuracy, about the seed-to-seed s.d. of LeNet/MNIST).
-FALLBACK_SE = 5e-3
-#: "Much better" (pruning): the mean accuracy gap must also be at least this (two points).
-MUCH_ACC = 0.02
+#: Bootstrap replicates of an s.e. (:attr:`Reading.bootstrap`) and the seed of their draws.
+BOOTSTRAP_DRAWS = 400
+BOOTSTRAP_SEED = 0
 
+
+@dataclass(frozen=True)
+class Reading:
+    """How the claims read the runs.
+
+    ``acc_floor``: front points below this accuracy do not set the range two fronts are compared
+    over (:func:`analysis.scale_fronts.useful`); ``balanced``: only the seeds that every setting
+    run with several seeds has (:func:`balanced_seeds`); ``drop_degenerate``: the pooled s.e.
+    leaves out collapsed and stalled settings (:func:`analysis.scale_fronts.degenerate`);
+    ``bootstrap``: standard errors from a seeded bootstrap over each setting's seeds, which sees
+    a front point used at several budgets, or matched to several partners, as one draw
+    (:func:`analysis.scale_fronts.bootstrap_gap_se`); ``borrow_sd``: a group without a setting of
+    several seeds takes the pooled seed s.d. of its experiment's other settings
+    (``fallback_sd``, filled in by :func:`analysis.scale_robust.for_experiment`) instead of the
+    fixed fallback."""
+
+    key: str = "as_reported"
+    title: str = f"floor {ACC_FLOOR:g}"
+    acc_floor: float = ACC_FLOOR
+    balanced: bool = False
+    drop_degenerate: bool = False
+    bootstrap: bool = False
+    borrow_sd: bool = False
+    fallback_sd: float | None = None
+
+    def changes(self) -> tuple[str, ...]:
+        """The fields (``acc_floor``, ``balanced``, ...) in which it differs from the reported
+        reading."""
+        return tuple(k for k in ("acc_floor", "balanced", "drop_degenerate", "bootstrap",
+                                 "borrow_sd")
+                     if getattr(self, k) != getattr(AS_REPORTED, k))
+
+
+#: The reading the study reports.
+AS_REPORTED = Reading()
+#: The floors the robustness columns try (those other than ACC_FLOOR; `ACC_FLOOR` was 0.5 until
+#: the first runs of the study had been seen).
+ROBUST_FLOORS = (0.3, 0.5)
+#: The readings the robustness columns try besides the reported one.
+READINGS = (
+    *(Reading(f"floor_{f:g}", f"floor {f:g}", acc_floor=f) for f in ROBUST_FLOORS
+      if f != ACC_FLOOR),
+    Reading("balanced", "balanced seeds", balanced=True),
+    Reading("no_degenerate", "s.e. without collapsed or stalled", drop_degenerate=True),
+    Reading("bootstrap", "bootstrap s.e.", bootstrap=True),
+    Reading("borrowed_sd", "one-seed groups: experiment's s.d.", borrow_sd=True),
+)
+
+
+@dataclass(frozen=True)
+class ScaleVerdict(Verdict):
+    """A :class:`~analysis.claims.Verdict` with the verdicts it was made of (``parts``: (name,
+    verdict), each possibly with parts of its own) and warnings for the console (a front
+    compared across training budgets)."""
+
+    parts: tuple[tuple[str, Verdict], ...] = ()
+    warnings: tuple[str, ...] = ()
+
+
+def leaves(v: Verdict, prefix: str = "") -> list[tuple[str, Verdict]]:
+    """The sub-verdicts of a verdict, flattened: (``n=2``, ``300 ep CP first`` ..., verdict) for
+    each part without parts of its own; [("", v)] for a verdict of one piece."""
+    parts = getattr(v, "parts", ())
+    if not parts:
+        return [(prefix, v)]
+    return [leaf for name, pv in parts
+            for leaf in leaves(pv, f"{prefix} / {name}" if prefix else name)]
+
+
+def warnings_of(v: Verdict) -> list[str]:
+    """Every warning of a verdict and of its parts."""
+    own = list(getattr(v, "warnings", ()))
+    return own + [w for _, pv in getattr(v, "parts", ()) for w in warnings_of(pv)
+                  if w not in own]
+
+
+def prefixed(v: Verdict, prefix: str) -> ScaleVerdict:
+    """The same verdict with ``prefix`` before its detail and the names of its parts."""
+    parts = tuple((f"{prefix}: {name}", pv) for name, pv in getattr(v, "parts", ()))
+    return ScaleVerdict(v.outcome, f"{prefix}: {v.detail}", v.values, parts,
+                        tuple(getattr(v, "warnings", ())))
 
 
 @dataclass
@@ -46,7 +137,8 @@ class RunRecord:
     Pruning: ``remaining`` (fraction of the masked weights left), ``accuracy`` (final test
     accuracy), ``layers`` ({layer: fraction left}) and ``layer_sizes`` ({layer: dense weights}).
     Regression: ``final_loss`` (final validation loss) and the curve ``epochs``, ``losses``
-    (validation loss per logged epoch, (T,))."""
+    (validation loss per logged epoch, (T,)). ``info``: what the run recorded about its method
+    (:func:`analysis.run_files.method_info`; by default the registry's)."""
 
     experiment: str
     method: str
@@ -59,22 +151,99 @@ class RunRecord:
     final_loss: float = math.nan
     epochs: np.ndarray = field(default_factory=lambda: np.zeros(0))
     losses: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    info: MethodInfo | None = None
+
+    def __post_init__(self) -> None:
+        if self.info is None:
+            self.info = method_info({}, self.method)
 
     def get(self, key: str, default=None):
         return self.settings.get(key, default)
 
     @property
     def setting(self) -> str:
-        """The run's setting (method and settings, no seed) as canonical JSON."""
+        """The run's setting (method and settings, no seed; the training budget among them) as
+        canonical JSON."""
         import json
         return json.dumps({"method": self.method, **self.settings}, sort_keys=True, default=str)
+
+    @property
+    def budget(self) -> tuple:
+        """What was trained and for how long (:data:`analysis.run_files.PRUNE_BUDGET`,
+        :data:`~analysis.run_files.REGRESSION_BUDGET`)."""
+        return budget_of(self.settings, REGRESSION_BUDGET if self.experiment == "regression"
+                         else PRUNE_BUDGET)
+
+
+def select(records: Sequence[RunRecord], experiment: str, **want) -> list[RunRecord]:
+    """Records of an experiment whose method / settings equal every ``want`` (a tuple: one of);
+    ``samples=True`` selects the runs whose method samples (the MC estimators; the run's own
+    record of its method, :attr:`RunRecord.info`)."""
+    out = []
+    for r in records:
+        if r.experiment != experiment:
+            continue
+        ok = True
+        for k, v in want.items():
+            got = (r.method if k == "method" else r.info.samples if k == "samples"
+                   else r.get(k))
+            if not (got in v if isinstance(v, tuple) else got == v):
+                ok = False
+                break
+        if ok:
+            out.append(r)
+    return out
+
+
+def ns(records: Sequence[RunRecord]) -> list[int]:
+    """The sample counts n of the records, sorted."""
+    return sorted({int(r.get("n")) for r in records})
+
+
+def budget_size(budget: tuple) -> tuple[float, float]:
+    """Order of budgets: epochs, then batches per epoch (0: all)."""
+    b = dict(budget)
+    return float(b.get("epochs") or 0), float(b.get("max_batches") or math.inf)
+
+
+def by_budget(records: Iterable[RunRecord]) -> dict[tuple, list[RunRecord]]:
+    """Records grouped by training budget, smallest budget first."""
+    out: dict[tuple, list[RunRecord]] = {}
+    for r in records:
+        out.setdefault(r.budget, []).append(r)
+    return dict(sorted(out.items(), key=lambda kv: budget_size(kv[0])))
+
+
+def per_budget(records: Sequence[RunRecord],
+               evaluate: Callable[[Sequence[RunRecord]], Verdict]) -> Verdict:
+    """``evaluate`` on the records of each training budget apart (one part per budget when
+    there are several), so that runs of different budgets never meet."""
+    groups = by_budget(records)
+    if len(groups) <= 1:
+        return evaluate(records)
+    return combine([(budget_text(k, groups), evaluate(rs)) for k, rs in groups.items()])
+
+
+def balanced_seeds(records: Iterable[RunRecord]) -> set[int] | None:
+    """The seeds that every setting run with several seeds has (None: no such setting)."""
+    seeds: dict[str, set[int]] = {}
+    for r in records:
+        seeds.setdefault(r.setting, set()).add(r.seed)
+    multi = [s for s in seeds.values() if len(s) > 1]
+    return set.intersection(*multi) if multi else None
+
+
+def select_seeds(records: Sequence[RunRecord], reading: Reading) -> list[RunRecord]:
+    """The records the reading uses: with ``balanced``, those of :func:`balanced_seeds`."""
+    keep = balanced_seeds(records) if reading.balanced else None
+    return list(records) if keep is None else [r for r in records if r.seed in keep]
 
 
 @dataclass
 class Point:
     """One setting: the means over its seeds (remaining, accuracy, per-layer fractions and
     allocation shares) and the seed-to-seed s.d. of accuracy and of the allocation distance
-    (nan with one seed)."""
+    (nan with one seed); ``runs``: its records."""
 
     method: str
     settings: dict
@@ -86,6 +255,7 @@ class Point:
     shares: dict[str, float]
     dense: dict[str, float]
     tv_sd: float
+    runs: tuple[RunRecord, ...] = field(default=(), repr=False)
 
     @property
     def distance(self) -> float:
@@ -122,135 +292,61 @@ def allocation_distance(r: RunRecord) -> float:
     return tv_distance(allocation_shares(r.layers, r.layer_sizes), dense_shares(r.layer_sizes))
 
 
+def point_of(rs: Sequence[RunRecord]) -> Point:
+    """The :class:`Point` of the runs of one setting."""
+    acc = np.array([r.accuracy for r in rs])
+    layers = {k: float(np.mean([r.layers[k] for r in rs])) for k in rs[0].layers}
+    shares_each = [allocation_shares(r.layers, r.layer_sizes) for r in rs] \
+        if rs[0].layer_sizes else []
+    shares = {k: float(np.mean([s[k] for s in shares_each])) for k in rs[0].layer_sizes}
+    tv_sd = math.nan
+    if len(shares_each) > 1:
+        # seed-to-seed spread of the allocation: mean TV distance of each seed to the mean
+        tv_sd = float(np.mean([tv_distance(s, shares) for s in shares_each]))
+    return Point(rs[0].method, rs[0].settings, len(rs),
+                 float(np.mean([r.remaining for r in rs])), float(acc.mean()),
+                 float(acc.std(ddof=1)) if len(rs) > 1 else math.nan,
+                 layers, shares, dense_shares(rs[0].layer_sizes), tv_sd, tuple(rs))
+
+
 def points(records: Sequence[RunRecord]) -> list[Point]:
     """One :class:`Point` per setting (records grouped by :attr:`RunRecord.setting`)."""
     groups: dict[str, list[RunRecord]] = {}
     for r in records:
         groups.setdefault(r.setting, []).append(r)
-    out = []
-    for rs in groups.values():
-        acc = np.array([r.accuracy for r in rs])
-        layers = {k: float(np.mean([r.layers[k] for r in rs])) for k in rs[0].layers}
-        shares_each = [allocation_shares(r.layers, r.layer_sizes) for r in rs] \
-            if rs[0].layer_sizes else []
-        shares = {k: float(np.mean([s[k] for s in shares_each])) for k in rs[0].layer_sizes}
-        tv_sd = math.nan
-        if len(shares_each) > 1:
-            # seed-to-seed spread of the allocation: mean TV distance of each seed to the mean
-            tv_sd = float(np.mean([tv_distance(s, shares) for s in shares_each]))
-        out.append(Point(rs[0].method, rs[0].settings, len(rs),
-                         float(np.mean([r.remaining for r in rs])), float(acc.mean()),
-                         float(acc.std(ddof=1)) if len(rs) > 1 else math.nan,
-                         layers, shares, dense_shares(rs[0].layer_sizes), tv_sd))
+    return [point_of(rs) for rs in groups.values()]
+
+
+def resample_means(values: np.ndarray, rng: np.random.Generator, draws: int) -> np.ndarray:
+    """Means of ``draws`` resamples (with replacement) of the rows of values (k, ...)."""
+    idx = rng.integers(0, len(values), (draws, len(values)))
+    return values[idx].mean(axis=1)
+
+
+def replicate_distances(pts: Sequence[Point], sd: float, rng: np.random.Generator,
+                        draws: int = BOOTSTRAP_DRAWS) -> np.ndarray:
+    """Bootstrap replicates of the points' allocation distances (:attr:`Point.distance`),
+    (draws, P): a setting of k >= 2 seeds resamples its runs' shares; one of one seed draws
+    from N(its distance, sd^2)."""
+    out = np.empty((draws, len(pts)))
+    for j, p in enumerate(pts):
+        if len(p.runs) > 1:
+            names = list(p.dense)
+            each = np.array([[allocation_shares(r.layers, r.layer_sizes)[k] for k in names]
+                             for r in p.runs])
+            dense = np.array([p.dense[k] for k in names])
+            out[:, j] = 0.5 * np.abs(resample_means(each, rng, draws) - dense).sum(axis=1)
+        else:
+            out[:, j] = p.distance + rng.normal(0.0, sd, draws)
     return out
 
 
-def front(pts: Sequence[Point]) -> list[Point]:
-    """The Pareto front (fewest weights remaining, highest accuracy) of the points with some
-    weights left, sorted by remaining (:func:`analysis.pareto.pareto_front`)."""
-    from analysis.pareto import pareto_front
-    kept = [p for p in pts if p.remaining > 0]
-    rows = [{"remaining": p.remaining, "test_acc": p.accuracy, "i": i} for i, p in enumerate(kept)]
-    return [kept[row["i"]] for row in pareto_front(rows)]
-
-
-def useful(fr: Sequence[Point]) -> list[Point]:
-    """The points of a front with test accuracy >= ACC_FLOOR (the ones that may set the range
-    two fronts are compared over, or be matched across methods)."""
-    return [p for p in fr if p.accuracy >= ACC_FLOOR]
-
-
-def _pooled_se(pts: Sequence[Point]) -> tuple[float, bool]:
-    """Standard error of one setting's mean accuracy: the pooled seed s.d. over the settings with
-    two or more seeds, / sqrt(their mean seed count); (FALLBACK_SE, False) without such."""
-    rep = [p for p in pts if p.seeds > 1 and math.isfinite(p.acc_sd)]
-    if not rep:
-        return FALLBACK_SE, False
-    var = sum((p.seeds - 1) * p.acc_sd ** 2 for p in rep) / sum(p.seeds - 1 for p in rep)
-    return math.sqrt(var / np.mean([p.seeds for p in rep])), True
-
-
-def best_accuracy_at(fr: Sequence[Point], r: float) -> float:
-    """The best accuracy of a front with at most ``r`` of the weights remaining (nan if none)."""
-    accs = [p.accuracy for p in fr if p.remaining <= r * (1 + 1e-12)]
-    return max(accs) if accs else math.nan
-
-
-@dataclass(frozen=True)
-class FrontGap:
-    """Accuracy of front A minus front B at matched remaining fractions: mean, min and max over
-    ``GRID_POINTS`` log-spaced fractions in [lo, hi], and the standard error of the mean gap."""
-
-    mean: float
-    low: float
-    high: float
-    lo: float
-    hi: float
-    se: float
-    seeds_known: bool
-    text: str
-
-
-def front_gap(a: Sequence[RunRecord], b: Sequence[RunRecord], label_a: str,
-              label_b: str) -> FrontGap | None:
-    """Compare two groups of pruning runs by their Pareto fronts (seed means per setting).
-
-    Each front's accuracy at a budget r is the best accuracy among its points with remaining
-    <= r. The budgets compared run log-spaced from lo = the larger of the two fronts' smallest
-    remaining fraction with accuracy >= ACC_FLOOR to hi = the largest remaining fraction of
-    either front (so fronts that do not overlap are compared at the budget where the sparser one
-    ends). The gap's standard error is sqrt(se_A^2 + se_B^2) with each group's pooled seed s.e.
-    (:func:`_pooled_se`). None if either front has no point with accuracy >= ACC_FLOOR."""
-    pa, pb = points(a), points(b)
-    fa, fb = front(pa), front(pb)
-    ua, ub = useful(fa), useful(fb)
-    if not ua or not ub:
-        return None
-    lo = max(min(p.remaining for p in ua), min(p.remaining for p in ub))
-    hi = max(max(p.remaining for p in fa), max(p.remaining for p in fb), lo)
-    grid = np.geomspace(lo, hi, GRID_POINTS) if hi > lo else np.array([lo])
-    gaps = np.array([best_accuracy_at(fa, r) - best_accuracy_at(fb, r) for r in grid])
-    (se_a, ka), (se_b, kb) = _pooled_se(pa), _pooled_se(pb)
-    se = math.hypot(se_a, se_b)
-    text = (f"{label_a} - {label_b} accuracy at matched remaining {lo:.3%}..{hi:.3%}: mean "
-            f"{gaps.mean():+.4f} (min {gaps.min():+.4f}, max {gaps.max():+.4f}), s.e. {se:.4f}"
-            + ("" if ka and kb else " (one seed: fallback s.e.)")
-            + f"; fronts {len(fa)} / {len(fb)} points")
-    return FrontGap(float(gaps.mean()), float(gaps.min()), float(gaps.max()), lo, hi, se,
-                    ka and kb, text)
-
-
-def better_front(a: Sequence[RunRecord], b: Sequence[RunRecord], label_a: str, label_b: str,
-                 much: bool = False, z: float = Z) -> Verdict:
-    """"A performed better than B" on the accuracy/sparsity trade-off: holds if the mean front
-    gap (:func:`front_gap`) exceeds z standard errors (and, with ``much``, MUCH_ACC too), fails
-    if it is below -z s.e. (or, with ``much``, if A is better but by less than MUCH_ACC), noise
-    otherwise; no data if a group has no run or no front point with accuracy >= ACC_FLOOR."""
-    if not a or not b:
-        missing = label_a if not a else label_b
-        return Verdict(MISSING, f"no {missing} runs", {})
-    g = front_gap(a, b, label_a, label_b)
-    if g is None:
-        return Verdict(MISSING, f"a front never reaches accuracy {ACC_FLOOR:g}", {})
-    tol = z * g.se
-    values = {"gap_mean": g.mean, "gap_min": g.low, "gap_max": g.high, "gap_se": g.se,
-              "range_lo": g.lo, "range_hi": g.hi}
-    if g.mean < -tol:
-        outcome = FAILS
-    elif g.mean > tol:
-        outcome = HOLDS if (not much or g.mean >= MUCH_ACC) else FAILS
-    else:
-        outcome = NOISE
-    note = f"; 'much' needs >= {MUCH_ACC:g}" if much else ""
-    return Verdict(outcome, g.text + note, values)
-
-
-def combine(parts: Sequence[tuple[str, Verdict]]) -> Verdict:
+def combine(parts: Sequence[tuple[str, Verdict]]) -> ScaleVerdict:
     """All parts must hold: fails if one fails, else no data if one has none, else noise if one
-    is noise, else holds. The detail lists every part."""
+    is noise, else holds. The detail lists every part; the parts are kept."""
     outcomes = [v.outcome for _, v in parts]
     outcome = (FAILS if FAILS in outcomes else MISSING if MISSING in outcomes
                else NOISE if NOISE in outcomes else HOLDS)
     values = {f"{name}: {k}": x for name, v in parts for k, x in v.values.items()}
-    return Verdict(outcome, " | ".join(f"{name}: {v.outcome}: {v.detail}" for name, v in parts),
-                   values)
+    return ScaleVerdict(outcome, " | ".join(f"{name}: {v.outcome}: {v.detail}"
+                                            for name, v in parts), values, tuple(parts))

@@ -2,12 +2,14 @@
 criterion on synthetic run records where it must hold, where it must fail, and (where it has a
 noise band) where the data cannot tell."""
 
+import dataclasses
 import math
 
 import numpy as np
 import pytest
 
 from analysis import scale_claims as C
+from analysis import scale_fronts as F
 from analysis import scale_runs as R
 from analysis.claims import FAILS, HOLDS, NOISE
 from analysis.scale_runs import MISSING, RunRecord
@@ -52,28 +54,28 @@ def curve_acc(base, slope=0.02):
 def test_front_gap_and_better_front_hold_fail_noise():
     a = front_runs("supermask", "arms", curve_acc(0.95), n=2, param="escort")
     b = front_runs("supermask", "loorf", curve_acc(0.93), n=2, param="escort")
-    g = R.front_gap(a, b, "A", "B")
+    g = F.front_gap(a, b, "A", "B")
     assert g.mean == pytest.approx(0.02, abs=1e-9) and g.seeds_known
-    assert R.better_front(a, b, "A", "B").outcome == HOLDS
-    assert R.better_front(b, a, "B", "A").outcome == FAILS
+    assert F.better_front(a, b, "A", "B").outcome == HOLDS
+    assert F.better_front(b, a, "B", "A").outcome == FAILS
     # a 0.001 gap under a seed s.d. of 0.02 cannot be told
     a2 = front_runs("supermask", "arms", curve_acc(0.931), n=2, param="escort", sd=0.02)
     b2 = front_runs("supermask", "loorf", curve_acc(0.93), n=2, param="escort", sd=0.02)
-    assert R.better_front(a2, b2, "A", "B").outcome == NOISE
+    assert F.better_front(a2, b2, "A", "B").outcome == NOISE
     # "much better": a significant 1-point gap is not much; a 5-point gap is
-    assert R.better_front(a, b, "A", "B", much=True).outcome == FAILS  # 0.02 - round-off
+    assert F.better_front(a, b, "A", "B", much=True).outcome == FAILS  # 0.02 - round-off
     a3 = front_runs("supermask", "cp", curve_acc(0.98), mask_opt="rmsprop")
-    assert R.better_front(a3, b, "A", "B", much=True).outcome == HOLDS
+    assert F.better_front(a3, b, "A", "B", much=True).outcome == HOLDS
 
 
 def test_front_gap_compares_fronts_that_do_not_overlap_at_the_sparser_end():
     cp = front_runs("supermask", "cp", [0.95, 0.94], remainings=(0.05, 0.02))
     mc = front_runs("supermask", "arms", [0.70, 0.60], remainings=(0.5, 0.45), n=10)
-    g = R.front_gap(cp, mc, "CP", "MC")
+    g = F.front_gap(cp, mc, "CP", "MC")
     assert g.lo == pytest.approx(0.45) and g.hi == pytest.approx(0.5)
     # MC reaches 0.7 only at the last budget (50%), 0.6 before
     assert g.mean == pytest.approx(0.95 - np.mean([0.6] * 24 + [0.7]), abs=1e-9)
-    assert R.better_front(cp, mc, "CP", "MC").outcome == HOLDS
+    assert F.better_front(cp, mc, "CP", "MC").outcome == HOLDS
 
 
 def test_front_ignores_collapsed_runs_and_reports_missing():
@@ -81,17 +83,17 @@ def test_front_ignores_collapsed_runs_and_reports_missing():
     below = R.ACC_FLOOR - 0.05  # above chance (0.1), under the floor of a useful front
     weak = front_runs("supermask", "arms", [below, below - 0.05], remainings=(0.5, 0.2), n=2)
     cp = front_runs("supermask", "cp", curve_acc(0.95))
-    assert R.better_front(cp, dead + weak, "CP", "MC").outcome == MISSING
-    assert R.better_front(cp, [], "CP", "MC").outcome == MISSING
+    assert F.better_front(cp, dead + weak, "CP", "MC").outcome == MISSING
+    assert F.better_front(cp, [], "CP", "MC").outcome == MISSING
 
 
 def test_one_seed_uses_the_fallback_standard_error():
     a = front_runs("supermask", "cp", curve_acc(0.95), seeds=(0,))
-    b = front_runs("supermask", "cp", curve_acc(0.95 - 3 * R.FALLBACK_SE), seeds=(0,))
-    c = front_runs("supermask", "cp", curve_acc(0.95 - R.FALLBACK_SE), seeds=(0,))
-    assert not R.front_gap(a, b, "a", "b").seeds_known
-    assert R.better_front(a, b, "a", "b").outcome == HOLDS  # 3 > 2 sqrt(2) fallback s.e.
-    assert R.better_front(a, c, "a", "c").outcome == NOISE
+    b = front_runs("supermask", "cp", curve_acc(0.95 - 3 * F.FALLBACK_SE), seeds=(0,))
+    c = front_runs("supermask", "cp", curve_acc(0.95 - F.FALLBACK_SE), seeds=(0,))
+    assert not F.front_gap(a, b, "a", "b").seeds_known
+    assert F.better_front(a, b, "a", "b").outcome == HOLDS  # 3 > 2 sqrt(2) fallback s.e.
+    assert F.better_front(a, c, "a", "c").outcome == NOISE
 
 
 # ----------------------------------------------------------------------- supermask (1-4)
@@ -332,3 +334,136 @@ def test_every_scale_claim_has_a_bullet_and_evaluates_on_nothing():
     assert sorted({c.bullet for c in paper}) == list(range(1, 12))
     for c in C.SCALE_CLAIMS:
         assert c.evaluate([]).outcome == MISSING, c.key
+
+
+# ------------------------------------------- known answers (each fails on its mutant, issue 33)
+
+
+def test_claim6_cut_follows_the_seed_spread():
+    """Seeds that scatter: CP profiles (0.3,1,1), (1,1,1), (1,0.3,0.3) and GMP (1,0.7,0.7),
+    (1,0.4,0.4), (0.6,0.4,0.4), one per seed: the CP/GMP distance (about 0.14) is above 0.10 but
+    below twice the seed spread (about 0.11), so the row reads noise, not holds."""
+    cp = [(0.3, 1, 1), (1, 1, 1), (1, 0.3, 0.3)]
+    gmp = [(1, 0.7, 0.7), (1, 0.4, 0.4), (0.6, 0.4, 0.4)]
+    runs = []
+    for s, (pc, pg) in enumerate(zip(cp, gmp)):
+        for i, (r, a) in enumerate(zip(RS, ACCS)):
+            runs.append(prune("joint", "cp", r, a, s, profile(pc)(r), lam=10.0 ** -i))
+            runs.append(prune("joint", "gmp", r, a - 0.01, s, profile(pg)(r), target=r))
+    v = claim("joint_solutions_differ").evaluate(runs)
+    assert v.values["tv[CP-GMP]"] == pytest.approx(0.14, abs=0.005)
+    assert v.values["within_seed_tv"] == pytest.approx(0.11, abs=0.005)
+    assert C.VERY_TV < v.values["tv[CP-GMP]"] < 2 * v.values["within_seed_tv"]
+    assert v.outcome == NOISE, v.detail
+
+
+def point(accs, remaining=0.1, method="cp", **settings):
+    """A setting's Point from one run per accuracy (one seed each)."""
+    return R.point_of([prune("supermask", method, remaining, a, seed=s, sd=0.0, **settings)
+                       for s, a in enumerate(accs)])
+
+
+def test_pooled_standard_error_by_hand():
+    """Two settings, accuracies (0.90, 0.92, 0.94) and (0.50, 0.60): pooled variance
+    (2 x 0.02^2 + 1 x 0.005) / 3, s.e. = its root / sqrt(mean seed count 2.5)."""
+    pts = [point([0.90, 0.92, 0.94]), point([0.50, 0.60], lam=1.0), point([0.7], lam=2.0)]
+    var = (2 * 0.02 ** 2 + 1 * 0.1 ** 2 / 2) / 3
+    assert F.pooled_sd(pts) == (pytest.approx(math.sqrt(var), rel=1e-12), True)
+    assert F.pooled_se(pts) == (pytest.approx(math.sqrt(var) / math.sqrt(2.5), rel=1e-12), True)
+    assert F.pooled_se([point([0.7])]) == (F.FALLBACK_SE, False)
+    # leaving out collapsed and stalled settings
+    stalled = point([0.10, 0.12], lam=3.0)
+    assert F.pooled_se(pts + [stalled], R.Reading(drop_degenerate=True)) == F.pooled_se(pts)
+    # the front gap's s.e. is the two groups' s.e. in quadrature
+    a = [r for p in pts[:2] for r in p.runs]
+    b = [prune("supermask", "arms", 0.1, x, seed=s, sd=0.0, n=2)
+         for s, x in enumerate((0.40, 0.44))]
+    g = F.front_gap(a, b, "a", "b")
+    se_b = 0.04 / math.sqrt(2) / math.sqrt(2)
+    assert g.se == pytest.approx(math.hypot(math.sqrt(var) / math.sqrt(2.5), se_b), rel=1e-12)
+
+
+def test_front_range_starts_at_the_sparsest_point_above_the_floor():
+    """A's sparsest points are below the floor (0.2 at 1%), B's too (0.25 at 2%): the compared
+    range starts at the larger of the sparsest points with accuracy >= ACC_FLOOR (5% and 10%),
+    not at 2%; with a floor of 0.15 it starts at 2%."""
+    a = [prune("supermask", "cp", r, x, lam=r) for r, x in ((0.01, 0.2), (0.05, 0.8),
+                                                             (0.2, 0.9))]
+    b = [prune("supermask", "arms", r, x, n=2, lam=r) for r, x in ((0.02, 0.25), (0.1, 0.85),
+                                                                   (0.3, 0.88))]
+    assert R.ACC_FLOOR > 0.25
+    g = F.front_gap(a, b, "A", "B")
+    assert (g.lo, g.hi) == (pytest.approx(0.1), pytest.approx(0.3))
+    low = F.front_gap(a, b, "A", "B", R.Reading(acc_floor=0.15))
+    assert low.lo == pytest.approx(0.02)
+
+
+def test_claim7_standard_error_divides_by_the_root_of_the_pairs():
+    """One seed per setting: each group's allocation s.e. is the fallback 0.02, and the mean
+    difference over k matched pairs has s.e. sqrt(0.02^2 + 0.02^2) / sqrt(k)."""
+    runs = (front_runs("joint", "cp", ACCS, RS, seeds=(0,), layers_of=first_layer_cut)
+            + front_runs("joint", "arms", MC_ACCS, RS, seeds=(0,), layers_of=uniform, n=2)
+            + front_runs("joint", "gmp", GMP_ACCS, RS, seeds=(0,), layers_of=last_layers_cut))
+    v = claim("joint_mc_allocation").evaluate(runs)
+    for name, part in v.parts:
+        pairs = int(part.detail.split(" over ")[1].split()[0])
+        assert pairs == len(RS)
+        want = math.hypot(C.FALLBACK_TV_SE, C.FALLBACK_TV_SE) / math.sqrt(pairs)
+        assert part.values["se"] == pytest.approx(want, rel=1e-12), name
+    assert C.allocation_se(0.03, 0.04, 4) == pytest.approx(0.025)
+
+
+# ------------------------------------------------------------------ the bootstrap
+
+
+def test_bootstrap_gap_se_against_its_closed_form():
+    """One one-seed setting per front: the gap is acc_A - acc_B, each drawn with s.d.
+    FALLBACK_SE, so its s.e. is sqrt(2) FALLBACK_SE (400 draws: within 15%); settings whose
+    seeds agree exactly give 0."""
+    a = [prune("supermask", "cp", 0.1, 0.9, sd=0.0)]
+    b = [prune("supermask", "arms", 0.1, 0.8, n=2, sd=0.0)]
+    se = F.bootstrap_gap_se(R.points(a), R.points(b), R.ACC_FLOOR)
+    assert se == pytest.approx(math.sqrt(2) * F.FALLBACK_SE, rel=0.15)
+    same_a = [prune("supermask", "cp", 0.1, 0.9, seed=s, sd=0.0) for s in SEEDS]
+    same_b = [prune("supermask", "arms", 0.1, 0.8, seed=s, n=2, sd=0.0) for s in SEEDS]
+    assert F.bootstrap_gap_se(R.points(same_a), R.points(same_b), R.ACC_FLOOR) < 1e-15
+    # the observed gap of the vectorized comparison is front_gap's
+    x = front_runs("supermask", "arms", curve_acc(0.95), n=2, param="escort")
+    y = front_runs("supermask", "loorf", curve_acc(0.93), n=2, param="escort")
+    assert F.front_gap(x, y, "x", "y").mean == pytest.approx(0.02, abs=1e-9)
+    boot = F.better_front(x, y, "x", "y", reading=R.Reading(bootstrap=True))
+    assert boot.outcome == HOLDS and "(bootstrap)" in boot.detail
+
+
+def test_bootstrap_counts_a_point_matched_twice_once():
+    """Claim 7 with one MC point matched to two partners: the bootstrap s.e. of the mean
+    difference is sqrt(s_o^2 / 2 + s_m^2) (the MC point is one draw), not the
+    sqrt(s_m^2 + s_o^2) / sqrt(2) of independent pairs."""
+    mc = R.point_of([prune("joint", "arms", 0.1, 0.9, layers=uniform(0.1), n=2)])
+    others = [R.point_of([prune("joint", "cp", r, 0.9, layers=first_layer_cut(r), lam=r)])
+              for r in (0.09, 0.11)]
+    pairs = [(mc, q) for q in others]
+    s = 0.02
+    boot = C.bootstrap_allocation_se(pairs, s, s)
+    assert boot == pytest.approx(math.sqrt(s ** 2 / 2 + s ** 2), rel=0.1)
+    assert boot > 1.15 * C.allocation_se(s, s, 2)
+
+
+# ------------------------------------------------------------------ budgets
+
+
+def test_fronts_of_different_budgets_are_compared_apart():
+    a = (front_runs("supermask", "cp", curve_acc(0.95), mask_opt="rmsprop")
+         + [dataclasses.replace(r, settings={**r.settings, "epochs": 20})
+            for r in front_runs("supermask", "cp", curve_acc(0.97), mask_opt="rmsprop")])
+    b = (front_runs("supermask", "arms", curve_acc(0.90), n=2)
+         + [dataclasses.replace(r, settings={**r.settings, "epochs": 20})
+            for r in front_runs("supermask", "arms", curve_acc(0.96), n=2)])
+    v = F.better_front(a, b, "CP", "ARMS")
+    assert [name for name, _ in v.parts] == ["4 ep", "20 ep"]
+    assert v.parts[0][1].values["gap_mean"] == pytest.approx(0.05, abs=1e-9)
+    assert v.parts[1][1].values["gap_mean"] == pytest.approx(0.01, abs=1e-9)
+    # no shared budget: compared across budgets, with a warning
+    mixed = F.better_front(a[:18], b[18:], "CP", "ARMS")
+    assert mixed.detail.startswith("budgets differ: CP 4 ep, ARMS 20 ep")
+    assert R.warnings_of(mixed) and "mixes budgets" in R.warnings_of(mixed)[0]

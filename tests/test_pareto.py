@@ -6,6 +6,7 @@ from __future__ import annotations
 import shutil
 
 import pytest
+from _run_folders import write_prune
 
 from analysis import pareto
 from analysis.cli import run
@@ -125,3 +126,118 @@ def test_bad_paths_and_values_are_one_line(runs, tmp_path, capsys):
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and err[0].startswith("error:") and message in err[0], (argv, err)
     assert afile.read_text() == "x"
+
+
+# ------------------------------------------------------------------ hand-written runs
+
+SM = {"fc1": 0.0, "fc2": 0.0}
+
+
+def sm_layers(r: float) -> dict[str, float]:
+    return {k: r for k in SM}
+
+
+def test_training_budgets_split_the_labels(tmp_path, capsys):
+    """CP at 2 and 3 epochs (and one at 1 epoch x 20 batches): three fronts, never one, and a
+    note says so; --overlay by the label's series selects all three."""
+    root = tmp_path / "runs"
+    for epochs, mb in ((2, 0), (3, 0), (1, 20)):
+        for r in (0.5, 0.1):
+            write_prune(root, "supermask", "cp", 0, r, 0.8 + epochs / 100 + r / 10,
+                        sm_layers(r), lam=r, epochs=epochs, max_batches=mb, mask_head=False)
+    out = tmp_path / "out"
+    assert run(pareto.main, [str(root), "--out", str(out), "--overlay", "supermask:cp"]) == 0
+    cap = capsys.readouterr()
+    assert "note: lenet supermask: runs of 3 training budgets" in cap.err
+    assert {r["label"] for r in read_csv(out / "runs.csv")} == {"cp-e1-b20", "cp-e2", "cp-e3"}
+    front = read_csv(out / "pareto.csv")
+    assert sorted((r["label"], r["remaining"]) for r in front) == sorted(
+        (lab, r) for lab in ("cp-e1-b20", "cp-e2", "cp-e3") for r in (0.1, 0.5))
+    assert {r["label"] for r in read_csv(out / "overlay_lenet.csv")} == {
+        "cp-e1-b20", "cp-e2", "cp-e3"}
+
+
+def test_per_layer_plot_takes_the_runs_nearest_a_common_fraction(tmp_path, capsys):
+    """Hard-concrete reaches 21.5% at best, CP 5%: the per-layer plot shows CP's setting nearest
+    21.5% (20%), not its most accurate, and names the runs it used."""
+    root = tmp_path / "runs"
+    for seed in (0, 1):
+        for r, acc in ((0.5, 0.97), (0.2, 0.95), (0.05, 0.90)):
+            write_prune(root, "supermask", "cp", seed, r, acc, sm_layers(r), lam=r,
+                        mask_head=False)
+        for r, acc in ((0.4, 0.93), (0.215, 0.91)):
+            write_prune(root, "supermask", "hardconcrete", seed, r, acc, sm_layers(r), lam=r,
+                        mask_head=False)
+    out = tmp_path / "out"
+    assert run(pareto.main, [str(root), "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    layers = read_csv(out / "layers.csv")
+    chosen = {r["label"]: r for r in layers}
+    assert chosen["cp"]["run_remaining"] == 0.2
+    assert chosen["hardconcrete"]["run_remaining"] == 0.215
+    assert chosen["cp"]["runs"] == "supermask-cp-lam0.2-mask_headFalse-s0;" \
+                                   "supermask-cp-lam0.2-mask_headFalse-s1"
+    assert "per-layer plot lenet supermask: the settings nearest 21.50% remaining" in text
+    assert "supermask-cp-lam0.2-mask_headFalse-s0" in text
+    # --layer-at and --layer-max choose otherwise
+    assert run(pareto.main, [str(root), "--out", str(out), "--layer-at", "0.05"]) == 0
+    assert {r["label"]: r["run_remaining"] for r in read_csv(out / "layers.csv")} == {
+        "cp": 0.05, "hardconcrete": 0.215}
+    assert run(pareto.main, [str(root), "--out", str(out), "--layer-max", "1"]) == 0
+    assert {r["label"]: r["run_remaining"] for r in read_csv(out / "layers.csv")} == {
+        "cp": 0.5, "hardconcrete": 0.4}
+
+
+def test_a_method_unknown_to_the_registry_plots_with_its_recorded_label(tmp_path):
+    info = {"name": "randmask", "label": "Random supermask", "text": "random supermask",
+            "color": "tab:olive", "samples": False, "deterministic": True,
+            "settings": ["target"]}
+    root = tmp_path / "runs"
+    for r in (0.5, 0.2):
+        write_prune(root, "supermask", "randmask", 0, r, 0.5, sm_layers(r), method_info=info,
+                    target=r, mask_head=False)
+        write_prune(root, "supermask", "cp", 0, r, 0.9, sm_layers(r), lam=r, mask_head=False)
+    runs = pareto.read_runs(pareto.find_runs([root]))
+    rand = [p for p in runs if p["method"] == "randmask"]
+    assert rand[0]["label"] == "randmask" and rand[0]["legend"] == "Random supermask"
+    assert rand[0]["lam"] == "" and rand[0]["target"] != ""  # its recorded settings
+    fig = pareto.plot_fronts(pareto.average_seeds(runs), "t")
+    legend = {t.get_text(): h for t, h in zip(fig.axes[0].get_legend().get_texts(),
+                                              fig.axes[0].get_legend().legend_handles)}
+    assert set(legend) == {"CP", "Random supermask"}
+    from matplotlib.colors import to_rgba
+    assert to_rgba(legend["Random supermask"].get_color()) == to_rgba("tab:olive")
+    assert run(pareto.main, [str(root), "--out", str(tmp_path / "out")]) == 0
+
+
+@pytest.mark.parametrize("lo, hi", [(1e-5, 1.0), (1e-3, 0.6), (0.02, 0.5), (0.3, 0.5),
+                                    (0.45, 0.5)])
+def test_fraction_axis_tick_labels_do_not_overlap(lo, hi):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    for width in (6.0, 6.5):
+        fig, ax = plt.subplots(figsize=(width, 4))
+        ax.plot([lo, hi], [0.5, 0.9])
+        pareto.fraction_axis(ax, [lo, hi])
+        fig.canvas.draw()
+        boxes = sorted((t.get_window_extent() for t in ax.get_xticklabels()
+                        if t.get_visible() and t.get_text()), key=lambda b: b.x0)
+        left, right = ax.get_window_extent().x0 - 30, ax.get_window_extent().x1 + 30
+        boxes = [b for b in boxes if left <= b.x0 and b.x1 <= right]
+        assert len(boxes) >= 2, (lo, hi)
+        assert all(a.x1 < b.x0 for a, b in zip(boxes, boxes[1:])), (lo, hi, width)
+        plt.close(fig)
+
+
+def test_empty_out_is_refused(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    write_prune(tmp_path / "runs", "supermask", "cp", 0, 0.5, 0.9, sm_layers(0.5),
+                mask_head=False)
+    before = sorted(p.name for p in tmp_path.iterdir())
+    assert run(pareto.main, [str(tmp_path / "runs"), "--out", ""]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "is empty; name a folder" in err[0]
+    assert sorted(p.name for p in tmp_path.iterdir()) == before

@@ -1,0 +1,238 @@
+"""The tables of ``python -m analysis.scale_report``: ``agreement.md`` / ``.csv`` (each claim's
+verdict, its robustness under every reading, each sub-verdict on its own line, the scale of each
+experiment next to the paper's), the per-claim CSVs, the console lines, and the table of rows
+1-8 across studies of different training lengths (``training_length.md`` / ``.csv``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from analysis.scale_claims import SCALE_CLAIMS
+from analysis.scale_robust import FRAGILE, ROBUST, Judged, StudyRow
+from analysis.scale_runs import (
+    ACC_FLOOR,
+    READINGS,
+    SCALE_OUTCOMES,
+    RunRecord,
+    leaves,
+    warnings_of,
+)
+
+#: The paper's scale of each experiment (`sec:app_supermask_setup`,
+#: `sec:app_joint_pruning_setup`, `sec:app_maskednnregression`).
+PAPER_SCALE = {
+    "supermask": "LeNet/MNIST and Conv6/CIFAR-10; 200 epochs; 5 seeds; n in {2, 10, 100}; "
+                 "lambda 1e-1..1e-5",
+    "joint": "ResNet-20 and VGG-19/CIFAR-10; 200 epochs; 5 seeds; n in {2, 10, 100}; "
+             "lambda 1e-1..1e-8 (CP to 1e-10)",
+    "regression": "MaskedNNRegression (d = 8,050); 300 epochs; 10 seeds; n in {2, 10, 100, "
+                  "1000}",
+}
+#: What each reading changes, for the notes under the tables.
+READING_NOTES = {
+    "acc_floor": "front points below this test accuracy do not set the range two fronts are "
+                 "compared over",
+    "balanced": "only the seeds that every setting run with several seeds has",
+    "drop_degenerate": "the pooled seed s.d. leaves out collapsed settings (no weight left, or "
+                       "s.d. 0) and stalled ones (accuracy below 0.15)",
+    "bootstrap": "the s.e. is the s.d. of the statistic over 400 seeded bootstrap replicates "
+                 "(each setting's seeds resampled; a one-seed setting drawn with its group's "
+                 "pooled s.d.), so a front point used at many budgets, or matched to several "
+                 "partners, counts once",
+    "borrow_sd": "a group with no setting of several seeds takes the pooled seed s.d. of its "
+                 "experiment's settings of several seeds instead of the fixed 0.005",
+}
+NOT_APPLIED = "n/a"
+
+
+def fmt(x) -> str:
+    return f"{x:.6g}" if isinstance(x, float) else str(x)
+
+
+def scale_text(records: Sequence[RunRecord], experiment: str) -> str:
+    """Our scale of an experiment: model and data, epochs, seeds per setting, n and lambda."""
+    rs = [r for r in records if r.experiment == experiment]
+    if not rs:
+        return "not run"
+    seeds: dict[str, set[int]] = {}
+    for r in rs:
+        seeds.setdefault(r.setting, set()).add(r.seed)
+    k = sorted({len(s) for s in seeds.values()})
+    epochs = sorted({int(r.get("epochs")) for r in rs})
+    ns = sorted({int(r.get("n")) for r in rs if r.info.uses("n") and r.get("n") is not None
+                 and (experiment == "regression" or r.info.samples)})
+    if experiment == "regression":
+        model = "MaskedNNRegression (d = 8,050)"
+    else:
+        model = ", ".join(sorted({f"{r.get('model')}/{r.get('dataset')}" for r in rs}))
+        if any(r.get("mask_head") for r in rs):
+            model += " (head masked)"
+    lams = sorted({float(r.get("lam")) for r in rs if experiment != "regression"
+                   and r.info.uses("lam") and r.get("lam")})
+    text = (f"{model}; {'/'.join(map(str, epochs))} epochs; "
+            f"{'-'.join(map(str, sorted({k[0], k[-1]})))} seeds per setting; "
+            + (f"n in {{{', '.join(map(str, ns))}}}" if ns else "no MC runs"))
+    if lams:
+        text += f"; lambda {lams[-1]:g}..{lams[0]:g}"
+    return f"{text}; {len(rs)} runs"
+
+
+def cell(text: str) -> str:
+    """Text for a Markdown table cell."""
+    return text.replace("|", "/")
+
+
+def reading_cells(j: Judged) -> list[str]:
+    return [NOT_APPLIED if j.readings.get(r.key) is None else j.readings[r.key]
+            for r in READINGS]
+
+
+def verdict_table(judged: Sequence[Judged], head: str) -> list[str]:
+    """The verdicts: outcome, the outcome under each reading, robust or fragile."""
+    cols = ["#", head, "outcome", *(r.title for r in READINGS), "robustness"]
+    lines = ["", "| " + " | ".join(cols) + " |", "|" + " --- |" * len(cols)]
+    for j in judged:
+        rob = ROBUST if j.robust else f"**{FRAGILE}**"
+        lines.append(f"| {j.claim.bullet} | {cell(j.claim.paper)} | **{j.verdict.outcome}** | "
+                     + " | ".join(reading_cells(j)) + f" | {rob} |")
+    return lines
+
+
+def numbers_table(judged: Sequence[Judged]) -> list[str]:
+    """One line per sub-verdict of each row (as reported): its part, outcome and numbers."""
+    lines = ["", "| # | part | outcome | numbers |", "| --- | --- | --- | --- |"]
+    for j in judged:
+        for name, v in leaves(j.verdict):
+            lines.append(f"| {j.claim.bullet} | {cell(name) or '-'} | {v.outcome} | "
+                         f"{cell(v.detail)} |")
+    return lines
+
+
+def counts(judged: Sequence[Judged]) -> str:
+    outcomes = ", ".join(f"{sum(j.verdict.outcome == o for j in judged)} {o}"
+                         for o in SCALE_OUTCOMES)
+    robust = sum(j.robust for j in judged)
+    return f"{outcomes}; {robust} {ROBUST}, {len(judged) - robust} {FRAGILE}"
+
+
+def markdown(judged: Sequence[Judged], scales: dict[str, str], n_runs: int) -> str:
+    """agreement.md: verdicts with their robustness, the numbers of every sub-verdict, the
+    scale of each experiment next to the paper's, the readings and the criteria."""
+    beyond = {c.key for c in SCALE_CLAIMS if c.beyond}
+    paper = [j for j in judged if j.claim.key not in beyond]
+    extra = [j for j in judged if j.claim.key in beyond]
+    lines = ["# Supermask, pruning and NN-regression rows of tab:app_results_summ",
+             "",
+             f"Generated by `python -m analysis.scale_report` from {n_runs} finished runs "
+             f"(`runs/` next to this file). The paper's rows: {counts(paper)}. A row is "
+             f"{ROBUST} when every reading that acts on it (below) gives its outcome, "
+             f"{FRAGILE} otherwise; {NOT_APPLIED}: the reading does not act on the row."]
+    lines += verdict_table(paper, "paper")
+    lines += ["", "### Numbers", "", "Each sub-verdict of a row on its own line (as reported)."]
+    lines += numbers_table(paper)
+    if extra:
+        lines += ["", "## Beyond the paper", "",
+                  "Methods the paper does not run (docs/beyond.md), each front set against "
+                  f"CP's: {counts(extra)}."]
+        lines += verdict_table(extra, "statement")
+        lines += numbers_table(extra)
+    lines += ["", "## Scale", "", "| experiment | ours | paper's |", "| --- | --- | --- |"]
+    for exp in dict.fromkeys(j.claim.experiment for j in judged):
+        lines.append(f"| {exp} | {scales[exp]} | {PAPER_SCALE[exp]} |")
+    lines += ["", "## Readings", "",
+              "The outcome column is the reported reading (accuracy floor "
+              f"{ACC_FLOOR:g}, all seeds, pooled seed s.e.). The others change one thing:", ""]
+    for r in READINGS:
+        lines.append(f"- {r.title}: " + "; ".join(
+            f"{READING_NOTES[k]}" + (f" ({r.acc_floor:g})" if k == "acc_floor" else "")
+            for k in r.changes()))
+    lines += ["", "## Criteria", ""]
+    lines += [f"- {j.claim.bullet} `{j.claim.key}`: {j.claim.criterion}" for j in judged]
+    return "\n".join(lines) + "\n"
+
+
+def agreement_rows(judged: Sequence[Judged], scales: dict[str, str]) -> tuple[list[str], list]:
+    """agreement.csv: header and rows."""
+    cols = ["bullet", "claim", "row", "paper", "criterion", "outcome",
+            *(f"reading_{r.key}" for r in READINGS), "robustness", "detail", "our_scale",
+            "paper_scale"]
+    rows = [[j.claim.bullet, j.claim.key, j.claim.row, j.claim.paper, j.claim.criterion,
+             j.verdict.outcome, *reading_cells(j), j.robustness, j.verdict.detail,
+             scales[j.claim.experiment], PAPER_SCALE[j.claim.experiment]] for j in judged]
+    return cols, rows
+
+
+def claim_rows(j: Judged) -> list[list[str]]:
+    """claims/<claim>.csv: outcome, robustness, each reading, detail, criterion, the numbers."""
+    body = [["outcome", j.verdict.outcome], ["robustness", j.robustness]]
+    body += [[f"reading_{r.key}", c] for r, c in zip(READINGS, reading_cells(j))]
+    body += [["detail", j.verdict.detail], ["criterion", j.claim.criterion]]
+    body += [[k, fmt(float(v))] for k, v in sorted(j.verdict.values.items())]
+    return body
+
+
+def console_lines(judged: Sequence[Judged]) -> list[str]:
+    """Each row: outcome and robustness (the disagreeing readings named), then each
+    sub-verdict on its own line, in full."""
+    titles = {r.key: r.title for r in READINGS}
+    out = []
+    for j in judged:
+        why = ", ".join(f"{titles[k]}: {j.readings[k]}" for k in j.disagreeing())
+        out.append(f"{j.claim.bullet:>2} {j.claim.key:<26} {j.verdict.outcome:<8} "
+                   f"{j.robustness}" + (f" ({why})" if why else ""))
+        for name, v in leaves(j.verdict):
+            out.append(f"     {name + ': ' if name else ''}{v.outcome}: {v.detail}")
+    return out
+
+
+def warning_lines(judged: Sequence[Judged]) -> list[str]:
+    return [f"warning: row {j.claim.bullet}: {w}" for j in judged
+            for w in warnings_of(j.verdict)]
+
+
+# ------------------------------------------------------------------- training length
+
+
+def study_cell(epochs: str, j: Judged) -> str:
+    return f"{j.verdict.outcome}, {j.robustness} ({epochs})"
+
+
+def length_markdown(rows: Sequence[StudyRow], sources: Sequence[tuple[str, str, int]]) -> str:
+    """training_length.md: rows 1-8's verdict in each study, side by side, and the rows whose
+    verdict changed. ``sources``: (study, its runs folder, runs read) each."""
+    names = [s for s, _, _ in sources]
+    lines = ["# Rows 1-8 of tab:app_results_summ by training length", "",
+             "Generated by `python -m analysis.scale_report --baseline ...`: each study's "
+             "verdict of the paper's supermask and joint-pruning rows, with its robustness "
+             "(robust: every reading of agreement.md gives the same outcome) and the epochs its "
+             "runs trained. Studies: " + "; ".join(
+                 f"{s} (`{folder}`, {n} runs)" for s, folder, n in sources) + ".",
+             "", "| # | paper | " + " | ".join(names) + " | changed |",
+             "|" + " --- |" * (len(names) + 3)]
+    for row in rows:
+        lines.append(f"| {row.claim.bullet} | {cell(row.claim.paper)} | " + " | ".join(
+            study_cell(e, j) for _, e, j in row.cells) + f" | {'yes' if row.changed else 'no'} |")
+    changed = [row for row in rows if row.changed]
+    lines += ["", "Rows whose verdict changed: " + ("; ".join(
+        f"{row.claim.bullet} (" + ", ".join(f"{s} {j.verdict.outcome}" for s, _, j in row.cells)
+        + ")" for row in changed) if changed else "none") + "."]
+    return "\n".join(lines) + "\n"
+
+
+def length_rows(rows: Sequence[StudyRow]) -> tuple[list[str], list[list]]:
+    """training_length.csv: header and rows."""
+    names = [s for s, _, _ in rows[0].cells] if rows else []
+    cols = ["bullet", "claim", "paper"]
+    for s in names:
+        cols += [f"{s}_epochs", f"{s}_outcome", f"{s}_robustness", f"{s}_readings"]
+    cols.append("changed")
+    titles = {r.key: r.title for r in READINGS}
+    out = []
+    for row in rows:
+        line: list = [row.claim.bullet, row.claim.key, row.claim.paper]
+        for _, e, j in row.cells:
+            line += [e, j.verdict.outcome, j.robustness, "; ".join(
+                f"{titles[k]}: {o}" for k, o in j.readings.items() if o is not None)]
+        out.append(line + [int(row.changed)])
+    return cols, out
