@@ -26,7 +26,8 @@ from __future__ import annotations
 
 import argparse
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -132,6 +133,18 @@ BIASED: dict[str, BiasedEstimator] = {
                         marker="*"),
     )
 }
+
+
+@contextmanager
+def torch_threads(count: int) -> Iterator[None]:
+    """torch's intra-op thread count set to ``count`` inside the block, restored after (the
+    estimators here make many small autograd calls, which more threads only slow down)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 @dataclass
@@ -357,9 +370,15 @@ def bias_study(f: Any, J: np.ndarray, param: Parametrization, names: Sequence[st
     return rows, table
 
 
+#: Bias norms below this fraction of the smallest ||grad|| (relative MSE below its square) are
+#: drawn on the bottom edge of the figure: zeros to round-off.
+PLOT_FLOOR = 1e-4
+
+
 def plot_bias(rows: list[dict], ns: Sequence[int], title: str) -> Any:
-    """Bias norm and cosine of each biased estimator against the step (error bands where
-    estimated), E[J], and the MSE at each n beside the unbiased estimators' exact variance."""
+    """Bias norm (with each estimated row's error level dotted) and cosine of each biased
+    estimator against the step, E[J], and the MSE at each n relative to ||grad||^2 (1 = as far
+    off as a zero gradient) beside the unbiased estimators' exact variance, log axes."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -378,33 +397,39 @@ def plot_bias(rows: list[dict], ns: Sequence[int], title: str) -> Any:
         by = {r["step"]: r[column] for r in rows if r["estimator"] == name}
         return np.array([np.nan if by[s] in ("", None) else float(by[s]) for s in steps])
 
+    grad2 = series(names[0], "grad_norm") ** 2
+    # zeros to round-off (an exact, unbiased row) sit on the bottom edge, not 20 decades down
+    bias_floor = PLOT_FLOOR * np.sqrt(np.nanmin(grad2))
     for name in names:
         if name in BIASED:
             spec = BIASED[name]
             style = dict(color=spec.color, marker=spec.marker, ms=4, lw=1.2, mfc="none",
-                         label=spec.label, markevery=max(1, len(steps) // 12))
-        else:
-            est = get_estimator(name)
-            style = dict(color=est.color, ls="--", lw=1.0, label=f"{est.label} (exact var)")
-        if name in BIASED:
+                         label=spec.label, markevery=max(1, len(steps) // 12),
+                         ls="--" if name == "cp-anneal" else "-")
             b, e = series(name, "bias_norm"), series(name, "bias_error")
-            axes[0].plot(x, np.where(b > 0, b, np.nan), **style)
+            axes[0].plot(x, np.maximum(b, bias_floor), **style)
             if np.any(e > 0):  # below its dotted line a bias is not told from zero
                 axes[0].plot(x, np.where(e > 0, 2 * e, np.nan), color=spec.color, ls=":",
                              lw=0.9)
             axes[1].plot(x, series(name, "cosine"), **style)
+        else:
+            est = get_estimator(name)
+            style = dict(color="0.35", ls=(0, (4, 1 + 2 * len(axes[3].lines) % 5)), lw=1.0,
+                         label=f"{est.label} (exact variance)")
         for k, n in enumerate(ns):
-            m = series(name, f"mse_n{n}")
-            axes[3 + k].plot(x, np.where(m > 0, m, np.nan), **style)
-    grads = [r["grad_norm"] for r in rows if r["estimator"] == names[0]]
-    axes[0].plot(x, grads, "k:", lw=1, label="||true gradient||")
+            m = series(name, f"mse_n{n}") / grad2
+            axes[3 + k].plot(x, np.maximum(m, PLOT_FLOOR**2), **style)
+    axes[0].plot(x, np.sqrt(grad2), "k-", lw=2, alpha=0.3, label="||true gradient||")
     axes[2].plot(x, [r["loss"] for r in rows if r["estimator"] == names[0]], "k-", lw=1.2)
-    axes[0].set(yscale="log", ylabel="||E[g] - grad||", title="bias norm (dotted: 2 error bars)")
-    axes[1].set(ylabel="cos(E[g], grad)", title="cosine with the true gradient", ylim=(-1.05,
-                                                                                       1.05))
+    axes[0].set(yscale="log", ylabel="||E[g] - grad||", ylim=(bias_floor / 2, None),
+                title="bias norm (dotted: 2 error bars; grey: ||grad||)")
+    axes[1].set(ylabel="cos(E[g], grad)", title="cosine with the true gradient",
+                ylim=(-1.05, 1.05))
     axes[2].set(ylabel="E_theta[J]", title="expected loss along the trajectory")
     for k, n in enumerate(ns):
-        axes[3 + k].set(yscale="log", ylabel="E||g_n - grad||^2", title=f"MSE at n = {n}")
+        axes[3 + k].axhline(1.0, color="k", lw=0.6)
+        axes[3 + k].set(yscale="log", ylabel="MSE / ||grad||^2", ylim=(PLOT_FLOOR**2 / 2, None),
+                        title=f"relative MSE at n = {n}")
     for ax in axes[:panels]:
         ax.set(xscale="log", xlabel="step (log; step 0 at 1/2)")
     for ax in axes[panels:]:
@@ -413,7 +438,8 @@ def plot_bias(rows: list[dict], ns: Sequence[int], title: str) -> Any:
     extra = axes[0].get_legend_handles_labels()
     fig.legend(handles + extra[0][-1:], labels + extra[1][-1:], loc="lower center",
                ncol=6, fontsize=8, frameon=False)
-    fig.suptitle(title)
+    fig.suptitle(f"{title}\n(zero to round-off: on the bottom edge, {PLOT_FLOOR:g} of "
+                 "||grad|| or of ||grad||^2)")
     fig.tight_layout(rect=(0, 0.06, 1, 0.97))
     return fig
 
@@ -469,8 +495,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="Monte Carlo draws per step where no exact rule applies (default 4000)")
     p.add_argument("--mc-seed", type=nonneg_int, default=0,
                    help="seed of the Monte Carlo draws and of the RELAX control (default 0)")
-    p.add_argument("--threads", type=positive_int, default=None,
-                   help="torch CPU threads (default: torch's own)")
+    p.add_argument("--threads", type=positive_int, default=1,
+                   help="torch CPU threads (default 1: the work is many small autograd calls, "
+                   "which more threads slow down)")
     p.add_argument("--out", type=Path, default=Path("results"), help="output folder")
     p.add_argument("--figures", type=Path, default=None,
                    help="also copy the figures, CSVs and tables here (docs/bias.md: --figures "
@@ -522,11 +549,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             f = MultilinearExtension(J)
         setting = Setting(beta=args.beta, nodes=args.nodes, mc_samples=args.mc_samples,
                           seed=args.mc_seed, control_seed=args.mc_seed)
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         rows, table = bias_study(f, J, param, names, args.n, args.steps, args.log_every,
                                  args.lr, args.table_steps, setting, args.cp_final_tau,
                                  args.cp_every, desc=f"{bench} d={d}")
-        seconds = time.perf_counter() - start
+        seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
         stem = f"{bench}_d{d}_{param.name}"
         title = (f"{bench}, d={d}, {param.name}: bias and MSE of one-sample estimators along "
                  f"the true-gradient trajectory (beta={args.beta:.3g})")
@@ -547,8 +574,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"{first[names[0]]['grad_norm']:.3g})" if names else f"{bench}: no biased rows")
         logged = len({r["step"] for r in rows})
         print(f"  {logged} logged steps (trajectory, rows and break-even table) in "
-              f"{seconds:.1f} s; wrote {args.out / (stem + '_bias.csv')}, .png, and "
-              "_break_even.csv/.md")
+              f"{seconds:.1f} s ({cpu:.1f} s CPU); wrote {args.out / (stem + '_bias.csv')}, "
+              ".png, and _break_even.csv/.md")
     return 0
 
 

@@ -727,6 +727,22 @@ def _st_variance_closed_form(A: np.ndarray, theta: np.ndarray, r: np.ndarray, pa
     return param.expand(np.diag(cov)) * param.dtheta_dr(r) ** 2
 
 
+def _one_thread(check: Callable[..., Any]) -> Callable[..., Any]:
+    """Run a check with one torch thread (`analysis.bias.torch_threads`): its many small
+    autograd calls run fastest that way."""
+    import functools
+
+    @functools.wraps(check)
+    def wrapped(*args: Any, **kwargs: Any) -> Any:
+        from analysis.bias import torch_threads
+
+        with torch_threads(1):
+            return check(*args, **kwargs)
+
+    return wrapped
+
+
+@_one_thread
 def check_st_bias(
     rng: np.random.Generator,
     instances: int,
@@ -814,6 +830,7 @@ def deceiving_squared_loss(z: Any) -> Any:
     return torch.where(x < 0, c_lo[0] + c_lo[2] * x * x, c_hi[0] + c_hi[2] * x * x)
 
 
+@_one_thread
 def check_cp_relaxation(
     rng: np.random.Generator,
     instances: int,
@@ -889,6 +906,7 @@ def rebar_relax_estimates(kind: str, f: Any, r: np.ndarray, u: Any, v: Any,
     return per_sample(BIASED[kind], f, r, get_parametrization("sigmoid"), setting, u, v)
 
 
+@_one_thread
 def check_hybrid_unbiased(
     rng: np.random.Generator,
     instances: int,
