@@ -421,14 +421,14 @@ def plot_bias(rows: list[dict], ns: Sequence[int], title: str) -> Any:
             axes[3 + k].plot(x, np.maximum(m, PLOT_FLOOR**2), **style)
     axes[0].plot(x, np.sqrt(grad2), "k-", lw=2, alpha=0.3, label="||true gradient||")
     axes[2].plot(x, [r["loss"] for r in rows if r["estimator"] == names[0]], "k-", lw=1.2)
-    axes[0].set(yscale="log", ylabel="||E[g] - grad||", ylim=(bias_floor / 2, None),
+    axes[0].set(yscale="log", ylabel="||E[g] - grad||",
                 title="bias norm (dotted: 2 error bars; grey: ||grad||)")
     axes[1].set(ylabel="cos(E[g], grad)", title="cosine with the true gradient",
                 ylim=(-1.05, 1.05))
     axes[2].set(ylabel="E_theta[J]", title="expected loss along the trajectory")
     for k, n in enumerate(ns):
         axes[3 + k].axhline(1.0, color="k", lw=0.6)
-        axes[3 + k].set(yscale="log", ylabel="MSE / ||grad||^2", ylim=(PLOT_FLOOR**2 / 2, None),
+        axes[3 + k].set(yscale="log", ylabel="MSE / ||grad||^2",
                         title=f"relative MSE at n = {n}")
     for ax in axes[:panels]:
         ax.set(xscale="log", xlabel="step (log; step 0 at 1/2)")
