@@ -25,8 +25,9 @@ and DisARM reach each biased estimator's MSE at each n.
 from __future__ import annotations
 
 import argparse
+import functools
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -95,46 +96,6 @@ NOISES = ("none", "vertices", "uniform", "uniform2")
 MULTILINEAR_NODES = 64
 
 
-@dataclass(frozen=True)
-class BiasedEstimator:
-    """One biased (or hybrid) estimator: its noise (``none``: deterministic; ``vertices``:
-    z ~ Bern(theta), enumerated; ``uniform``: u ~ U(0, 1)^d, by quadrature or Monte Carlo;
-    ``uniform2``: two such, Monte Carlo), whether it runs on sigmoid logits only, its relaxation
-    (concrete or hard concrete) if any, its paper label or reference, colour and marker."""
-
-    name: str
-    label: str
-    noise: str
-    sigmoid_only: bool = True
-    relaxation: str | None = None
-    reference: str = ""
-    color: str = ""
-    marker: str = "o"
-
-
-#: Every biased estimator, by name, in table order.
-BIASED: dict[str, BiasedEstimator] = {
-    spec.name: spec
-    for spec in (
-        BiasedEstimator("st-theta", "ST-θ (Zhou)", "vertices", sigmoid_only=False,
-                        reference="Zhou et al. 2019; pbscale st-theta", color="C9", marker="P"),
-        BiasedEstimator("st", "ST", "vertices", reference="ch:other", color="C5", marker="s"),
-        BiasedEstimator("cp", "CP (mask θ)", "none", reference="eq:sigmoid_cp", color="C4",
-                        marker="D"),
-        BiasedEstimator("cp-anneal", "CP (τ path)", "none", reference="eq:sigmoid_cp",
-                        color="C3", marker="d"),
-        BiasedEstimator("concrete", "concrete", "uniform", relaxation="concrete",
-                        reference="ch:other (Gumbel-softmax)", color="C7", marker="^"),
-        BiasedEstimator("hardconcrete", "hard concrete", "uniform", relaxation="hardconcrete",
-                        reference="Louizos et al. 2018", color="C8", marker="v"),
-        BiasedEstimator("rebar", "REBAR", "uniform2", reference="ch:other", color="C6",
-                        marker="X"),
-        BiasedEstimator("relax", "RELAX", "uniform2", reference="ch:other", color="C2",
-                        marker="*"),
-    )
-}
-
-
 @contextmanager
 def torch_threads(count: int) -> Iterator[None]:
     """torch's intra-op thread count set to ``count`` inside the block, restored after (the
@@ -183,30 +144,111 @@ class Setting:
         return torch.rand((rows, d), generator=self.generator, dtype=torch.float64)
 
 
+#: A per-sample rule: (f, logits r (P,) as a tensor, parametrization, setting, uniforms u and
+#: v (N, d) or None) -> one estimate per row, (N, P) (one row when deterministic).
+Rule = Callable[..., torch.Tensor]
+
+
+def st_theta_rule(f: Any, r: torch.Tensor, param: Parametrization, setting: Setting,
+                  u: torch.Tensor, v: Any = None) -> torch.Tensor:
+    """pbscale's ``st_theta`` (Zhou et al.) on the rows of u: one logit row per sample, and
+    st_theta's mean over the rows' losses undone."""
+    est, _ = st_theta(f, r.expand(u.shape[0], r.shape[-1]).clone(), param, u)
+    return est.grad * u.shape[0]
+
+
+def st_rule(f: Any, r: torch.Tensor, param: Parametrization, setting: Setting,
+            u: torch.Tensor, v: Any = None) -> torch.Tensor:
+    """pbscale's ``straight_through`` (`ch:other`), one sample per row of u."""
+    return straight_through(f, r, u[None]).grad
+
+
+def cp_rule(f: Any, r: torch.Tensor, param: Parametrization, setting: Setting,
+            u: Any = None, v: Any = None) -> torch.Tensor:
+    """pbscale's ``cp_step`` at CP's logits x = tau r, whose relaxed mask sigmoid(x / tau) is
+    theta, times tau: the gradient in the sigmoid logits r (the same at every tau)."""
+    tau = setting.tau
+    return tau * cp_step(f, tau * r[None], tau, hard=False).grad
+
+
+def cp_anneal_rule(f: Any, r: torch.Tensor, param: Parametrization, setting: Setting,
+                   u: Any = None, v: Any = None) -> torch.Tensor:
+    """pbscale's ``cp_step`` on the trajectory's logits r at the step's temperature tau."""
+    return cp_step(f, r[None], setting.tau, hard=False).grad
+
+
+def relaxation_rule(name: str) -> Rule:
+    """The pathwise gradient through the relaxation ``name`` at the setting's beta
+    (`pbexact.relaxations.relaxed_gradients`), one sample per row of u."""
+
+    def rule(f: Any, r: torch.Tensor, param: Parametrization, setting: Setting,
+             u: torch.Tensor, v: Any = None) -> torch.Tensor:
+        return relaxed_gradients(f, r, u, setting.relaxation(name))
+
+    return rule
+
+
+def hybrid_rule(f: Any, r: torch.Tensor, param: Parametrization, setting: Setting,
+                u: torch.Tensor, v: torch.Tensor, kind: str = "rebar") -> torch.Tensor:
+    """pbscale's ``rebar_relax`` with the setting's control of ``kind``: one logit row per
+    sample, so each row's gradient sees its own sample only."""
+    rows = r.expand(u.shape[0], r.shape[-1]).clone()
+    return rebar_relax(f, rows, u[None], v[None], setting.control(kind, r.shape[-1]))[0].grad
+
+
+@dataclass(frozen=True)
+class BiasedEstimator:
+    """One biased (or hybrid) estimator: its per-sample ``rule``, its noise (``none``:
+    deterministic; ``vertices``: z ~ Bern(theta), enumerated; ``uniform``: u ~ U(0, 1)^d, by
+    quadrature or Monte Carlo; ``uniform2``: two such, Monte Carlo), whether it runs on sigmoid
+    logits only, its relaxation (concrete or hard concrete) if any, its paper label or
+    reference, colour and marker. Adding one is one entry of :data:`BIASED`."""
+
+    name: str
+    label: str
+    rule: Rule
+    noise: str
+    sigmoid_only: bool = True
+    relaxation: str | None = None
+    reference: str = ""
+    color: str = ""
+    marker: str = "o"
+
+
+#: Every biased estimator, by name, in table order.
+BIASED: dict[str, BiasedEstimator] = {
+    spec.name: spec
+    for spec in (
+        BiasedEstimator("st-theta", "ST-θ (Zhou)", st_theta_rule, "vertices",
+                        sigmoid_only=False, reference="Zhou et al. 2019; pbscale st-theta",
+                        color="C9", marker="P"),
+        BiasedEstimator("st", "ST", st_rule, "vertices", reference="ch:other", color="C5",
+                        marker="s"),
+        BiasedEstimator("cp", "CP (mask θ)", cp_rule, "none", reference="eq:sigmoid_cp",
+                        color="C4", marker="D"),
+        BiasedEstimator("cp-anneal", "CP (τ path)", cp_anneal_rule, "none",
+                        reference="eq:sigmoid_cp", color="C3", marker="d"),
+        BiasedEstimator("concrete", "concrete", relaxation_rule("concrete"), "uniform",
+                        relaxation="concrete", reference="ch:other (Gumbel-softmax)",
+                        color="C7", marker="^"),
+        BiasedEstimator("hardconcrete", "hard concrete", relaxation_rule("hardconcrete"),
+                        "uniform", relaxation="hardconcrete", reference="Louizos et al. 2018",
+                        color="C8", marker="v"),
+        BiasedEstimator("rebar", "REBAR", functools.partial(hybrid_rule, kind="rebar"),
+                        "uniform2", reference="ch:other", color="C6", marker="X"),
+        BiasedEstimator("relax", "RELAX", functools.partial(hybrid_rule, kind="relax"),
+                        "uniform2", reference="ch:other", color="C2", marker="*"),
+    )
+}
+
+
 def per_sample(spec: BiasedEstimator, f: Any, r: np.ndarray, param: Parametrization,
                setting: Setting, u: torch.Tensor | None = None,
                v: torch.Tensor | None = None) -> np.ndarray:
     """The estimates of ``spec`` (one per row of the uniforms u, v (N, d); one row when
-    deterministic) at logits r (P,), by pbscale's implementation; shape (N, P)."""
+    deterministic) at logits r (P,), by its rule (pbscale's implementation); shape (N, P)."""
     rt = torch.as_tensor(r, dtype=torch.float64)
-    if spec.name == "st-theta":
-        rows = rt.expand(u.shape[0], rt.shape[-1]).clone()
-        est, _ = st_theta(f, rows, param, u)
-        return est.grad.numpy() * u.shape[0]  # st_theta averages the rows' losses
-    if spec.name == "st":
-        return straight_through(f, rt, u[None]).grad.numpy()
-    if spec.name == "cp":  # CP's logits x = tau r: its relaxed mask sigmoid(x / tau) is theta
-        tau = setting.tau
-        return (tau * cp_step(f, tau * rt[None], tau, hard=False).grad).numpy()
-    if spec.name == "cp-anneal":
-        return cp_step(f, rt[None], setting.tau, hard=False).grad.numpy()
-    if spec.relaxation is not None:
-        return relaxed_gradients(f, rt, u, setting.relaxation(spec.relaxation)).numpy()
-    if spec.noise == "uniform2":
-        rows = rt.expand(u.shape[0], rt.shape[-1]).clone()
-        control = setting.control(spec.name, rt.shape[-1])
-        return rebar_relax(f, rows, u[None], v[None], control)[0].grad.numpy()
-    raise PBInputError(f"no per-sample rule for {spec.name}")
+    return spec.rule(f, rt, param, setting, u, v).detach().numpy()
 
 
 def estimator_moments(spec: BiasedEstimator, f: Any, J: np.ndarray, r: np.ndarray,
@@ -489,7 +531,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cp-every", type=positive_int, default=100,
                    help="steps between CP temperature updates (default 100)")
     p.add_argument("--nodes", type=int_at_least(2), default=4,
-                   help="Gauss-Legendre nodes per panel of the relaxations' quadrature; the "
+                   help="Gauss-Legendre nodes per panel of the relaxations' tensor-product "
+                   "quadrature (smooth extensions, d <= 4); the "
                    "error bar compares with half as many (default 4)")
     p.add_argument("--mc-samples", type=int_at_least(2), default=4000,
                    help="Monte Carlo draws per step where no exact rule applies (default 4000)")
