@@ -1,4 +1,5 @@
-"""Numerical checks of every analytical claim of the paper, on many random instances.
+"""Numerical checks of every analytical claim of the paper, on many random instances, and,
+beyond the paper, of the bias of ST, CP, REBAR and RELAX (`analysis.bias`).
 
     python -m analysis.theorems                       # full sizes, table on stdout
     python -m analysis.theorems --out results/        # also results/theorems.json and .md
@@ -30,13 +31,16 @@ from analysis.theorem_checks import (
     check_bstar,
     check_cor_mc_bad_gen_2,
     check_corollary_sizes,
+    check_cp_relaxation,
     check_equivalence,
     check_equivalence_mc,
     check_ex_mc_bad_gen_1,
+    check_hybrid_unbiased,
     check_mc_bad_gen_2,
     check_multilinear_hessian_numeric,
     check_multilinear_hessian_symbolic,
     check_multisets,
+    check_st_bias,
 )
 from pbexact.cli import ArgumentParser, int_at_least, nonneg_int, positive_float, positive_int
 from pbexact.errors import PBInputError
@@ -105,6 +109,12 @@ CHECKS: tuple[Check, ...] = (
     Check(("alg:orig_arms",),
           lambda s, g: check_arms_unbiased(g, min(s.instances, 60), s.max_d, s.max_n)),
     Check(("eq:n_multisets",), lambda s, g: check_multisets(g, s.max_d, s.max_n)),
+    # beyond the paper: the bias of the estimators that differentiate J (analysis.bias)
+    Check(("ch:other",), lambda s, g: check_st_bias(g, min(s.instances, 40), min(s.max_d, 6))),
+    Check(("eq:sigmoid_cp",),
+          lambda s, g: check_cp_relaxation(g, min(s.instances, 40), min(s.max_d, 6))),
+    Check(("ch:other",), lambda s, g: check_hybrid_unbiased(g, min(s.instances, 6),
+                                                            min(s.max_d, 3), s.samples)),
 )
 #: Every label a check reports, in table order (the choices of ``--only``).
 LABELS: tuple[str, ...] = tuple(dict.fromkeys(lab for c in CHECKS for lab in c.labels))
@@ -178,7 +188,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "enumeration-heavy checks use at most 40-60)")
     parser.add_argument("--max-d", type=positive_int, default=d.max_d,
                         help="largest d of random tables (default %(default)s; sympy, beta* and "
-                        "ARMS enumeration cap it at 4, thm:mc_bad_gen_2 at 6)")
+                        "ARMS enumeration cap it at 4, thm:mc_bad_gen_2, ST and CP at 6, "
+                        "REBAR/RELAX at 3)")
     parser.add_argument("--max-n", type=int_at_least(2), default=d.max_n,
                         help="largest number of samples n for enumerations (default %(default)s, "
                         "capped at 4)")

@@ -5,7 +5,8 @@ Modules: ``vertices`` (zeta_h, multisets), ``polynomial`` (P_J, exact gradient, 
 ARMS, beta*, DisARM; shared with pbscale), ``copula`` (the ARMS Dirichlet copula, antithetic
 pairs), ``sampling``, ``variance`` and ``closed_form`` (exact estimator variances),
 ``bad_generalization`` (`thm:mc_bad_gen_2`, `cor:mc_bad_gen_2`), ``benchmarks``
-(ExponentialTabularLoss, NNLoss).
+(ExponentialTabularLoss, NNLoss), ``relaxations`` (concrete and hard-concrete samples at
+temperature beta, their quadrature) and ``bias`` (the exact bias and MSE of biased estimators).
 """
 
 from .errors import PBInputError

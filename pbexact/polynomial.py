@@ -6,8 +6,11 @@ costs O(2^d) or O(d 2^d), and accepts a batch of thetas of shape (..., d).
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
+from . import arrays
 from .errors import check_table, check_theta
 
 #: Up to this d, E[J] and its gradient are products with the 2^d vertex probabilities (and a
@@ -27,6 +30,27 @@ def _contract(table: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         t = t.reshape(t.shape[:-1] + (-1, 2))
         t = t[..., 0] * a[..., i, None] + t[..., 1] * b[..., i, None]
     return t[..., 0]
+
+
+def _vertex_weights(x: Any) -> Any:
+    """prod_i (x_i if bit i of h is 1 else 1 - x_i) for every h, shape (..., 2^d) for x of shape
+    (..., d) (torch; differentiable)."""
+    xp = arrays.namespace(x)
+    w = xp.ones(x.shape[:-1] + (1,), dtype=x.dtype, device=x.device)
+    for i in range(x.shape[-1]):
+        xi = x[..., i, None]
+        w = xp.cat([w * (1 - xi), w * xi], -1)
+    return w
+
+
+def _split_contract(table: Any, x: Any) -> Any:
+    """P_J(x) for a torch batch x (..., d): the table as a (2^(d-k), 2^k) matrix between the
+    vertex weights of the first k = d // 2 coordinates and of the rest, so a batch costs one
+    matrix product (O(2^d) per row, without the (batch, 2^d) intermediates of `_contract`)."""
+    d = x.shape[-1]
+    k = d // 2
+    low, high = _vertex_weights(x[..., :k]), _vertex_weights(x[..., k:])
+    return ((low @ table.reshape(2 ** (d - k), 2**k).T) * high).sum(-1)
 
 
 def vertex_probabilities(theta: np.ndarray) -> np.ndarray:
@@ -60,9 +84,15 @@ def expected_loss(J: np.ndarray, theta: np.ndarray) -> np.ndarray:
     return _contract(J, 1 - theta, theta)
 
 
-def multilinear_value(J: np.ndarray, x: np.ndarray) -> np.ndarray:
+def multilinear_value(J: np.ndarray, x: Any) -> Any:
     """P_J(x) in the literal form of `eq:multi_poly`, sum_h prod_i x_i^z_i (1-x_i)^(1-z_i) J_h,
-    for any real x (not only [0, 1]), shape (...)."""
+    for any real x (not only [0, 1]), shape (...). A torch tensor x gives a torch result,
+    differentiable in x (the table is taken to x's dtype and device): the multilinear extension
+    that methods differentiating J (ST, CP, relaxations) use for a J table."""
+    xp = arrays.namespace(x)
+    if xp is not np:
+        table = xp.as_tensor(check_table(J, x.shape[-1]), dtype=x.dtype, device=x.device)
+        return _split_contract(table, x)
     x = np.asarray(x, dtype=np.float64)
     J = check_table(J, x.shape[-1])
     return _contract(J, 1 - x, x)

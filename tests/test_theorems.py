@@ -126,6 +126,66 @@ def test_multisets_pass_and_fail_on_wrong_counts():
     assert not th.check_multisets(rng(), 2, 3, orderings=plus_one).passed
 
 
+def test_st_bias_checks_pass_and_fail_on_wrong_formulas():
+    unbiased, nnloss, quadratic = th.check_st_bias(rng(), 8, 4)
+    assert unbiased.passed and nnloss.passed and quadratic.passed
+    assert min(nnloss.detail["ratios"]) > th.ST_BIAS_FLOOR
+
+    def half(A, theta):  # A_kk (theta_k - 1/2): the factor 2 dropped
+        return np.diag(A) * (theta - 0.5)
+
+    assert not th.check_st_bias(rng(), 8, 4, nets=0, closed_form=half)[2].passed
+
+    def without_chain(f, J, r, param):  # the microworld's ST: dJ/dz taken as dJ/dr
+        from analysis.bias import BIASED, Setting, estimator_moments
+        from pbexact.bias import Moments
+
+        sigmoid = th.get_parametrization("sigmoid")
+        m = estimator_moments(BIASED["st"], f, J, sigmoid.logits(param.theta(r)), sigmoid,
+                              Setting())
+        return Moments(param.expand(m.mean), param.expand(m.variance))
+
+    assert not th.check_st_bias(rng(), 8, 4, nets=0, moments=without_chain)[0].passed
+
+    def multilinear_nets(f, J, r, param):  # the net's table through P_J: no bias left
+        from pbexact.bias import MultilinearExtension
+
+        return th.st_theta_moments(MultilinearExtension(J), J, r, param)
+
+    assert not th.check_st_bias(rng(), 2, 3, nets=2, moments=multilinear_nets)[1].passed
+
+
+def test_cp_relaxation_checks_pass_and_fail_on_wrong_formulas():
+    exact, counter = th.check_cp_relaxation(rng(), 6, 4)
+    assert exact.passed and counter.passed and counter.detail["cosines"] == [-1.0] * 8
+
+    def sigmoid_gradient(J, r, tau):  # "CP's gradient is the true gradient at sigmoid(r)"
+        s = 1 / (1 + np.exp(-r))
+        return th.true_gradient(J, s) * s * (1 - s)
+
+    assert not th.check_cp_relaxation(rng(), 6, 4, reference=sigmoid_gradient)[0].passed
+    from pbexact.bias import MultilinearExtension
+
+    table = th.deceiving_squared_loss(th_torch_vertices()).numpy()
+    ml = MultilinearExtension(table)  # P_J of the same two values: no counter-example left
+    assert not th.check_cp_relaxation(rng(), 2, 2, counter_example=ml)[1].passed
+
+
+def th_torch_vertices():
+    import torch
+
+    return torch.tensor([[0.0], [1.0]], dtype=torch.float64)
+
+
+def test_hybrid_unbiasedness_passes_and_fails_on_a_wrong_conditional_sample():
+    assert th.check_hybrid_unbiased(rng(), 3, 3, 3000).passed
+
+    def same_uniforms(kind, f, r, u, v, log_tau, eta):  # z~ from u itself, not a fresh v
+        return th.rebar_relax_estimates(kind, f, r, u, u, log_tau, eta)
+
+    assert not th.check_hybrid_unbiased(rng(), 3, 3, 3000, estimates=same_uniforms).passed
+
+
 def test_cli_writes_tables_and_exits_zero(tmp_path, capsys):
     argv = ["--instances", "4", "--max-d", "3", "--max-n", "3", "--samples", "2000",
             "--cor-max-d", "8", "--runs", "30", "--no-progress", "--out", str(tmp_path)]
@@ -134,7 +194,7 @@ def test_cli_writes_tables_and_exits_zero(tmp_path, capsys):
     labels = {r["label"] for r in rows}
     assert {"eq:equivalence", "thm:multilinear_hessian", "thm:bStarOne", "thm:bStarTwo",
             "thm:mc_bad_gen_2", "cor:mc_bad_gen_2", "ex:mc_bad_gen_1", "sec:arms_iter_proof",
-            "alg:orig_arms", "eq:n_multisets"} <= labels
+            "alg:orig_arms", "eq:n_multisets", "ch:other", "eq:sigmoid_cp"} <= labels
     assert all({"label", "check", "worst", "passed"} <= set(r) for r in rows)
     assert all(r["passed"] for r in rows)
     assert "| label |" in (tmp_path / "theorems.md").read_text()
