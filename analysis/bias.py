@@ -57,7 +57,6 @@ from pbexact.cli import (
     positive_float,
     positive_int,
     positive_int_list,
-    set_threads,
 )
 from pbexact.continuation import CP_FINAL_TAU
 from pbexact.errors import PBInputError, check_d, check_learning_rate
@@ -84,6 +83,7 @@ from pbscale.methods import (
     straight_through,
 )
 from pbscale.methods.beyond import st_theta
+from pbscale.runtime import set_threads
 
 #: Largest d: the exact rows enumerate the 2^d vertices (the issue's d <= 12).
 MAX_BIAS_D = 12

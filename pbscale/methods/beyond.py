@@ -29,6 +29,7 @@ import torch
 
 from pbexact.errors import PBInputError
 from pbexact.parametrizations import Parametrization
+from pbexact.relaxations import HC_BETA, HC_GAMMA, HC_ZETA, get_relaxation
 
 from ..loop_types import BatchedLoss
 from .estimate import Estimate
@@ -36,10 +37,10 @@ from .magnitude import check_fraction
 from .registry import register
 from .trainer import LogitsFamily, MaskTrainer
 
-#: Hard-concrete stretch interval (gamma, zeta) and temperature beta (Louizos et al. 2018).
-HC_GAMMA, HC_ZETA, HC_BETA = -0.1, 1.1, 2.0 / 3.0
+#: The hard-concrete gate, one definition with the exact side (`pbexact.relaxations`).
+HARD_CONCRETE = get_relaxation("hardconcrete")
 #: Keeps log(u) and log(1 - u) finite in the hard-concrete sample.
-_HC_EPS = 1e-6
+HC_EPS = 1e-6
 
 
 def st_theta(f: BatchedLoss, r: torch.Tensor, param: Parametrization, u: torch.Tensor,
@@ -56,10 +57,10 @@ def st_theta(f: BatchedLoss, r: torch.Tensor, param: Parametrization, u: torch.T
 
 
 def hc_sample(log_alpha: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
-    """Hard-concrete gates (..., d) from uniforms u (..., d), differentiable in log alpha."""
-    u = u.clamp(_HC_EPS, 1 - _HC_EPS)
-    s = torch.sigmoid((torch.log(u) - torch.log1p(-u) + log_alpha) / HC_BETA)
-    return (s * (HC_ZETA - HC_GAMMA) + HC_GAMMA).clamp(0.0, 1.0)
+    """Hard-concrete gates (..., d) from uniforms u (..., d), differentiable in log alpha:
+    :meth:`pbexact.relaxations.Relaxation.gate` of :data:`HARD_CONCRETE`, u clamped to
+    [HC_EPS, 1 - HC_EPS]."""
+    return HARD_CONCRETE.gate(log_alpha, u, eps=HC_EPS)
 
 
 def hc_test_gate(log_alpha: torch.Tensor) -> torch.Tensor:
