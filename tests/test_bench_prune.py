@@ -12,14 +12,14 @@ from pbscale import io
 
 
 @pytest.mark.parametrize("argv,match", [
-    (["--device", "gpu"], "--device must be cpu or cuda"),
-    (["--amp", "fp8"], "--amp must be"),
+    (["--device", "gpu"], "--device 'gpu' is neither cpu nor cuda"),
+    (["--amp", "fp8"], "--amp 'fp8' is not none, bf16 or both"),
     (["--ns", "1,x"], "comma-separated integers"),
     (["--ns", "0"], "positive integers"),
     (["--models", "alexnet"], "unknown model 'alexnet'"),
-    (["--batch", "1"], "--batch must be >= 2"),
-    (["--chunk", "0"], "--chunk must be a positive integer"),
-    (["--layouts", "nhwc"], "--layouts must be"),
+    (["--batch", "1"], "--batch: must be an integer >= 2"),
+    (["--chunk", "0"], "--chunk: must be a positive integer"),
+    (["--layouts", "nhwc"], "--layouts 'nhwc' is not nchw"),
     (["--groups", "0"], "--groups must be positive"),
     (["--param", "nope"], "unknown parametrization"),
 ])
