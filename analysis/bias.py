@@ -58,7 +58,7 @@ from pbexact.cli import (
     positive_int,
     positive_int_list,
 )
-from pbexact.continuation import CP_FINAL_TAU
+from pbexact.continuation import CP_EVERY, CP_FINAL_TAU
 from pbexact.errors import PBInputError, check_d, check_learning_rate
 from pbexact.estimators import get_estimator
 from pbexact.parametrizations import PARAMETRIZATIONS, Parametrization, get_parametrization
@@ -398,7 +398,7 @@ def trajectory(J: np.ndarray, param: Parametrization, steps: int, log_every: int
 
 def bias_study(f: Any, J: np.ndarray, param: Parametrization, names: Sequence[str],
                ns: Sequence[int], steps: int, log_every: int, lr: float, table_steps: Sequence[int],
-               setting: Setting, cp_final_tau: float = CP_FINAL_TAU, cp_every: int = 100,
+               setting: Setting, cp_final_tau: float = CP_FINAL_TAU, cp_every: int = CP_EVERY,
                desc: str | None = None) -> tuple[list[dict], list[dict]]:
     """The rows of the bias CSV along the trajectory and of the break-even table."""
     rows, table = [], []
@@ -527,9 +527,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="temperature of the concrete and hard-concrete relaxations "
                    "(default 2/3 = 0.666667, Louizos et al.)")
     p.add_argument("--cp-final-tau", type=positive_float, default=CP_FINAL_TAU,
-                   help="CP's last temperature (default 0.005 = 1/200)")
-    p.add_argument("--cp-every", type=positive_int, default=100,
-                   help="steps between CP temperature updates (default 100)")
+                   help="CP's last temperature, the paper's 1/200")
+    p.add_argument("--cp-every", type=positive_int, default=CP_EVERY,
+                   help="steps between CP temperature updates")
     p.add_argument("--nodes", type=int_at_least(2), default=4,
                    help="Gauss-Legendre nodes per panel of the relaxations' tensor-product "
                    "quadrature (smooth extensions, d <= 4); the "

@@ -24,7 +24,7 @@ import torch
 from tqdm import tqdm
 
 from analysis.microworld_runs import CurveLogger, Trajectory, check_run
-from pbexact.continuation import CP_FINAL_TAU
+from pbexact.continuation import CP_EVERY, CP_FINAL_TAU
 from pbexact.errors import PBInputError, check_n, check_table
 from pbexact.polynomial import expected_loss
 from pbexact.sampling import vertex_index
@@ -59,7 +59,7 @@ def run_torch(
     log_every: int = 1,
     desc: str | None = None,
     cp_final_tau: float = CP_FINAL_TAU,
-    cp_every: int = 100,
+    cp_every: int = CP_EVERY,
 ) -> Trajectory:
     """SGD on sigmoid logits r (seeds, d), r_0 = 0, with the gradients of ``method`` (one of
     :data:`TORCH_METHODS`) on the differentiable loss f, whose J table of shape (2^d,) gives the

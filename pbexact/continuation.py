@@ -82,6 +82,9 @@ DECEIVING_SQUARED = PiecewiseFunction(
 #: CP's last temperature (`sec:app_microworld_hypers`: exponential decay from 1 to 1/200); the one
 #: definition every CP schedule (pbexact, pbscale, analysis) takes its default from.
 CP_FINAL_TAU = 1 / 200
+#: Iterations between two updates of CP's temperature in the trained runs
+#: (`sec:app_microworld_hypers`): tau is updated every CP_EVERY mask-training steps.
+CP_EVERY = 100
 
 
 def exponential_temperature(k: int, count: int, final: float = CP_FINAL_TAU) -> float:

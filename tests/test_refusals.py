@@ -79,6 +79,8 @@ CASES = [
     ("analysis.report", ["--experiments", "supermask", "--scale-out", "{tmp}/a_file"],
      "--scale-out", None),
     ("analysis.report", ["--d", "4", "--no-d4"], "no claim", None),
+    ("analysis.bias", ["--d", "13"], "above 12", None),
+    ("analysis.bias", ["--estimators", "nope"], "nope", None),
     ("analysis.regression", ["--ns", "0,10"], "--ns", None),
     ("analysis.regression", ["--threads", "5000"], "at most 1,024", None),
     # the claims tools (pareto and scale_report are another helper's; their own tests hold

@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from pbexact.continuation import CP_FINAL_TAU, exponential_temperature
+from pbexact.continuation import CP_EVERY, CP_FINAL_TAU, exponential_temperature
 from pbexact.errors import PBInputError
 from pbexact.parametrizations import Parametrization
 
@@ -21,7 +21,7 @@ from .trainer import LogitsFamily
 
 
 def cp_temperature(step: int, total_steps: int, final: float = CP_FINAL_TAU,
-                   every: int = 100) -> float:
+                   every: int = CP_EVERY) -> float:
     """tau at iteration ``step``: 1 at the start, multiplied by a constant every ``every``
     iterations so that the last update of training reaches ``final``: the schedule
     :func:`pbexact.continuation.exponential_temperature` over the updates."""
@@ -76,7 +76,7 @@ class CPSettings(Settings):
     the keys they had before families owned their settings (``cp_final_tau``, ``cp_every``)."""
 
     final_tau: float = field(default=CP_FINAL_TAU, metadata=legacy("cp_final_tau"))
-    every: int = field(default=100, metadata=legacy("cp_every"))
+    every: int = field(default=CP_EVERY, metadata=legacy("cp_every"))
 
     def check(self, text: str) -> None:
         if not (isinstance(self.final_tau, (int, float)) and 0 < self.final_tau <= 1) or \
