@@ -28,6 +28,10 @@ Design (the loop stays single-run; a group is one run of it):
   evaluation; the samplers' streams do not depend on the chunking when k d is even (d = 8,050 is),
   so every member's history equals that of the separate run up to the round-off of the grouped
   forward (``tests/test_batched_seeds.py``; every method: ``tests/test_batched_methods.py``).
+  The methods that differentiate through the network (CP, the hybrids, ST-theta, hard-concrete,
+  edge-popup) see the same losses but a backward that rounds differently; RMSprop amplifies
+  that in near-zero gradient entries, so over a long run their members drift from the separate
+  runs as runs on two CPUs do (docs/measurements.md, "Batched seeds: runs per hour").
 * After every epoch (``after_epoch``: the group task is its own :class:`pbscale.loop.RunHooks`)
   each member's run folder is written exactly where and as ``python -m pbscale.regress`` writes it
   (same hash: ``config.json``, ``history.csv``; ``summary.json`` after the last epoch), so a

@@ -13,7 +13,10 @@ ATEN_CPU_CAPABILITY=default: at most 1.6e-7 relative (ST-theta, hard-concrete, e
 others bit-identical here). REL = 1e-5, the tolerance of tests/test_batched_seeds.py and of
 float32 training metrics in docs/measurements.md (kernels differ by up to 1.35e-6 relative
 across CPUs), leaves room for other CPUs' kernels while a wrong member (another seed, another
-rate, a control stepped twice) differs by far more (checked: the members' finals all differ)."""
+rate, a control stepped twice) differs by far more (checked: the members' finals all differ).
+On the paper's problem, over 100 steps an epoch, the methods that differentiate through the
+network drift further: their grouped backward rounds differently and RMSprop amplifies it in
+near-zero gradient entries (docs/measurements.md, "Batched seeds: runs per hour")."""
 
 from __future__ import annotations
 
