@@ -1,10 +1,13 @@
-"""Runs per hour of MaskedNNRegression runs (one MC setting, several seeds and learning rates):
-batched (:mod:`pbscale.batched_seeds`, all runs one computation) against one at a time (the
-loop, in one process) and against parallel processes (``python -m pbscale.regress`` children,
-``--procs`` at once), measured in the same run on the same runs.
+"""Runs per hour of MaskedNNRegression runs (one setting of a method, several seeds and learning
+rates): batched (:mod:`pbscale.batched_seeds`, all runs one computation) against one at a time
+(the loop, in one process) and against parallel processes (``python -m pbscale.regress``
+children, ``--procs`` at once), measured in the same run on the same runs; each method of
+``--method`` (comma-separated: any method that batches, e.g. ``cp,rebar``) in turn, in this
+process.
 
     python -m benchmarks.bench_batched_seeds [--method loorf] [--n 10] [--seeds 4]
-        [--lrs 0.1,0.01] [--epochs 2] [--procs 2] [--device cpu]
+        [--lrs 0.1,0.01] [--epochs 2] [--procs 2] [--modes batched,serial,parallel]
+        [--device cpu] [--csv FILE]
 
 Each mode writes to its own temporary folder (deleted afterwards); the times include what each
 mode really pays (process start-up and data set-up for the parallel processes). Wall-clock
@@ -16,6 +19,7 @@ run folders every epoch).
 
 from __future__ import annotations
 
+import argparse
 import os
 import resource
 import subprocess
@@ -30,7 +34,7 @@ import torch
 from analysis.cli import run
 from pbexact.cli import ArgumentParser, int_in_range, positive_int, thread_count
 from pbexact.errors import PBInputError
-from pbscale import regress
+from pbscale import io, regress
 from pbscale.batched_seeds import MAX_RUNS, lr_list, train_batched
 from pbscale.methods import MaskTrainerGroup, MethodConfig, names
 from pbscale.regression import RegressionProblem, make_problem
@@ -76,7 +80,8 @@ def time_modes(configs: list[MethodConfig], epochs: int, dev: torch.device,
 
         def child(c: MethodConfig) -> int:
             cmd = [sys.executable, "-m", "pbscale.regress", "--method", c.method, "--n",
-                   str(c.n), "--lr", str(c.lr), "--seed", str(c.seed), "--epochs",
+                   str(c.n), "--lr", str(c.lr), "--optimizer", c.optimizer, "--seed",
+                   str(c.seed), "--epochs",
                    str(epochs), "--device", str(dev), "--threads", str(threads),
                    "--out", f"{tmp}/procs", "--quiet"]
             return subprocess.run(cmd, capture_output=True, env=os.environ).returncode
@@ -95,11 +100,27 @@ def time_modes(configs: list[MethodConfig], epochs: int, dev: torch.device,
     return res
 
 
+def choice_list(choices: tuple[str, ...], what: str) -> object:
+    """argparse type: a comma-separated list of ``choices`` (each once)."""
+
+    def parse(text: str) -> list[str]:
+        parts = [v.strip() for v in text.split(",")]
+        bad = [v for v in parts if v not in choices]
+        if bad or len(set(parts)) != len(parts):
+            raise argparse.ArgumentTypeError(
+                f"invalid choice: {(bad or parts)[0]!r}; give comma-separated {what}, each "
+                f"once, of {', '.join(choices)}")
+        return parts
+
+    return parse
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = ArgumentParser(prog="python -m benchmarks.bench_batched_seeds",
                         description=__doc__.splitlines()[0])
-    ap.add_argument("--method", default="loorf", choices=list(names("batched")),
-                    help="a method that runs batched (default loorf)")
+    ap.add_argument("--method", type=choice_list(names("batched"), "methods"), default="loorf",
+                    help="comma-separated methods that run batched, each timed in turn "
+                    "(default loorf)")
     ap.add_argument("--n", type=positive_int, default=10)
     ap.add_argument("--seeds", type=positive_int, default=4)
     ap.add_argument("--lrs", type=lr_list, default="0.1,0.01",
@@ -109,32 +130,47 @@ def main(argv: list[str] | None = None) -> None:
                     help="parallel processes")
     ap.add_argument("--device", default="cpu", help="cpu, cuda, cuda:K or auto (default cpu)")
     ap.add_argument("--threads", type=thread_count, default=1, help="torch threads per process")
+    ap.add_argument("--modes", type=choice_list(MODES, "modes"), default=",".join(MODES),
+                    help="what to time (serial, one at a time, is the ratios' baseline and "
+                    "always timed)")
+    ap.add_argument("--csv", default=None, help="also write the rows to this CSV file")
     args = ap.parse_args(argv)
     lrs = args.lrs
     if args.seeds * len(lrs) > MAX_RUNS:  # counted before the list is built
         raise PBInputError(f"{args.seeds * len(lrs):,} runs (--seeds x --lrs), more than the "
                            f"{MAX_RUNS:,} one group holds; lower --seeds")
-    configs = [MethodConfig(args.method, args.n, "sigmoid", lr, seed=s)
-               for lr in lrs for s in range(args.seeds)]
-    MaskTrainerGroup.check(configs)  # the method, n and rates, before any work
+    runs = {m: [MethodConfig(m, args.n, "sigmoid", lr, seed=s)
+                for lr in lrs for s in range(args.seeds)] for m in args.method}
+    for configs in runs.values():
+        MaskTrainerGroup.check(configs)  # the method, n and rates, before any work
+    modes = tuple(m for m in MODES if m in args.modes or m == "serial")
     dev = resolve_device(args.device)
     torch.set_num_threads(args.threads)
-    G = len(configs)
-    print(f"{G} runs: {args.method} n={args.n}, lr in {lrs}, {args.seeds} seeds, "
-          f"{args.epochs} epochs of 100 steps, d=8,050, device {dev}, {args.threads} thread(s)"
-          f" per process")
-    try:
-        timed = time_modes(configs, args.epochs, dev, MODES, args.procs, args.threads)
-    except RuntimeError as e:
-        sys.exit(str(e))
-    res = {LABELS[m].format(procs=args.procs): v for m, v in timed.items()}
-    base_wall, base_cpu = timed["serial"]
-    print(f"{'':<30} {'wall s':>8} {'runs/hour':>10} {'ratio':>6}   {'CPU s':>7} {'ratio':>6}")
-    for name, (sec, cpu_s) in res.items():
-        print(f"{name:<30} {sec:8.1f} {G / sec * 3600:10.0f} {base_wall / sec:5.2f}x   "
-              f"{cpu_s:7.1f} {base_cpu / cpu_s:5.2f}x")
-    print("ratio: one at a time / this mode (higher is faster); load average "
-          f"{os.getloadavg()[0]:.1f}")
+    rows = []
+    for method, configs in runs.items():
+        G = len(configs)
+        print(f"{G} runs: {method} n={args.n}, lr in {lrs}, {args.seeds} seeds, "
+              f"{args.epochs} epochs of 100 steps, d=8,050, device {dev}, {args.threads} "
+              f"thread(s) per process")
+        try:
+            timed = time_modes(configs, args.epochs, dev, modes, args.procs, args.threads)
+        except RuntimeError as e:
+            sys.exit(str(e))
+        base_wall, base_cpu = timed["serial"]
+        print(f"{'':<30} {'wall s':>8} {'runs/hour':>10} {'ratio':>6}   {'CPU s':>7} "
+              f"{'ratio':>6}")
+        for mode, (sec, cpu_s) in timed.items():
+            name = LABELS[mode].format(procs=args.procs)
+            print(f"{name:<30} {sec:8.1f} {G / sec * 3600:10.0f} {base_wall / sec:5.2f}x   "
+                  f"{cpu_s:7.1f} {base_cpu / cpu_s:5.2f}x")
+            rows.append({"method": method, "n": args.n, "runs": G, "epochs": args.epochs,
+                         "mode": mode, "wall_s": sec, "runs_per_hour": G / sec * 3600,
+                         "ratio": base_wall / sec, "cpu_s": cpu_s, "cpu_ratio": base_cpu / cpu_s,
+                         "device": str(dev), "load": os.getloadavg()[0]})
+        print("ratio: one at a time / this mode (higher is faster); load average "
+              f"{os.getloadavg()[0]:.1f}")
+    if args.csv:
+        io.write_csv(Path(args.csv), rows)
 
 
 if __name__ == "__main__":

@@ -463,8 +463,8 @@ def make_pieces(dev: torch.device, n: int, chunk: int, steps: int,
                 like_cuda(tr.optimizers)
                 pieces.append(Piece(f"{est.upper()} step ({param})", stepper(tr, f),
                                     {LOSS_READBACK: 1}))
-        grp = MaskTrainerGroup([MethodConfig(method="arms", n=n, chunk=chunk, seed=s)
-                                for s in range(group)], prob.d, 1000, dev)
+        grp = MaskTrainerGroup.flat([MethodConfig(method="arms", n=n, chunk=chunk, seed=s)
+                                     for s in range(group)], prob.d, 1000, dev)
         like_cuda(grp.optimizers)
         gidx = idx.expand(group, -1)
 

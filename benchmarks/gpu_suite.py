@@ -25,7 +25,8 @@ TF32 flags, commit, hostname, date). The pieces, in order:
   MaskedNNRegression runs trained as one batched group (20 runs: a group of the paper's sweep;
   and 100 runs) against one run at a time.
 * ``regression``: a slice of the paper-scale MaskedNNRegression sweep (``sweeps/regression.toml``
-  as ``pbscale.sweep`` plans it with batched seeds: groups and single runs): each kind of job
+  as ``pbscale.sweep`` plans it with batched seeds: every method's runs in groups, single runs
+  only where a setting has one run): each kind of job
   trained for 2 epochs, and the projected wall time of the whole sweep (280 runs, 300 epochs)
   with its jobs one after another on this device.
 * ``routes``: :mod:`benchmarks.bench_routes`, each GPU route of :mod:`pbscale.routes` against
@@ -533,9 +534,10 @@ def piece_regression(ctx: Context) -> Outcome:
     if ctx.smoke:
         epochs = 1
         problem = make_problem(0, ctx.dev, n_train=200, n_valid=100)
-        # the cheapest group and the cheapest single run
-        order = [min((k for k in kinds if k["group"] is g), key=lambda k: k["masks_per_step"])
-                 for g in (True, False)]
+        # the cheapest group and the cheapest single run (where the plan has one)
+        order = [min(pool, key=lambda k: k["masks_per_step"])
+                 for pool in ([k for k in kinds if k["group"] is g] for g in (True, False))
+                 if pool]
     else:
         epochs = 2
         problem = make_problem(0, ctx.dev)

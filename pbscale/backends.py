@@ -187,13 +187,16 @@ class MlpAutograd(Backend):
     """MLP path with autograd (soft masks that require grad, or trained weights).
 
     Networks: :func:`mlp_plan` accepts them; inputs x (B, features), B > 1, masks z (k, d)
-    (k > 0) in the layout's dtype; groups one by one. Out of place: a Linear is one batched
-    product over the k masks, giving (k, B, out); BatchNorm1d is ``F.batch_norm`` on the
-    activations laid out as (B, k * features), whose columns it normalizes over the B points,
-    i.e. with each mask's own batch statistics (the networks have no running statistics).
-    Gradients flow to z, x and (``train_weights``) the weights and BN affine parameters."""
+    (k > 0) in the layout's dtype; also grouped: z (G, k, d) with x (G, B, features) ->
+    (G, k, B, out), the G k masks one stack (only the first Linear, whose input differs per
+    group, is a product batched over G). Out of place: a Linear is one batched product over the
+    k masks, giving (k, B, out); BatchNorm1d is ``F.batch_norm`` on the activations laid out as
+    (B, k * features), whose columns it normalizes over the B points, i.e. with each mask's own
+    batch statistics (the networks have no running statistics). Gradients flow to z, x and
+    (``train_weights``) the weights and BN affine parameters."""
 
     name = "mlp_autograd"
+    takes_groups = True
 
     def __init__(self, layout: MaskLayout, weights: MlpWeights) -> None:
         super().__init__(layout)
@@ -201,7 +204,10 @@ class MlpAutograd(Backend):
 
     def __call__(self, z: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         lay, mw = self.layout, self.weights
-        k, B = z.shape[0], x.shape[0]
+        lead = z.shape[:-2]  # () or (G,)
+        G = z.shape[0] if lead else 1
+        k, B = G * z.shape[-2], x.shape[-2]
+        z = z.reshape(k, lay.d)
         w_all = mw.hooked(z) if lay.weight_hook is not None else z * mw.flat_base()
         h = None
         kfirst = False  # h is (k, B, features) if kfirst else (B, k, features)
@@ -211,7 +217,12 @@ class MlpAutograd(Backend):
                 bname = step[3]
                 w = mw.linear_weight(step, w_all, k)
                 out_f, in_f = w.shape[1:]
-                if h is None:  # the input is shared by every mask: one matrix product
+                if h is None and lead:  # each group's input shared by its masks
+                    w2 = w.reshape(G, k // G * out_f, in_f)
+                    h = torch.bmm(x, w2.transpose(1, 2)).view(G, B, k // G, out_f)
+                    h = h.transpose(0, 1).reshape(B, k, out_f)
+                    kfirst = False
+                elif h is None:  # the input is shared by every mask: one matrix product
                     h = (x @ w.reshape(k * out_f, in_f).t()).view(B, k, out_f)
                     kfirst = False
                 else:
@@ -234,7 +245,8 @@ class MlpAutograd(Backend):
                                  m.eps).view(B, k, C)
             else:
                 h = step[1](h)
-        return h if kfirst else h.transpose(0, 1)
+        out = h if kfirst else h.transpose(0, 1)
+        return out.reshape(*lead, k // G, *out.shape[1:]) if lead else out
 
 
 class MlpInplace(Backend):

@@ -1,14 +1,20 @@
 """Batched seeds for MaskedNNRegression: G runs that share the network and the number of steps
-(different seeds and learning rates of one MC setting) step together through the one run loop,
-:func:`pbscale.loop.run`, their G x n masks evaluated in one grouped forward per step.
+(different seeds and learning rates of one setting of any method of
+``pbscale.methods.names("batched")``: the MC estimators, CP, ST, REBAR, RELAX, ST-theta,
+hard-concrete, edge-popup) step together through the one run loop, :func:`pbscale.loop.run`,
+their G x n masks evaluated in one grouped forward per step.
 
 Design (the loop stays single-run; a group is one run of it):
 
-* :class:`pbscale.methods.MaskTrainerGroup` is the Method: G :class:`MaskTrainer` members, each
-  with its own logits, optimizer state and generator (seeded with the member's seed, as the
-  loop seeds a separate run's). One step is one :func:`pbscale.methods.mc_gradient` call with
-  leading dimension G: member g's n samples come from member g's generator, f evaluates all G n
-  masks at once, and the surrogate's gradient in member g's logits is member g's estimate.
+* The Method is the family's group (:meth:`pbscale.methods.Family.make_group`; for every
+  method over mask logits a :class:`pbscale.methods.MaskTrainerGroup`): G :class:`MaskTrainer`
+  members, each with its own logits, optimizer state, generator (seeded with the member's seed,
+  as the loop seeds a separate run's), temperature schedule (CP) and learned control with its
+  optimizers (REBAR, RELAX). One step is the family's own gradient step called once with
+  leading dimension G: member g's samples or uniforms come from member g's generator, f
+  evaluates all G runs' masks at once (MC: G x n, chunked; CP: its relaxed and hard masks,
+  2 G; ST: G x n; REBAR/RELAX: 3 G x n), and the surrogate's gradient in member g's logits is
+  member g's estimate; each member's optimizer then steps its own logits.
 * :class:`pbscale.regression.RegressionGroupTask` is the Task: epoch orders (G, N), row g from
   member g's generator; the batched loss runs the masked backbone's MLP fast path with a group
   dimension (:meth:`pbscale.masks.MaskedModule.forward`, masks (G, k, d), inputs (G, B, 10));
@@ -21,7 +27,11 @@ Design (the loop stays single-run; a group is one run of it):
   (``python -m pbscale.regress``): the batch order, then at every step its n samples, then the
   evaluation; the samplers' streams do not depend on the chunking when k d is even (d = 8,050 is),
   so every member's history equals that of the separate run up to the round-off of the grouped
-  forward (``tests/test_batched_seeds.py``).
+  forward (``tests/test_batched_seeds.py``; every method: ``tests/test_batched_methods.py``).
+  The methods that differentiate through the network (CP, the hybrids, ST-theta, hard-concrete,
+  edge-popup) see the same losses but a backward that rounds differently; RMSprop amplifies
+  that in near-zero gradient entries, so over a long run their members drift from the separate
+  runs as runs on two CPUs do (docs/measurements.md, "Batched seeds: runs per hour").
 * After every epoch (``after_epoch``: the group task is its own :class:`pbscale.loop.RunHooks`)
   each member's run folder is written exactly where and as ``python -m pbscale.regress`` writes it
   (same hash: ``config.json``, ``history.csv``; ``summary.json`` after the last epoch), so a
@@ -61,7 +71,7 @@ from . import io
 from .jobs import Batching
 from .loop import env_info, full_config, run, run_folder, write_summary
 from .loop_types import LoopConfig, RunHooks
-from .methods import OPTIMIZERS, MaskTrainerGroup, MethodConfig, names
+from .methods import OPTIMIZERS, MaskTrainerGroup, MethodConfig, Plan, names
 from .regress import DEFAULT_OUT, run_name
 from .regress import run_folder as regress_folder
 from .regression import RegressionGroupTask, RegressionProblem, RegressionTask, make_problem
@@ -114,8 +124,8 @@ SHARED = ("method", "n", "param", "optimizer", "epochs", "data_seed", "lam", "de
 
 
 def batchable(full: dict) -> bool:
-    """Whether a ``pbscale.regress`` run (every option filled in) can train in a group: an MC
-    method, no chunk of its own, no option a group does not take."""
+    """Whether a ``pbscale.regress`` run (every option filled in) can train in a group: a
+    method of ``names("batched")``, no chunk of its own, no option a group does not take."""
     return (full.get("method") in names("batched") and full.get("chunk") is None
             and set(full) <= {*SHARED, "seed", "lr", "chunk"})
 
@@ -175,13 +185,13 @@ def train_batched(configs: list[MethodConfig], epochs: int, problem: RegressionP
                   data_seed: int = 0, out: str | Path | None = None,
                   device: torch.device | str = "cpu", progress: bool = False,
                   step_hook: Callable[[int, int], None] | None = None) -> list[list[dict]]:
-    """Train the G runs of ``configs`` (MC methods sharing the method, n and parametrization; any
-    seeds, learning rates, optimizers, lam) as one group with :func:`pbscale.loop.run` (or
-    resume it, or return at once if it finished); returns each run's history as its
-    ``history.csv`` holds it, without the timing columns. Each run's folder is written under
-    ``out`` where ``pbscale.regress`` writes it (``out=None``: a temporary folder, deleted);
-    the group's own folder (checkpoint, metrics) under ``out/.groups``. ``step_hook(epoch, i)``
-    as in :func:`pbscale.loop.run`."""
+    """Train the G runs of ``configs`` (sharing the method, n, parametrization and the method's
+    own settings; any seeds, learning rates, optimizers, lam) as one group with
+    :func:`pbscale.loop.run` (or resume it, or return at once if it finished); returns each
+    run's history as its ``history.csv`` holds it, without the timing columns. Each run's folder
+    is written under ``out`` where ``pbscale.regress`` writes it (``out=None``: a temporary
+    folder, deleted); the group's own folder (checkpoint, metrics) under ``out/.groups``.
+    ``step_hook(epoch, i)`` as in :func:`pbscale.loop.run`."""
     if out is None:
         with tempfile.TemporaryDirectory() as tmp:
             return train_batched(configs, epochs, problem, data_seed, tmp, device, progress,
@@ -189,9 +199,11 @@ def train_batched(configs: list[MethodConfig], epochs: int, problem: RegressionP
     dev = torch.device(device)
     if not isinstance(epochs, int) or epochs < 1:
         raise PBInputError(f"epochs must be a positive integer, got {epochs!r}")
+    MaskTrainerGroup.check(configs)
     steps = RegressionTask(problem, data_seed).steps_per_epoch
-    group = MaskTrainerGroup(configs, problem.d, epochs * steps, dev,
-                             bytes_per_sample=problem.bytes_per_sample())
+    group = configs[0].family.make_group(configs, problem.masked, Plan(
+        epochs=epochs, steps_per_epoch=steps, mask_steps=epochs * steps,
+        layers=(problem.d,), bytes_per_sample=problem.bytes_per_sample()))
     task = _GroupRun(problem, group, data_seed, epochs, Path(out), dev)
     loop = LoopConfig(epochs=epochs, seed=0, metrics_file="metrics.csv")
     group_folder = run_folder(Path(out) / GROUPS, task.name, full_config(task, group, loop))

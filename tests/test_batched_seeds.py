@@ -19,7 +19,14 @@ from pbexact.parametrizations import get_parametrization
 from pbscale import io, regress
 from pbscale.batched_seeds import GROUPS, main, train_batched, train_unfinished
 from pbscale.masks import MaskedModule, rescaled_weight
-from pbscale.methods import MC_METHODS, FixedSampler, MethodConfig, mc_gradient, mc_surrogate
+from pbscale.methods import (
+    MC_METHODS,
+    FixedSampler,
+    MethodConfig,
+    mc_gradient,
+    mc_surrogate,
+    names,
+)
 from pbscale.regression import make_problem, mlp
 
 TIMING = ("train_seconds", "val_seconds")
@@ -70,12 +77,16 @@ def test_batched_runs_equal_separate_runs(tmp_path, method, n):
     assert len(finals) == len(configs)
 
 
-def test_batched_refuses_mixed_n_and_non_mc():
+def test_batched_refuses_mixed_n_settings_and_unbatched_methods():
     p = tiny_problem()
     with pytest.raises(PBInputError, match="share n"):
         train_batched([MethodConfig("loorf", 2), MethodConfig("loorf", 4)], 1, p)
-    with pytest.raises(PBInputError, match="MC runs"):
-        train_batched([MethodConfig("cp", 10)], 1, p)
+    with pytest.raises(PBInputError, match="share settings"):
+        train_batched([MethodConfig("cp", settings={"final_tau": 0.01}),
+                       MethodConfig("cp", seed=1)], 1, p)
+    with pytest.raises(PBInputError, match="do not train as a group; batched runs are runs"):
+        train_batched([MethodConfig(next(m for m in names() if m not in names("batched")))],
+                      1, p)
 
 
 # --- mc_gradient over leading dimensions -----------------------------------------------------
@@ -239,7 +250,7 @@ def test_group_nan_check_names_the_member():
 
     configs = [MethodConfig("loorf", 2, "sigmoid", 0.1, seed=0),
                MethodConfig("loorf", 2, "sigmoid", 30.0, seed=1)]
-    group = MaskTrainerGroup(configs, 5, 10)
+    group = MaskTrainerGroup.flat(configs, 5, 10)
     flags = {"masks": "--lrs", "optimizer": "--optimizer", "weights": "--lr"}
     group.check_finite("epoch 1", flags)  # all finite: passes
     with torch.no_grad():
@@ -249,7 +260,7 @@ def test_group_nan_check_names_the_member():
 
 
 @pytest.mark.parametrize("argv, words", [
-    (["--method", "cp"], "invalid choice: 'cp'"),
+    (["--method", "mp"], "invalid choice: 'mp'"),
     (["--method", "loorf", "--n", "1"], "n"),
     (["--lrs", "0.1,-1"], "--lrs: must be a number > 0"),
     (["--lrs", "0.1,fast"], "--lrs: expected a number"),

@@ -2,7 +2,7 @@
 and lr form product groups, each one ``python -m pbscale.batched_seeds`` child; the batched sweep
 gives the unbatched sweep's results (to the round-off of the grouped forward, the tolerance of
 tests/test_batched_seeds.py), keeps records and status per run, resumes a killed group without
-redoing finished runs, and still runs the runs it cannot batch (ST)."""
+redoing finished runs, and still runs the runs it does not batch (a group of one: ST)."""
 
 from __future__ import annotations
 
@@ -43,7 +43,7 @@ method = "arms"
 seed = 2
 lr = 0.01
 
-[[grid]]              # not batchable: CP, ST, a run with its own chunk
+[[grid]]              # single: CP, ST (a group of one each), a run with its own chunk
 method = ["cp", "st"]
 [[grid]]
 method = "loorf"
@@ -84,17 +84,21 @@ def test_plan_groups_products_and_keeps_the_rest_single(tmp_path):
     assert p.batch and all(isinstance(j, sweep.Run) for j in sweep.plan(p, p.runs))
 
 
-def test_paper_regression_sweep_batches_into_15_groups():
-    """sweeps/regression.toml: the 200 MC runs form 15 groups (10 seeds, x 2 rates where a
-    setting has both), the 80 ST / REBAR / CP runs stay single."""
+def test_paper_regression_sweep_batches_into_19_groups():
+    """sweeps/regression.toml: every run is in a group: the 200 MC runs form 15 groups (10
+    seeds, x 2 rates where a setting has both), the 80 ST / REBAR / CP runs 4 groups of 20
+    (CP one per optimizer)."""
     s = sweep.load(Path(__file__).resolve().parents[1] / "sweeps" / "regression.toml")
     jobs = sweep.plan(s, s.runs)
-    groups = [j for j in jobs if isinstance(j, sweep.Group)]
-    assert len(s.runs) == 280 and len(jobs) == 95 and len(groups) == 15
-    assert sorted(len(g.runs) for g in groups) == [10] * 10 + [20] * 5
-    assert all(g.seeds == list(range(10)) for g in groups)
-    assert sorted({j.full["method"] for j in jobs if isinstance(j, sweep.Run)}) == [
-        "cp", "rebar", "st"]
+    assert len(s.runs) == 280 and len(jobs) == 19
+    assert all(isinstance(j, sweep.Group) for j in jobs)
+    assert sorted(len(g.runs) for g in jobs) == [10] * 10 + [20] * 9
+    assert all(g.seeds == list(range(10)) for g in jobs)
+    kinds = {(g.runs[0].full["method"], g.runs[0].full["optimizer"]) for g in jobs
+             if len(g.lrs) == 2 and g.runs[0].full["method"] in ("cp", "st", "rebar")}
+    assert kinds == {("cp", "rmsprop"), ("cp", "sgd"), ("st", "rmsprop"), ("rebar", "rmsprop")}
+    line = s.command_line(next(g for g in jobs if g.runs[0].full["method"] == "cp"))
+    assert line[:2] == ["-m", "pbscale.batched_seeds"] and "--lrs" in line
 
 
 def test_batch_key_must_be_boolean(tmp_path):

@@ -58,7 +58,7 @@ from .cp import (
     cp_step,
     cp_temperature,
 )
-from .estimate import Estimate, dense_regularizer, surrogate_loss
+from .estimate import Estimate, dense_regularizer, sample_mean, surrogate_loss
 from .group import MaskTrainerGroup
 from .hybrids import (
     RELAX_HIDDEN,
@@ -125,6 +125,6 @@ __all__ = [
     "REGISTRY", "RELAX_HIDDEN", "RELAX_LR", "RELAX_WEIGHT_DECAY", "SAMPLERS", "Settings",
     "auto_chunk", "cp_hard_mask", "cp_relaxed_loss", "cp_step", "cp_temperature",
     "dense_regularizer", "get_family", "make_control", "mc_gradient", "mc_surrogate", "names",
-    "rebar_relax", "rebar_relax_step", "register", "register_estimator", "standard_gamma",
-    "straight_through", "surrogate_loss", "uniform_bits24",
+    "rebar_relax", "rebar_relax_step", "register", "register_estimator", "sample_mean",
+    "standard_gamma", "straight_through", "surrogate_loss", "uniform_bits24",
 ]

@@ -32,7 +32,7 @@ from pbexact.parametrizations import Parametrization
 from pbexact.relaxations import HC_BETA, HC_GAMMA, HC_ZETA, get_relaxation
 
 from ..loop_types import BatchedLoss
-from .estimate import Estimate
+from .estimate import Estimate, sample_mean
 from .magnitude import check_fraction
 from .registry import register
 from .trainer import LogitsFamily, MaskTrainer
@@ -47,13 +47,15 @@ def st_theta(f: BatchedLoss, r: torch.Tensor, param: Parametrization, u: torch.T
              keep_graph: bool = False) -> tuple[Estimate, torch.Tensor]:
     """Zhou et al.'s straight-through estimate over logits r (d,) from uniforms u (n, d):
     z = 1[u < theta(r)], forward J(z) (n,), gradient mean_s dJ/dz_s * dtheta/dr. Returns the
-    estimate and J (n,) (with its graph into the network weights when ``keep_graph``)."""
+    estimate and J (n,) (with its graph into the network weights when ``keep_graph``). A
+    group's logits r (G, d) with u (n, G, d): J (n, G), each run's own mean."""
     rr = r.detach().requires_grad_(True)
     theta = param.theta(rr)
     z = (u < theta.detach()).to(theta.dtype)
     J = f(z + theta - theta.detach())  # value z, d(.)/dtheta = 1
-    (g,) = torch.autograd.grad(J.mean(), rr, retain_graph=keep_graph)
-    return Estimate(g, float(J.detach().mean())), J
+    mean = J.mean() if J.dim() == 1 else J.mean(0).sum()
+    (g,) = torch.autograd.grad(mean, rr, retain_graph=keep_graph)
+    return Estimate(g, sample_mean(J)), J
 
 
 def hc_sample(log_alpha: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
@@ -80,7 +82,9 @@ def layer_counts(layers: Sequence[int], target: float) -> list[int]:
 
 def top_scores(scores: torch.Tensor, layers: Sequence[int], target: float) -> torch.Tensor:
     """0/1 mask (d,) keeping the round(target d_layer) largest scores of each layer (layers:
-    sizes summing to d, in the order of the flat vector)."""
+    sizes summing to d, in the order of the flat vector); scores (G, d) give each row's."""
+    if scores.dim() > 1:
+        return torch.stack([top_scores(s, layers, target) for s in scores])
     z = torch.zeros_like(scores)
     start = 0
     for size, k in zip(layers, layer_counts(layers, target)):
@@ -101,7 +105,7 @@ class BeyondFamily(LogitsFamily):
     (joint) on its loss; no torchrun sample split (data parallel, gradient of the logits
     averaged over ranks)."""
 
-    commands = ("regress", "prune-supermask", "prune-joint")
+    commands = ("regress", "batched", "prune-supermask", "prune-joint")
 
     def weight_loss(self, record: list[torch.Tensor], n: int) -> torch.Tensor:
         return record[0].mean()
@@ -160,7 +164,7 @@ class HardConcreteFamily(BeyondFamily):
         (g,) = torch.autograd.grad(J.sum(), rr, retain_graph=record is not None)
         if record is not None:
             record.append(J)
-        return Estimate(g, float(J.detach().mean())), hc_nonzero
+        return Estimate(g, sample_mean(J)), hc_nonzero
 
 
 @register
@@ -171,7 +175,7 @@ class EdgePopupFamily(BeyondFamily):
     gradient dJ/dz to every score. Supermask only (their method trains no weights)."""
 
     name, label, text, color = "edgepopup", "Edge-popup", "edge-popup", "teal"
-    commands = ("regress", "prune-supermask")
+    commands = ("regress", "batched", "prune-supermask")
     uses = (*LogitsFamily.uses, "target")
     deterministic = True
 
@@ -202,4 +206,4 @@ class EdgePopupFamily(BeyondFamily):
         z = top_scores(rr.detach(), trainer.layers, trainer.target)
         J = f((z + rr - rr.detach())[None])  # value z, d(.)/dr = 1
         (g,) = torch.autograd.grad(J.sum(), rr)
-        return Estimate(g, float(J.detach().mean())), _constant
+        return Estimate(g, sample_mean(J)), _constant

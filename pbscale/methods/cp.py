@@ -15,7 +15,7 @@ from pbexact.errors import PBInputError
 from pbexact.parametrizations import Parametrization
 
 from ..loop_types import BatchedLoss
-from .estimate import Estimate
+from .estimate import Estimate, sample_mean
 from .registry import CP_GAMMA, CP_MILESTONES, Settings, legacy, register
 from .trainer import LogitsFamily
 
@@ -94,7 +94,7 @@ class CPFamily(LogitsFamily):
     its batches are split and the gradient of r averaged)."""
 
     name, label, text, color = "cp", "CP", "CP", "C4"
-    commands = ("regress", "prune-supermask", "prune-joint", "microworld")
+    commands = ("regress", "batched", "prune-supermask", "prune-joint", "microworld")
     deterministic = True
     Settings = CPSettings
     mask_schedule = (CP_MILESTONES, CP_GAMMA)
@@ -120,8 +120,8 @@ class CPFamily(LogitsFamily):
         def theta_fn(x: torch.Tensor) -> torch.Tensor:
             return torch.sigmoid(x / tau)
 
-        # the training loss CP reports is that of 1[r > 0], as the paper does
-        return Estimate(cp.grad, float(cp.hard)), theta_fn
+        # the training loss CP reports is that of 1[r > 0], as the paper does (one "sample")
+        return Estimate(cp.grad, sample_mean(cp.hard[None])), theta_fn
 
     def weight_loss(self, record: list[torch.Tensor], n: int) -> torch.Tensor:
         return record[0]

@@ -18,6 +18,14 @@ class Estimate:
     loss: float | torch.Tensor
 
 
+def sample_mean(J: torch.Tensor) -> float | torch.Tensor:
+    """The training loss a step reports from the losses J (n, ...) of its n masks, their mean
+    over the masks: a float for one run (J (n,)), else a CPU tensor (...), one per run (the
+    leading run dimension of a group, :class:`pbscale.methods.MaskTrainerGroup`)."""
+    J = J.detach()
+    return float(J.mean()) if J.dim() <= 1 else J.mean(0).cpu()
+
+
 def surrogate_loss(g: torch.Tensor, r: torch.Tensor, value: torch.Tensor | float = 0.0
                    ) -> torch.Tensor:
     """A scalar whose value is ``value`` and whose autograd gradient in r is the estimate g

@@ -14,7 +14,7 @@ from torch import nn
 from pbexact.errors import PBInputError
 
 from ..loop_types import BatchedLoss
-from .estimate import Estimate
+from .estimate import Estimate, sample_mean
 from .registry import register
 from .trainer import LogitsFamily
 
@@ -30,7 +30,7 @@ def straight_through(f: BatchedLoss, r: torch.Tensor, u: torch.Tensor) -> Estima
     z = (u < torch.sigmoid(r.detach())).to(r.dtype).requires_grad_(True)
     J = f(z)
     (g,) = torch.autograd.grad(J.sum(), z)
-    return Estimate(g.mean(0), float(J.detach().mean()))
+    return Estimate(g.mean(0), sample_mean(J))
 
 
 class HybridControl(nn.Module):
@@ -72,6 +72,41 @@ class HybridControl(nn.Module):
     def surrogate_parameters(self) -> list[nn.Parameter]:
         return list(self.net.parameters()) if self.net is not None else []
 
+    @staticmethod
+    def stack(controls: list[HybridControl]) -> StackedControl:
+        """The controls of G runs (each of shape ()) as one control of a group's logits
+        (G, d) (:class:`StackedControl`)."""
+        return StackedControl(controls)
+
+
+class StackedControl:
+    """G runs' own :class:`HybridControl` s (shape ()) read as one control over logits (G, d),
+    for one step of a group (:class:`pbscale.methods.MaskTrainerGroup`): log tau and eta are the
+    members' stacked, (G,), so the variance proxy's gradient reaches each member's own
+    parameters (which its own optimizers then step, as in its separate run); RELAX's network
+    is applied member by member to its column (..., g, d) of the relaxed samples (a loop over
+    G small networks; the masks still go through f in one call)."""
+
+    def __init__(self, controls: list[HybridControl]) -> None:
+        self.controls = controls
+        self.log_tau = torch.stack([c.log_tau for c in controls])
+        self.eta = (torch.stack([c.eta for c in controls]) if controls[0].eta is not None
+                    else None)
+        self.net = self.nets if controls[0].net is not None else None
+
+    def nets(self, x: torch.Tensor) -> torch.Tensor:
+        """Member g's network on x[..., g, :]: x (..., G, d) -> (..., G, 1)."""
+        return torch.stack([c.net(x[..., g, :]) for g, c in enumerate(self.controls)], dim=-2)
+
+    def relax(self, z: torch.Tensor) -> torch.Tensor:
+        return torch.sigmoid(z / self.log_tau.exp()[..., None])
+
+    def scalar_parameters(self) -> list[nn.Parameter]:
+        return [p for c in self.controls for p in c.scalar_parameters()]
+
+    def surrogate_parameters(self) -> list[nn.Parameter]:
+        return [p for c in self.controls for p in c.surrogate_parameters()]
+
 
 def rebar_relax(f: BatchedLoss, r: torch.Tensor, u: torch.Tensor, v: torch.Tensor,
                 control: HybridControl) -> tuple[Estimate, torch.Tensor]:
@@ -105,7 +140,7 @@ def rebar_relax(f: BatchedLoss, r: torch.Tensor, u: torch.Tensor, v: torch.Tenso
     d_cz, d_czt = _grad_pair(c_z, c_zt, rr)
     score = (b - theta).detach()
     g = ((J_b - c_zt)[..., None] * score).mean(0) + (d_cz - d_czt) / n
-    return Estimate(g.detach(), float(J_b.mean())), (g**2).sum()
+    return Estimate(g.detach(), sample_mean(J_b)), (g**2).sum()
 
 
 def _grad_pair(c_z: torch.Tensor, c_zt: torch.Tensor, r: torch.Tensor):
@@ -203,7 +238,7 @@ class HybridFamily(LogitsFamily):
     """The hybrid estimators as methods: sigmoid parametrization only, n >= 1 uniforms per step,
     the masks trained alone (no loss for network weights), dense regularizer through sigmoid."""
 
-    commands = ("regress", "microworld")
+    commands = ("regress", "batched", "microworld")
     uses = ("n", *LogitsFamily.uses)
 
     def gradient(self, trainer: Any, f: BatchedLoss, record: list | None

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -259,6 +260,15 @@ class Family:
         built: its random stream (``generator``, seeded with the run's seed), its capabilities
         (distribution over torchrun ranks, evaluation, what pruning exports)."""
         raise NotImplementedError(f"{self.name} builds no method")
+
+    def make_group(self, configs: Sequence[MethodConfig], layout: Any, plan: Plan) -> Any:
+        """The run loop's :class:`pbscale.loop_types.Method` of the G runs ``configs`` of this
+        method (different seeds, learning rates, optimizers, lam) trained as one computation
+        over the flat mask of ``layout``: each step evaluates all G runs' masks in one call,
+        then updates each run as its own optimizer would, so that run g's numbers are those of
+        the method :meth:`make` builds for ``configs[g]`` (to round-off). A family that does
+        not batch refuses (:class:`PBInputError`)."""
+        raise PBInputError(f"{self.text} runs do not train as a group; run them one at a time")
 
 
 #: Every method, by name, in registration order (MC estimators, CP, hybrids, magnitude, beyond).

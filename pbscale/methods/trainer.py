@@ -5,7 +5,7 @@ of shape (P,) that calls them (one optimizer over r for every method of the regi
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -17,6 +17,7 @@ from pbexact.parametrizations import Parametrization, get_parametrization
 from ..distributed import RankSync, SampleParallel, Shard
 from ..loop_types import BatchedLoss, RunHooks
 from .estimate import Estimate, dense_regularizer, surrogate_loss
+from .group import MaskTrainerGroup
 from .registry import OPTIMIZERS, Family, MethodConfig, Plan, names
 from .samplers import BernoulliSampler, auto_chunk
 
@@ -38,6 +39,11 @@ class LogitsFamily(Family):
         return MaskTrainer(config, layout.d, plan.mask_steps, layout.device,
                            bytes_per_sample=plan.bytes_per_sample, layers=plan.layers,
                            target=plan.setting("target", 1.0))
+
+    def make_group(self, configs: Sequence[MethodConfig], layout: Any, plan: Plan
+                   ) -> MaskTrainerGroup:
+        """A :class:`MaskTrainerGroup` of the runs (each member what :meth:`make` builds)."""
+        return MaskTrainerGroup(configs, layout, plan)
 
     # ------------------------------------------------------------------ MaskTrainer hooks
 

@@ -46,16 +46,16 @@ otherwise a local Ray is started with ``--jobs`` CPUs. Both engines run the same
 so their results are identical (docs/sweeps.md says what a cluster needs).
 
 Batched seeds (``batch = true`` under ``[sweep]``, or ``sweep run --batch``): the ``regress``
-runs of MC methods (:data:`pbscale.methods.MC_METHODS`) that differ only in ``seed`` and ``lr``
-form groups (:func:`pbscale.sweep.file.plan`), each one child ``python -m pbscale.batched_seeds
---lrs ... --seeds ...`` that steps its members together (one grouped forward per step) and
-writes each member's run folder where ``pbscale.regress`` would, to the same numbers up to
-round-off. A group's seeds x learning rates is a full product (else it is split per learning
-rate); a group of one, CP, the hybrid methods, a run with its own ``chunk`` and ``prune`` sweeps
-launch as single runs. Records stay per run (the members' records name the group and share its
-log ``group-<id>.log``), so status, results and skipping finished runs are as without batching;
-a group interrupted and launched again resumes from its checkpoint under ``OUT/.groups``. A
-group occupies the resources of one run (``cpus``, ``gpus``).
+runs (of every method that batches, ``pbscale.methods.names("batched")``: all of ``regress``'s)
+that differ only in ``seed`` and ``lr`` form groups (:func:`pbscale.sweep.file.plan`), each one
+child ``python -m pbscale.batched_seeds --lrs ... --seeds ...`` that steps its members together
+(one grouped forward per step) and writes each member's run folder where ``pbscale.regress``
+would, to the same numbers up to round-off. A group's seeds x learning rates is a full product
+(else it is split per learning rate); a group of one, a run with its own ``chunk`` and
+``prune`` sweeps launch as single runs. Records stay per run (the members' records name the
+group and share its log ``group-<id>.log``), so status, results and skipping finished runs are
+as without batching; a group interrupted and launched again resumes from its checkpoint under
+``OUT/.groups``. A group occupies the resources of one run (``cpus``, ``gpus``).
 
 The package: :mod:`~pbscale.sweep.cli` (the command line), :mod:`~pbscale.sweep.file` (file
 format, values, run ids, the batched plan), :mod:`~pbscale.sweep.records` (records, lock,

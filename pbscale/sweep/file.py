@@ -336,8 +336,8 @@ def load(path: str | Path, out: str | Path | None = None) -> Sweep:
 
 
 def batchable(sweep: Sweep, run: Run) -> bool:
-    """Whether a run can train in a group: its command batches and accepts it (regress: an MC
-    method whose options batched_seeds takes, no own chunk)."""
+    """Whether a run can train in a group: its command batches and accepts it (regress: a
+    method that batches, whose options batched_seeds takes, no own chunk)."""
     batching = sweep.batching
     return batching is not None and batching.batchable(run.full)
 
