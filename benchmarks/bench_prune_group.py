@@ -15,7 +15,6 @@ first tiny run of each path warms up lazy imports and first-call kernels outside
 
 from __future__ import annotations
 
-import argparse
 import sys
 import tempfile
 import time
@@ -23,7 +22,8 @@ from pathlib import Path
 
 import torch
 
-from pbexact.cli import positive_int
+from pbexact.cli import ArgumentParser, nonneg_int, positive_int, run_main
+from pbexact.errors import PBInputError
 from pbscale import io, prune
 from pbscale.runtime import resolve_device, set_threads
 
@@ -83,10 +83,9 @@ def measure(methods: list[str], groups: list[int], n: int, epochs: int, max_batc
     return rows
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m benchmarks.bench_prune_group",
-                                description=__doc__.splitlines()[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+def build_parser() -> ArgumentParser:
+    p = ArgumentParser(prog="python -m benchmarks.bench_prune_group",
+                       description=__doc__.splitlines()[0])
     p.add_argument("--methods", default="cp,arms", help="comma list of pruning methods")
     p.add_argument("--groups", default="8", help="comma list of group sizes")
     p.add_argument("--n", type=positive_int, default=10, help="MC samples per step")
@@ -95,7 +94,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--separate", type=positive_int, default=8,
                    help="runs timed one at a time (at most the largest group)")
     p.add_argument("--data-dir", default="", help="MNIST folder (default: --synthetic images)")
-    p.add_argument("--synthetic", type=int, default=0)
+    p.add_argument("--synthetic", type=nonneg_int, default=0,
+                   help="random images instead of --data-dir (that many training images)")
     p.add_argument("--device", default="cpu")
     p.add_argument("--threads", type=positive_int, default=None)
     p.add_argument("--out", default="", help="CSV of the rows")
@@ -103,19 +103,30 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    if not args.data_dir and not args.synthetic:
-        print("error: no data; give --data-dir (MNIST) or --synthetic N", file=sys.stderr)
-        return 2
-    set_threads(args.threads)
-    dev = str(resolve_device(args.device))
-    rows = measure(args.methods.split(","), [int(g) for g in args.groups.split(",")], args.n,
-                   args.epochs, args.max_batches, args.data_dir, args.synthetic,
-                   args.separate, dev)
-    print(f"torch threads {torch.get_num_threads()}, device {dev}")
-    if args.out:
-        io.write_csv(Path(args.out), rows)
-    return 0
+    args = build_parser().parse_args_or_code(argv)
+    if isinstance(args, int):  # argparse's one-line error (2) or --help (0)
+        return args
+
+    def body() -> None:
+        if not args.data_dir and not args.synthetic:
+            raise PBInputError("no data; give --data-dir (MNIST) or --synthetic N")
+        try:
+            groups = [int(g) for g in args.groups.split(",")]
+        except ValueError:
+            raise PBInputError(f"--groups takes whole numbers, got {args.groups!r}; give "
+                               "group sizes like 1,8,32") from None
+        if min(groups) < 1:
+            raise PBInputError(f"--groups: group sizes are >= 1, got {args.groups!r}; give "
+                               "sizes like 1,8,32")
+        set_threads(args.threads)
+        dev = str(resolve_device(args.device))
+        rows = measure(args.methods.split(","), groups, args.n, args.epochs, args.max_batches,
+                       args.data_dir, args.synthetic, args.separate, dev)
+        print(f"torch threads {torch.get_num_threads()}, device {dev}")
+        if args.out:
+            io.write_csv(Path(args.out), rows)
+
+    return run_main(body)
 
 
 if __name__ == "__main__":
