@@ -24,6 +24,10 @@ TF32 flags, commit, hostname, date). The pieces, in order:
 * ``batched_seeds``: :func:`benchmarks.bench_batched_seeds.time_modes`, runs per hour of
   MaskedNNRegression runs trained as one batched group (20 runs: a group of the paper's sweep;
   and 100 runs) against one run at a time.
+* ``prune_group``: :func:`benchmarks.bench_prune_group.measure`, runs per hour of LeNet-300-100
+  supermask pruning groups (CP, ARMS n = 10; groups of 1, 8, 32, 128; MNIST from
+  ``$PBNN_MNIST``, default ``../shared/data/mnist``, else synthetic images) against one run at a
+  time.
 * ``regression``: a slice of the paper-scale MaskedNNRegression sweep (``sweeps/regression.toml``
   as ``pbscale.sweep`` plans it with batched seeds: every method's runs in groups, single runs
   only where a setting has one run): each kind of job
@@ -123,6 +127,8 @@ GOALS = (
     Goal("arms_loorf", "ARMS step / LOORF step, MaskedNNRegression, n = 100", "<=", 1.2),
     Goal("batched_speedup", "batched MaskedNNRegression runs: runs per hour over one run at a "
          "time", ">=", 20.0),
+    Goal("prune_group_speedup", "LeNet-300-100 supermask pruning groups (CP, ARMS n = 10): runs "
+         "per hour over one run at a time", ">=", 20.0),
     Goal("sweep_hours", "paper-scale regression sweep (280 runs x 300 epochs) on one device, "
          "projected hours", "<", 1.0),
     Goal("sync_clean", "check_gpu_sync: pieces with a host sync other than the known read-backs",
@@ -400,6 +406,38 @@ def piece_batched_seeds(ctx: Context) -> Outcome:
                    detail, len(batched) < len(seeds))
 
 
+def piece_prune_group(ctx: Context) -> Outcome:
+    """Runs per hour of LeNet supermask pruning groups (CP, ARMS n = 10; groups of 1, 8, 32,
+    128) against one run at a time (:func:`benchmarks.bench_prune_group.measure`)."""
+    from benchmarks.bench_prune_group import measure
+
+    if ctx.smoke:
+        sizes, n, epochs, batches, synthetic, separate = (1, 2), 2, 1, 1, 32, 2
+    else:
+        sizes, n, epochs, batches, synthetic, separate = (1, 8, 32, 128), 10, 1, 20, 0, 4
+    data_dir = "" if synthetic else os.environ.get("PBNN_MNIST", "../shared/data/mnist")
+    if data_dir and not Path(data_dir).is_dir():  # no MNIST here: synthetic images, one epoch
+        data_dir, synthetic = "", batches * 128
+    rows: list[dict] = []
+    partial = False
+    for method in ("cp", "arms"):
+        try:
+            with ctx.within():
+                rows += measure([method], list(sizes), n, epochs, batches, data_dir, synthetic,
+                                separate, str(ctx.dev), say=lambda t: print(" ", t, flush=True))
+        except PieceTimeout:
+            partial = True
+            break
+        ctx.save(rows)
+    groups = [r for r in rows if r["mode"] == "group"]
+    if not groups:
+        raise RuntimeError("no pruning group fitted in the budget")
+    best = max(groups, key=lambda r: r["ratio"])
+    detail = ", ".join(f"{r['method']} {r['runs']} runs {r['ratio']:.1f}x" for r in groups)
+    return Outcome({"prune_group_speedup": best["ratio"],
+                    "prune_group_speedup_detail": detail}, detail, partial)
+
+
 #: The routes piece's captured-step rows: (model, amp) -> goal key.
 CAPTURED_GOALS = {("resnet20", "none"): "resnet20_fp32_captured",
                   ("resnet20", "bf16"): "resnet20_bf16_captured",
@@ -613,6 +651,10 @@ PIECES = {p.name: p for p in (
     Piece("batched_seeds", "bench_batched_seeds: runs per hour, batched against one at a time",
           "bench_batched_seeds.csv", 0.14, piece_batched_seeds,
           ("mode", "runs", "method", "n", "epochs", "wall_s", "runs_per_hour", "ratio")),
+    Piece("prune_group", "bench_prune_group: pruning groups, runs per hour against one at a time",
+          "bench_prune_group.csv", 0.12, piece_prune_group,
+          ("method", "n", "mode", "runs", "epochs", "max_batches", "wall_s", "runs_per_hour",
+           "ratio")),
     Piece("regression", "regression sweep slice and projection", "regression_sweep.csv", 0.24,
           piece_regression, ("method", "n", "param", "optimizer", "runs_per_job", "jobs",
                              "measured", "epoch_s", "setup_s", "projected_s")),

@@ -23,13 +23,16 @@ class Batching:
     (the options given once per group, as ``--flag value``), ``batchable(full)`` (whether a run,
     every option filled in, can join a group), ``argv(full, seeds, lrs)`` (the group's options
     after ``python -m MODULE``, without --out, --threads and --quiet) and ``member_key(full)``
-    (a member's name in ``$PBSCALE_RUN_INFO``'s "sweep_ids")."""
+    (a member's name in ``$PBSCALE_RUN_INFO``'s "sweep_ids"). ``axes``: the two options the
+    members of a group differ in, a seed and a learning rate (regress: ``seed``, ``lr``;
+    prune: ``seed``, ``mask_lr``), whose lists ``argv`` takes."""
 
     module: str
     shared: tuple[str, ...]
     batchable: Callable[[dict], bool]
     argv: Callable[[dict, Sequence[int], Sequence[float]], list[str]]
     member_key: Callable[[dict], str]
+    axes: tuple[str, str] = ("seed", "lr")
 
 
 @dataclass(frozen=True)
@@ -44,7 +47,7 @@ class Command:
 #: The sweep commands (``[sweep] command``).
 COMMANDS: dict[str, Command] = {
     "regress": Command("pbscale.regress", batching="pbscale.batched_seeds"),
-    "prune": Command("pbscale.prune"),
+    "prune": Command("pbscale.prune", batching="pbscale.prune"),
 }
 
 

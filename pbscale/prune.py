@@ -33,6 +33,7 @@ of the run folder under ``OUT/.rank<i>``.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from pathlib import Path
 
@@ -45,13 +46,15 @@ from pbexact.cli import (
     positive_float,
     positive_int,
     run_main,
+    seed_list_at_most,
 )
 from pbexact.errors import PBInputError
 from pbexact.parametrizations import PARAMETRIZATIONS
 from pbscale import data as datamod
 from pbscale import distributed
 from pbscale import io as runio
-from pbscale.loop import full_config, run_folder
+from pbscale.jobs import Batching
+from pbscale.loop import env_info, full_config, run_folder
 from pbscale.loop import run as loop_run
 from pbscale.loop_types import LoopConfig, RunHooks
 from pbscale.methods import REGISTRY, Plan
@@ -71,11 +74,20 @@ from pbscale.prune_config import (
     prune_methods,
 )
 from pbscale.prune_export import Export, load_pruned
+from pbscale.prune_group import Member, train_group
 from pbscale.prune_task import PruneTask
 from pbscale.runtime import resolve_device, set_threads
 
-__all__ = ["MODES", "PRUNE_METHODS", "PruneConfig", "PruneTask", "build", "build_parser",
-           "distribute", "load_pruned", "main", "prepare", "report", "run"]
+__all__ = ["BATCHING", "GROUP_FREE", "MAX_GROUP", "MODES", "PRUNE_METHODS", "PruneConfig",
+           "PruneTask", "build", "build_parser", "distribute", "group_argv", "group_configs",
+           "load_pruned", "main", "member", "member_key", "prepare", "report", "run",
+           "run_group"]
+
+#: The options the runs of one pruning group may differ in (``--seeds``, and comma lists of
+#: ``--lam`` and ``--mask-lr``); a group shares every other option.
+GROUP_FREE = ("seed", "lam", "mask_lr")
+#: Most runs in one pruning group (each holds its network, masks and optimizer state).
+MAX_GROUP = 4096
 
 
 # ---------------------------------------------------------------------- one run
@@ -167,6 +179,62 @@ def run(cfg: PruneConfig, out: str | Path, device: str = "cpu", *, quiet: bool =
     return summary
 
 
+def member(cfg: PruneConfig, data: datamod.Data, dev: torch.device, out: str | Path) -> Member:
+    """The run of ``cfg`` (validated, resolved) as a member of a pruning group: built as
+    :func:`run` builds it, with the folder and the config.json record :func:`run` gives it."""
+    task, method, loop, weight_opt = build(cfg, data, dev)
+    config = full_config(task, method, loop)
+    info = {"data_dir": cfg.data_dir, "data": data.fingerprint, "world_size": 1,
+            "unused": cfg.unused()}
+    env = env_info()
+    sweep_ids = env.pop("sweep_ids", {})
+    record = {**config, "info": {"device": str(dev), **info, **env},
+              "method_info": cfg.family.info(cfg.method_settings())}
+    key = member_key({"seed": cfg.seed, "mask_lr": cfg.mask_lr})
+    if key in sweep_ids:  # launched by a sweep: the run's own id, as a separate run records
+        record["info"]["sweep_id"] = sweep_ids[key]
+    return Member(task, method, loop, weight_opt, run_folder(out, task.name, config), record,
+                  cfg.family.rescale, data.transform())
+
+
+def group_configs(cfg: PruneConfig, seeds: list[int], lams: list[float],
+                  mask_lrs: list[float]) -> list[PruneConfig]:
+    """The runs of the grid seeds x lams x mask_lrs of ``cfg`` (its other options shared)."""
+    runs = [dataclasses.replace(cfg, seed=s, lam=lam, mask_lr=lr)
+            for lam in lams for lr in mask_lrs for s in seeds]
+    if len(runs) > MAX_GROUP:
+        raise PBInputError(f"{len(runs):,} runs (seeds x lams x mask learning rates), more "
+                           f"than the {MAX_GROUP:,} one group holds; split them over commands")
+    return runs
+
+
+def run_group(cfgs: list[PruneConfig], out: str | Path, device: str = "cpu", *,
+              quiet: bool = False, download: bool = False, download_url: str | None = None,
+              step_hook=None) -> tuple[int, int]:
+    """Train the runs of ``cfgs`` (differing only in :data:`GROUP_FREE`) as one pruning group
+    (:mod:`pbscale.prune_group`): each run's folder under ``out`` is the one :func:`run`
+    writes; runs already finished are skipped. One run alone is :func:`run`. Returns (runs
+    already finished, runs trained)."""
+    if len(cfgs) == 1:
+        summary = run(cfgs[0], out, device, quiet=quiet, download=download,
+                      download_url=download_url, step_hook=step_hook)
+        return 0, 1 if summary else 0
+    first, dev, data = prepare(cfgs[0], device, download, download_url)
+    resolved = [first] + [c.resolved().validate() for c in cfgs[1:]]
+    shared = [{k: v for k, v in c.hashed().items() if k not in GROUP_FREE} for c in resolved]
+    if any(s != shared[0] for s in shared):
+        raise PBInputError("the runs of a pruning group differ only in --seeds, --lam and "
+                           "--mask-lr; train other settings as separate groups")
+    members = [member(c, data, dev, out) for c in resolved]
+    if len({m.folder for m in members}) != len(members):
+        raise PBInputError("a run is listed twice in the group (same seed, --lam and "
+                           "--mask-lr); list each once")
+    if not quiet:
+        print(f"group of {len(members)} runs: {first.model} on {first.dataset}, {first.mode} "
+              f"{first.method}; device {dev}", file=sys.stderr)
+    return train_group(members, out, dev, progress=not quiet, step_hook=step_hook)
+
+
 def distribute(task: PruneTask, method, weight_opt: torch.optim.Optimizer | None,
                shard: distributed.Shard) -> list[RunHooks]:
     """The strategies of a run built for torch.distributed (see :mod:`pbscale.distributed`):
@@ -192,6 +260,27 @@ def report(summary: dict, task: PruneTask) -> None:
         layer = k.removesuffix(".weight")
         frac = summary[f"final_remaining_{layer}"]
         print(f"  {layer:<24} {round(frac * size):>10,} / {size:>10,}  ({frac:.4%})")
+
+
+def float_list(kind):
+    """argparse type: ``kind`` (e.g. :func:`pbexact.cli.positive_float`) of one value, or of
+    each value of a comma list (then a list: the runs of a pruning group)."""
+
+    def parse(text: str) -> float | list[float]:
+        parts = [v.strip() for v in str(text).split(",")]
+        values = [kind(v) for v in parts]
+        return values if len(values) > 1 else values[0]
+
+    parse.__name__ = kind.__name__
+    return parse
+
+
+def _listed(value: float | list[float]) -> list[float]:
+    out = value if isinstance(value, list) else [value]
+    if len(set(out)) != len(out):
+        raise PBInputError(f"a value is listed twice in {','.join(map(str, out))}; list each "
+                           "once")
+    return out
 
 
 class _Given(argparse.Action):
@@ -223,9 +312,11 @@ def build_parser() -> ArgumentParser:
                         f"{', '.join(n for n, f in REGISTRY.items() if f.prune_param)})")
     p.add_argument("--n", "--samples", dest="n", type=positive_int, default=d.n,
                    help="MC samples per step (under torchrun write --samples)")
-    p.add_argument("--lam", type=nonneg_float, default=d.lam, help="L0 strength per weight")
+    p.add_argument("--lam", type=float_list(nonneg_float), default=d.lam,
+                   help="L0 strength per weight (a comma list: one run of a group each)")
     p.add_argument("--mask-opt", default=d.mask_opt, choices=MASK_OPTIMIZERS)
-    p.add_argument("--mask-lr", type=positive_float, default=d.mask_lr)
+    p.add_argument("--mask-lr", type=float_list(positive_float), default=d.mask_lr,
+                   help="mask learning rate (a comma list: one run of a group each)")
     p.add_argument("--target", type=positive_float, default=d.target,
                    help="MP/GMP: final fraction of masked weights remaining; edge-popup: "
                         "fraction kept in each layer; in (0, 1]")
@@ -234,6 +325,10 @@ def build_parser() -> ArgumentParser:
                    help="0: 128 (64 for joint VGG)")
     p.add_argument("--lr", type=positive_float, default=d.lr, help="weight learning rate (joint)")
     p.add_argument("--seed", type=nonneg_int, default=d.seed)
+    p.add_argument("--seeds", type=seed_list_at_most(MAX_GROUP), default=None,
+                   help="seeds of a pruning group, e.g. 0-7 or 0,3,5 (replaces --seed): the "
+                        "runs seeds x --lam x --mask-lr train as one computation, each "
+                        "writing its own run folder")
     p.add_argument("--init", default=d.init, choices=list(INITS),
                    help="weight initialization (signed_constant: +-Kaiming std, random signs)")
     p.add_argument("--mask-head", action="store_true", help="mask the classifier layer too")
@@ -270,6 +365,40 @@ def build_parser() -> ArgumentParser:
     return p
 
 
+#: Options a sweep never passes to a group's child (its own, or the grid axes).
+_NOT_SHARED = ("seed", "seeds", "mask_lr", "out", "threads", "quiet", "download",
+               "download_url", "help")
+
+
+def member_key(full: dict) -> str:
+    """The name of a group member in ``$PBSCALE_RUN_INFO``'s "sweep_ids": seed and mask lr."""
+    return f"seed{int(full['seed'])}-mask_lr{float(full['mask_lr'])!r}"
+
+
+def group_argv(full: dict, seeds: list[int], lrs: list[float]) -> list[str]:
+    """The options of the group of ``seeds`` x ``lrs`` (mask learning rates) whose other
+    options are ``full``'s: each option that differs from its default, as the sweep names a
+    run (a default spelled out is the default left out)."""
+    defaults = {a.dest: a.default for a in build_parser()._actions}  # noqa: SLF001
+    args: list[str] = []
+    for key, value in full.items():
+        if key in _NOT_SHARED or value == defaults.get(key) or value is None:
+            continue
+        flag = "--" + key.replace("_", "-")
+        if value is True:
+            args.append(flag)
+        elif value is not False:
+            args += [flag, repr(value) if isinstance(value, float) else str(value)]
+    return [*args, "--seeds", ",".join(str(v) for v in seeds),
+            "--mask-lr", ",".join(repr(float(v)) for v in lrs)]
+
+
+#: How ``pbscale.sweep`` batches ``prune`` runs (:class:`pbscale.jobs.Batching`): runs that
+#: differ only in seed and mask learning rate train as one pruning group.
+BATCHING = Batching("pbscale.prune", (), lambda full: True, group_argv, member_key,
+                    axes=("seed", "mask_lr"))
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args_or_code(argv)
     if isinstance(args, int):  # argparse's one-line error (2) or --help (0)
@@ -277,11 +406,24 @@ def main(argv: list[str] | None = None) -> int:
     fields = {k: v for k, v in vars(args).items() if k in PruneConfig.__dataclass_fields__}
     if "param" not in args.given:  # left out: the method's own default (PruneConfig.resolved)
         fields["param"] = ""
-    cfg = PruneConfig(**fields)
+    lams, lrs = fields.pop("lam"), fields.pop("mask_lr")
+    seeds = args.seeds if args.seeds is not None else [args.seed]
 
     def body() -> None:
         try:
             set_threads(args.threads)
+            cfg = PruneConfig(**fields, lam=_listed(lams)[0], mask_lr=_listed(lrs)[0])
+            if len(seeds) * len(_listed(lams)) * len(_listed(lrs)) > 1:
+                cfgs = group_configs(cfg, seeds, _listed(lams), _listed(lrs))
+                if distributed.from_env(resolve_device(args.device)) is not None:
+                    raise PBInputError("pruning groups run in one process; launch them without "
+                                       "torchrun")
+                skipped, trained = run_group(cfgs, args.out, args.device, quiet=args.quiet,
+                                             download=args.download,
+                                             download_url=args.download_url)
+                print(f"{skipped} runs already finished, {trained} trained together in "
+                      f"{args.out}")
+                return
             shard = distributed.from_env(resolve_device(args.device))  # torchrun: split samples
             run(cfg, args.out, args.device, quiet=args.quiet, download=args.download,
                 download_url=args.download_url, shard=shard)

@@ -47,16 +47,26 @@ class Batches:
         return torch.randperm(len(self.data.train), generator=generator,
                               device=generator.device)
 
+    def batch(self, order: torch.Tensor, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The inputs and labels of step i of the epoch whose order is ``order`` (one process;
+        CIFAR: augmented with the run's augmentation generator), the network in training mode:
+        what :meth:`loss` evaluates masks on (pruning groups, :mod:`pbscale.prune_group`,
+        evaluate them on every member's batch at once)."""
+        B, data = self.cfg.batch_size, self.data
+        idx = order[i * B:(i + 1) * B].to(data.train.y.device)
+        self.layout.module.train()
+        x = data.train.x[idx]
+        if data.augment:
+            x = datamod.augment_batch(x, self.aug_gen)
+        return data.prepare(x), data.train.y[idx]
+
     def loss(self, order: torch.Tensor, i: int) -> BatchedLoss:
         """The batched loss of step i of the epoch whose order is ``order``."""
+        if self.shard is None:
+            return self.layout.loss_fn(*self.batch(order, i), cross_entropy_per_mask)
         B, data, layout = self.cfg.batch_size, self.data, self.layout
         idx = order[i * B:(i + 1) * B].to(data.train.y.device)
         layout.module.train()
-        if self.shard is None:
-            x = data.train.x[idx]
-            if data.augment:
-                x = datamod.augment_batch(x, self.aug_gen)
-            return layout.loss_fn(data.prepare(x), data.train.y[idx], cross_entropy_per_mask)
         # torchrun: the whole batch is augmented on every rank (the generator advances alike),
         # each rank gathers and converts only the rows it evaluates
         aug = datamod.augment_batch(data.train.x[idx], self.aug_gen) if data.augment else None

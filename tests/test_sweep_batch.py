@@ -77,11 +77,11 @@ def test_plan_groups_products_and_keeps_the_rest_single(tmp_path):
     # the same runs (in any order) form the same group: a relaunched group resumes
     again = sweep.plan(s, list(reversed(s.runs)))
     assert {g.id for g in groups} == {j.id for j in again if isinstance(j, sweep.Group)}
-    # a prune sweep is never batched
+    # a prune sweep batches its seeds (and mask learning rates) into pruning groups
     prune = _write(tmp_path, '[sweep]\ncommand = "prune"\nout = "o"\nbatch = true\n'
                    '[[grid]]\nmethod = "arms"\nseed = [0, 1]\n', "p.toml")
     p = sweep.load(prune)
-    assert p.batch and all(isinstance(j, sweep.Run) for j in sweep.plan(p, p.runs))
+    assert p.batch and [len(j.runs) for j in sweep.plan(p, p.runs)] == [2]
 
 
 def test_paper_regression_sweep_batches_into_19_groups():

@@ -357,16 +357,17 @@ def plan(sweep: Sweep, runs: list[Run]) -> list[Run | Group]:
     launched again resumes its checkpoint)."""
     settings: dict[str, list[Run]] = {}
     singles: list[Run | Group] = []
+    seed, lr = sweep.batching.axes if sweep.batching is not None else ("seed", "lr")
     for r in runs:
         if batchable(sweep, r):
-            key = json.dumps({k: v for k, v in r.full.items() if k not in ("seed", "lr")},
+            key = json.dumps({k: v for k, v in r.full.items() if k not in (seed, lr)},
                              sort_keys=True, default=str)
             settings.setdefault(key, []).append(r)
         else:
             singles.append(r)
     groups: list[Run | Group] = []
     for members_ in settings.values():
-        pairs = {(int(r.full["seed"]), float(r.full["lr"])): r for r in members_}
+        pairs = {(int(r.full[seed]), float(r.full[lr])): r for r in members_}
         seeds, lrs = sorted({s for s, _ in pairs}), sorted({lr for _, lr in pairs})
         if len(pairs) == len(seeds) * len(lrs):
             parts = [(seeds, lrs)]

@@ -1,0 +1,78 @@
+"""A ``prune`` sweep with ``batch = true``: runs that differ only in seed and mask learning rate
+form one pruning group (one ``python -m pbscale.prune --seeds ... --mask-lr ...`` child), and
+each of its folders reads like a separate run's (``status``, ``results``, ``analysis.pareto``
+and ``analysis.scale_report`` unchanged on them)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from test_prune_group import same_folder
+from test_sweep import _sweep_cli, _write
+
+from analysis import pareto, scale_report
+from pbscale import io, prune, sweep
+
+OPTS = dict(model="lenet", synthetic=48, epochs=1, max_batches=1, batch_size=8, n=2,
+            eval_masks=2, eval_batches=1, method="arms")
+PLAN = """
+[sweep]
+command = "prune"
+out = "{out}"
+batch = true
+
+[base]
+model = "lenet"
+synthetic = 48
+epochs = 1
+max_batches = 1
+batch_size = 8
+n = 2
+eval_masks = 2
+eval_batches = 1
+method = "arms"
+
+[[grid]]
+seed = [0, 1, 2, 3]
+mask_lr = [0.01, 0.1]
+"""
+
+
+def test_prune_plan_groups_seeds_and_mask_lrs(tmp_path):
+    s = sweep.load(_write(tmp_path, PLAN.format(out=tmp_path / "o")))
+    jobs = sweep.plan(s, s.runs)
+    assert len(jobs) == 1 and isinstance(jobs[0], sweep.Group)
+    assert jobs[0].seeds == [0, 1, 2, 3] and jobs[0].lrs == [0.01, 0.1]
+    line = s.command_line(jobs[0])
+    assert line[:2] == ["-m", "pbscale.prune"]
+    opts = dict(zip(line[2::2], line[3::2]))
+    assert opts["--seeds"] == "0,1,2,3" and opts["--mask-lr"] == "0.01,0.1"
+    assert opts["--method"] == "arms" and "--seed" not in opts
+
+
+def test_prune_sweep_of_8_runs_is_one_group(tmp_path):
+    out = tmp_path / "o"
+    path = _write(tmp_path, PLAN.format(out=out))
+    s = sweep.load(path)
+    first = _sweep_cli("run", str(path), "--jobs", "1")
+    assert first.returncode == 0, first.stderr
+    assert "(1 batched groups, 1 children)" in first.stderr
+    assert all(sweep.state_of(s, r) == "finished" for r in s.runs)
+    assert "finished 8, running 0, failed 0, interrupted 0, pending 0" in \
+        _sweep_cli("status", str(path)).stdout
+    csv = tmp_path / "r.csv"
+    assert _sweep_cli("results", str(path), "--csv", str(csv)).returncode == 0
+    assert len(io.read_csv(csv)) == 8
+    folders = sweep.folder_index(out)
+    assert sorted(folders) == sorted(r.id for r in s.runs)  # each carries its own sweep id
+    # two of the members against the same runs trained one at a time
+    for seed, lr in ((0, 0.01), (3, 0.1)):
+        sep = Path(prune.run(prune.PruneConfig(**OPTS, seed=seed, mask_lr=lr),
+                             tmp_path / "sep", quiet=True)["folder"])
+        same_folder(sep, out / sep.name)
+    runs = pareto.read_runs(pareto.find_runs([out]))
+    assert len(runs) == 8
+    loaded = scale_report.load(out)
+    assert len(loaded) == 8 and {r.method for r, _ in loaded} == {"arms"}
+    again = _sweep_cli("run", str(path), "--jobs", "1")
+    assert again.returncode == 0 and "8 of 8 runs already finished" in again.stderr
