@@ -40,6 +40,7 @@ CASES = [
     ("analysis.arms_table", ["--n", "1"], "--n", None),
     ("analysis.arms_table", ["--n", "40"], "n=20", None),
     ("analysis.arms_table", ["--json", "{tmp}/a_file/t.json"], "is a file", None),
+    ("analysis.bias", ["--bogus"], "unrecognized arguments", None),
     ("analysis.counterexamples", ["--final-tau", "2"], "--final-tau", None),
     ("analysis.counterexamples", ["--only", "nope"], "--only: invalid choice", None),
     ("analysis.counterexamples", ["--temperatures", "0"], "--temperatures", None),

@@ -296,12 +296,12 @@ def load(path: str | Path, out: str | Path | None = None) -> Sweep:
                            "and [[grid]]")
     head = doc.get("sweep", {})
     if not isinstance(head, dict):
-        raise PBInputError(f"{path}: sweep is not a table; write a [sweep] header followed by "
-                           "key = value lines")
+        raise PBInputError(f"{path}: sweep must be a table; write a [sweep] header followed "
+                           "by key = value lines")
     command = head.get("command")
     if command not in COMMANDS:
-        raise PBInputError(f"{path}: [sweep] command {command!r} is not a sweep command; write "
-                           f"command = one of {', '.join(map(repr, COMMANDS))}")
+        raise PBInputError(f"{path}: [sweep] command must be one of {', '.join(COMMANDS)}, got "
+                           f"{command!r}; write e.g. command = \"{next(iter(COMMANDS))}\"")
     bad = set(head) - {"command", "out", "threads", "cpus", "gpus", "description", "batch"}
     if bad:
         raise PBInputError(f"{path}: unknown [sweep] key {sorted(bad)[0]!r}; use command, out, "
@@ -315,7 +315,7 @@ def load(path: str | Path, out: str | Path | None = None) -> Sweep:
     grids = doc.get("grid", [])
     if not isinstance(base, dict) or not isinstance(grids, list) or not all(
             isinstance(g, dict) for g in grids):
-        raise PBInputError(f"{path}: [base] is not a table or grid not an array of tables; "
+        raise PBInputError(f"{path}: [base] must be a table and grid an array of tables; "
                            "write [base] once and head each grid block [[grid]]")
     target, notes = resolve_out(path, head, out)
     actions = command_actions(COMMANDS[command].module)

@@ -264,7 +264,7 @@ def finished_folders(sweep: Sweep) -> dict[str, Path]:
     JSON object), the one test of "finished" that ``run``, ``status`` and ``results`` share: a
     run whose files were damaged after it finished is not finished, so ``run`` launches it
     again (it resumes from its checkpoint, or fails naming the damaged file)."""
-    return {k: v for k, v in folder_index(sweep.out).items() if readable_summary(v)}
+    return {k: v for k, v in folder_index(sweep.out).items() if readable_summary(v) is not None}
 
 
 def readable_summary(folder: Path) -> dict | None:
