@@ -13,45 +13,24 @@ are refused as ``--out`` values (:func:`out_folder`, :func:`check_out`).
 
 from __future__ import annotations
 
-import argparse
 import csv
 import errno
 import io
-import os
 import shutil
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from pbexact.cli import out_folder
 from pbexact.errors import PBInputError, format_bytes
-from pbexact.io import atomic_write_bytes, check_out_dir
+from pbexact.io import NAME_MAX, atomic_write_bytes, check_out_dir, inside, path_problem
 
-#: The longest file or folder name, in bytes (Linux and macOS file systems).
-NAME_MAX = 255
+# the path checks are pbexact's, shared with pbscale's tools
+__all__ = ["FULL", "NAME_MAX", "Outputs", "check_in_folder", "check_out", "csv_bytes",
+           "figure_bytes", "inside", "out_folder", "path_problem"]
+
 #: Errors of a full disk or quota.
 FULL = (errno.ENOSPC, errno.EDQUOT)
-
-
-def path_problem(text: str) -> str | None:
-    """Why ``text`` cannot name a path (empty, a NUL, a name over :data:`NAME_MAX` bytes), or
-    None."""
-    if not text.strip():
-        return "is empty"
-    if "\0" in text:
-        return "holds a NUL character"
-    long = [p for p in Path(text).parts if len(os.fsencode(p)) > NAME_MAX]
-    if long:
-        return f"has a name of {len(os.fsencode(long[0]))} bytes (at most {NAME_MAX})"
-    return None
-
-
-def out_folder(text: str) -> Path:
-    """argparse type of an output folder: refuses an empty path (which would mean the current
-    folder) and names too long for the file system."""
-    problem = path_problem(text)
-    if problem:
-        raise argparse.ArgumentTypeError(f"the path {text[:60]!r} {problem}; name a folder")
-    return Path(text)
 
 
 def check_out(path: Path, flag: str = "--out") -> Path:
@@ -81,16 +60,6 @@ def check_in_folder(path: Path, flag: str, fix: str) -> Path:
         raise PBInputError(f"{flag}{path} does not exist; {fix}")
     if not is_dir:
         raise PBInputError(f"{flag}{path} is a file; {fix}")
-    return path
-
-
-def inside(path: Path, root: Path) -> Path:
-    """``path`` if it resolves inside ``root`` (symlinks followed); else a one-line refusal."""
-    real_root = root.resolve()
-    real = path.resolve()
-    if real != real_root and not real.is_relative_to(real_root):
-        raise PBInputError(f"{path} resolves to {real}, outside {root} (a symlink?); remove the "
-                           f"link or choose another --out")
     return path
 
 

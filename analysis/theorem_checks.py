@@ -410,9 +410,11 @@ def check_mc_bad_gen_2(
 def check_corollary_sizes(cor_max_d: int, epsilon: float) -> None:
     """The command-line sizes of the `cor:mc_bad_gen_2` study: d up to 24 and 0 < epsilon < 1."""
     if not 2 <= cor_max_d <= 24:
-        raise PBInputError("--cor-max-d must be in 2..24 (a 2^d table per d)")
+        raise PBInputError(f"--cor-max-d must be in 2..24 (a 2^d table per d), got {cor_max_d}; "
+                           "give a value from 2 to 24")
     if not 0 < epsilon < 1:
-        raise PBInputError(f"--epsilon must be in (0, 1), got {epsilon}")
+        raise PBInputError(f"--epsilon must be in (0, 1), got {epsilon}; give a value "
+                           "strictly between 0 and 1")
 
 
 def check_cor_mc_bad_gen_2(

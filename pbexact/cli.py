@@ -20,9 +20,11 @@ import math
 import signal
 import sys
 import textwrap
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from .errors import PBInputError
+from .io import path_problem
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -229,6 +231,16 @@ def step_count(minimum: int = 1) -> Any:
     parse = int_in_range(minimum, MAX_STEPS, "the paper's runs take 10,000")
     parse.__name__ = f"step_count_{minimum}"
     return parse
+
+
+def out_folder(text: str) -> Path:
+    """argparse type of an output folder (``--out``): refuses an empty path (which would mean the
+    current folder), a NUL and names too long for the file system
+    (:func:`pbexact.io.path_problem`)."""
+    problem = path_problem(text)
+    if problem:
+        raise _argparse_error(f"the path {text[:60]!r} {problem}; name a folder")
+    return Path(text)
 
 
 def positive_int_list(text: str) -> list[int]:

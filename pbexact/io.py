@@ -132,6 +132,36 @@ def write_csv(path: str | Path, header: Sequence[str], rows: Iterable[Sequence[A
     return atomic_write_text(path, csv_text(header, rows))
 
 
+#: The longest file or folder name, in bytes (Linux and macOS file systems).
+NAME_MAX = 255
+
+
+def path_problem(text: str) -> str | None:
+    """Why ``text`` cannot name a path (empty: the current folder, which no tool means; a NUL; a
+    name over :data:`NAME_MAX` bytes), or None."""
+    if not text.strip():
+        return "is empty"
+    if "\0" in text:
+        return "holds a NUL character"
+    long = [p for p in Path(text).parts if len(os.fsencode(p)) > NAME_MAX]
+    if long:
+        return f"has a name of {len(os.fsencode(long[0]))} bytes (at most {NAME_MAX})"
+    return None
+
+
+def inside(path: str | Path, root: str | Path, flag: str = "--out") -> Path:
+    """``path`` if it resolves inside ``root`` (symlinks followed); else a one-line refusal, so
+    that a tool writes only where the user pointed it (a run folder under ``--out`` that is a
+    symlink to elsewhere)."""
+    path, root = Path(path), Path(root)
+    real_root = root.resolve()
+    real = path.resolve()
+    if real != real_root and not real.is_relative_to(real_root):
+        raise PBInputError(f"{path} resolves to {real}, outside {root} (a symlink?); remove the "
+                           f"link or choose another {flag}")
+    return path
+
+
 def _nearest_existing(path: Path) -> Path:
     p = path
     while not p.exists() and p != p.parent:
@@ -144,7 +174,11 @@ def _nearest_existing(path: Path) -> Path:
 def check_out_dir(path: str | Path, flag: str = "--out") -> Path:
     """Check, before any work, that ``path`` is a writable folder, creating it (the user named it)
     if need be. Raises :class:`PBInputError` when it is a file, lies under a file, or cannot be
-    created or written."""
+    created or written, and when given as text, when it is empty (the current folder) or holds
+    a name too long for the file system (:func:`path_problem`)."""
+    problem = path_problem(path) if isinstance(path, str) else None
+    if problem:
+        raise PBInputError(f"{flag} {path[:60]!r} {problem}; name another folder")
     path = Path(path)
     if path.exists() and not path.is_dir():
         raise PBInputError(f"{flag} {path} is a file, not a folder; choose a folder")

@@ -137,7 +137,7 @@ def augment_batch(x: torch.Tensor, generator: torch.Generator | None = None,
 
 def _mnist_missing(data_dir: Path, name: str) -> PBInputError:
     return PBInputError(
-        f"MNIST file {name}[.gz] not found in {data_dir}: put the four original IDX files "
+        f"MNIST file {name}[.gz] not found in {data_dir}; put the four original IDX files "
         f"(gzip or not) there, or rerun with --download"
     )
 
@@ -223,7 +223,7 @@ def _require_cifar_files(root: Path) -> None:
     for name in (*CIFAR10_TRAIN, CIFAR10_TEST):
         if not (root / name).exists():
             raise PBInputError(
-                f"CIFAR-10 file {name} not found in {root}: extract the binary version "
+                f"CIFAR-10 file {name} not found in {root}; extract the binary version "
                 f"(cifar-10-binary.tar.gz from https://www.cs.toronto.edu/~kriz/cifar.html) "
                 f"there, or rerun with --download")
 

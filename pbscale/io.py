@@ -20,16 +20,31 @@ from pbexact.errors import PBInputError
 from pbexact.io import atomic_write_bytes, atomic_write_text
 
 __all__ = ["DAMAGED_FIX", "atomic_write_text", "load_checkpoint", "read_csv", "read_json",
-           "read_summary", "save_checkpoint", "write_csv", "write_json", "writing"]
+           "read_summary", "regular_file", "save_checkpoint", "write_csv", "write_json",
+           "writing"]
 
 
 #: What to do about a damaged run file (named in every such error).
 DAMAGED_FIX = "delete the run folder or choose another --out"
 
 
+def regular_file(path: str | Path) -> bool:
+    """Whether ``path`` is there, as a regular file (a symlink to one counts); a FIFO, socket or
+    device there, which a read would block on or never finish, raises a one-line
+    :class:`PBInputError` naming it (a folder is left to the caller's own message)."""
+    path = Path(path)
+    if path.is_file():
+        return True
+    if path.exists() and not path.is_dir():
+        raise PBInputError(f"damaged run file {path} (not a regular file: a FIFO, socket or "
+                           f"device); {DAMAGED_FIX}")
+    return False
+
+
 def read_json(path: str | Path) -> Any:
-    """A JSON file of a run folder; a damaged one (truncated, not JSON, a folder) raises a
-    one-line :class:`PBInputError` naming the file and the fix."""
+    """A JSON file of a run folder; a damaged one (truncated, not JSON, a folder, not a regular
+    file) raises a one-line :class:`PBInputError` naming the file and the fix."""
+    regular_file(path)
     try:
         with open(path) as fh:
             return json.load(fh)
@@ -80,6 +95,9 @@ def write_csv(path: str | Path, rows: list[dict]) -> None:
 
 
 def read_csv(path: str | Path) -> list[dict]:
+    """The rows of a CSV file with a header, numbers parsed (a FIFO or device refused, see
+    :func:`regular_file`)."""
+    regular_file(path)
     with open(path, newline="") as fh:
         return [{k: _number(v) for k, v in row.items()} for row in csv.DictReader(fh)]
 
@@ -113,6 +131,7 @@ def load_checkpoint(path: str | Path, keys: tuple[str, ...] = ()) -> dict | None
     path = Path(path)
     if not path.exists() and not path.is_symlink():
         return None
+    regular_file(path)  # a FIFO would block torch.load forever
     try:
         with warnings.catch_warnings():  # a foreign file's pickle protocol: refused below anyway
             warnings.simplefilter("ignore", UserWarning)

@@ -26,10 +26,11 @@ everything else:
 * what the folder's name does not say but its results depend on, recorded in config.json's
   "info" (:data:`PROVENANCE`: the data's fingerprint, the number of processes): a rerun whose
   values differ is refused;
-* divergence: a step whose training loss is NaN or inf, or an epoch that leaves NaN or inf mask
-  logits or weights, stops the run with one line naming the step and the flag that sets the
-  learning rate to lower (:data:`LR_FLAGS`, the caller's ``lr_flags`` overriding them); no summary
-  is written and the last checkpoint stays the last finite state.
+* divergence: a step whose training loss is NaN or inf, an epoch that leaves NaN or inf mask
+  logits or weights, or an evaluation with a NaN or inf loss stops the run with one line naming
+  the step and the flag that sets the learning rate to lower (:data:`LR_FLAGS`, the caller's
+  ``lr_flags`` overriding them; the weights' where they train, since masks only switch weights
+  on and off); no summary is written and the last checkpoint stays the last finite state.
 
 Phases of an epoch e of E: the first W epochs warm up, the last Z (only with freeze_masks) are
 frozen, the rest train masks, with (W, E - W - Z, Z) from :meth:`LoopConfig.phase_epochs`: the
@@ -168,7 +169,8 @@ def run(task: Task, method: Method, loop: LoopConfig, out: str | Path,
     if (folder / "summary.json").exists():
         return folder
     if weight_optimizer is not None and not task.weights():
-        raise PBInputError("a weight optimizer was given but the task has no trainable weights")
+        raise PBInputError("a weight optimizer was given but the task has no trainable "
+                           "weights; pass weight_optimizer=None")
     io.write_json(folder / "config.json", record)
     hooks = [*hooks, *([StepHook(step_hook)] if step_hook is not None else [])]
     training = _Training(task, method, loop, weight_optimizer, dev, hooks, folder,
@@ -317,6 +319,7 @@ class _Training:
         t1 = time.perf_counter()
         _check_finite(self.method, epoch, self.flags, self.weights)
         metrics = self.evaluate(epoch + 1, phase)
+        _check_metrics(metrics, epoch, self.flags, self.joint)
         t2 = time.perf_counter()
         self.history.append({"epoch": epoch + 1,
                              "train_loss": sum(losses) / max(len(losses), 1),
@@ -364,6 +367,19 @@ def _check_finite(method: Method, epoch: int, flags: dict[str, str],
             ([flags["masks"]] if masks_train else []) + ([flags["weights"]] if weights else [])))
         raise PBInputError(f"the training loss became NaN or inf at {where}: the run diverged; "
                            f"lower {lower or flags['masks']}")
+
+
+def _check_metrics(metrics: dict, epoch: int, flags: dict[str, str], joint: bool) -> None:
+    """Stop a run whose evaluation after ``epoch`` has a NaN or inf loss (``*loss`` entries)
+    although every step's loss, the logits and the weights were finite: the weights grew past
+    what the network's float32 outputs hold. Masks only switch weights on and off, so the
+    flag named is the weight learning rate where weights train (``joint``), else the masks'."""
+    bad = [k for k, v in metrics.items()
+           if k.endswith("loss") and isinstance(v, float) and not math.isfinite(v)]
+    if bad:
+        flag = flags["weights"] if joint else flags["masks"]
+        raise PBInputError(f"the evaluation's {bad[0]} became NaN or inf after epoch {epoch + 1}: "
+                           f"the run diverged; lower {flag}")
 
 
 def train_step(f: BatchedLoss, method: Method, weight_optimizer: torch.optim.Optimizer | None,

@@ -147,18 +147,22 @@ class LoopConfig:
 
     def validate(self) -> LoopConfig:
         if not isinstance(self.epochs, int) or self.epochs < 1:
-            raise PBInputError(f"epochs must be a positive integer, got {self.epochs!r}")
+            raise PBInputError(f"epochs must be a positive integer, got {self.epochs!r}; give 1 "
+                               "or more")
         for name in ("mask_milestones", "weight_milestones"):
             if any(not 0 <= m <= 1 for m in getattr(self, name)):
                 raise PBInputError(f"{name} are fractions of the epochs; give values in [0, 1]")
         for name in ("mask_gamma", "weight_gamma"):
             if not getattr(self, name) > 0:
-                raise PBInputError(f"{name} must be > 0, got {getattr(self, name)}")
+                raise PBInputError(f"{name} must be > 0, got {getattr(self, name)}; give a "
+                                   "positive factor")
         if not 0 <= self.mask_warmup <= 1:
-            raise PBInputError(f"mask_warmup is a fraction of the epochs in [0, 1], got "
-                               f"{self.mask_warmup}")
+            raise PBInputError(f"mask_warmup is a fraction of the epochs, got "
+                               f"{self.mask_warmup}; give a value in [0, 1]")
         if self.freeze_masks is not None and not self.mask_warmup <= self.freeze_masks <= 1:
-            raise PBInputError("freeze_masks must be a fraction in [mask_warmup, 1] (or None)")
+            raise PBInputError(f"freeze_masks {self.freeze_masks} is before mask_warmup "
+                               f"{self.mask_warmup} or past 1; give a fraction in [mask_warmup, "
+                               "1] or None")
         return self
 
     def to_dict(self) -> dict:

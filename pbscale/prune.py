@@ -41,12 +41,15 @@ import torch
 
 from pbexact.cli import (
     ArgumentParser,
+    int_in_range,
     nonneg_float,
     nonneg_int,
+    out_folder,
     positive_float,
     positive_int,
     run_main,
     seed_list_at_most,
+    thread_count,
 )
 from pbexact.errors import PBInputError
 from pbexact.parametrizations import PARAMETRIZATIONS
@@ -89,6 +92,11 @@ GROUP_FREE = ("seed", "lam", "mask_lr")
 #: Most runs in one pruning group (each holds its network, masks and optimizer state).
 MAX_GROUP = 4096
 
+
+#: argparse type of ``--synthetic``: at most as many random images as MNIST's training set,
+#: the largest real one here (all held in memory as float32).
+SYNTHETIC_COUNT = int_in_range(0, 60_000, "random images held in memory; MNIST's training "
+                               "set has 60,000")
 
 # ---------------------------------------------------------------------- one run
 
@@ -347,7 +355,7 @@ def build_parser() -> ArgumentParser:
                    help="training batches per epoch (0: all)")
     p.add_argument("--val-size", type=nonneg_int, default=d.val_size)
     p.add_argument("--split-seed", type=nonneg_int, default=d.split_seed)
-    p.add_argument("--synthetic", type=nonneg_int, default=0,
+    p.add_argument("--synthetic", type=SYNTHETIC_COUNT, default=0,
                    help="random images instead of data (that many training images; tests)")
     p.add_argument("--eval-masks", type=positive_int, default=d.eval_masks,
                    help="MC evaluation: masks sampled, the best kept")
@@ -358,8 +366,9 @@ def build_parser() -> ArgumentParser:
                    help="fetch the official files into --data-dir first (needs a network)")
     p.add_argument("--download-url", default=None, help=argparse.SUPPRESS)
     p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:0 or auto")
-    p.add_argument("--threads", type=positive_int, default=None)
-    p.add_argument("--out", default="runs/prune", help="parent folder of run folders")
+    p.add_argument("--threads", type=thread_count, default=None)
+    p.add_argument("--out", type=out_folder, default="runs/prune",
+                   help="parent folder of run folders")
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(given=frozenset())
     return p

@@ -123,7 +123,8 @@ class PruneConfig:
             raise PBInputError(f"unknown parametrization {c.param!r}; choose one of "
                                f"{', '.join(PARAMETRIZATIONS)}")
         if not (isinstance(c.lam, (int, float)) and math.isfinite(c.lam) and c.lam >= 0):
-            raise PBInputError(f"--lam is an L0 strength and must be >= 0, got {c.lam}")
+            raise PBInputError(f"--lam is an L0 strength and must be >= 0, got {c.lam}; give a "
+                               "finite --lam >= 0")
         if c.mask_opt not in MASK_OPTIMIZERS:
             raise PBInputError(f"unknown mask optimizer {c.mask_opt!r}; choose one of "
                                f"{', '.join(MASK_OPTIMIZERS)}")
@@ -131,25 +132,28 @@ class PruneConfig:
             v = getattr(c, name)
             if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
                 raise PBInputError(f"--{name.replace('_', '-')} must be a positive number, "
-                                   f"got {v}")
+                                   f"got {v}; give a finite rate > 0")
         family.check_prune(c)
         if not isinstance(c.epochs, int) or c.epochs < 1:
-            raise PBInputError(f"--epochs must be a positive integer, got {c.epochs}")
+            raise PBInputError(f"--epochs must be a positive integer, got {c.epochs}; give 1 "
+                               "or more")
         if c.batch_size < 1:
-            raise PBInputError(f"--batch-size must be positive, got {c.batch_size}")
+            raise PBInputError(f"--batch-size must be positive, got {c.batch_size}; give 1 or "
+                               "more (0: the default)")
         if c.init not in INITS:
             raise PBInputError(f"unknown init {c.init!r}; choose one of {', '.join(INITS)}")
         for name in ("prune_at", "gmp_start", "gmp_end"):
             if not 0 <= getattr(c, name) <= 1:
                 raise PBInputError(f"--{name.replace('_', '-')} is a fraction of training in "
-                                   f"[0, 1], got {getattr(c, name)}")
+                                   f"[0, 1], got {getattr(c, name)}; give a value from 0 to 1")
         if c.gmp_end < c.gmp_start:
-            raise PBInputError("--gmp-end must not come before --gmp-start")
+            raise PBInputError(f"--gmp-end {c.gmp_end} comes before --gmp-start {c.gmp_start}; "
+                               "give --gmp-end >= --gmp-start")
         if c.eval_masks < 1 or c.eval_batches < 1:
-            raise PBInputError("--eval-masks and --eval-batches must be >= 1")
+            raise PBInputError("--eval-masks and --eval-batches must be >= 1; give 1 or more")
         if c.gmp_every < 1 or c.chunk < 0 or c.max_batches < 0 or c.synthetic < 0:
-            raise PBInputError("--gmp-every must be >= 1; --chunk, --max-batches and "
-                               "--synthetic must be >= 0 (0: off)")
+            raise PBInputError("--gmp-every must be >= 1 and --chunk, --max-batches, "
+                               "--synthetic >= 0; give such values (0: off)")
         if family.logits:  # the method's own rules (n, parametrization), checked once
             c.method_config()
         return c

@@ -73,8 +73,11 @@ class MaskEvaluation(RunHooks):
                 losses += self.layout.loss_fn(x, y, cross_entropy_per_mask)(z)
             if self.shard is not None:
                 losses = distributed.all_sum(losses.cpu(), self.shard).to(losses)
+            # a mask whose loss is NaN (diverged weights) is never the best; with none finite
+            # the first is kept and the loop reports the divergence
+            losses = torch.nan_to_num(losses, nan=math.inf, posinf=math.inf)
             i = int(torch.argmin(losses))
-            if float(losses[i]) < best_loss:
+            if best is None or float(losses[i]) < best_loss:
                 best, best_loss = z[i].clone(), float(losses[i])
             left -= k
         for k, b in self.model.named_buffers():  # scoring leaves running statistics alone

@@ -23,9 +23,11 @@ from pbexact.cli import (
     ArgumentParser,
     nonneg_float,
     nonneg_int,
+    out_folder,
     positive_float,
     positive_int,
     run_main,
+    thread_count,
 )
 from pbexact.errors import PBInputError
 from pbexact.parametrizations import PARAMETRIZATIONS
@@ -52,7 +54,7 @@ def _setup(cfg: MethodConfig, epochs: int, device: str, data_seed: int,
            problem: RegressionProblem | None):
     family = get_family(cfg.method, "regress")
     if not isinstance(epochs, int) or epochs < 1:
-        raise PBInputError(f"epochs must be a positive integer, got {epochs!r}")
+        raise PBInputError(f"epochs must be a positive integer, got {epochs!r}; give 1 or more")
     dev = resolve_device(device)
     if problem is None:
         problem = make_problem(data_seed, dev)
@@ -124,8 +126,9 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--chunk", type=positive_int, default=None,
                    help="samples evaluated at once (default: from free memory)")
     p.add_argument("--lam", type=nonneg_float, default=0.0, help="dense-mask regularizer weight")
-    p.add_argument("--out", default=DEFAULT_OUT, help=f"parent folder of runs ({DEFAULT_OUT})")
-    p.add_argument("--threads", type=positive_int, default=None,
+    p.add_argument("--out", type=out_folder, default=DEFAULT_OUT,
+                   help=f"parent folder of runs ({DEFAULT_OUT})")
+    p.add_argument("--threads", type=thread_count, default=None,
                    help="torch CPU threads (default: torch's choice; 1 is fastest on a shared "
                    "2-core machine, see docs/pbscale.md)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")

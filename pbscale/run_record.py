@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from pbexact.errors import PBInputError
-from pbexact.io import check_out_dir
+from pbexact.io import check_out_dir, inside, path_problem
 
 from . import io
 from .loop_types import LoopConfig, Method, Task
@@ -32,8 +32,17 @@ def config_hash(config: dict) -> str:
 
 
 def run_folder(out: str | Path, task_name: str, config: dict) -> Path:
-    """``<out>/<task_name>-<config_hash(config)>``."""
-    return Path(out) / f"{task_name}-{config_hash(config)}"
+    """``<out>/<task_name>-<config_hash(config)>``, refused in one line (before anything is
+    written) when ``out`` given as text cannot name a folder (empty: the current folder; a name
+    over 255 bytes) or when the folder is there and resolves outside ``out`` (a symlink to
+    elsewhere), so every tool writes runs only under its ``--out``."""
+    problem = path_problem(out) if isinstance(out, str) else None
+    if problem:
+        raise PBInputError(f"--out {out[:60]!r} {problem}; name another folder")
+    folder = Path(out) / f"{task_name}-{config_hash(config)}"
+    if folder.is_symlink() or folder.exists():
+        inside(folder, out)
+    return folder
 
 
 def full_config(task: Task, method: Method, loop: LoopConfig) -> dict:
@@ -45,7 +54,17 @@ def env_info() -> dict:
     """Facts a launcher (``pbscale.sweep``) passes in ``$PBSCALE_RUN_INFO`` (a JSON object)
     for config.json's unhashed "info" (e.g. the sweep's run id)."""
     text = os.environ.get("PBSCALE_RUN_INFO")
-    return json.loads(text) if text else {}
+    if not text:
+        return {}
+    try:
+        info = json.loads(text)
+    except ValueError:
+        info = None
+    if not isinstance(info, dict) or not isinstance(info.get("sweep_ids", {}), dict):
+        raise PBInputError(f"$PBSCALE_RUN_INFO {text[:60]!r} is not a JSON object (its "
+                           "'sweep_ids' an object); unset it (pbscale.sweep sets it for the "
+                           "runs it launches)")
+    return info
 
 
 def check_provenance(folder: Path, old: Any, new: dict) -> None:
@@ -68,12 +87,13 @@ def open_folder(out: str | Path, name: str, config: dict, record: dict,
     folders, and a ``config.json`` already there holds the same configuration and
     provenance (else a one-line :class:`PBInputError`). ``record`` is what this run writes to
     config.json: ``config`` plus its unhashed "info" (and "method_info")."""
-    check_out_dir(Path(out))
     folder = run_folder(out, name, config)
+    check_out_dir(out)
     for f in files:
         if (folder / f).is_dir():
             raise PBInputError(f"damaged run folder: {folder / f} is a folder, not a file; "
                                f"{io.DAMAGED_FIX}")
+        io.regular_file(folder / f)  # a FIFO would block the resume forever
     if (folder / "config.json").exists():
         old = io.read_json(folder / "config.json")
         if not isinstance(old, dict):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import torch
 
+from pbexact.cli import MAX_THREADS
 from pbexact.errors import PBInputError
 
 #: The device types pbscale runs on (``--device``); ``auto`` picks CUDA when a GPU is visible.
@@ -48,6 +49,7 @@ def resolve_device(device: str) -> torch.device:
 def set_threads(threads: int | None) -> None:
     """Set torch's intra-op thread count (``--threads``); ``None`` leaves torch's default."""
     if threads is not None:
-        if threads < 1:
-            raise PBInputError(f"--threads must be >= 1, got {threads}")
+        if not 1 <= threads <= MAX_THREADS:
+            raise PBInputError(f"--threads must be from 1 to {MAX_THREADS:,} (torch threads per "
+                               f"process), got {threads:,}; give at most the machine's cores")
         torch.set_num_threads(threads)

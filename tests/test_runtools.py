@@ -203,8 +203,8 @@ def _exit_code(main, argv) -> int:
 
 
 SHARED_TYPES = {cli.positive_int, cli.nonneg_int, cli.positive_float, cli.nonneg_float,
-                cli.seed_list, cli.positive_int_list, batched_seeds.group_seeds,
-                batched_seeds.lr_list}
+                cli.seed_list, cli.positive_int_list, cli.thread_count, cli.out_folder,
+                batched_seeds.group_seeds, batched_seeds.lr_list, P.SYNTHETIC_COUNT}
 #: Flags whose values are free text by nature (paths, device names).
 FREE_TEXT = {"data_dir", "download_url", "out", "device"}
 

@@ -222,10 +222,10 @@ def test_record_under_the_spelled_id_is_still_found(tmp_path):
                                                if k not in sweep.RESERVED}, "lam": 0, "seed": 0})
     assert first.spelled_id == spelled != first.id
     s.record_dir.mkdir(parents=True)
-    io.write_json(s.record_dir / f"{spelled}.json", {"id": spelled, "state": "finished"})
+    io.write_json(s.record_dir / f"{spelled}.json", {"id": spelled, "state": "failed"})
     again = sweep.load(path)
     assert again.runs[0].id == spelled and again.runs[1].id == s.runs[1].id
-    assert sweep.state_of(again, again.runs[0]) == "finished"
+    assert sweep.state_of(again, again.runs[0]) == "failed"
 
 
 # ---------------------------------------------------------------------- out, help
@@ -244,12 +244,12 @@ def test_relative_out_is_relative_to_the_sweep_file(tmp_path, monkeypatch, capsy
     # an older sweep whose records are only under the cwd-relative folder keeps that folder
     old = elsewhere / "o" / f"sweep-{path.stem}"
     old.mkdir(parents=True)
-    io.write_json(old / f"{s.runs[0].id}.json", {"state": "finished"})
+    io.write_json(old / f"{s.runs[0].id}.json", {"state": "failed"})
     kept = sweep.load(path)
     assert kept.out == elsewhere / "o"
     assert len(kept.notes) == 1 and str(folder / "o") in kept.notes[0]
     code, out, err = _main(capsys, "status", str(path))
-    assert code == 0 and err.startswith("note: using") and "finished 1" in out
+    assert code == 0 and err.startswith("note: using") and "failed 1" in out
     (folder / "o" / f"sweep-{path.stem}").mkdir(parents=True)
     io.write_json(folder / "o" / f"sweep-{path.stem}" / "x.json", {})
     assert sweep.load(path).out == folder / "o"  # both hold records: the file's folder

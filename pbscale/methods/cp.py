@@ -82,7 +82,8 @@ class CPSettings(Settings):
         if not (isinstance(self.final_tau, (int, float)) and 0 < self.final_tau <= 1) or \
                 isinstance(self.every, bool) or not isinstance(self.every, int) or self.every < 1:
             raise PBInputError(f"{text} needs 0 < final_tau <= 1 and a schedule period every >= "
-                               f"1, got final_tau={self.final_tau!r}, every={self.every!r}")
+                               f"1, got final_tau={self.final_tau!r}, every={self.every!r}; give "
+                               "values in those ranges")
 
 
 @register

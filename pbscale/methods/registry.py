@@ -112,7 +112,8 @@ class Settings:
             return cls()
         if not isinstance(given, dict):
             raise PBInputError(f"the settings of {text} are {cls.__name__} or a dict of "
-                               f"{', '.join(cls.names()) or 'nothing'}, got {given!r}")
+                               f"{', '.join(cls.names()) or 'nothing'}, got {given!r}; give one "
+                               "of those")
         unknown = sorted(set(given) - set(cls.names()))
         if unknown:
             own = ", ".join(cls.names()) or "none"
@@ -341,15 +342,18 @@ class MethodConfig:
             )
         family.check(self)
         if not (isinstance(self.lr, (int, float)) and math.isfinite(self.lr) and self.lr > 0):
-            raise PBInputError(f"the learning rate must be a positive number, got lr={self.lr}")
+            raise PBInputError(f"the learning rate must be a positive number, got lr={self.lr}; "
+                               "give a finite rate > 0")
         if self.optimizer not in OPTIMIZERS:
             raise PBInputError(
                 f"unknown optimizer {self.optimizer!r}; choose one of {', '.join(OPTIMIZERS)}"
             )
         if self.chunk is not None and (not isinstance(self.chunk, int) or self.chunk < 1):
-            raise PBInputError(f"chunk must be a positive integer (or omitted), got {self.chunk}")
+            raise PBInputError(f"chunk must be a positive integer, got {self.chunk}; give 1 or "
+                               "more, or leave it out (from free memory)")
         if not (math.isfinite(self.lam) and self.lam >= 0):
-            raise PBInputError(f"the regularization weight must be >= 0, got lam={self.lam}")
+            raise PBInputError(f"the regularization weight must be >= 0, got lam={self.lam}; "
+                               "give a finite lam >= 0")
         self.settings.check(family.text)
 
     def validate(self) -> MethodConfig:

@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 from pbexact.copula import branch_side, branch_threshold
-from pbexact.errors import PBInputError, check_n
+from pbexact.errors import PBInputError, check_n, format_bytes
 
 # ---------------------------------------------------------------------------------------------
 # Sampling with an explicit torch.Generator (same seed, same numbers)
@@ -374,6 +374,36 @@ def auto_chunk(n: int, bytes_per_sample: int, device: torch.device | str = "cpu"
         cap = 256
     k = int(fraction * free) // max(int(bytes_per_sample), 1)
     return max(1, min(n, k, cap))
+
+
+def free_memory(device: torch.device | str = "cpu") -> int:
+    """Bytes free for a run's tensors: CUDA's free device memory, else the CPU's MemAvailable
+    (what :func:`auto_chunk` sizes its chunks by)."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        return int(torch.cuda.mem_get_info(device)[0])
+    return _mem_available_bytes()
+
+
+def check_sample_memory(n: int, d: int, chunk: int, bytes_per_sample: int,
+                        device: torch.device | str = "cpu", flag: str = "--n") -> None:
+    """Refuse (one line, before anything trains) n samples per step whose masks cannot be
+    held in memory: a step draws n masks of d entries, n d float32 values (ARMS holds all n
+    draws for the whole step; the other estimators stream them ``chunk`` at a time, each chunk
+    with its ``bytes_per_sample`` working set of activations), and that, plus one chunk's
+    working set, must fit in the :func:`free_memory` of ``device``. The message names the cost
+    and the largest n that fits."""
+    free = free_memory(device)
+    working = chunk * max(int(bytes_per_sample), 1)
+    per_mask = 4 * d
+    if n * per_mask + working <= free:
+        return
+    largest = max((free - working) // per_mask, 0)
+    raise PBInputError(
+        f"{flag} {n:,} samples per step of d = {d:,} mask entries are {format_bytes(n * per_mask)}"
+        f" of masks (n x d float32; ARMS holds them all, the others stream {chunk:,} at a time "
+        f"with {format_bytes(working)} of activations), more than the {format_bytes(free)} "
+        f"free on {torch.device(device)}; lower {flag} to at most {largest:,}")
 
 
 def _mem_available_bytes() -> int:

@@ -19,7 +19,7 @@ from ..loop_types import BatchedLoss, RunHooks
 from .estimate import Estimate, dense_regularizer, surrogate_loss
 from .group import MaskTrainerGroup
 from .registry import OPTIMIZERS, Family, MethodConfig, Plan, names
-from .samplers import BernoulliSampler, auto_chunk
+from .samplers import BernoulliSampler, auto_chunk, check_sample_memory
 
 
 class LogitsFamily(Family):
@@ -138,11 +138,13 @@ class MaskTrainer:
         self.control, self.control_opts = family.make_control(
             d, config.lr, torch.Generator().manual_seed(config.seed), device=self.device,
             dtype=dtype)
+        per_sample = bytes_per_sample or 16 * d
         if config.chunk is not None:
             self.chunk = min(config.chunk, config.n)
         else:
-            per_sample = bytes_per_sample or 16 * d
             self.chunk = auto_chunk(config.n, per_sample, self.device)
+        if family.samples:  # n masks of d entries per step: bounded by memory
+            check_sample_memory(config.n, d, self.chunk, per_sample, self.device)
         self.step_count = 0
         #: this rank's :class:`pbscale.distributed.Shard` once :meth:`distribute` split the
         #: samples over torchrun ranks (None: all samples here)

@@ -10,7 +10,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from pbexact.cli import ArgumentParser, nonneg_int, run_main
+from pbexact.cli import ArgumentParser, nonneg_int, out_folder, run_main
 from pbexact.errors import PBInputError
 
 from .. import io
@@ -87,7 +87,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "floor(1/gpus) per GPU)")
     r.add_argument("--address", default=None, help="Ray cluster address (default: %(default)s "
                    "= start a local Ray)")
-    r.add_argument("--out", default=None, help="parent folder of the runs, relative to the "
+    r.add_argument("--out", type=out_folder, default=None,
+                   help="parent folder of the runs, relative to the "
                    "current folder (default: %(default)s = [sweep] out, relative to the file)")
     r.add_argument("--no-retry", action="store_true", help="leave failed runs alone (default: "
                    "%(default)s)")
@@ -98,14 +99,16 @@ def build_parser() -> argparse.ArgumentParser:
                    "(also [sweep] batch = true; default: %(default)s)")
     s = sub.add_parser("status", help="finished / running / failed / interrupted / pending")
     s.add_argument("sweep", help="sweep file (.toml)")
-    s.add_argument("--out", default=None, help="parent folder of the runs (default: "
+    s.add_argument("--out", type=out_folder, default=None,
+                   help="parent folder of the runs (default: "
                    "%(default)s = [sweep] out)")
     s.add_argument("-v", "--verbose", action="store_true", help="list every run with its run "
                    "folder (default: %(default)s)")
     t = sub.add_parser("results", help="one CSV row per finished run (options, run folder, "
                        "summary)")
     t.add_argument("sweep", help="sweep file (.toml)")
-    t.add_argument("--out", default=None, help="parent folder of the runs (default: "
+    t.add_argument("--out", type=out_folder, default=None,
+                   help="parent folder of the runs (default: "
                    "%(default)s = [sweep] out)")
     t.add_argument("--csv", required=True, help="file to write (required)")
     return p

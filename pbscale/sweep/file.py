@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from pbexact.errors import PBInputError
+from pbexact.io import inside, path_problem
 
 from .. import jobs
 from ..jobs import COMMANDS, Batching
@@ -34,6 +35,10 @@ RESERVED = ("out", "threads", "quiet")
 MAX_THREADS = 1024
 MAX_CPUS = 1024
 MAX_GPUS = 64
+#: Most runs a sweep's grid may expand to (counted before it is built): each run gets a record
+#: file, a log and a run folder, and ``status`` reads them all (the largest committed sweep,
+#: sweeps/supermask.toml, has 3,780).
+MAX_RUNS = 100_000
 
 
 @dataclass
@@ -156,9 +161,11 @@ def canonical_value(action: argparse.Action, value: Any, where: str) -> Any:
         raise PBInputError(f"{where}: {flag} takes a value, not {str(value).lower()}; give its "
                            "value, or leave the key out for the default")
     if isinstance(value, float) and not math.isfinite(value):
-        raise PBInputError(f"{where}: {flag} must be a finite number, got {value!r}")
+        raise PBInputError(f"{where}: {flag} must be a finite number, got {value!r}; give a "
+                           "finite value")
     if not isinstance(value, (str, int, float)):
-        raise PBInputError(f"{where}: {flag} takes a number or a string, got {value!r}")
+        raise PBInputError(f"{where}: {flag} takes a number or a string, got {value!r}; give "
+                           "one value or a list of values")
     text = option_text(value)
     try:
         parsed = action.type(text) if callable(action.type) else text
@@ -166,14 +173,22 @@ def canonical_value(action: argparse.Action, value: Any, where: str) -> Any:
         raise PBInputError(f"{where}: {flag} {text}: {e}; give a value the command accepts "
                            f"(python -m ... {flag} VALUE)") from None
     if isinstance(parsed, float) and not math.isfinite(parsed):
-        raise PBInputError(f"{where}: {flag} must be a finite number, got {text}")
+        raise PBInputError(f"{where}: {flag} must be a finite number, got {text}; give a finite "
+                           "value")
     if action.choices is not None and parsed not in action.choices:
         choices = ", ".join(map(str, action.choices))
-        raise PBInputError(f"{where}: {flag} {text} is not one of {choices}")
+        raise PBInputError(f"{where}: {flag} {text} is not a choice; give one of {choices}")
     default = action.default
     if not isinstance(default, bool) and type(default) in (int, float, str) and parsed == default:
         return default
     return parsed
+
+
+def grid_size(base: dict, grids: list[dict]) -> int:
+    """How many option sets :func:`expand` would build (duplicates counted), computed without
+    building them."""
+    return sum(math.prod(len(v) if isinstance(v, list) else 1 for v in {**base, **g}.values())
+               for g in grids or [{}])
 
 
 def expand(base: dict, grids: list[dict]) -> list[dict]:
@@ -219,17 +234,18 @@ def _check_resources(path: Path, head: dict) -> tuple[int, float, float]:
     if isinstance(threads, bool) or not isinstance(threads, int) or not 1 <= threads <= \
             MAX_THREADS:
         raise PBInputError(f"{path}: [sweep] threads must be an integer from 1 to {MAX_THREADS}, "
-                           f"got {threads!r}")
+                           f"got {threads!r}; write e.g. threads = 1 (torch threads per run)")
 
     def number(x: Any) -> bool:
         return not isinstance(x, bool) and isinstance(x, (int, float)) and math.isfinite(x)
 
     if not (number(cpus) and 0 < cpus <= MAX_CPUS):
         raise PBInputError(f"{path}: [sweep] cpus must be a number > 0 and <= {MAX_CPUS}, got "
-                           f"{cpus!r}")
+                           f"{cpus!r}; write e.g. cpus = 1 (CPU cores per run)")
     if not (number(gpus) and 0 <= gpus <= MAX_GPUS and (gpus <= 1 or gpus == int(gpus))):
         raise PBInputError(f"{path}: [sweep] gpus is a GPU fraction in [0, 1] or a whole number "
-                           f"up to {MAX_GPUS}, got {gpus!r}")
+                           f"up to {MAX_GPUS}, got {gpus!r}; write e.g. gpus = 0.5 (or leave it "
+                           "out: no GPU)")
     return threads, float(cpus), float(gpus)
 
 
@@ -251,7 +267,11 @@ def resolve_out(path: Path, head: dict, out: str | Path | None) -> tuple[Path, l
     if not raw:
         raise PBInputError(f"{path}: no output folder; set [sweep] out or pass --out")
     if not isinstance(raw, str):
-        raise PBInputError(f"{path}: [sweep] out must be a folder name (a string), got {raw!r}")
+        raise PBInputError(f"{path}: [sweep] out must be a folder name (a string), got {raw!r}; "
+                           "write e.g. out = \"runs\"")
+    problem = path_problem(raw)
+    if problem:
+        raise PBInputError(f"{path}: [sweep] out {raw[:60]!r} {problem}; name another folder")
     given = Path(raw).expanduser()
     if given.is_absolute():
         return given, []
@@ -276,26 +296,27 @@ def load(path: str | Path, out: str | Path | None = None) -> Sweep:
                            "and [[grid]]")
     head = doc.get("sweep", {})
     if not isinstance(head, dict):
-        raise PBInputError(f"{path}: sweep must be a table: a [sweep] header followed by key = "
-                           "value lines")
+        raise PBInputError(f"{path}: sweep must be a table; write a [sweep] header followed "
+                           "by key = value lines")
     command = head.get("command")
     if command not in COMMANDS:
         raise PBInputError(f"{path}: [sweep] command must be one of {', '.join(COMMANDS)}, got "
-                           f"{command!r}")
+                           f"{command!r}; write e.g. command = \"{next(iter(COMMANDS))}\"")
     bad = set(head) - {"command", "out", "threads", "cpus", "gpus", "description", "batch"}
     if bad:
         raise PBInputError(f"{path}: unknown [sweep] key {sorted(bad)[0]!r}; use command, out, "
                            "threads, cpus, gpus, batch, description")
     batch = head.get("batch", False)
     if not isinstance(batch, bool):
-        raise PBInputError(f"{path}: [sweep] batch must be true or false, got {batch!r}")
+        raise PBInputError(f"{path}: [sweep] batch must be true or false, got {batch!r}; write "
+                           "batch = true or leave it out")
     threads, cpus, gpus = _check_resources(path, head)
     base = doc.get("base", {})
     grids = doc.get("grid", [])
     if not isinstance(base, dict) or not isinstance(grids, list) or not all(
             isinstance(g, dict) for g in grids):
-        raise PBInputError(f"{path}: [base] must be a table and grid an array of tables (each "
-                           "block headed [[grid]])")
+        raise PBInputError(f"{path}: [base] must be a table and grid an array of tables; "
+                           "write [base] once and head each grid block [[grid]]")
     target, notes = resolve_out(path, head, out)
     actions = command_actions(COMMANDS[command].module)
     for table in [base, *grids]:
@@ -308,10 +329,15 @@ def load(path: str | Path, out: str | Path | None = None) -> Sweep:
                                    f"--{key.replace('_', '-')}; fix the key {key!r}")
             values = value if isinstance(value, list) else [value]
             if not values or any(isinstance(v, (dict, list)) for v in values):
-                raise PBInputError(f"{path}: {key!r} must be a value or a non-empty list of "
-                                   "values")
+                raise PBInputError(f"{path}: {key!r} is empty or nested; give a value or a "
+                                   "non-empty list of values")
             for v in values:
                 canonical_value(actions[key], v, f"{path}: {key}")
+    size = grid_size(base, grids)
+    if size > MAX_RUNS:
+        raise PBInputError(f"{path}: the grid has {size:,} runs (the product of its lists), more "
+                           f"than the {MAX_RUNS:,} a sweep holds (a record and a run folder "
+                           "each); shorten the lists or split the grid over several files")
     defaults = {k: a.default for k, a in actions.items()}
     # a run is named by all its canonical options, defaults filled in, so that a run listed
     # twice (in two spellings, or once with a default spelled out) is one run
@@ -324,6 +350,8 @@ def load(path: str | Path, out: str | Path | None = None) -> Sweep:
                                if k not in RESERVED})
         runs.setdefault(key, Run(options, key, full, old))
     record_dir = record_dir_of(target, path)
+    if record_dir.is_symlink() or record_dir.exists():
+        inside(record_dir, target)  # records are written only under the sweep's out
     for r in runs.values():  # a record kept under the spelled id is this run's record
         if r.spelled_id != r.id and (record_dir / f"{r.spelled_id}.json").exists() \
                 and not (record_dir / f"{r.id}.json").exists():

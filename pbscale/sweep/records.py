@@ -92,6 +92,10 @@ def state_of(sweep: Sweep, run: Run, done: set[str] | None = None) -> str:
     state = rec.get("state", "pending")
     if state not in STATES:
         return "pending"
+    if state == "finished":  # only while its folder still holds a readable summary
+        if done is None:
+            done = set(finished_folders(sweep))
+        return "finished" if run.id in done else "pending"
     if state == "running" and rec.get("host") == os.uname().nodename:
         try:
             pid, start = int(rec.get("pid", 0)), rec.get("pid_start")
@@ -256,8 +260,24 @@ def folder_index(out: Path, damaged: list[Path] | None = None) -> dict[str, Path
 
 
 def finished_folders(sweep: Sweep) -> dict[str, Path]:
-    """{run id: run folder} of the sweep's runs whose folder holds a summary.json."""
-    return {k: v for k, v in folder_index(sweep.out).items() if (v / "summary.json").is_file()}
+    """{run id: run folder} of the sweep's runs whose folder holds a readable summary.json (a
+    JSON object), the one test of "finished" that ``run``, ``status`` and ``results`` share: a
+    run whose files were damaged after it finished is not finished, so ``run`` launches it
+    again (it resumes from its checkpoint, or fails naming the damaged file)."""
+    return {k: v for k, v in folder_index(sweep.out).items() if readable_summary(v) is not None}
+
+
+def readable_summary(folder: Path) -> dict | None:
+    """The run folder's summary.json when it is a regular file holding a JSON object, else
+    None."""
+    path = folder / "summary.json"
+    if not path.is_file():
+        return None
+    try:
+        summary = io.read_json(path)
+    except (OSError, ValueError):  # PBInputError is a ValueError
+        return None
+    return summary if isinstance(summary, dict) else None
 
 
 def status(sweep: Sweep) -> dict[str, list[Run]]:
@@ -282,11 +302,8 @@ def results(sweep: Sweep, damaged: list[Path] | None = None) -> list[dict]:
         folder = folders.get(r.id)
         if folder is None or not (folder / "summary.json").exists():
             continue
-        try:
-            summary = io.read_json(folder / "summary.json")
-        except (OSError, ValueError):
-            summary = None
-        if not isinstance(summary, dict):
+        summary = readable_summary(folder)
+        if summary is None:
             bad.append(folder / "summary.json")
             continue
         rows.append({**r.options, "folder": str(folder), **summary})
