@@ -65,10 +65,12 @@ aten = torch.ops.aten
 #: The read-backs made by design, at most once per step: (file under the repository, function)
 #: -> what is read back.
 LOSS_READBACK = ("pbscale/methods/mc.py", "mc_gradient")
-CP_READBACK = ("pbscale/methods/cp.py", "gradient")
+#: CP's step reports its hard-mask loss through the shared reader of a step's loss
+#: (:func:`pbscale.methods.sample_mean`, one value per run of a group).
+CP_READBACK = ("pbscale/methods/estimate.py", "sample_mean")
 READBACKS = {
     LOSS_READBACK: "the step's mean sampled loss",
-    CP_READBACK: "CP's hard-mask loss",
+    CP_READBACK: "CP's hard-mask loss (sample_mean)",
 }
 
 

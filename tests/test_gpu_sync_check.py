@@ -33,7 +33,7 @@ def test_emulated_step_pieces_have_only_the_known_readback(capsys: pytest.Captur
             assert "in mc_gradient" in lines[f"{est} step ({param})"]
     assert "in mc_gradient" in lines["MaskTrainerGroup ARMS step (2 runs)"]
     assert "(2x:" in lines["ARMS step, joint weights (loop)"]
-    assert "(2x:" in lines["CP step"] and "in gradient" in lines["CP step"]
+    assert "(2x:" in lines["CP step"] and "in sample_mean" in lines["CP step"]
 
 
 def test_emulation_takes_the_cuda_branches():
