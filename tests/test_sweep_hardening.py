@@ -287,7 +287,8 @@ def test_child_killed_after_its_summary_counts_as_finished(tmp_path, monkeypatch
     monkeypatch.setattr(sweep.Sweep, "command_line",
                         lambda self, job: ["-c", script, str(self.out), lines[job.id]])
     codes = [sweep.launch(s, r) for r in s.runs]
-    assert codes == [-signal.SIGTERM] * 2
+    assert codes == [143] * 2  # killed by SIGTERM before any handler: recorded as the docs say
+    assert [sweep.read_record(s, r)["returncode"] for r in s.runs] == [143, 143]
     assert [sweep.state_of(s, r) for r in s.runs] == ["finished", "interrupted"]
 
 

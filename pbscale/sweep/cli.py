@@ -19,6 +19,7 @@ from .engines import (
     Interrupted,
     Progress,
     default_jobs,
+    require_ray,
     run_local,
     run_ray,
 )
@@ -147,9 +148,13 @@ def write_results(sweep: Sweep, csv: str) -> int:
 
 
 def run_sweep(args: argparse.Namespace, argv: list[str]) -> int:
-    """``sweep run``: the lock first (so that what is left to do is read while no other sweep
-    runs this folder), then the runs not finished, on the chosen engine."""
+    """``sweep run``: with ``--engine ray`` and runs left to do, Ray present (else one line,
+    before anything is printed or written); the lock (so that what is left to do is read while
+    no other sweep runs this folder), then the runs not finished, on the chosen engine (none
+    left: no engine is started)."""
     sweep = load(args.sweep, args.out)
+    if args.engine == "ray" and not args.dry_run and todo(sweep, not args.no_retry)[0]:
+        require_ray()  # before anything is printed or written (the lock, records)
     for note in sweep.notes:
         print(note, file=sys.stderr)
     if args.dry_run:
@@ -157,6 +162,11 @@ def run_sweep(args: argparse.Namespace, argv: list[str]) -> int:
     resume = shlex.join(["python", "-m", "pbscale.sweep", *argv])
     with SweepLock(sweep.record_dir):
         runs, running, children = plan_todo(sweep, args)
+        if not children:
+            print(f"nothing to run: every run of {sweep.path} in {sweep.out} is finished"
+                  f"{', failed' if args.no_retry else ''} or running", file=sys.stderr)
+            print_status(sweep, verbose=False)
+            return 0
         jobs = args.jobs or default_jobs(sweep)
         n_groups = sum(isinstance(c, Group) for c in children)
         how = (f" ({n_groups} batched groups, {len(children)} children)"
