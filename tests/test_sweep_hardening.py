@@ -116,6 +116,24 @@ def _fake_finished_run(s: sweep.Sweep, run: sweep.Run, name: str, summary: objec
     return folder
 
 
+def test_results_prints_compact_table_by_default(tmp_path, capsys):
+    """``results`` without --csv: a table on stdout, one line per finished run with the
+    options that differ, the summary's main metrics and the folder; nothing written."""
+    path = _write(tmp_path, HEAD + "[[grid]]\nseed = [0, 1, 2]\nepochs = [3]\n")
+    s = sweep.load(path)
+    _fake_finished_run(s, s.runs[0], "first", {"final_val_loss": 0.123456, "device": "cpu"})
+    _fake_finished_run(s, s.runs[2], "third", {"final_val_loss": 0.5, "device": "cpu"})
+    before = sorted(p.name for p in tmp_path.rglob("*"))
+    code, out, err = _main(capsys, "results", str(path))
+    assert code == 0, err
+    lines = out.splitlines()
+    assert lines[0].split() == ["seed", "val_loss", "folder"]  # epochs is the same everywhere
+    assert [line.split() for line in lines[1:]] == [["0", "0.1235", "first"],
+                                                     ["2", "0.5", "third"]]
+    assert "2 of 3 runs finished" in err and "--csv" in err
+    assert sorted(p.name for p in tmp_path.rglob("*")) == before
+
+
 def test_results_csv_paths_and_damaged_run_folders(tmp_path, capsys):
     path = _write(tmp_path, HEAD + "[[grid]]\nseed = [0, 1, 2]\n")
     s = sweep.load(path)
