@@ -173,3 +173,16 @@ def test_inner_batch_bar_clears_itself(tmp_path, monkeypatch, capsys):
     P.run(tiny_cfg(method="cp", epochs=1), tmp_path / "a")
     assert [(kw["leave"], kw["disable"], kw["total"]) for kw in bars
             if kw.get("unit") == "batch"] == [(False, None, 2)]
+
+
+def test_pareto_commands_name_the_data_folder(tmp_path):
+    """runs.md's commands (analysis.pareto.command) end with the --data-dir the run read."""
+    from analysis import pareto
+
+    task = P.PruneConfig(method="gmp", mode="joint", target=0.05).resolved().hashed()
+    assert pareto.command(task, "../shared/data/mnist").endswith(
+        "--method gmp --target 0.05 --data-dir ../shared/data/mnist")
+    assert "--data-dir" not in pareto.command(task)
+    (tmp_path / "config.json").write_text(json.dumps({"info": {"data_dir": "d/mnist"}}))
+    assert pareto.data_dir_of(tmp_path) == "d/mnist"
+    assert pareto.data_dir_of(tmp_path / "none") == ""
