@@ -1,7 +1,8 @@
 """Which code ran: the pbnn package's version, the folder its modules were imported from and the
 git commit of that folder with a dirty flag (:func:`code_provenance`); every run's
-``config.json`` records it ("code", not hashed: a run folder's name does not change with the
-code), and every tool prints it with ``--version`` (:class:`pbexact.cli.ArgumentParser`).
+``config.json`` records it in "info" ("code", not hashed: a run folder's name does not change
+with the code), and every tool prints it with ``--version`` (:class:`pbexact.cli.
+ArgumentParser`).
 """
 
 from __future__ import annotations

@@ -162,7 +162,7 @@ def run(task: Task, method: Method, loop: LoopConfig, out: str | Path,
     (shown on a terminal only: tqdm's ``disable=None``) and a note on stderr when the run had
     finished before. ``keep_checkpoint=False``: ``checkpoint.pt`` is deleted once
     ``summary.json`` is written (a finished run needs only its summary to read as finished).
-    config.json also records which code ran ("code": :func:`pbexact.provenance.
+    config.json's "info" also records which code ran ("code": :func:`pbexact.provenance.
     code_provenance`, not hashed).
     """
     loop.validate()
@@ -180,7 +180,7 @@ def run(task: Task, method: Method, loop: LoopConfig, out: str | Path,
         if not keep_checkpoint:
             (folder / "checkpoint.pt").unlink(missing_ok=True)
         return folder
-    record["code"] = code_provenance()
+    record["info"]["code"] = code_provenance()
     if weight_optimizer is not None and not task.weights():
         raise PBInputError("a weight optimizer was given but the task has no trainable weights")
     io.write_json(folder / "config.json", record)

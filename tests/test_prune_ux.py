@@ -127,7 +127,7 @@ def test_quiet_result_rerun_note_drop_checkpoint_and_code_record(tmp_path, capsy
     assert find_runs([out]) == [folder]
     s = sweep.load(_sweep_file(tmp_path, out))
     assert finished_folders(s) == {"abc": folder}
-    code = json.loads((folder / "config.json").read_text())["code"]
+    code = json.loads((folder / "config.json").read_text())["info"]["code"]
     assert code == {**code_provenance(), "dirty": code["dirty"]}  # what ran, read again
     assert P.main(args) == 0  # a rerun: the note, then the result with the per-layer counts
     cap = capsys.readouterr()
