@@ -186,3 +186,15 @@ def test_pareto_commands_name_the_data_folder(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({"info": {"data_dir": "d/mnist"}}))
     assert pareto.data_dir_of(tmp_path) == "d/mnist"
     assert pareto.data_dir_of(tmp_path / "none") == ""
+
+
+def test_regress_warns_on_settings_the_method_does_not_use(tmp_path, capsys):
+    from pbscale import regress
+
+    # the warning comes before anything runs; a bad --device then stops it cheaply
+    assert regress.main(["--method", "cp", "--n", "3", "--epochs", "1", "--device", "nope",
+                         "--out", str(tmp_path), "--quiet"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == "warning: CP does not use --n: ignored" and err[1].startswith("error:")
+    assert regress.main(["--method", "arms", "--n", "3", "--device", "nope"]) == 2
+    assert "warning" not in capsys.readouterr().err
