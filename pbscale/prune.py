@@ -286,13 +286,15 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:0 or auto")
     p.add_argument("--threads", type=positive_int, default=None)
     p.add_argument("--out", default="runs/prune", help="parent folder of run folders")
+    # flags added after sweeps named their runs: in a sweep run's id only when set
     p.add_argument("--lam-target", type=nonneg_float, default=0.0,
                    help="L0 methods (CP, MC, ST-theta, hard-concrete): fraction of masked "
                         "weights to reach by steering --lam after every epoch, then hold (0: "
-                        "off, --lam fixed; docs/pruning.md)")
+                        "off, --lam fixed; docs/pruning.md)").id_when_changed = True
     p.add_argument("--drop-checkpoint", action="store_true",
                    help="delete checkpoint.pt once the run has finished (a finished run is "
-                        "read from summary.json, masks.pt and pruned.pt)")
+                        "read from summary.json, masks.pt and pruned.pt)"
+                   ).id_when_changed = True
     p.add_argument("--quiet", action="store_true",
                    help="no progress bars and no per-layer counts; the one-line result stays")
     p.set_defaults(given=frozenset())

@@ -229,6 +229,16 @@ def test_ids_of_canonical_runs_unchanged():
         assert (len(ids), hashlib.sha256(",".join(ids).encode()).hexdigest()[:16]) == (n, digest)
 
 
+def test_flags_added_later_enter_ids_only_when_set(tmp_path):
+    """prune's --lam-target and --drop-checkpoint (and no tool's --version) at their defaults
+    leave run ids as they were; set, they name another run."""
+    head = '[sweep]\ncommand = "prune"\nout = "o"\n[[grid]]\nseed = [0]\n'
+    ids = [sweep.load(_write(tmp_path, head + extra, f"{i}.toml")).runs[0].id
+           for i, extra in enumerate(("", "lam_target = 0.0\ndrop_checkpoint = false\n",
+                                      "lam_target = 0.2\n"))]
+    assert ids[0] == ids[1] != ids[2]
+
+
 def test_record_under_the_spelled_id_is_still_found(tmp_path):
     """``lam = 0`` for a float flag: the canonical id differs from the id the spelled value had;
     a record kept under the spelled id is this run's record."""
