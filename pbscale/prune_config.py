@@ -198,7 +198,7 @@ class PruneConfig:
     def method_settings(self) -> list[str]:
         """The settings of :meth:`hashed` that depend on the method and that this run's method
         reads (config.json's "method_info"), in field order."""
-        unused = set(self.unused())
+        unused = set(self.unused()) | (set() if steers_lam(self.family) else {"lam_target"})
         return [k for k in METHOD_DEPENDENT if k not in unused]
 
     def hashed(self) -> dict:
@@ -237,8 +237,6 @@ class PruneConfig:
         if not family.logits:
             out += ["lam", "mask_opt", "mask_lr", "chunk"]
         out += [k for k in PRUNE_SETTINGS if k not in family.uses]
-        if not steers_lam(family):
-            out.append("lam_target")
         if self.mode == "supermask" and not family.dense_weights:
             out.append("lr")
         if MODELS[self.model].shortcut_marker is None:
