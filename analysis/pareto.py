@@ -135,6 +135,16 @@ def used_settings(run: PruneRun) -> frozenset[str]:
     return frozenset(s for s in SETTINGS if run.info.uses(s))
 
 
+def data_dir_of(folder: Path) -> str:
+    """The data folder a run read (config.json's unhashed "info"), "" where none is recorded."""
+    try:
+        info = json.loads((folder / "config.json").read_text()).get("info", {})
+    except (OSError, ValueError, AttributeError):
+        return ""
+    value = info.get("data_dir", "") if isinstance(info, dict) else ""
+    return value if isinstance(value, str) else ""
+
+
 def read_run(folder: Path) -> dict:
     """One finished run's settings and final metrics (a dict of the tables' columns);
     :class:`~analysis.run_files.DamagedRun` (with the reason) when its config.json or
@@ -143,7 +153,7 @@ def read_run(folder: Path) -> dict:
     task = run.task
     used = used_settings(run)
     try:
-        cmd = command(task)
+        cmd = command(task, data_dir_of(folder))
     except (PBInputError, KeyError, TypeError, ValueError) as exc:
         raise DamagedRun(f"config.json's task is not a prune configuration ({exc})") from None
     return {"run": folder.name, "model": task["model"], "mode": task["mode"],
@@ -184,9 +194,10 @@ def split_budgets(runs: list[dict]) -> list[str]:
     return notes
 
 
-def command(task: dict) -> str:
+def command(task: dict, data_dir: str = "") -> str:
     """The shortest ``python -m pbscale.prune`` command line of a run's configuration: the
-    options that differ from the defaults (``--data-dir`` left out)."""
+    options that differ from the defaults, then ``--data-dir`` where the run read its data
+    (``data_dir``, as the run was given it; synthetic runs have none)."""
     from pbscale.prune import PruneConfig
 
     default = PruneConfig(model=task["model"], mode=task["mode"]).resolved()
@@ -198,6 +209,8 @@ def command(task: dict) -> str:
                     parts.append(f"--{k.replace('_', '-')}")
             else:
                 parts.append(f"--{k.replace('_', '-')} {v}")
+    if data_dir:
+        parts.append(f"--data-dir {data_dir}")
     return " ".join(parts)
 
 

@@ -118,16 +118,43 @@ class DefaultsHelpFormatter(argparse.HelpFormatter):
         return text
 
 
+class VersionAction(argparse.Action):
+    """``--version``: prints :func:`pbexact.provenance.version_text` (version, import path,
+    git commit and dirty flag, read when asked) and exits 0."""
+
+    def __init__(self, option_strings: list[str], dest: str = argparse.SUPPRESS,
+                 default: str = argparse.SUPPRESS, help: str | None = None) -> None:  # noqa: A002
+        super().__init__(option_strings=option_strings, dest=dest, default=default, nargs=0,
+                         help=help)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: object, option_string: str | None = None) -> None:
+        from .provenance import version_text
+
+        print(version_text(parser.prog))
+        parser.exit()
+
+
 class ArgumentParser(argparse.ArgumentParser):
     """argparse's parser whose usage errors are one line, ``error: ...; see PROG --help``, exit
     code 2, like the :class:`PBInputError` messages of every tool, whose ``--help`` shows every
-    default (:class:`DefaultsHelpFormatter`, unless another ``formatter_class`` is given) and
-    which takes no abbreviated flag (``allow_abbrev=False`` unless asked otherwise)."""
+    default (:class:`DefaultsHelpFormatter`, unless another ``formatter_class`` is given), which
+    takes no abbreviated flag (``allow_abbrev=False`` unless asked otherwise) and which has
+    ``--version`` (:class:`VersionAction`; ``version=False``: none, as for subcommands)."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, version: bool = True, **kwargs: Any) -> None:
         kwargs.setdefault("formatter_class", DefaultsHelpFormatter)
         kwargs.setdefault("allow_abbrev", False)  # --meth is not --method: a typo is refused
         super().__init__(*args, **kwargs)
+        if version and self.add_help:
+            self.add_argument("--version", action=VersionAction,
+                              help="print the package version, the folder it was imported "
+                                   "from and its git commit, then exit")
+
+    def add_subparsers(self, **kwargs: Any) -> Any:
+        """Subcommands' parsers are of this class too, without their own ``--version``."""
+        kwargs.setdefault("parser_class", _SubParser)
+        return super().add_subparsers(**kwargs)
 
     def parse_args_or_code(self, argv: list[str] | None = None) -> argparse.Namespace | int:
         """:meth:`parse_args`, with argparse's exits returned as the exit code instead of raised
@@ -140,6 +167,23 @@ class ArgumentParser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         print(f"error: {message}; see {self.prog} --help", file=sys.stderr)
         raise SystemExit(2)
+
+
+def given_options(parser: argparse.ArgumentParser, argv: list[str] | None) -> set[str]:
+    """The destinations of the options named on the command line ``argv`` (None:
+    ``sys.argv[1:]``), whatever their values (a default given explicitly counts): ``argv``
+    parsed again by a copy of ``parser`` with every default suppressed. Call it after the
+    parser accepted ``argv``."""
+    copied = copy.deepcopy(parser)
+    for action in copied._actions:  # argparse has no public list of its actions
+        action.default = argparse.SUPPRESS
+    copied._defaults.clear()  # set_defaults values are not options
+    return set(vars(copied.parse_args(argv)))
+
+
+class _SubParser(ArgumentParser):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, version=False, **kwargs)
 
 
 def _parse_int(text: str) -> int:

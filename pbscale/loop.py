@@ -43,7 +43,8 @@ CP's temperature schedule counts (`pbscale.prune`).
 Callers add behaviour through explicit strategy objects, :class:`RunHooks` (every hook a
 no-op by default), passed as ``run(..., hooks=[...])``: ``before_step(epoch, i)``,
 ``training_loss(f)`` (the batched loss the method's surrogate sees while masks train; sample
-parallelism hands over the whole batch), ``frozen_mask(method, generator)`` (the mask frozen for
+parallelism hands over the whole batch), ``epoch_done(epoch, history)`` (after the epoch's
+evaluation, before its checkpoint), ``frozen_mask(method, generator)`` (the mask frozen for
 the last epochs; default the method's most probable mask), ``stop_requested(flag)`` (SIGTERM seen
 here or, under torch.distributed, by any rank) and ``after_epoch(history, final)`` (after every
 epoch's checkpoint, ``final`` True after the last epoch and, for a run whose last epoch was
@@ -67,6 +68,7 @@ import torch
 from tqdm import tqdm
 
 from pbexact.errors import PBInputError, RunInterrupted
+from pbexact.provenance import code_provenance
 
 from . import io
 from .loop_types import BatchedLoss, EvalContext, LoopConfig, Method, RunHooks, StepHook, Task
@@ -146,7 +148,7 @@ def run(task: Task, method: Method, loop: LoopConfig, out: str | Path,
         progress: bool = True, info: dict | None = None,
         step_hook: Callable[[int, int], None] | None = None,
         hooks: Sequence[RunHooks] = (), lr_flags: dict[str, str] | None = None,
-        method_info: dict | None = None) -> Path:
+        method_info: dict | None = None, keep_checkpoint: bool = True) -> Path:
     """Train (or resume, or return at once if finished) one run; returns its folder.
 
     ``weight_optimizer`` over ``task.weights()`` (None: supermask, weights fixed). ``info``:
@@ -157,6 +159,12 @@ def run(task: Task, method: Method, loop: LoopConfig, out: str | Path,
     ``method_info``: what config.json records about the method (unhashed, "method_info":
     :meth:`pbscale.methods.registry.Family.info`), so the run reads back without the registry.
     A SIGTERM or SIGINT checkpoints the run and raises :class:`RunInterrupted`.
+    ``progress``: the epoch bar, an inner bar over the epoch's batches that clears itself
+    (shown on a terminal only: tqdm's ``disable=None``) and a note on stderr when the run had
+    finished before. ``keep_checkpoint=False``: ``checkpoint.pt`` is deleted once
+    ``summary.json`` is written (a finished run needs only its summary to read as finished).
+    config.json's "info" also records which code ran ("code": :func:`pbexact.provenance.
+    code_provenance`, not hashed).
     """
     loop.validate()
     dev = torch.device(device)
@@ -167,14 +175,20 @@ def run(task: Task, method: Method, loop: LoopConfig, out: str | Path,
     files = ("config.json", loop.metrics_file, "checkpoint.pt", "summary.json")
     folder = open_folder(out, task.name, config, record, files)
     if (folder / "summary.json").exists():
+        if progress:
+            print(f"{folder.name}: already finished (its summary.json is there); its result:",
+                  file=sys.stderr)
+        if not keep_checkpoint:
+            (folder / "checkpoint.pt").unlink(missing_ok=True)
         return folder
+    record["info"]["code"] = code_provenance()
     if weight_optimizer is not None and not task.weights():
         raise PBInputError("a weight optimizer was given but the task has no trainable "
                            "weights; pass weight_optimizer=None")
     io.write_json(folder / "config.json", record)
     hooks = [*hooks, *([StepHook(step_hook)] if step_hook is not None else [])]
     training = _Training(task, method, loop, weight_optimizer, dev, hooks, folder,
-                         {**LR_FLAGS, **(lr_flags or {})})
+                         {**LR_FLAGS, **(lr_flags or {})}, progress)
     bar = tqdm(range(training.start, loop.epochs), initial=training.start, total=loop.epochs,
                disable=not progress, desc=task.name, unit="epoch", file=sys.stderr)
     with _signal_flag() as flag, flush_denormals(dev):
@@ -191,6 +205,8 @@ def run(task: Task, method: Method, loop: LoopConfig, out: str | Path,
         for h in hooks:
             h.after_epoch(training.history, True)
     write_summary(folder, training.history, dev)
+    if not keep_checkpoint:
+        training.ckpt.unlink(missing_ok=True)
     return folder
 
 
@@ -200,8 +216,10 @@ class _Training:
 
     def __init__(self, task: Task, method: Method, loop: LoopConfig,
                  weight_optimizer: torch.optim.Optimizer | None, dev: torch.device,
-                 hooks: list[RunHooks], folder: Path, flags: dict[str, str]) -> None:
+                 hooks: list[RunHooks], folder: Path, flags: dict[str, str],
+                 progress: bool = False) -> None:
         self.task, self.method, self.loop, self.dev = task, method, loop, dev
+        self.progress = progress
         self.hooks, self.folder, self.flags = hooks, folder, flags
         self.weight_optimizer = weight_optimizer
         self.joint = weight_optimizer is not None
@@ -298,22 +316,28 @@ class _Training:
             order, first, losses = pos["order"].to(self.dev), pos["step"], pos["losses"]
         else:
             order, first, losses = task.epoch_order(self.generator), 0, []
-        for i in range(first, task.steps_per_epoch):
-            if _stop_requested(hooks, flag):
-                self.save(epoch, {"order": order.cpu(), "step": i, "losses": losses})
-                sig = signal.Signals(flag["signal"])
-                raise RunInterrupted(sig.value, f"{sig.name}: checkpoint written to {self.ckpt}")
-            for h in hooks:
-                h.before_step(epoch, i)
-            f = task.batch_loss(order, i)
-            if self.fixed is None:
+        # the batches of the epoch: a bar that clears itself, on a terminal only (disable=None)
+        with tqdm(range(first, task.steps_per_epoch), initial=first,
+                  total=task.steps_per_epoch, leave=False, unit="batch",
+                  desc=f"epoch {epoch + 1}", file=sys.stderr,
+                  disable=None if self.progress else True) as steps:
+            for i in steps:
+                if _stop_requested(hooks, flag):
+                    self.save(epoch, {"order": order.cpu(), "step": i, "losses": losses})
+                    sig = signal.Signals(flag["signal"])
+                    raise RunInterrupted(sig.value,
+                                         f"{sig.name}: checkpoint written to {self.ckpt}")
                 for h in hooks:
-                    f = h.training_loss(f)
-            losses.append(train_step(f, self.method, self.weight_optimizer, self.opts,
-                                     self.fixed, self.joint))
-            if not math.isfinite(losses[-1]):
-                _check_finite(self.method, epoch, self.flags, self.weights,
-                              step=(epoch * task.steps_per_epoch + i + 1, i + 1, self.fixed))
+                    h.before_step(epoch, i)
+                f = task.batch_loss(order, i)
+                if self.fixed is None:
+                    for h in hooks:
+                        f = h.training_loss(f)
+                losses.append(train_step(f, self.method, self.weight_optimizer, self.opts,
+                                         self.fixed, self.joint))
+                if not math.isfinite(losses[-1]):
+                    _check_finite(self.method, epoch, self.flags, self.weights,
+                                  step=(epoch * task.steps_per_epoch + i + 1, i + 1, self.fixed))
         if self.dev.type == "cuda":
             torch.cuda.synchronize(self.dev)
         t1 = time.perf_counter()
@@ -324,6 +348,8 @@ class _Training:
         self.history.append({"epoch": epoch + 1,
                              "train_loss": sum(losses) / max(len(losses), 1),
                              **metrics, "train_seconds": t1 - t0, "val_seconds": t2 - t1})
+        for h in hooks:
+            h.epoch_done(epoch, self.history)
         self.save(epoch + 1, None)
         io.write_csv(self.folder / self.loop.metrics_file, self.history)
         for h in hooks:

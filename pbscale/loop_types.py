@@ -229,6 +229,12 @@ class RunHooks:
         """Whether the run stops before the next step, given this process's SIGTERM flag."""
         return flag
 
+    def epoch_done(self, epoch: int, history: list[dict]) -> None:
+        """Called after epoch ``epoch`` (0-based) is evaluated (its row ``history[-1]``),
+        before its checkpoint: state changed here (e.g. the method's L0 strength,
+        :class:`pbscale.lam_control.LamController`) is checkpointed with the epoch, so a
+        resumed run is exact."""
+
     def after_epoch(self, history: list[dict], final: bool) -> None:
         """Called after every epoch's checkpoint (``final``: the last epoch is done)."""
 

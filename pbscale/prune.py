@@ -35,12 +35,14 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import sys
+from collections.abc import Collection
 from pathlib import Path
 
 import torch
 
 from pbexact.cli import (
     ArgumentParser,
+    given_options,
     int_in_range,
     nonneg_float,
     nonneg_int,
@@ -53,10 +55,12 @@ from pbexact.cli import (
 )
 from pbexact.errors import PBInputError
 from pbexact.parametrizations import PARAMETRIZATIONS
+from pbexact.provenance import code_provenance
 from pbscale import data as datamod
 from pbscale import distributed
 from pbscale import io as runio
 from pbscale.jobs import Batching
+from pbscale.lam_control import LamController
 from pbscale.loop import env_info, full_config, run_folder
 from pbscale.loop import run as loop_run
 from pbscale.loop_types import LoopConfig, RunHooks
@@ -83,8 +87,8 @@ from pbscale.runtime import resolve_device, set_threads
 
 __all__ = ["BATCHING", "GROUP_FREE", "MAX_GROUP", "MODES", "PRUNE_METHODS", "PruneConfig",
            "PruneTask", "build", "build_parser", "distribute", "group_argv", "group_configs",
-           "load_pruned", "main", "member", "member_key", "prepare", "report", "run",
-           "run_group"]
+           "load_pruned", "main", "member", "member_key", "prepare", "report", "result_line",
+           "run", "run_group"]
 
 #: The options the runs of one pruning group may differ in (``--seeds``, and comma lists of
 #: ``--lam`` and ``--mask-lr``); a group shares every other option.
@@ -153,15 +157,25 @@ def build(cfg: PruneConfig, data: datamod.Data, dev: torch.device,
 
 def run(cfg: PruneConfig, out: str | Path, device: str = "cpu", *, quiet: bool = False,
         download: bool = False, download_url: str | None = None, step_hook=None,
-        shard=None) -> dict:
+        shard=None, given: Collection[str] = (), keep_checkpoint: bool = True) -> dict:
     """Train (or resume, or read back) the run of ``cfg`` under ``out``; returns its summary
     with the run folder, both weight counts and the final metrics. ``shard``
     (:mod:`pbscale.distributed`, a torchrun launch): MC samples split over the ranks, CP, MP,
     GMP and dense runs (and the fixed-mask epochs of joint MC runs) data-parallel, evaluation
-    split; rank i > 0 writing its copy under ``out/.rank<i>``."""
+    split; rank i > 0 writing its copy under ``out/.rank<i>``. ``given``: the settings the user
+    named (:func:`pbexact.cli.given_options`); those the run does not read are warned about
+    on stderr (even when ``quiet``) and listed in config.json's "info" as "ignored". ``quiet``:
+    nothing on stdout, no progress (``--quiet`` prints :func:`result_line`).
+    ``keep_checkpoint=False``: ``checkpoint.pt``
+    deleted once the run has finished (``--drop-checkpoint``)."""
     cfg, dev, data = prepare(cfg, device, download, download_url)
+    ignored = [k for k in cfg.unused() if k in given]
+    if ignored and (shard is None or shard.rank == 0):
+        print(cfg.ignored_warning(ignored), file=sys.stderr)
     task, method, loop, weight_opt = build(cfg, data, dev, shard)
     hooks: list[RunHooks] = [task.evaluation]  # the evaluation rule picks the frozen mask
+    if cfg.lam_target:
+        hooks.append(LamController(method, cfg.lam_target, loop))
     if shard is not None:
         hooks += distribute(task, method, weight_opt, shard)
         out = distributed.rank_out(out, shard)
@@ -175,10 +189,12 @@ def run(cfg: PruneConfig, out: str | Path, device: str = "cpu", *, quiet: bool =
               f"{task.d:,} masked weights of {task.num_all:,} parameters; device {dev}",
               file=sys.stderr)
     info = {"data_dir": cfg.data_dir, "data": data.fingerprint,
-            "world_size": 1 if shard is None else shard.world, "unused": cfg.unused()}
+            "world_size": 1 if shard is None else shard.world, "unused": cfg.unused(),
+            **({"ignored": ignored} if ignored else {})}
     folder = loop_run(task, method, loop, out, weight_optimizer=weight_opt, device=dev,
                       progress=not quiet, info=info, step_hook=step_hook, hooks=hooks,
-                      lr_flags=task.lr_flags, method_info=cfg.family.info(cfg.method_settings()))
+                      lr_flags=task.lr_flags, method_info=cfg.family.info(cfg.method_settings()),
+                      keep_checkpoint=keep_checkpoint)
     summary = runio.read_summary(folder / "summary.json", SUMMARY_KEYS)
     runio.write_json(folder / "data.json", data.transform())
     summary.update({"folder": str(folder), "masked": task.d, "parameters": task.num_all})
@@ -196,7 +212,7 @@ def member(cfg: PruneConfig, data: datamod.Data, dev: torch.device, out: str | P
             "unused": cfg.unused()}
     env = env_info()
     sweep_ids = env.pop("sweep_ids", {})
-    record = {**config, "info": {"device": str(dev), **info, **env},
+    record = {**config, "info": {"device": str(dev), **info, **env, "code": code_provenance()},
               "method_info": cfg.family.info(cfg.method_settings())}
     key = member_key({"seed": cfg.seed, "mask_lr": cfg.mask_lr})
     if key in sweep_ids:  # launched by a sweep: the run's own id, as a separate run records
@@ -227,6 +243,10 @@ def run_group(cfgs: list[PruneConfig], out: str | Path, device: str = "cpu", *,
         summary = run(cfgs[0], out, device, quiet=quiet, download=download,
                       download_url=download_url, step_hook=step_hook)
         return 0, 1 if summary else 0
+    if any(c.lam_target for c in cfgs):
+        raise PBInputError("--lam-target steers each run's lam after its own epochs and does not "
+                           "run in a pruning group; train these runs one at a time (one --seed, "
+                           "one --lam, one --mask-lr)")
     first, dev, data = prepare(cfgs[0], device, download, download_url)
     resolved = [first] + [c.resolved().validate() for c in cfgs[1:]]
     shared = [{k: v for k, v in c.hashed().items() if k not in GROUP_FREE} for c in resolved]
@@ -256,13 +276,19 @@ def distribute(task: PruneTask, method, weight_opt: torch.optim.Optimizer | None
     return hooks
 
 
-def report(summary: dict, task: PruneTask) -> None:
-    """Both weight counts of a finished run, overall and per layer."""
-    d, n_all = task.d, task.num_all
+def result_line(summary: dict) -> str:
+    """The one-line result of a finished run (:func:`run`'s summary): test accuracy and both
+    weight counts (what ``--quiet`` prints)."""
+    d, n_all = summary["masked"], summary["parameters"]
     rem, rem_all = summary["final_remaining"], summary["final_remaining_all"]
-    print(f"test_acc {summary['final_test_acc']:.4f}  remaining {round(rem * d):,} of {d:,} "
-          f"masked weights ({rem:.4%}), {round(rem_all * n_all):,} of {n_all:,} parameters "
-          f"({rem_all:.4%})")
+    return (f"test_acc {summary['final_test_acc']:.4f}  remaining {round(rem * d):,} of {d:,} "
+            f"masked weights ({rem:.4%}), {round(rem_all * n_all):,} of {n_all:,} parameters "
+            f"({rem_all:.4%})")
+
+
+def report(summary: dict, task: PruneTask) -> None:
+    """Both weight counts of a finished run, overall (:func:`result_line`) and per layer."""
+    print(result_line(summary))
     sizes = task.model.layer_counts(task.names)
     for k, size in sizes.items():
         layer = k.removesuffix(".weight")
@@ -327,7 +353,7 @@ def build_parser() -> ArgumentParser:
                    help="mask learning rate (a comma list: one run of a group each)")
     p.add_argument("--target", type=positive_float, default=d.target,
                    help="MP/GMP: final fraction of masked weights remaining; edge-popup: "
-                        "fraction kept in each layer; in (0, 1]")
+                        "fraction kept in each layer; in (0, 1] (L0 methods: --lam-target)")
     p.add_argument("--epochs", type=positive_int, default=d.epochs)
     p.add_argument("--batch-size", type=nonneg_int, default=0,
                    help="0: 128 (64 for joint VGG)")
@@ -369,7 +395,17 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--threads", type=thread_count, default=None)
     p.add_argument("--out", type=out_folder, default="runs/prune",
                    help="parent folder of run folders")
-    p.add_argument("--quiet", action="store_true")
+    # flags added after sweeps named their runs: in a sweep run's id only when set
+    p.add_argument("--lam-target", type=nonneg_float, default=0.0,
+                   help="L0 methods (CP, MC, ST-theta, hard-concrete): fraction of masked "
+                        "weights to reach by steering --lam after every epoch, then hold (0: "
+                        "off, --lam fixed; docs/pruning.md)").id_when_changed = True
+    p.add_argument("--drop-checkpoint", action="store_true",
+                   help="delete checkpoint.pt once the run has finished (a finished run is "
+                        "read from summary.json, masks.pt and pruned.pt)"
+                   ).id_when_changed = True
+    p.add_argument("--quiet", action="store_true",
+                   help="no progress bars and no per-layer counts; the one-line result stays")
     p.set_defaults(given=frozenset())
     return p
 
@@ -403,13 +439,16 @@ def group_argv(full: dict, seeds: list[int], lrs: list[float]) -> list[str]:
 
 
 #: How ``pbscale.sweep`` batches ``prune`` runs (:class:`pbscale.jobs.Batching`): runs that
-#: differ only in seed and mask learning rate train as one pruning group.
-BATCHING = Batching("pbscale.prune", (), lambda full: True, group_argv, member_key,
+#: differ only in seed and mask learning rate train as one pruning group (a run that steers its
+#: lam to a target, ``--lam-target``, trains alone).
+BATCHING = Batching("pbscale.prune", (), lambda full: not full.get("lam_target"), group_argv,
+                    member_key,
                     axes=("seed", "mask_lr"))
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args_or_code(argv)
+    parser = build_parser()
+    args = parser.parse_args_or_code(argv)
     if isinstance(args, int):  # argparse's one-line error (2) or --help (0)
         return args
     fields = {k: v for k, v in vars(args).items() if k in PruneConfig.__dataclass_fields__}
@@ -434,8 +473,12 @@ def main(argv: list[str] | None = None) -> int:
                       f"{args.out}")
                 return
             shard = distributed.from_env(resolve_device(args.device))  # torchrun: split samples
-            run(cfg, args.out, args.device, quiet=args.quiet, download=args.download,
-                download_url=args.download_url, shard=shard)
+            summary = run(cfg, args.out, args.device, quiet=args.quiet, download=args.download,
+                          download_url=args.download_url, shard=shard,
+                          given=given_options(parser, argv),
+                          keep_checkpoint=not args.drop_checkpoint)
+            if args.quiet and (shard is None or shard.rank == 0):
+                print(result_line(summary))
         finally:
             distributed.shutdown()
 

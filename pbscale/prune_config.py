@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import copy
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 
 from pbexact.errors import PBInputError
 from pbexact.parametrizations import PARAMETRIZATIONS
@@ -46,15 +46,30 @@ FREEZE_AT = 0.8
 #: Evaluation rule of MC runs: masks sampled x training batches scored.
 EVAL_MASKS, EVAL_BATCHES = 10, 10
 #: The fields of :class:`PruneConfig` whose use depends on the method (:meth:`PruneConfig.unused`).
-METHOD_DEPENDENT = ("n", "param", "lam", "mask_opt", "mask_lr", "target", "prune_at",
-                    "gmp_start", "gmp_end", "gmp_every", "chunk", "eval_masks")
+METHOD_DEPENDENT = ("n", "param", "lam", "lam_target", "mask_opt", "mask_lr", "target",
+                    "prune_at", "gmp_start", "gmp_end", "gmp_every", "chunk", "eval_masks")
+#: Why a flag a run does not read may have been given, and what to use instead.
+IGNORED_HINTS = {"target": "for a target fraction with an L0 method use --lam-target"}
 #: Entries of a finished run's summary.json that :func:`run` and :func:`report` read.
 SUMMARY_KEYS = ("final_test_acc", "final_remaining", "final_remaining_all")
 
 
+def steers_lam(family: Family) -> bool:
+    """Whether ``--lam-target`` can steer the family's L0 strength: it trains mask logits under
+    the L0 penalty and keeps no fixed count (edge-popup's ``--target`` fixes its count)."""
+    return family.logits and "lam" in family.uses and "target" not in family.uses
+
+
+#: Marks a field hashed only when it differs from its default (settings added later, so that
+#: existing run folders keep their names).
+CHANGED_ONLY = {"hash": "changed"}
+
+
 @dataclass
 class PruneConfig:
-    """One pruning run; every field goes into the run folder's hash (``config.json``)."""
+    """One pruning run; every field goes into the run folder's hash (``config.json``) but the
+    data folder, and the fields added later, which go in only when they differ from their
+    defaults (:data:`CHANGED_ONLY`)."""
 
     model: str = "lenet"
     dataset: str = ""
@@ -85,6 +100,7 @@ class PruneConfig:
     eval_masks: int = EVAL_MASKS
     eval_batches: int = EVAL_BATCHES
     data_dir: str = field(default="", metadata={"hash": False})
+    lam_target: float = field(default=0.0, metadata=CHANGED_ONLY)
 
     def resolved(self) -> PruneConfig:
         """Defaults that depend on other fields filled in (data set, batch size)."""
@@ -156,6 +172,16 @@ class PruneConfig:
                                "--synthetic >= 0; give such values (0: off)")
         if family.logits:  # the method's own rules (n, parametrization), checked once
             c.method_config()
+        if not (isinstance(c.lam_target, (int, float)) and 0 <= c.lam_target <= 1):
+            raise PBInputError(f"--lam-target is a fraction of masked weights in (0, 1] (0: "
+                               f"off), got {c.lam_target}")
+        if c.lam_target and not steers_lam(family):
+            raise PBInputError(f"--lam-target steers the L0 strength of "
+                               f"{', '.join(n for n, f in REGISTRY.items() if steers_lam(f))}; "
+                               f"{family.text} has none to steer (use --target for MP, GMP "
+                               "and edge-popup)")
+        if c.lam_target and not c.lam > 0:
+            raise PBInputError("--lam-target starts from --lam and scales it; give --lam > 0")
         return c
 
     @property
@@ -176,14 +202,25 @@ class PruneConfig:
     def method_settings(self) -> list[str]:
         """The settings of :meth:`hashed` that depend on the method and that this run's method
         reads (config.json's "method_info"), in field order."""
-        unused = set(self.unused())
+        unused = set(self.unused()) | (set() if steers_lam(self.family) else {"lam_target"})
         return [k for k in METHOD_DEPENDENT if k not in unused]
 
     def hashed(self) -> dict:
         """The fields that define the run (not where its data lives)."""
         d = asdict(self)
         d.pop("data_dir")
+        for f in fields(self):
+            if f.metadata.get("hash") == "changed" and d[f.name] == f.default:
+                d.pop(f.name)
         return d
+
+    def ignored_warning(self, ignored: list[str]) -> str:
+        """One ``warning:`` line naming the flags given for ``ignored`` (fields of
+        :meth:`unused`) that this run does not read, with a hint where one applies."""
+        flags = ", ".join(f"--{k.replace('_', '-')}" for k in ignored)
+        hints = "".join(f"; {IGNORED_HINTS[k]}" for k in ignored if k in IGNORED_HINTS)
+        return (f"warning: {self.family.text} ({self.mode}, {self.model}) does not use "
+                f"{flags}: ignored (config.json lists it under \"ignored\"){hints}")
 
     def unused(self) -> list[str]:
         """The fields of :meth:`hashed` that this run's method, mode and model do not read

@@ -21,6 +21,7 @@ import torch
 
 from pbexact.cli import (
     ArgumentParser,
+    given_options,
     nonneg_float,
     nonneg_int,
     out_folder,
@@ -37,6 +38,7 @@ from .loop import run
 from .loop import run_folder as loop_run_folder
 from .loop_types import LoopConfig
 from .methods import OPTIMIZERS, MethodConfig, Plan, get_family, names
+from .methods.registry import SHARED
 from .regression import RegressionProblem, RegressionTask, make_problem, task_config
 from .runtime import resolve_device, set_threads
 
@@ -136,7 +138,8 @@ def build_parser() -> ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args_or_code(argv)
+    parser = build_parser()
+    args = parser.parse_args_or_code(argv)
     if isinstance(args, int):  # argparse's one-line error (2) or --help (0)
         return args
 
@@ -145,6 +148,10 @@ def main(argv: list[str] | None = None) -> int:
             cfg = MethodConfig(method=args.method, n=args.n, param=args.param, lr=args.lr,
                                optimizer=args.optimizer, seed=args.seed, chunk=args.chunk,
                                lam=args.lam)
+            ignored = sorted(given_options(parser, argv) & set(SHARED) - set(cfg.family.uses))
+            if ignored:  # e.g. --n with cp: one warning line, the run goes on
+                print(f"warning: {cfg.family.text} does not use "
+                      f"{', '.join('--' + k for k in ignored)}: ignored", file=sys.stderr)
             set_threads(args.threads)
             shard = distributed.from_env(resolve_device(args.device))  # torchrun: split samples
             folder = train(cfg, epochs=args.epochs, out=args.out, device=args.device,

@@ -87,6 +87,7 @@ CASES = [
     ("analysis.pareto", ["{tmp}/a_file", "--out", "{tmp}/o", "--layer-max", "nan"],
      "--layer-max", None),
     ("analysis.scale_report", ["--bogus"], "unrecognized arguments", None),
+    ("pbscale.export", ["{tmp}", "--out", "{tmp}/net.pt"], "not a finished pruning run", None),
     # benchmarks
     ("benchmarks.bench_arms_step", ["--ns", ""], "--ns", None),
     ("benchmarks.bench_arms_step", ["--ns", "1"], "n >= 2", None),

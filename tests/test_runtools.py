@@ -61,7 +61,7 @@ def one_line_error(err: str) -> str:
 
 @pytest.mark.parametrize("damage", ["[]", "{}", '{"final_test_acc": 0.5}'])
 def test_prune_refuses_a_finished_run_whose_summary_is_damaged(tmp_path, capsys, damage):
-    argv = [*TINY, "--out", str(tmp_path)]
+    argv = [*TINY[:10], "--quiet", "--out", str(tmp_path)]  # CP reads no --n: no warning
     assert P.main(argv) == 0
     capsys.readouterr()
     (summary,) = tmp_path.glob("*/summary.json")
@@ -263,7 +263,8 @@ def test_choices_come_from_the_registries():
     (["--mode", "joint", "--method", "gmp", "--lr", "1e30"], "--lr", "weights"),
     (["--method", "arms", "--mask-lr", "1e30"], "--mask-lr", "mask logits")])
 def test_a_diverging_run_stops_naming_the_step_and_flag(tmp_path, capsys, args, flag, what):
-    assert P.main([*TINY, *args, "--out", str(tmp_path)]) == 2
+    given = TINY if "arms" in args else [*TINY[:10], "--quiet"]  # --n only where it is read
+    assert P.main([*given, *args, "--out", str(tmp_path)]) == 2
     line = one_line_error(capsys.readouterr().err)
     assert what in line and "NaN or inf" in line and re.search(r"(step|epoch) \d+", line)
     assert line.endswith(f"lower {flag}")
@@ -355,13 +356,13 @@ def test_a_cifar_batch_file_cut_to_whole_records_is_refused(tmp_path):
 
 
 def test_rerun_on_other_data_or_process_count_is_refused(tmp_path, capsys):
-    argv = [*TINY, "--out", str(tmp_path)]
+    argv = [*TINY[:10], "--quiet", "--out", str(tmp_path)]  # CP reads no --n: no warning
     assert P.main(argv) == 0
     (cfg_path,) = tmp_path.glob("*/config.json")
     record = io.read_json(cfg_path)
     info = record["info"]
     assert set(PROVENANCE) <= set(info) and info["world_size"] == 1
-    assert info["data"] == P.prepare(tiny_cfg())[2].fingerprint
+    assert info["data"] == P.prepare(tiny_cfg(n=10))[2].fingerprint
     assert P.main(argv) == 0  # same data, same process count: read back
     capsys.readouterr()
     for key, other, words in [("data", "0123456789abcdef", "other data"),

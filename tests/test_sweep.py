@@ -4,6 +4,7 @@ finished runs; Ray (when importable) gives the same numbers as the local engine.
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import subprocess
@@ -206,6 +207,29 @@ def test_ray_missing_is_one_line_error(tmp_path, monkeypatch):
     s = sweep.load(_write(tmp_path, TINY.format(out=tmp_path / "o", epochs=1)))
     with pytest.raises(PBInputError, match=r'pip install -e "\.\[ray\]"'):
         sweep.run_ray(s, s.runs, 1, None)
+
+
+def test_ray_missing_refused_before_anything_and_not_when_all_finished(tmp_path, monkeypatch,
+                                                                       capsys):
+    """--engine ray without Ray: one line, exit 2, nothing printed before it and nothing
+    written (no sweep folder, no .lock); with every run finished, no refusal: nothing to run."""
+    monkeypatch.setitem(sys.modules, "ray", None)  # import ray -> ImportError
+    path = _write(tmp_path, TINY.format(out=tmp_path / "o", epochs=1))
+    s = sweep.load(path)
+    assert sweep.main(["run", str(path), "--engine", "ray"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --engine ray needs Ray") and len(err.splitlines()) == 1, err
+    assert not s.record_dir.exists() and not (s.record_dir / ".lock").exists()
+    s.record_dir.mkdir(parents=True)
+    for r in s.runs:  # every run finished (its record says so, its folder holds its summary)
+        d = s.out / r.id
+        d.mkdir(parents=True)
+        (d / "config.json").write_text(json.dumps({"info": {"sweep_id": r.id}}))
+        (d / "summary.json").write_text("{}")
+        (s.record_dir / f"{r.id}.json").write_text(json.dumps({"state": "finished"}))
+    assert sweep.main(["run", str(path), "--engine", "ray"]) == 0
+    err = capsys.readouterr().err
+    assert "nothing to run" in err and "error" not in err
 
 
 PRUNE = """

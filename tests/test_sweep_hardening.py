@@ -116,6 +116,24 @@ def _fake_finished_run(s: sweep.Sweep, run: sweep.Run, name: str, summary: objec
     return folder
 
 
+def test_results_prints_compact_table_by_default(tmp_path, capsys):
+    """``results`` without --csv: a table on stdout, one line per finished run with the
+    options that differ, the summary's main metrics and the folder; nothing written."""
+    path = _write(tmp_path, HEAD + "[[grid]]\nseed = [0, 1, 2]\nepochs = [3]\n")
+    s = sweep.load(path)
+    _fake_finished_run(s, s.runs[0], "first", {"final_val_loss": 0.123456, "device": "cpu"})
+    _fake_finished_run(s, s.runs[2], "third", {"final_val_loss": 0.5, "device": "cpu"})
+    before = sorted(p.name for p in tmp_path.rglob("*"))
+    code, out, err = _main(capsys, "results", str(path))
+    assert code == 0, err
+    lines = out.splitlines()
+    assert lines[0].split() == ["seed", "val_loss", "folder"]  # epochs is the same everywhere
+    assert [line.split() for line in lines[1:]] == [["0", "0.1235", "first"],
+                                                     ["2", "0.5", "third"]]
+    assert "2 of 3 runs finished" in err and "--csv" in err
+    assert sorted(p.name for p in tmp_path.rglob("*")) == before
+
+
 def test_results_csv_paths_and_damaged_run_folders(tmp_path, capsys):
     path = _write(tmp_path, HEAD + "[[grid]]\nseed = [0, 1, 2]\n")
     s = sweep.load(path)
@@ -211,6 +229,16 @@ def test_ids_of_canonical_runs_unchanged():
         assert (len(ids), hashlib.sha256(",".join(ids).encode()).hexdigest()[:16]) == (n, digest)
 
 
+def test_flags_added_later_enter_ids_only_when_set(tmp_path):
+    """prune's --lam-target and --drop-checkpoint (and no tool's --version) at their defaults
+    leave run ids as they were; set, they name another run."""
+    head = '[sweep]\ncommand = "prune"\nout = "o"\n[[grid]]\nseed = [0]\n'
+    ids = [sweep.load(_write(tmp_path, head + extra, f"{i}.toml")).runs[0].id
+           for i, extra in enumerate(("", "lam_target = 0.0\ndrop_checkpoint = false\n",
+                                      "lam_target = 0.2\n"))]
+    assert ids[0] == ids[1] != ids[2]
+
+
 def test_record_under_the_spelled_id_is_still_found(tmp_path):
     """``lam = 0`` for a float flag: the canonical id differs from the id the spelled value had;
     a record kept under the spelled id is this run's record."""
@@ -287,7 +315,8 @@ def test_child_killed_after_its_summary_counts_as_finished(tmp_path, monkeypatch
     monkeypatch.setattr(sweep.Sweep, "command_line",
                         lambda self, job: ["-c", script, str(self.out), lines[job.id]])
     codes = [sweep.launch(s, r) for r in s.runs]
-    assert codes == [-signal.SIGTERM] * 2
+    assert codes == [143] * 2  # killed by SIGTERM before any handler: recorded as the docs say
+    assert [sweep.read_record(s, r)["returncode"] for r in s.runs] == [143, 143]
     assert [sweep.state_of(s, r) for r in s.runs] == ["finished", "interrupted"]
 
 

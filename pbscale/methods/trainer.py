@@ -146,6 +146,9 @@ class MaskTrainer:
         if family.samples:  # n masks of d entries per step: bounded by memory
             check_sample_memory(config.n, d, self.chunk, per_sample, self.device)
         self.step_count = 0
+        #: the L0 strength per weight in force (``config.lam`` unless a controller steers it,
+        #: :class:`pbscale.lam_control.LamController`; checkpointed)
+        self.lam = float(config.lam)
         #: this rank's :class:`pbscale.distributed.Shard` once :meth:`distribute` split the
         #: samples over torchrun ranks (None: all samples here)
         self.shard: Shard | None = None
@@ -209,15 +212,14 @@ class MaskTrainer:
         With ``record`` (a list), the losses the weights are trained on are appended to it with
         their autograd graphs (MC: J of the n sampled masks, in chunks; CP: the relaxed loss);
         the hybrid methods do not support it."""
-        c = self.config
         if record is not None and not self.family.trains_weights:
             raise PBInputError(
                 f"{self.family.text} cannot train network weights; use one of "
                 f"{', '.join(names('prune-joint', logits=True))}"
             )
         est, theta_fn = self.family.gradient(self, f, record)
-        if c.lam > 0:
-            _, reg_grad = dense_regularizer(self.r, theta_fn, c.lam)
+        if self.lam > 0:
+            _, reg_grad = dense_regularizer(self.r, theta_fn, self.lam)
             est.grad = est.grad + reg_grad
         return est
 
@@ -297,6 +299,7 @@ class MaskTrainer:
             "step_count": self.step_count,
             "control": self.control.state_dict() if self.control is not None else None,
             "control_opts": [o.state_dict() for o in self.control_opts],
+            "lam": self.lam,
         }
 
     def load_state_dict(self, state: dict) -> None:
@@ -305,6 +308,7 @@ class MaskTrainer:
         self.opt.load_state_dict(state["opt"])
         self.generator.set_state(state["generator"])
         self.step_count = int(state["step_count"])
+        self.lam = float(state.get("lam", self.config.lam))  # older checkpoints: the config's
         if self.control is not None:
             self.control.load_state_dict(state["control"])
         for o, s in zip(self.control_opts, state["control_opts"]):

@@ -19,6 +19,7 @@ from .engines import (
     Interrupted,
     Progress,
     default_jobs,
+    require_ray,
     run_local,
     run_ray,
 )
@@ -104,13 +105,14 @@ def build_parser() -> argparse.ArgumentParser:
                    "%(default)s = [sweep] out)")
     s.add_argument("-v", "--verbose", action="store_true", help="list every run with its run "
                    "folder (default: %(default)s)")
-    t = sub.add_parser("results", help="one CSV row per finished run (options, run folder, "
-                       "summary)")
+    t = sub.add_parser("results", help="a table of the finished runs (the options that differ, "
+                       "the main metrics); --csv: every option, run folder and summary entry")
     t.add_argument("sweep", help="sweep file (.toml)")
     t.add_argument("--out", type=out_folder, default=None,
                    help="parent folder of the runs (default: "
                    "%(default)s = [sweep] out)")
-    t.add_argument("--csv", required=True, help="file to write (required)")
+    t.add_argument("--csv", default=None, help="write every column to this CSV file instead "
+                   "of printing the compact table (default: %(default)s = print the table)")
     return p
 
 
@@ -130,8 +132,33 @@ def check_csv_target(path: str) -> Path:
     return target
 
 
-def write_results(sweep: Sweep, csv: str) -> int:
-    target = check_csv_target(csv)
+#: The summary entries the compact ``results`` table shows, those present, in this order.
+TABLE_METRICS = ("final_test_acc", "final_remaining", "final_val_loss_chosen", "final_val_loss",
+                 "final_train_loss", "seconds_per_epoch")
+
+
+def results_table(rows: list[dict], options: list[str]) -> list[str]:
+    """The compact ``results`` table (lines): per row the run's options that differ between
+    rows (of ``options``), then the :data:`TABLE_METRICS` it has (floats to 4 digits), then
+    the run folder's name."""
+    varied = [k for k in options if len({repr(r.get(k)) for r in rows}) > 1] or options[:1]
+    metrics = [k for k in TABLE_METRICS if any(k in r for r in rows)][:4]
+
+    def cell(v: object) -> str:
+        return f"{v:.4g}" if isinstance(v, float) else ("" if v is None else str(v))
+
+    head = [*varied, *(k.removeprefix("final_") for k in metrics), "folder"]
+    body = [[cell(r.get(k)) for k in (*varied, *metrics)] + [Path(r["folder"]).name]
+            for r in rows]
+    widths = [max(len(x) for x in col) for col in zip(head, *body)]
+    return ["  ".join(x.ljust(w) for x, w in zip(line, widths)).rstrip()
+            for line in [head, *body]]
+
+
+def write_results(sweep: Sweep, csv: str | None) -> int:
+    """``sweep results``: the compact table on stdout, or with ``csv`` every column written to
+    that file."""
+    target = check_csv_target(csv) if csv is not None else None
     damaged: list[Path] = []
     rows = results(sweep, damaged)
     for p in damaged:
@@ -140,6 +167,12 @@ def write_results(sweep: Sweep, csv: str) -> int:
         raise PBInputError(f"no finished runs of {sweep.path} in {sweep.out}; run the "
                            "sweep first")
     keys = list(dict.fromkeys(k for row in rows for k in row))
+    if target is None:
+        options = list(dict.fromkeys(k for r in sweep.runs for k in r.options))
+        print("\n".join(results_table(rows, options)))
+        print(f"{len(rows)} of {len(sweep.runs)} runs finished; every column: results "
+              f"{sweep.path} --csv FILE", file=sys.stderr)
+        return 0
     try:
         io.write_csv(target, [{k: row.get(k, "") for k in keys} for row in rows])
     except OSError as e:
@@ -150,9 +183,13 @@ def write_results(sweep: Sweep, csv: str) -> int:
 
 
 def run_sweep(args: argparse.Namespace, argv: list[str]) -> int:
-    """``sweep run``: the lock first (so that what is left to do is read while no other sweep
-    runs this folder), then the runs not finished, on the chosen engine."""
+    """``sweep run``: with ``--engine ray`` and runs left to do, Ray present (else one line,
+    before anything is printed or written); the lock (so that what is left to do is read while
+    no other sweep runs this folder), then the runs not finished, on the chosen engine (none
+    left: no engine is started)."""
     sweep = load(args.sweep, args.out)
+    if args.engine == "ray" and not args.dry_run and todo(sweep, not args.no_retry)[0]:
+        require_ray()  # before anything is printed or written (the lock, records)
     for note in sweep.notes:
         print(note, file=sys.stderr)
     if args.dry_run:
@@ -160,6 +197,11 @@ def run_sweep(args: argparse.Namespace, argv: list[str]) -> int:
     resume = shlex.join(["python", "-m", "pbscale.sweep", *argv])
     with SweepLock(sweep.record_dir):
         runs, running, children = plan_todo(sweep, args)
+        if not children:
+            print(f"nothing to run: every run of {sweep.path} in {sweep.out} is finished"
+                  f"{', failed' if args.no_retry else ''} or running", file=sys.stderr)
+            print_status(sweep, verbose=False)
+            return 0
         jobs = args.jobs or default_jobs(sweep)
         n_groups = sum(isinstance(c, Group) for c in children)
         how = (f" ({n_groups} batched groups, {len(children)} children)"

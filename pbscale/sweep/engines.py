@@ -166,17 +166,24 @@ def launch_in(cwd: str, sweep: Sweep, job: Run | Group) -> int:
     return launch(sweep, job)
 
 
+def require_ray() -> Any:
+    """The ``ray`` module, or a one-line :class:`PBInputError` naming the extra that installs
+    it (``sweep run --engine ray`` asks before it prints or writes anything)."""
+    try:
+        import ray
+    except ImportError:
+        raise PBInputError('--engine ray needs Ray; install the extra: pip install -e ".[ray]"'
+                           ) from None
+    return ray
+
+
 def run_ray(sweep: Sweep, runs: list[Run | Group], jobs: int, address: str | None,
             progress: Progress | None = None) -> dict[str, int]:
     """Each run (or group) a Ray task declaring num_cpus=cpus, num_gpus=gpus; returns {run id:
     code}. The tasks get :func:`ray_runtime_env` and run from the sweep's working folder.
     SIGTERM/SIGINT cancel the tasks (a running one stops its child with SIGTERM and records it
     interrupted) and raise :class:`Interrupted`."""
-    try:
-        import ray
-    except ImportError:
-        raise PBInputError('--engine ray needs Ray; install the extra: pip install -e ".[ray]"'
-                           ) from None
+    ray = require_ray()
     started = not ray.is_initialized()
     if started:
         if address:

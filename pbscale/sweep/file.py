@@ -138,11 +138,19 @@ def run_id(command: str, options: dict) -> str:
 
 
 def command_actions(module: str) -> dict[str, argparse.Action]:
-    """{option name (``_`` form): argparse action} of the command's parser (``--help`` left
-    out)."""
+    """{option name (``_`` form): argparse action} of the command's parser (``--help`` and
+    ``--version`` left out)."""
     parser = importlib.import_module(module).build_parser()
     return {a.dest: a for a in parser._actions  # noqa: SLF001 - argparse has no public list
-            if a.option_strings and a.dest != "help"}
+            if a.option_strings and a.dest != "help" and a.default != argparse.SUPPRESS}
+
+
+def in_run_id(actions: dict[str, argparse.Action], options: dict) -> dict:
+    """``options`` without the reserved ones and without those of a flag added after run ids
+    existed (its action has ``id_when_changed = True``) at its default: such a flag enters a
+    run's id only when it is set, so the ids of existing runs do not change."""
+    return {k: v for k, v in options.items() if k not in RESERVED and not (
+        getattr(actions.get(k), "id_when_changed", False) and v == actions[k].default)}
 
 
 def canonical_value(action: argparse.Action, value: Any, where: str) -> Any:
@@ -344,10 +352,9 @@ def load(path: str | Path, out: str | Path | None = None) -> Sweep:
     runs: dict[str, Run] = {}
     for spelled in expand(base, grids):
         options = {k: canonical_value(actions[k], v, f"{path}: {k}") for k, v in spelled.items()}
-        full = {k: v for k, v in {**defaults, **options}.items() if k not in RESERVED}
+        full = in_run_id(actions, {**defaults, **options})
         key = run_id(command, full)
-        old = run_id(command, {k: v for k, v in {**defaults, **spelled}.items()
-                               if k not in RESERVED})
+        old = run_id(command, in_run_id(actions, {**defaults, **spelled}))
         runs.setdefault(key, Run(options, key, full, old))
     record_dir = record_dir_of(target, path)
     if record_dir.is_symlink() or record_dir.exists():

@@ -30,8 +30,17 @@ from .. import io
 from .file import Group, Run, Sweep, members
 
 STATES = ("finished", "running", "failed", "interrupted", "pending")
-#: Exit codes of a child stopped by SIGTERM (it checkpointed: its run is interrupted).
+#: Exit codes of a child stopped by SIGTERM (it checkpointed: its run is interrupted); records
+#: hold 143 (:func:`shell_code`), older records may hold -15.
 TERMINATED = (143, -signal.SIGTERM)
+
+
+def shell_code(code: int) -> int:
+    """A child's exit code as a shell reports it: a child killed by signal N before its own
+    handler was in place (``Popen.returncode`` -N, e.g. SIGTERM while Python starts) is
+    128 + N (143 for SIGTERM, the code of a child that checkpointed and exited), the rest as
+    they are."""
+    return 128 - code if code < 0 else code
 
 
 def record_path(sweep: Sweep, run: Run) -> Path:
@@ -178,7 +187,8 @@ def launch(sweep: Sweep, job: Run | Group, env: dict | None = None,
     returns the child's exit code. ``procs`` (id -> Popen) lets the caller signal children.
     A child stopped by SIGTERM is interrupted, unless its run wrote ``summary.json`` first
     (then finished). An exception here (e.g. a cancelled Ray task) stops the child with
-    SIGTERM, records it as interrupted and is raised again."""
+    SIGTERM, records it as interrupted and is raised again. A child killed by a signal
+    before it could handle it returns and records 128 + the signal (:func:`shell_code`)."""
     sweep.record_dir.mkdir(parents=True, exist_ok=True)
     grouped = isinstance(job, Group)
     log = sweep.record_dir / (f"group-{job.id}.log" if grouped else f"{job.id}.log")
@@ -206,7 +216,7 @@ def launch(sweep: Sweep, job: Run | Group, env: dict | None = None,
         for r in members(job):
             io.write_json(record_path(sweep, r), {**recs[r.id], **running})
         try:
-            code = proc.wait()
+            code = shell_code(proc.wait())
         except BaseException:
             if proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)
@@ -214,7 +224,7 @@ def launch(sweep: Sweep, job: Run | Group, env: dict | None = None,
                     proc.wait(timeout=120)
                 except subprocess.TimeoutExpired:
                     proc.kill()
-            _finish(sweep, job, recs, -int(signal.SIGTERM), t0)
+            _finish(sweep, job, recs, shell_code(-int(signal.SIGTERM)), t0)
             raise
         finally:
             if procs is not None:

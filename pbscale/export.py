@@ -1,0 +1,194 @@
+"""``python -m pbscale.export RUN --format torchscript|onnx|sparse --out FILE``: a finished
+pruning run (:mod:`pbscale.prune`: ``config.json``, ``data.json``, ``pruned.pt``) as a network
+that runs without pbnn.
+
+The exported network takes the raw images, uint8 of shape (N, *input_shape) (MNIST: (N, 784);
+CIFAR-10: (N, 3, 32, 32)), and returns the logits (N, 10): the run's test-time transform
+(x / 255 - mean) / std of ``data.json`` is its first operation (:class:`Standardized`), and
+each mask is folded into its weight (``weight_orig * weight_mask``, a plain ``nn.Linear`` /
+``nn.Conv2d`` weight with exact zeros). Formats:
+
+* ``torchscript``: ``torch.jit.trace`` of that network, ``torch.jit.load`` reads it back;
+* ``onnx``: ``torch.onnx.export`` (input "images", output "logits", dynamic batch size); needs
+  the ``export`` extra (onnx, onnxscript: ``pip install -e ".[export]"``);
+* ``sparse``: a compact ``.pt`` for pbnn or plain torch (:func:`save_sparse`,
+  :func:`load_sparse`): each mask as bits (``numpy.packbits``, 1 bit per weight) and only the
+  kept weights' values, the other parameters and buffers as they are; at 5% density the
+  masked layers take about 1/16 of their dense size (docs/export.md).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+from torch.nn.utils import prune as torch_prune
+
+from pbexact.cli import ArgumentParser, run_main
+from pbexact.errors import PBInputError
+from pbscale import io as runio
+from pbscale.models import MODELS
+from pbscale.prune_export import load_pruned
+
+FORMATS = ("torchscript", "onnx", "sparse")
+#: The version tag of the sparse format (:func:`save_sparse`).
+SPARSE_FORMAT = "pbnn-sparse-1"
+
+
+class Standardized(nn.Module):
+    """``net`` after the test-time transform of a run: uint8 images x -> net((x / 255 - mean)
+    / std) in float32, with ``mean`` and ``std`` (one value, or one per channel) as buffers."""
+
+    def __init__(self, net: nn.Module, mean: list[float], std: list[float],
+                 input_shape: list[int]) -> None:
+        super().__init__()
+        shape = (1, len(mean), *([1] * (len(input_shape) - 1))) if len(mean) > 1 else (1, 1)
+        self.net = net
+        self.register_buffer("mean", torch.tensor(mean, dtype=torch.float32).reshape(shape))
+        self.register_buffer("std", torch.tensor(std, dtype=torch.float32).reshape(shape))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net((x.float() / 255.0 - self.mean) / self.std)
+
+
+def read_run(folder: str | Path) -> tuple[str, dict]:
+    """(model name, data.json) of a finished pruning run folder; a folder that is not one is a
+    one-line :class:`PBInputError`."""
+    folder = Path(folder)
+    missing = [f for f in ("config.json", "data.json", "pruned.pt") if not (folder / f).is_file()]
+    if missing:
+        raise PBInputError(f"{folder} is not a finished pruning run folder (no "
+                           f"{', '.join(missing)}); pass a folder python -m pbscale.prune wrote")
+    config, data = runio.read_json(folder / "config.json"), runio.read_json(folder / "data.json")
+    model = config.get("task", {}).get("model") if isinstance(config, dict) else None
+    if model not in MODELS or not isinstance(data, dict) or not {"mean", "std",
+                                                                "input_shape"} <= set(data):
+        raise PBInputError(f"damaged run folder {folder} (config.json or data.json); "
+                           f"{runio.DAMAGED_FIX}")
+    return model, data
+
+
+def plain_network(folder: str | Path) -> nn.Module:
+    """The run's pruned network as plain modules, masks folded into the weights
+    (``torch.nn.utils.prune.remove``), after its test-time transform (:class:`Standardized`);
+    in eval mode."""
+    model, data = read_run(folder)
+    net = load_pruned(model, Path(folder) / "pruned.pt")
+    for mod in net.modules():
+        if torch_prune.is_pruned(mod) and hasattr(mod, "weight_mask"):
+            torch_prune.remove(mod, "weight")
+    return Standardized(net, data["mean"], data["std"], data["input_shape"]).eval()
+
+
+def example_input(folder: str | Path, batch: int = 2) -> torch.Tensor:
+    """Zeros of the run's input shape (uint8), for tracing."""
+    _, data = read_run(folder)
+    return torch.zeros((batch, *data["input_shape"]), dtype=torch.uint8)
+
+
+def save_sparse(folder: str | Path, path: str | Path) -> None:
+    """The sparse form of the run's network: {"format", "model", "mean", "std",
+    "input_shape", per masked weight "bits.<name>" (uint8, ``numpy.packbits`` of the flat 0/1
+    mask), "shape.<name>" and "values.<name>" (the kept weights, float32, in flat order),
+    "param.<name>" for every other parameter and buffer}; read by :func:`load_sparse`."""
+    model, data = read_run(folder)
+    state = torch.load(Path(folder) / "pruned.pt", map_location="cpu", weights_only=True)
+    blob: dict = {"format": SPARSE_FORMAT, "model": model, "mean": data["mean"],
+                  "std": data["std"], "input_shape": data["input_shape"]}
+    for key, value in state.items():
+        if key.endswith("_orig"):
+            name = key.removesuffix("_orig")
+            mask = state[f"{name}_mask"].flatten() != 0
+            blob[f"bits.{name}"] = torch.from_numpy(np.packbits(mask.numpy()))
+            blob[f"shape.{name}"] = list(value.shape)
+            blob[f"values.{name}"] = value.flatten()[mask].clone()
+        elif not key.endswith("_mask"):
+            blob[f"param.{key}"] = value
+    runio.save_checkpoint(Path(path), blob)
+
+
+def load_sparse(path: str | Path) -> nn.Module:
+    """The network of a :func:`save_sparse` file (``weights_only=True``), dense again, after its
+    test-time transform (:class:`Standardized`); in eval mode."""
+    blob = torch.load(path, map_location="cpu", weights_only=True)
+    if not isinstance(blob, dict) or blob.get("format") != SPARSE_FORMAT:
+        raise PBInputError(f"{path} is not a {SPARSE_FORMAT} file; write one with python -m "
+                           "pbscale.export RUN --format sparse")
+    state = {k.removeprefix("param."): v for k, v in blob.items() if k.startswith("param.")}
+    for key in (k for k in blob if k.startswith("bits.")):
+        name = key.removeprefix("bits.")
+        shape = blob[f"shape.{name}"]
+        n = int(np.prod(shape))
+        mask = torch.from_numpy(np.unpackbits(blob[key].numpy(), count=n).astype(bool))
+        weight = torch.zeros(n, dtype=blob[f"values.{name}"].dtype)
+        weight[mask] = blob[f"values.{name}"]
+        state[name] = weight.reshape(shape)
+    net = MODELS[blob["model"]]()
+    net.load_state_dict(state)
+    return Standardized(net, blob["mean"], blob["std"], blob["input_shape"]).eval()
+
+
+def export(folder: str | Path, fmt: str, out: str | Path) -> Path:
+    """Write the run's network to ``out`` in format ``fmt`` (:data:`FORMATS`); returns it."""
+    out = Path(out)
+    if fmt not in FORMATS:
+        raise PBInputError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")
+    if out.is_dir():
+        raise PBInputError(f"--out {out} is a folder; give a file name, e.g. {out / 'net'}")
+    if not out.absolute().parent.is_dir():
+        raise PBInputError(f"--out {out}: folder {out.absolute().parent} does not exist; "
+                           "create it first")
+    if fmt == "sparse":
+        save_sparse(folder, out)
+        return out
+    net, x = plain_network(folder), example_input(folder)
+    if fmt == "torchscript":
+        with torch.no_grad():
+            traced = torch.jit.trace(net, x)
+        traced.save(str(out))
+        return out
+    try:
+        import onnx  # noqa: F401
+        import onnxscript  # noqa: F401
+    except ImportError:
+        raise PBInputError('--format onnx needs onnx and onnxscript; install the extra: pip '
+                           'install -e ".[export]"') from None
+    batch = torch.export.Dim("batch", min=1)
+    torch.onnx.export(net, (x,), str(out), input_names=["images"], output_names=["logits"],
+                      dynamic_shapes={"x": {0: batch}}, dynamo=True, external_data=False,
+                      verbose=False)
+    return out
+
+
+def build_parser() -> ArgumentParser:
+    p = ArgumentParser(prog="python -m pbscale.export",
+                       description="Export a finished pruning run's network (uint8 images in, "
+                                   "logits out; masks folded in) as TorchScript, ONNX or a "
+                                   "compact sparse .pt (docs/export.md).")
+    p.add_argument("run", help="run folder of python -m pbscale.prune (with pruned.pt)")
+    p.add_argument("--format", default="torchscript", choices=FORMATS)
+    p.add_argument("--out", required=True, help="file to write (required)")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args_or_code(argv)
+    if isinstance(args, int):
+        return args
+
+    def body() -> None:
+        out = export(args.run, args.format, args.out)
+        print(f"wrote {out} ({args.format}, {out.stat().st_size:,} bytes)")
+
+    return run_main(body)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+
+
+__all__ = ["FORMATS", "SPARSE_FORMAT", "Standardized", "build_parser", "example_input",
+           "export", "load_sparse", "main", "plain_network", "read_run", "save_sparse"]

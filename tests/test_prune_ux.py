@@ -1,0 +1,200 @@
+"""pbscale.prune as a user meets it: flags the method does not read are warned about and
+recorded, --lam-target steers the L0 strength (rule by hand, exact resume, folder names of
+runs without it unchanged), --quiet keeps the one-line result, a rerun says it had finished,
+--drop-checkpoint leaves a finished run that still reads as finished, config.json records which
+code ran (not hashed), and the inner per-batch bar clears itself."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from pathlib import Path
+
+import pytest
+
+from analysis.pareto import find_runs
+from pbexact.errors import RunInterrupted
+from pbexact.provenance import code_provenance, version_text
+from pbscale import loop as loopmod
+from pbscale import prune as P
+from pbscale import sweep
+from pbscale.io import read_csv
+from pbscale.lam_control import BAND, STEP, next_lam
+from pbscale.sweep.records import finished_folders
+
+TINY = ["--synthetic", "48", "--epochs", "2", "--max-batches", "2", "--batch-size", "8",
+        "--val-size", "16", "--n", "2"]
+
+
+def tiny_cfg(**kw) -> P.PruneConfig:
+    base = dict(model="lenet", synthetic=48, epochs=2, max_batches=2, batch_size=8, n=2,
+                val_size=16)
+    base.update(kw)
+    return P.PruneConfig(**base)
+
+
+def _config(out: Path) -> dict:
+    (folder,) = out.iterdir()
+    return json.loads((folder / "config.json").read_text())
+
+
+def test_flags_the_method_does_not_use_are_warned_and_recorded(tmp_path, capsys):
+    """--target (read by MP/GMP/edge-popup) and --n (sampling methods) given to CP: one
+    warning line naming both, with the hint to --lam-target, even under --quiet; config.json
+    lists them under "ignored". A default value given explicitly counts as given."""
+    out = tmp_path / "a"
+    code = P.main([*TINY, "--method", "cp", "--target", "0.1", "--out", str(out), "--quiet"])
+    err = capsys.readouterr().err
+    assert code == 0, err
+    warnings = [line for line in err.splitlines() if line.startswith("warning:")]
+    assert len(warnings) == 1, err
+    assert "--target" in warnings[0] and "--n" in warnings[0] and "--lam-target" in warnings[0]
+    assert _config(out)["info"]["ignored"] == ["n", "target"]
+
+
+def test_next_lam_by_hand():
+    lam, t = 1e-3, 0.2
+    assert next_lam(lam, t * (1 + BAND / 2), t) == lam  # inside the band: hold
+    assert next_lam(lam, t * (1 - BAND / 2), t) == lam
+    assert next_lam(lam, 0.3, t) == pytest.approx(1.5e-3)  # too many weights: raise by m / t
+    assert next_lam(lam, 0.15, t) == pytest.approx(0.75e-3)  # too few: lower
+    assert next_lam(lam, 1.0, t) == pytest.approx(lam * STEP)  # at most STEP per epoch
+    assert next_lam(lam, 0.0, t) == pytest.approx(lam / STEP)
+
+
+def test_lam_target_off_keeps_folder_names_and_bad_use_is_refused():
+    cfg = tiny_cfg(method="cp")
+    assert "lam_target" not in cfg.hashed()  # runs without it keep their folders' names
+    assert tiny_cfg(method="cp", lam_target=0.2).hashed()["lam_target"] == 0.2
+    for kw, match in ((dict(method="gmp", mode="joint"), "GMP has none to steer"),
+                      (dict(method="edgepopup"), "use --target"),
+                      (dict(method="cp", lam=0.0), "give --lam > 0"),
+                      (dict(method="cp", lam_target=1.5), r"in \(0, 1\]")):
+        kw.setdefault("lam_target", 0.2)
+        with pytest.raises(P.PBInputError, match=match):
+            tiny_cfg(**kw).resolved().validate()
+
+
+def test_lam_target_steers_lam_and_resumes_exactly(tmp_path):
+    """CP with --lam-target: the "lam" column follows next_lam of each epoch's remaining
+    fraction; a run stopped by SIGTERM mid-epoch and at an epoch's start resumes to the same
+    metrics, lam column included (lam is checkpointed with the method)."""
+    cfg = tiny_cfg(method="cp", epochs=4, lam=1e-3, lam_target=0.3)
+    a = P.run(cfg, tmp_path / "a", quiet=True)
+    rows = read_csv(Path(a["folder"]) / "metrics.csv")
+    lams = [r["lam"] for r in rows]
+    assert lams[0] == lams[1] == 1e-3
+    for e in range(1, 4):  # the lambda of epoch e + 1 from the remaining after epoch e
+        assert lams[e + 1] == pytest.approx(next_lam(lams[e], rows[e]["remaining"], 0.3))
+    assert len(set(lams)) > 1  # it moved
+    out = tmp_path / "b"
+    for stop_at in ((1, 1), (3, 0)):
+        def hook(epoch, i, stop_at=stop_at):
+            if (epoch, i) == stop_at:
+                os.kill(os.getpid(), signal.SIGTERM)
+
+        with pytest.raises(RunInterrupted):
+            P.run(cfg, out, quiet=True, step_hook=hook)
+    b = P.run(cfg, out, quiet=True)
+
+    def same(rs: list[dict]) -> list[dict]:  # timings differ, NaN (row 0's loss) != NaN
+        return [{k: None if v != v else v for k, v in r.items()
+                 if k not in ("train_seconds", "val_seconds")} for r in rs]
+
+    assert same(rows) == same(read_csv(Path(b["folder"]) / "metrics.csv"))
+
+
+def test_quiet_result_rerun_note_drop_checkpoint_and_code_record(tmp_path, capsys,
+                                                                 monkeypatch):
+    """--quiet prints the one-line result and no bar; flags the method reads give no warning;
+    a rerun says it had finished and prints the result again; --drop-checkpoint leaves no
+    checkpoint.pt, and the run still reads as finished (sweep status, analysis.pareto);
+    config.json records the code (version, path, commit), not part of the folder's name."""
+    out = tmp_path / "runs"
+    monkeypatch.setenv("PBSCALE_RUN_INFO", json.dumps({"sweep": "s", "sweep_id": "abc"}))
+    bars = _spy_bars(monkeypatch)
+    args = [*TINY[:-2], "--method", "cp", "--out", str(out), "--drop-checkpoint"]
+    assert P.main([*args, "--quiet"]) == 0
+    cap = capsys.readouterr()
+    assert cap.out.startswith("test_acc ") and len(cap.out.splitlines()) == 1
+    assert "warning" not in cap.err and "ignored" not in _config(out)["info"]
+    assert [(kw["leave"], kw["disable"]) for kw in bars if kw.get("unit") == "batch"] == [
+        (False, True)] * 2  # two epochs, no bar
+    (folder,) = out.iterdir()
+    assert not (folder / "checkpoint.pt").exists()
+    assert {"summary.json", "masks.pt", "pruned.pt"} <= {p.name for p in folder.iterdir()}
+    assert find_runs([out]) == [folder]
+    s = sweep.load(_sweep_file(tmp_path, out))
+    assert finished_folders(s) == {"abc": folder}
+    code = json.loads((folder / "config.json").read_text())["info"]["code"]
+    assert code == {**code_provenance(), "dirty": code["dirty"]}  # what ran, read again
+    assert P.main(args) == 0  # a rerun: the note, then the result with the per-layer counts
+    cap = capsys.readouterr()
+    assert f"{folder.name}: already finished" in cap.err
+    assert cap.out.startswith("test_acc ") and "fc1" in cap.out
+
+
+def _sweep_file(tmp_path: Path, out: Path) -> Path:
+    p = tmp_path / "s.toml"
+    p.write_text(f'[sweep]\ncommand = "prune"\nout = "{out}"\n[[grid]]\nseed = [0]\n')
+    return p
+
+
+def test_version_names_version_path_and_commit(capsys):
+    assert P.main(["--version"]) == 0
+    with pytest.raises(SystemExit) as exc:  # sweep's parser exits as argparse does
+        sweep.main(["--version"])
+    assert exc.value.code == 0
+    c = code_provenance()
+    for line in capsys.readouterr().out.splitlines():
+        assert f"{c['version']} from {c['path']}, " in line
+        assert (c["commit"][:12] in line) if c["commit"] else (c["git"] in line)
+    assert version_text("x").startswith("x ")
+
+
+def _spy_bars(monkeypatch) -> list[dict]:
+    """The keyword arguments of every tqdm bar the run loop makes from now on."""
+    seen: list[dict] = []
+    real = loopmod.tqdm
+
+    def spy(*args, **kw):
+        seen.append(kw)
+        return real(*args, **kw)
+
+    monkeypatch.setattr(loopmod, "tqdm", spy)
+    return seen
+
+
+def test_inner_batch_bar_clears_itself(tmp_path, monkeypatch, capsys):
+    """With progress, the loop's per-batch bar has leave=False (it clears itself) and
+    disable=None (tqdm shows it on a terminal only), over the epoch's batches."""
+    bars = _spy_bars(monkeypatch)
+    P.run(tiny_cfg(method="cp", epochs=1), tmp_path / "a")
+    assert [(kw["leave"], kw["disable"], kw["total"]) for kw in bars
+            if kw.get("unit") == "batch"] == [(False, None, 2)]
+
+
+def test_pareto_commands_name_the_data_folder(tmp_path):
+    """runs.md's commands (analysis.pareto.command) end with the --data-dir the run read."""
+    from analysis import pareto
+
+    task = P.PruneConfig(method="gmp", mode="joint", target=0.05).resolved().hashed()
+    assert pareto.command(task, "../shared/data/mnist").endswith(
+        "--method gmp --target 0.05 --data-dir ../shared/data/mnist")
+    assert "--data-dir" not in pareto.command(task)
+    (tmp_path / "config.json").write_text(json.dumps({"info": {"data_dir": "d/mnist"}}))
+    assert pareto.data_dir_of(tmp_path) == "d/mnist"
+    assert pareto.data_dir_of(tmp_path / "none") == ""
+
+
+def test_regress_warns_on_settings_the_method_does_not_use(tmp_path, capsys):
+    from pbscale import regress
+
+    # the warning comes before anything runs; a bad --device then stops it cheaply
+    assert regress.main(["--method", "cp", "--n", "3", "--epochs", "1", "--device", "nope",
+                         "--out", str(tmp_path), "--quiet"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == "warning: CP does not use --n: ignored" and err[1].startswith("error:")
+    assert regress.main(["--method", "arms", "--n", "3", "--device", "nope"]) == 2
+    assert "warning" not in capsys.readouterr().err
