@@ -47,9 +47,9 @@ def test_mlp_paths_in_place_without_graph_and_with_autograd_otherwise():
     assert type(joint.backend(z, x)) is B.MlpAutograd
     with torch.no_grad():
         assert type(joint.backend(z, x)) is B.MlpInplace
-    # grouped masks: the in-place path takes all groups at once, the autograd path does not
+    # grouped masks: both MLP paths take all groups at once (the batched regression groups)
     assert layout.backend(z[None].expand(2, -1, -1), x[None].expand(2, -1, -1)).takes_groups
-    assert not layout.backend(zg[None].expand(2, -1, -1), x[None].expand(2, -1, -1)).takes_groups
+    assert layout.backend(zg[None].expand(2, -1, -1), x[None].expand(2, -1, -1)).takes_groups
 
 
 def test_off_the_mlp_paths_by_input_network_and_device():
@@ -98,7 +98,7 @@ def test_forward_runs_the_chosen_backend(monkeypatch):
     assert calls == [("MlpInplace", (2, 3, layout.d))] and out.shape == (2, 3, 6, 3)
     calls.clear()
     layout.forward(z.requires_grad_(), x)
-    assert calls == [("MlpAutograd", (3, layout.d))] * 2
+    assert calls == [("MlpAutograd", (2, 3, layout.d))]
     calls.clear()
     cnn = MaskedModule(conv())
     cnn.forward(torch.rand(2, cnn.d), torch.randn(3, 2, 6, 6))
