@@ -227,21 +227,8 @@ def test_a_new_estimator_with_an_existing_law_is_a_method(monkeypatch):
 #: Modules that must not branch on a method's name (the registries define the names).
 CHECKED = [p for pkg in ("pbscale", "analysis", "benchmarks")
            for p in sorted((ROOT / pkg).rglob("*.py"))]
-#: Known branches on a method's name, as (file, line text): removed by the analysis/gpu branches
-ALLOWED = {
-    ("analysis/scale_claims.py",
-     'for n in _ns([r for r in rs if r.method in ("reinforce", "loorf", "arms")]):'),
-    ("analysis/scale_claims.py", 'c = select_setting([r for r in group if r.method == "cp"'),
-    ("analysis/scale_claims.py",
-     'c = select_setting([r for r in group if r.method == "cp"], "cp")'),
-    ("analysis/scale_report.py", 'if r.method == "cp":'),
-    ("analysis/scale_report.py",
-     'ns = sorted({int(r.get("n")) for r in rs if r.method != "cp"})'),
-    ("analysis/scale_report.py",
-     'lams = sorted({float(r.get("lam")) for r in rs if r.method in ("cp", *MC_PRUNE)})'),
-    ("benchmarks/gpu_suite.py",
-     'k["masks_per_step"] = k["runs_per_job"] * (1 if k["method"] == "cp" else k["n"])'),
-}
+#: Known branches on a method's name, as (file, line text): none is left.
+ALLOWED: set[tuple[str, str]] = set()
 
 
 def name_branches(paths: list[Path], root: Path = ROOT) -> list[tuple[str, int, str]]:
