@@ -342,6 +342,7 @@ def seed_list_at_most(limit: int, what: str = "seeds") -> Any:
         return _parse_seeds(text, limit, what)
 
     parse.__name__ = f"seed_list_at_most_{limit}"
+    parse.kind = seed_list  # a bounded seed_list (tests/test_runtools.py)
     return parse
 
 

@@ -306,6 +306,7 @@ def float_list(kind):
         return values if len(values) > 1 else values[0]
 
     parse.__name__ = kind.__name__
+    parse.kind = kind  # the shared type of each value (tests/test_runtools.py)
     return parse
 
 
@@ -362,7 +363,7 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--seeds", type=seed_list_at_most(MAX_GROUP), default=None,
                    help="seeds of a pruning group, e.g. 0-7 or 0,3,5 (replaces --seed): the "
                         "runs seeds x --lam x --mask-lr train as one computation, each "
-                        "writing its own run folder")
+                        "writing its own run folder").id_when_changed = True
     p.add_argument("--init", default=d.init, choices=list(INITS),
                    help="weight initialization (signed_constant: +-Kaiming std, random signs)")
     p.add_argument("--mask-head", action="store_true", help="mask the classifier layer too")

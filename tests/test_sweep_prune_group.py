@@ -75,4 +75,4 @@ def test_prune_sweep_of_8_runs_is_one_group(tmp_path):
     loaded = scale_report.load(out)
     assert len(loaded) == 8 and {r.method for r, _ in loaded} == {"arms"}
     again = _sweep_cli("run", str(path), "--jobs", "1")
-    assert again.returncode == 0 and "8 of 8 runs already finished" in again.stderr
+    assert again.returncode == 0 and "nothing to run" in again.stderr
