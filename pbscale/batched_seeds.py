@@ -59,10 +59,12 @@ from pbexact.cli import (
     ArgumentParser,
     nonneg_float,
     nonneg_int,
+    out_folder,
     positive_float,
     positive_int,
     run_main,
     seed_list,
+    thread_count,
 )
 from pbexact.errors import PBInputError
 from pbexact.parametrizations import PARAMETRIZATIONS
@@ -245,8 +247,9 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--data-seed", type=nonneg_int, default=0)
     p.add_argument("--lam", type=nonneg_float, default=0.0)
     p.add_argument("--device", default="auto")
-    p.add_argument("--threads", type=positive_int, default=None)
-    p.add_argument("--out", default=DEFAULT_OUT)
+    p.add_argument("--threads", type=thread_count, default=None, help="torch CPU threads")
+    p.add_argument("--out", type=out_folder, default=DEFAULT_OUT,
+                   help="parent folder of the run folders and the group folder")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     return p
 
