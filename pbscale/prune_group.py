@@ -31,7 +31,6 @@ group (the NaN check names it).
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,6 +40,7 @@ from pbscale import io as runio
 from pbscale.group_forward import Batch, GroupForward, ReplayStep
 from pbscale.loop import full_config, run, run_folder, write_summary
 from pbscale.loop_types import EvalContext, LoopConfig, RunHooks
+from pbscale.methods.group import MemberBook
 from pbscale.methods.samplers import auto_chunk
 from pbscale.prune_export import export
 from pbscale.prune_task import PruneTask
@@ -115,7 +115,7 @@ class GroupLoss:
         return torch.stack(J, 1).sum(1)
 
 
-class GroupMethod:
+class GroupMethod(MemberBook):
     """The loop's method over G members (see the module docstring). ``generator`` is the
     group's stream for the loop (unused: the task draws from the members' own generators);
     ``d`` is G times the members' mask size (masks of the group are the members' side by
@@ -128,17 +128,7 @@ class GroupMethod:
         self.d = sum(m.task.d for m in members)
         self.generator = torch.Generator(device=device).manual_seed(0)
         self.epoch_losses: list[list[float]] = [[] for _ in members]
-
-    def record(self, losses: list[float]) -> None:
-        for kept, loss in zip(self.epoch_losses, losses):
-            kept.append(loss)
-
-    def pop_epoch_losses(self) -> list[float]:
-        """Each member's mean training loss over the steps since the last call (NaN if none),
-        as a separate run's loop computes it; then starts afresh."""
-        out = [sum(ls) / max(len(ls), 1) if ls else math.nan for ls in self.epoch_losses]
-        self.epoch_losses = [[] for _ in self.members]
-        return out
+        self.book = self.methods
 
     def surrogate(self, f: GroupLoss, weights: bool = False) -> tuple[torch.Tensor, float]:
         results = self.step(self.methods, f.batches, weights)
@@ -172,19 +162,6 @@ class GroupMethod:
         for m in self.members:
             m.method.check_finite(f"{where} of run {m.folder.name}", flags)
 
-    def config_dict(self) -> dict:
-        return {"runs": [m.config_dict() for m in self.methods]}
-
-    def state_dict(self) -> dict:
-        return {"members": [m.state_dict() for m in self.methods],
-                "epoch_losses": [list(ls) for ls in self.epoch_losses]}
-
-    def load_state_dict(self, state: dict) -> None:
-        if len(state["members"]) != len(self.methods):
-            raise ValueError("member count")
-        for m, st in zip(self.methods, state["members"]):
-            m.load_state_dict(st)
-        self.epoch_losses = [list(ls) for ls in state["epoch_losses"]]
 
 
 class GroupTask(RunHooks):

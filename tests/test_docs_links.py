@@ -16,7 +16,8 @@ ROOT = Path(__file__).resolve().parent.parent
 MAX_README_LINES = 250
 SETUP_COMMANDS = [
     "pip install torch==2.13.0 && pip install -e . && python -m pbscale.prune --model lenet "
-    "--mode supermask --method cp --lam 1e-5 --epochs 2 --threads 1 --data-dir ../shared/data/mnist",
+    "--mode supermask --method cp --lam 1e-5 --epochs 2 --threads 1 "
+    "--data-dir ../shared/data/mnist",
     'pip install torch==2.13.0 && pip install -e ".[test]" && python -m pytest -q',
 ]
 

@@ -57,7 +57,44 @@ class StackedTrainer:
         return torch.stack([m.uniforms(n) for m in self.members], dim=1)
 
 
-class MaskTrainerGroup:
+class MemberBook:
+    """What a group of G runs keeps per member, one definition for the regression groups
+    (:class:`MaskTrainerGroup`) and the pruning groups (:mod:`pbscale.prune_group`): each
+    member's training losses of the epoch (:meth:`record`, :meth:`pop_epoch_losses`) and the
+    group's configuration and checkpoint state, the members' own in order. ``book`` holds the
+    members' methods (each with ``config_dict``, ``state_dict`` and ``load_state_dict``)."""
+
+    book: Sequence[Any]
+    epoch_losses: list[list[float]]
+
+    def record(self, losses: Sequence[float]) -> None:
+        """Keep each member's training loss of one step."""
+        for kept, loss in zip(self.epoch_losses, losses):
+            kept.append(loss)
+
+    def pop_epoch_losses(self) -> list[float]:
+        """Each member's mean training loss over the steps since the last call (NaN if none),
+        as a separate run's loop computes it; then starts afresh."""
+        out = [sum(ls) / len(ls) if ls else math.nan for ls in self.epoch_losses]
+        self.epoch_losses = [[] for _ in self.book]
+        return out
+
+    def config_dict(self) -> dict:
+        return {"runs": [m.config_dict() for m in self.book]}
+
+    def state_dict(self) -> dict:
+        return {"members": [m.state_dict() for m in self.book],
+                "epoch_losses": [list(ls) for ls in self.epoch_losses]}
+
+    def load_state_dict(self, state: dict) -> None:
+        if len(state["members"]) != len(self.book):
+            raise ValueError("member count")
+        for m, st in zip(self.book, state["members"]):
+            m.load_state_dict(st)
+        self.epoch_losses = [list(ls) for ls in state["epoch_losses"]]
+
+
+class MaskTrainerGroup(MemberBook):
     """G runs of one method that step together: one :class:`pbscale.loop_types.Method` over G
     members (:class:`MaskTrainer` s made by the family, :meth:`pbscale.methods.Family.make`:
     logits (P,), optimizer, generator and learned control each), whose step is the family's
@@ -91,6 +128,7 @@ class MaskTrainerGroup:
         #: the run's stream for the loop (the members draw from their own generators)
         self.generator = torch.Generator(device=self.device).manual_seed(0)
         self.epoch_losses: list[list[float]] = [[] for _ in configs]
+        self.book = self.members
 
     @classmethod
     def flat(cls, configs: Sequence[MethodConfig], d: int, total_steps: int,
@@ -151,17 +189,10 @@ class MaskTrainerGroup:
             if m.config.lam > 0:
                 grads[g] = grads[g] + dense_regularizer(m.r, theta_fn, m.config.lam)[1]
         losses = est.loss.tolist()
-        for kept, loss in zip(self.epoch_losses, losses):
-            kept.append(loss)
+        self.record(losses)
         grad = torch.stack(grads).to(R.dtype)
         return surrogate_loss(grad, R), sum(losses) / len(losses)
 
-    def pop_epoch_losses(self) -> list[float]:
-        """Each member's mean training loss over the steps since the last call (NaN if none),
-        as a separate run's loop computes it; then starts afresh."""
-        out = [sum(ls) / len(ls) if ls else math.nan for ls in self.epoch_losses]
-        self.epoch_losses = [[] for _ in self.members]
-        return out
 
     def check_finite(self, where: str, flags: dict[str, str]) -> None:
         """Refuse logits that became NaN or inf, naming the member and its learning rate."""
@@ -193,17 +224,4 @@ class MaskTrainerGroup:
         """(G, k, d), member g's from its generator."""
         return torch.stack([m.sample_masks(k) for m in self.members])
 
-    def config_dict(self) -> dict:
-        return {"runs": [m.config_dict() for m in self.members]}
-
-    def state_dict(self) -> dict:
-        return {"members": [m.state_dict() for m in self.members],
-                "epoch_losses": [list(ls) for ls in self.epoch_losses]}
-
-    def load_state_dict(self, state: dict) -> None:
-        if len(state["members"]) != len(self.members):
-            raise ValueError("member count")
-        for m, st in zip(self.members, state["members"]):
-            m.load_state_dict(st)
-        self.epoch_losses = [list(ls) for ls in state["epoch_losses"]]
 
