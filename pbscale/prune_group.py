@@ -136,17 +136,6 @@ class GroupMethod(MemberBook):
         self.record(losses)
         return sum(v for v, _ in results), sum(losses) / len(losses)
 
-    @property
-    def optimizers(self) -> list[torch.optim.Optimizer]:
-        return [o for m in self.methods for o in m.optimizers]
-
-    def zero_grad(self) -> None:
-        for m in self.methods:
-            m.zero_grad()
-
-    def apply(self) -> None:
-        for m in self.methods:
-            m.apply()
 
     def sample_masks(self, k: int) -> torch.Tensor:
         return torch.cat([m.sample_masks(k) for m in self.methods], dim=1)

@@ -62,7 +62,8 @@ class MemberBook:
     (:class:`MaskTrainerGroup`) and the pruning groups (:mod:`pbscale.prune_group`): each
     member's training losses of the epoch (:meth:`record`, :meth:`pop_epoch_losses`) and the
     group's configuration and checkpoint state, the members' own in order. ``book`` holds the
-    members' methods (each with ``config_dict``, ``state_dict`` and ``load_state_dict``)."""
+    members' methods (each with ``optimizers``, ``zero_grad``, ``apply``, ``config_dict``,
+    ``state_dict`` and ``load_state_dict``), stepped and saved one by one."""
 
     book: Sequence[Any]
     epoch_losses: list[list[float]]
@@ -78,6 +79,19 @@ class MemberBook:
         out = [sum(ls) / len(ls) if ls else math.nan for ls in self.epoch_losses]
         self.epoch_losses = [[] for _ in self.book]
         return out
+
+    @property
+    def optimizers(self) -> list[torch.optim.Optimizer]:
+        return [o for m in self.book for o in m.optimizers]
+
+    def zero_grad(self) -> None:
+        for m in self.book:
+            m.zero_grad()
+
+    def apply(self) -> None:
+        """Each member's optimizer steps its own parameters."""
+        for m in self.book:
+            m.apply()
 
     def config_dict(self) -> dict:
         return {"runs": [m.config_dict() for m in self.book]}
@@ -204,17 +218,6 @@ class MaskTrainerGroup(MemberBook):
                     f"in {where}: the learning rate is too large for {flags['optimizer']} "
                     f"{c.optimizer}; lower it in {flags['masks']} or leave it out of the batch")
 
-    @property
-    def optimizers(self) -> list[torch.optim.Optimizer]:
-        return [o for m in self.members for o in m.optimizers]
-
-    def zero_grad(self) -> None:
-        for m in self.members:
-            m.zero_grad()
-
-    def apply(self) -> None:
-        for m in self.members:
-            m.apply()
 
     def mode_mask(self) -> torch.Tensor:
         """(G, d)."""
