@@ -11,10 +11,10 @@
 # checkout around the copy); PYTHON (default python3); GPU_TESTS_TIMEOUT_S (default 100: the
 # pytest run of tests/test_gpu_routes.py); GPU_BEFORE_BUDGET_S and GPU_AFTER_BUDGET_S (the
 # suites' --budget-s, default 100 and 230); GPU_BEFORE_PIECES and GPU_AFTER_PIECES (default
-# sync,prune,arms_loorf and sync,prune,arms_loorf,routes); GPU_SUITE_ARGS (more arguments for
-# both suites). Each suite is stopped (SIGTERM, then SIGKILL 15 s later) at its budget + 40 s;
-# its summary.md is rewritten after every piece, so a stopped suite still leaves the pieces
-# done. With the defaults the whole script takes at most about 100 + 140 + 270 = 510 s, and
+# sync,prune,prune_epoch,arms_loorf and sync,prune,prune_epoch,arms_loorf,routes);
+# GPU_SUITE_ARGS (more arguments for both suites). Each suite is stopped (SIGTERM, then
+# SIGKILL 15 s later) at its budget + 40 s; its summary.md is rewritten after every piece, so a
+# stopped suite still leaves the pieces done. With the defaults the whole script takes at most about 100 + 140 + 270 = 510 s, and
 # about 400 s when nothing stalls (the H100 suite of 2026-11-26 spent 75 s on sync, prune and
 # arms_loorf; the after-suite adds the fused tail's compilation and the routes piece).
 # Leaves in $OUT:
@@ -57,10 +57,10 @@ suite() {  # label routes budget pieces
     echo "gpu_suite $1 exit code $code at $(date -u +%H:%M:%SZ)" | tee -a "$LOG"
     return "$code"
 }
-suite routes-off off "${GPU_BEFORE_BUDGET_S:-100}" "${GPU_BEFORE_PIECES:-sync,prune,arms_loorf}"
+suite routes-off off "${GPU_BEFORE_BUDGET_S:-100}" "${GPU_BEFORE_PIECES:-sync,prune,prune_epoch,arms_loorf}"
 rc=$?; [ "$status" -eq 0 ] && status=$rc
 suite routes-all all "${GPU_AFTER_BUDGET_S:-230}" \
-    "${GPU_AFTER_PIECES:-sync,prune,arms_loorf,routes}"
+    "${GPU_AFTER_PIECES:-sync,prune,prune_epoch,arms_loorf,routes}"
 rc=$?; [ "$status" -eq 0 ] && status=$rc
 
 # 3. both results folders in one archive (the unpacked files would pass the 8-file limit)

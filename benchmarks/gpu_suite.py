@@ -2,7 +2,8 @@
 default: what a session lent one GPU can spend), into one results folder.
 
     python -m benchmarks.gpu_suite --out DIR [--smoke] [--device cuda|cpu] [--budget-s 480]
-        [--pieces sync,prune,arms_loorf,pbscale,batched_seeds,regression,routes]
+        [--pieces sync,prune,prune_epoch,arms_loorf,pbscale,batched_seeds,prune_group,
+                  regression,routes]
         [--routes off|all|NAMES] [--label TEXT]
 
 Writes ``DIR/<device name>-<date>[-<label>]/`` (``-smoke`` appended with ``--smoke``): each
@@ -17,6 +18,10 @@ TF32 flags, commit, hostname, date). The pieces, in order:
 * ``prune``: :mod:`benchmarks.bench_prune` for LeNet-300-100 and ResNet-20, amp none and bf16,
   NCHW and channels-last, n = 1, 10, 100: the MC pruning step (ARMS, `alg:iter_arms`) over a
   dense training step measured in the same process (``per_dense_train``); its CSV format.
+* ``prune_epoch``: LeNet-300-100 supermask runs of ``pbscale.prune`` as a user runs them (one
+  epoch of 100 steps, MNIST from ``$PBNN_MNIST`` or synthetic images), ARMS n = 100 and the
+  dense network: training ms per step and their ratio, with the suite's routes (``cuda_graph``:
+  each MC step replayed from a CUDA graph, :class:`pbscale.captured_step.CapturedSteps`).
 * ``arms_loorf``: :func:`benchmarks.bench_arms_step.step_ratio`, the ARMS over the LOORF step
   on MaskedNNRegression at n = 10 and 100.
 * ``pbscale``: :mod:`benchmarks.bench_pbscale`, chunked-batched evaluation against a loop over
@@ -124,6 +129,9 @@ GOALS = (
     Goal("resnet20_bf16_captured", "the same, ResNet-20 bf16, the step captured with the routes",
          "<=", 2.0),
     Goal("lenet_fp32_captured", "the same, LeNet-300-100 fp32, the step captured", "<=", 2.0),
+    Goal("lenet_run_fp32", "the same, LeNet-300-100 fp32, a whole pbscale.prune run's training "
+         "step (the run loop, with the suite's routes; cuda_graph: the captured step)", "<=",
+         2.0),
     Goal("arms_loorf", "ARMS step / LOORF step, MaskedNNRegression, n = 100", "<=", 1.2),
     Goal("batched_speedup", "batched MaskedNNRegression runs: runs per hour over one run at a "
          "time", ">=", 20.0),
@@ -438,6 +446,42 @@ def piece_prune_group(ctx: Context) -> Outcome:
                     "prune_group_speedup_detail": detail}, detail, partial)
 
 
+def piece_prune_epoch(ctx: Context) -> Outcome:
+    """LeNet-300-100 supermask runs of ``pbscale.prune`` (the run loop as a user runs it, with
+    the suite's routes: ``cuda_graph`` replays the MC steps, :class:`pbscale.captured_step.
+    CapturedSteps`): training milliseconds per step of ARMS n = 100 and of the dense network
+    (one epoch of ``batches`` steps, evaluation not counted), and their ratio."""
+    from pbscale import prune as P
+
+    if ctx.smoke:
+        n, batches, batch, synthetic = 2, 2, 8, 64
+    else:
+        n, batches, batch, synthetic = 100, 100, 128, 0
+    data_dir = "" if synthetic else os.environ.get("PBNN_MNIST", "../shared/data/mnist")
+    if data_dir and not Path(data_dir).is_dir():  # no MNIST here: random images
+        data_dir, synthetic = "", batches * batch
+    rows: list[dict] = []
+    with tempfile.TemporaryDirectory(dir=ctx.folder, prefix=".tmp-") as tmp:
+        for method in ("dense", "arms"):
+            cfg = P.PruneConfig(model="lenet", mode="supermask", method=method, n=n, epochs=1,
+                                max_batches=batches, batch_size=batch, data_dir=data_dir,
+                                synthetic=synthetic, eval_masks=2, eval_batches=1)
+            with ctx.within():
+                folder = Path(P.run(cfg, tmp, str(ctx.dev), quiet=True)["folder"])
+            row = io.read_csv(folder / "metrics.csv")[-1]
+            rows.append({"method": method, "n": n if cfg.family.samples else 0,
+                         "steps": batches, "batch": batch, "routes": str(routes.default()),
+                         "captured": P.captures_steps(cfg, ctx.dev, routes.default()),
+                         "train_s": row["train_seconds"],
+                         "ms_per_step": 1e3 * row["train_seconds"] / batches})
+            ctx.save(rows)
+    ratio = rows[1]["ms_per_step"] / rows[0]["ms_per_step"]
+    detail = (f"ARMS n = {n} {rows[1]['ms_per_step']:.2f} ms per step against dense "
+              f"{rows[0]['ms_per_step']:.2f} ms, routes {rows[1]['routes']}, captured "
+              f"{rows[1]['captured']}")
+    return Outcome({"lenet_run_fp32": ratio, "lenet_run_fp32_detail": detail}, detail)
+
+
 #: The routes piece's captured-step rows: (model, amp) -> goal key.
 CAPTURED_GOALS = {("resnet20", "none"): "resnet20_fp32_captured",
                   ("resnet20", "bf16"): "resnet20_bf16_captured",
@@ -641,6 +685,9 @@ PIECES = {p.name: p for p in (
     Piece("prune", "bench_prune: MC pruning step against dense steps", "bench_prune_{dev}.csv",
           0.38, piece_prune, ("model", "amp", "channels_last", "backend", "what", "n", "chunk",
                               "ms_median", "per_dense_forward", "per_dense_train", "peak_mib")),
+    Piece("prune_epoch", "pbscale.prune: LeNet supermask ARMS n = 100 run, training ms per "
+          "step against the dense run's", "prune_epoch_{dev}.csv", 0.08, piece_prune_epoch,
+          ("method", "n", "steps", "routes", "captured", "ms_per_step")),
     Piece("arms_loorf", "bench_arms_step: ARMS step over LOORF step", "bench_arms_step.csv", 0.06,
           piece_arms_loorf, ("n", "chunk", "arms_ms", "loorf_ms", "ratio", "ratio_min",
                              "copula_ms", "bernoulli_ms")),

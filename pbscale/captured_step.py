@@ -23,6 +23,11 @@ Supermask only: the weights must not train (:class:`pbscale.masks.MaskedModule` 
 ``train_weights=False``); the nested forward graphs of :class:`pbscale.backends.Graphed` are off
 inside a capture. The eager path (``capture=False``, or off CUDA) is the same data flow, which is
 how the CPU tests check it against the plain step.
+
+:class:`CapturedSteps` puts it in the run loop (:func:`pbscale.loop.run`): ``python -m
+pbscale.prune --routes cuda_graph`` on a GPU takes every step of a supermask run of a method
+that :attr:`pbscale.methods.registry.Family.captures_step` (the MC estimators) through one
+:class:`CapturedStep`, and the loop reads the steps' losses once per epoch.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from pbexact.errors import PBInputError
 from pbscale.batched import PerMaskLoss, cross_entropy_per_mask
 from pbscale.graphs import SCOPE
+from pbscale.loop_types import RunHooks
 from pbscale.methods.samplers import release_scratch
 
 _READ = torch.ops.aten._local_scalar_dense.default
@@ -154,3 +160,31 @@ class CapturedStep:
             self.trainer.step_count = count  # the capture ran the Python part once, no kernels
         self.graph, self.readback = graph, mode.loss
         return True
+
+
+class CapturedSteps(RunHooks):
+    """The run loop's mask-training steps taken by one :class:`CapturedStep` (a hook of
+    :func:`pbscale.loop.run`, :meth:`pbscale.loop_types.RunHooks.masks_step`): step i's batch
+    from ``task.batch(order, i)`` copied into the static buffers, the step replayed from its
+    graph, and its training loss, the read-back sum of the n sampled losses over n, returned as
+    a 0-dim device tensor that the loop reads when the epoch ends.
+
+    ``task``: a task with ``batch(order, i)`` and ``layout`` (:class:`pbscale.prune_task.
+    PruneTask`, supermask); ``trainer``: its MC :class:`pbscale.methods.MaskTrainer`. The
+    :class:`CapturedStep` is made at the first step, after a resumed run's checkpoint has been
+    loaded (it moves the optimizer's step counter to the device). ``capture=False``: the same
+    flow, eagerly (how the CPU tests check it)."""
+
+    def __init__(self, task: Any, trainer: Any, capture: bool = True) -> None:
+        if not trainer.family.captures_step:
+            raise PBInputError(f"{trainer.family.text} steps are not captured (its step reads "
+                               f"back more than its sampled losses); run it without the "
+                               f"cuda_graph route")
+        self.task, self.trainer, self.capture = task, trainer, capture
+        self.step: CapturedStep | None = None
+
+    def masks_step(self, order: torch.Tensor, i: int) -> torch.Tensor:
+        x, y = self.task.batch(order, i)
+        if self.step is None:
+            self.step = CapturedStep(self.trainer, self.task.layout, x, y, capture=self.capture)
+        return self.step(x, y) / self.trainer.config.n

@@ -290,6 +290,11 @@ class _Training:
             "fixed": None if self.fixed is None else self.fixed.cpu(), "position": position,
         })
 
+    def diverged(self, epoch: int, i: int) -> None:
+        """Stop the run whose step i of ``epoch`` had a training loss that is NaN or inf."""
+        _check_finite(self.method, epoch, self.flags, self.weights,
+                      step=(epoch * self.task.steps_per_epoch + i + 1, i + 1, self.fixed))
+
     def enter_phase(self, epoch: int) -> str:
         """The epoch's phase, its fixed mask (warm-up: ones; the first frozen epoch: the mask
         a hook chooses, unless an epoch cut by a signal resumes) and learning rates."""
@@ -323,12 +328,18 @@ class _Training:
                   disable=None if self.progress else True) as steps:
             for i in steps:
                 if _stop_requested(hooks, flag):
-                    self.save(epoch, {"order": order.cpu(), "step": i, "losses": losses})
+                    self.save(epoch, {"order": order.cpu(), "step": i,
+                                      "losses": _read_losses(losses)})
                     sig = signal.Signals(flag["signal"])
                     raise RunInterrupted(sig.value,
                                          f"{sig.name}: checkpoint written to {self.ckpt}")
                 for h in hooks:
                     h.before_step(epoch, i)
+                taken = (_masks_step(hooks, order, i)
+                         if self.fixed is None and not self.joint else None)
+                if taken is not None:  # a hook took the step: its loss is read at the end
+                    losses.append(taken)
+                    continue
                 f = task.batch_loss(order, i)
                 if self.fixed is None:
                     for h in hooks:
@@ -336,11 +347,14 @@ class _Training:
                 losses.append(train_step(f, self.method, self.weight_optimizer, self.opts,
                                          self.fixed, self.joint))
                 if not math.isfinite(losses[-1]):
-                    _check_finite(self.method, epoch, self.flags, self.weights,
-                                  step=(epoch * task.steps_per_epoch + i + 1, i + 1, self.fixed))
+                    self.diverged(epoch, i)
         if self.dev.type == "cuda":
             torch.cuda.synchronize(self.dev)
         t1 = time.perf_counter()
+        losses = _read_losses(losses)
+        bad = next((i for i, v in enumerate(losses) if not math.isfinite(v)), None)
+        if bad is not None:  # a step a hook took diverged
+            self.diverged(epoch, bad)
         _check_finite(self.method, epoch, self.flags, self.weights)
         metrics = self.evaluate(epoch + 1, phase)
         _check_metrics(metrics, epoch, self.flags, self.joint)
@@ -354,6 +368,26 @@ class _Training:
         io.write_csv(self.folder / self.loop.metrics_file, self.history)
         for h in hooks:
             h.after_epoch(self.history, epoch + 1 == self.loop.epochs)
+
+
+def _masks_step(hooks: Sequence[RunHooks], order: torch.Tensor, i: int
+                ) -> torch.Tensor | None:
+    """The loss of mask-training step i as the first hook that takes the step returns it."""
+    for h in hooks:
+        taken = h.masks_step(order, i)
+        if taken is not None:
+            return taken
+    return None
+
+
+def _read_losses(losses: list) -> list[float]:
+    """An epoch's step losses as floats: those the steps read back already, and the 0-dim
+    tensors of steps a hook took, read with one host transfer."""
+    tensors = [v for v in losses if torch.is_tensor(v)]
+    if not tensors:
+        return losses
+    values = iter(torch.stack([t.detach().reshape(()) for t in tensors]).double().tolist())
+    return [next(values) if torch.is_tensor(v) else v for v in losses]
 
 
 def _stop_requested(hooks: Sequence[RunHooks], flag: dict) -> bool:

@@ -221,6 +221,13 @@ class RunHooks:
         """The batched loss the method's surrogate is given while masks train."""
         return f
 
+    def masks_step(self, order: torch.Tensor, i: int) -> torch.Tensor | None:
+        """Take step i of the epoch whose batch order is ``order`` while masks train over
+        fixed weights (supermask) and return its training loss as a 0-dim tensor, which the
+        loop reads when the epoch ends (no host read-back per step), or None: the loop's own
+        step (:class:`pbscale.captured_step.CapturedSteps` replays it from a CUDA graph)."""
+        return None
+
     def frozen_mask(self, method: Method, generator: torch.Generator) -> torch.Tensor | None:
         """The mask (d,) to freeze for the last epochs, or None (the method's mode mask)."""
         return None

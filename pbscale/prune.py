@@ -59,6 +59,8 @@ from pbexact.provenance import code_provenance
 from pbscale import data as datamod
 from pbscale import distributed
 from pbscale import io as runio
+from pbscale import routes as gpu_routes
+from pbscale.captured_step import CapturedSteps
 from pbscale.jobs import Batching
 from pbscale.lam_control import LamController
 from pbscale.loop import env_info, full_config, run_folder
@@ -180,6 +182,9 @@ def run(cfg: PruneConfig, out: str | Path, device: str = "cpu", *, quiet: bool =
         hooks += distribute(task, method, weight_opt, shard)
         out = distributed.rank_out(out, shard)
         quiet = quiet or shard.rank > 0
+    asked = gpu_routes.default()
+    if shard is None and captures_steps(cfg, dev, asked):
+        hooks.append(CapturedSteps(task, method))
     folder = run_folder(out, task.name, full_config(task, method, loop))
     hooks.append(Export(folder, task.evaluation, cfg.family.rescale))
     if shard is not None:  # every rank resumes from rank 0's checkpoint
@@ -190,7 +195,8 @@ def run(cfg: PruneConfig, out: str | Path, device: str = "cpu", *, quiet: bool =
               file=sys.stderr)
     info = {"data_dir": cfg.data_dir, "data": data.fingerprint,
             "world_size": 1 if shard is None else shard.world, "unused": cfg.unused(),
-            **({"ignored": ignored} if ignored else {})}
+            **({"ignored": ignored} if ignored else {}),
+            **({"routes": str(asked)} if asked.on else {})}
     folder = loop_run(task, method, loop, out, weight_optimizer=weight_opt, device=dev,
                       progress=not quiet, info=info, step_hook=step_hook, hooks=hooks,
                       lr_flags=task.lr_flags, method_info=cfg.family.info(cfg.method_settings()),
@@ -201,6 +207,14 @@ def run(cfg: PruneConfig, out: str | Path, device: str = "cpu", *, quiet: bool =
     if not quiet:
         report(summary, task)
     return summary
+
+
+def captures_steps(cfg: PruneConfig, dev: torch.device, routes: gpu_routes.Routes) -> bool:
+    """Whether a run's steps are replayed from a CUDA graph (:class:`pbscale.captured_step.
+    CapturedSteps`): the ``cuda_graph`` route asked for, a CUDA device, supermask pruning (the
+    weights fixed) and a method whose step is captured (the MC estimators)."""
+    return (routes.cuda_graph and dev.type == "cuda" and cfg.mode == "supermask"
+            and cfg.family.captures_step and not cfg.family.dense_weights)
 
 
 def member(cfg: PruneConfig, data: datamod.Data, dev: torch.device, out: str | Path) -> Member:
@@ -329,6 +343,14 @@ class _Given(argparse.Action):
         namespace.given = {*getattr(namespace, "given", set()), self.dest}
 
 
+def route_names(text: str) -> gpu_routes.Routes:
+    """argparse type of ``--routes`` (:func:`pbscale.routes.parse`)."""
+    try:
+        return gpu_routes.parse(text)
+    except PBInputError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
 def build_parser() -> ArgumentParser:
     d = PruneConfig()
     p = ArgumentParser(
@@ -396,6 +418,12 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--threads", type=thread_count, default=None)
     p.add_argument("--out", type=out_folder, default="runs/prune",
                    help="parent folder of run folders")
+    p.add_argument("--routes", type=route_names, default=None,
+                   help="GPU routes (pbscale.routes, docs/gpu.md): off, all, or names "
+                   f"comma-separated from {', '.join(gpu_routes.ROUTES)}; cuda_graph also "
+                   "replays a supermask MC run's whole step from a CUDA graph. The same "
+                   "function to float rounding, so not part of the run's name; none applies "
+                   "off CUDA (default: $PBNN_ROUTES, else off)").id_when_changed = True
     # flags added after sweeps named their runs: in a sweep run's id only when set
     p.add_argument("--lam-target", type=nonneg_float, default=0.0,
                    help="L0 methods (CP, MC, ST-theta, hard-concrete): fraction of masked "
@@ -459,6 +487,10 @@ def main(argv: list[str] | None = None) -> int:
     seeds = args.seeds if args.seeds is not None else [args.seed]
 
     def body() -> None:
+        with gpu_routes.use(args.routes if args.routes is not None else gpu_routes.default()):
+            train()
+
+    def train() -> None:
         try:
             set_threads(args.threads)
             cfg = PruneConfig(**fields, lam=_listed(lams)[0], mask_lr=_listed(lrs)[0])

@@ -153,6 +153,11 @@ class PruneTask:
     def batch_loss(self, order: torch.Tensor, i: int) -> BatchedLoss:
         return self.batches.loss(order, i)
 
+    def batch(self, order: torch.Tensor, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Step i's inputs and labels (:meth:`Batches.batch`): what :meth:`batch_loss` builds
+        its loss on."""
+        return self.batches.batch(order, i)
+
     def evaluate(self, ctx: EvalContext) -> dict[str, float]:
         return self.evaluation.evaluate(ctx)
 

@@ -149,6 +149,7 @@ CASES = [
     ("pbscale.prune", ["--out", "x" * 300], "at most 255", None),
     ("pbscale.prune", ["--synthetic", "100000"], "--synthetic", None),
     ("pbscale.prune", ["--threads", "5000"], "at most 1,024", None),
+    ("pbscale.prune", ["--routes", "warp"], "unknown route", None),
     ("pbscale.regress", ["--out", ""], "is empty", None),
     ("pbscale.batched_seeds", ["--out", "", "--seeds", "0"], "is empty", None),
     ("pbscale.batched_seeds", ["--threads", "5000"], "1,024", None),

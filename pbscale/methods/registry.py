@@ -161,10 +161,13 @@ class Family:
     in a run's config.json), ``Settings`` (its own settings, :class:`Settings`), ``min_samples``
     (fewest samples per step; None: it ignores n).
 
-    Three behaviours default to ``samples`` and can be set apart: ``split_samples`` (torchrun
+    Four behaviours default to ``samples`` and can be set apart: ``split_samples`` (torchrun
     splits its samples over the ranks; else data parallelism), ``eval_sampled`` (evaluated by
-    the best of sampled masks; else its deterministic mask) and ``rescale`` (pruning rescales
-    its weights dynamically, :func:`pbscale.masks.rescaled_weight`).
+    the best of sampled masks; else its deterministic mask), ``rescale`` (pruning rescales
+    its weights dynamically, :func:`pbscale.masks.rescaled_weight`) and ``captures_step`` (a
+    supermask step may be replayed from a CUDA graph, :class:`pbscale.captured_step.
+    CapturedSteps`: its step reads back one value, the sum of its n sampled losses, and its
+    Python state is the step count alone).
 
     Pruning (:mod:`pbscale.prune`): ``mask_schedule`` ((milestones, gamma) of its logits),
     ``joint_warmup`` (fraction of a joint run's epochs trained dense first), ``dense_weights``
@@ -206,6 +209,10 @@ class Family:
 
     @property
     def rescale(self) -> bool:
+        return self.samples
+
+    @property
+    def captures_step(self) -> bool:
         return self.samples
 
     @property
