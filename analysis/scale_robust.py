@@ -1,7 +1,8 @@
 """How firm each verdict of the claims study is: every claim under the reported reading and
 under each of :data:`analysis.scale_runs.READINGS` (another accuracy floor, balanced seeds, the
 pooled s.e. without collapsed or stalled settings, a bootstrap s.e.). A row is **robust** when
-every reading that acts on it gives its verdict, **fragile** otherwise (:class:`Judged`).
+every reading that acts on it gives its verdict, **fragile** otherwise, and **unjudged** when
+neither the reported reading nor any other has data for it (:class:`Judged`).
 
 :func:`by_study` sets the pruning rows of several studies (e.g. 4 and 20 epochs) side by side.
 """
@@ -14,9 +15,17 @@ from dataclasses import dataclass, replace
 from analysis.claims import Verdict
 from analysis.scale_claims import SCALE_CLAIMS, ScaleClaim
 from analysis.scale_fronts import pooled_sd
-from analysis.scale_runs import AS_REPORTED, READINGS, Reading, RunRecord, points, select
+from analysis.scale_runs import (
+    AS_REPORTED,
+    MISSING,
+    READINGS,
+    Reading,
+    RunRecord,
+    points,
+    select,
+)
 
-ROBUST, FRAGILE = "robust", "fragile"
+ROBUST, FRAGILE, UNJUDGED = "robust", "fragile", "unjudged"
 
 
 @dataclass(frozen=True)
@@ -33,7 +42,15 @@ class Judged:
         return all(o == self.verdict.outcome for o in self.readings.values() if o is not None)
 
     @property
+    def judged(self) -> bool:
+        """Whether any reading has data for the claim (else it is unjudged)."""
+        return any(o not in (None, MISSING) for o in (self.verdict.outcome,
+                                                      *self.readings.values()))
+
+    @property
     def robustness(self) -> str:
+        if not self.judged:
+            return UNJUDGED
         return ROBUST if self.robust else FRAGILE
 
     def disagreeing(self) -> list[str]:
@@ -89,8 +106,14 @@ class StudyRow:
     cells: tuple[tuple[str, str, Judged], ...]
 
     @property
+    def compared(self) -> bool:
+        """Whether at least two studies have data for the claim."""
+        return sum(j.verdict.outcome != MISSING for _, _, j in self.cells) >= 2
+
+    @property
     def changed(self) -> bool:
-        return len({j.verdict.outcome for _, _, j in self.cells}) > 1
+        """Whether the studies with data for the claim disagree on its outcome."""
+        return len({j.verdict.outcome for _, _, j in self.cells} - {MISSING}) > 1
 
 
 def by_study(studies: Sequence[tuple[str, Sequence[RunRecord]]],
