@@ -77,10 +77,9 @@ from .methods import OPTIMIZERS, MaskTrainerGroup, MethodConfig, Plan, names
 from .regress import DEFAULT_OUT, run_name
 from .regress import run_folder as regress_folder
 from .regression import RegressionGroupTask, RegressionProblem, RegressionTask, make_problem
+from .run_record import GROUPS, groups_folder
 from .runtime import resolve_device, set_threads
 
-#: Subfolder of ``--out`` that holds the groups' own run folders (checkpoints, metrics).
-GROUPS = ".groups"
 #: Most runs (seeds x learning rates) in one group: each member keeps its logits, gradient and
 #: optimizer state (about 4 d floats, 130 kB at d = 8,050) and writes its run folder every
 #: epoch, so 10,000 runs hold about 1.3 GB and write 10,000 folders per epoch.
@@ -208,10 +207,11 @@ def train_batched(configs: list[MethodConfig], epochs: int, problem: RegressionP
         layers=(problem.d,), bytes_per_sample=problem.bytes_per_sample()))
     task = _GroupRun(problem, group, data_seed, epochs, Path(out), dev)
     loop = LoopConfig(epochs=epochs, seed=0, metrics_file="metrics.csv")
-    group_folder = run_folder(Path(out) / GROUPS, task.name, full_config(task, group, loop))
+    groups = groups_folder(out)
+    group_folder = run_folder(groups, task.name, full_config(task, group, loop))
     for record in task.records:
         record["info"]["group"] = f"{GROUPS}/{group_folder.name}"
-    run(task, group, loop, Path(out) / GROUPS, device=dev, progress=progress,
+    run(task, group, loop, groups, device=dev, progress=progress,
         info={"chunk": group.chunk, "torch_threads": torch.get_num_threads()},
         step_hook=step_hook, hooks=[task], lr_flags=task.lr_flags,
         method_info=group.members[0].family.info())

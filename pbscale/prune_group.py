@@ -44,9 +44,7 @@ from pbscale.methods.group import MemberBook
 from pbscale.methods.samplers import auto_chunk
 from pbscale.prune_export import export
 from pbscale.prune_task import PruneTask
-
-#: Subfolder of ``--out`` that holds the groups' own folders (checkpoints, metrics).
-GROUPS = ".groups"
+from pbscale.run_record import GROUPS, groups_folder
 
 
 @dataclass
@@ -248,7 +246,7 @@ def train_group(members: list[Member], out: str | Path, device: torch.device,
     loop = dataclasses.replace(todo[0].loop, seed=0)
     opts = [m.weight_opt for m in todo if m.weight_opt is not None]
     weight_opt = OptimizerGroup(opts) if opts else None
-    groups = Path(out) / GROUPS
+    groups = groups_folder(out)
     folder = run_folder(groups, task.name, full_config(task, method, loop))
     for m in todo:
         m.record["info"].update(group=f"{GROUPS}/{folder.name}", grouped_runs=len(todo))

@@ -45,6 +45,20 @@ def run_folder(out: str | Path, task_name: str, config: dict) -> Path:
     return folder
 
 
+#: The folder under ``--out`` that holds the batched groups' own folders (checkpoint, metrics).
+GROUPS = ".groups"
+
+
+def groups_folder(out: str | Path) -> Path:
+    """``<out>/.groups``, refused in one line when it is there and resolves outside ``out``
+    (a symlink to elsewhere): a group's folder in it is then checked against it by
+    :func:`run_folder`, so a group, too, writes only under ``--out``."""
+    folder = Path(out) / GROUPS
+    if folder.is_symlink() or folder.exists():
+        inside(folder, out)
+    return folder
+
+
 def full_config(task: Task, method: Method, loop: LoopConfig) -> dict:
     """The configuration a run folder is named by: task, method and loop."""
     return {"task": task.config(), "method": method.config_dict(), "loop": loop.to_dict()}

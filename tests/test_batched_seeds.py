@@ -271,3 +271,17 @@ def test_cli_refuses_bad_groups_before_any_work(tmp_path, capsys, argv, words):
     err = capsys.readouterr().err
     assert err.startswith("error: ") and words in err and err.count("\n") == 1
     assert not (tmp_path / "o").exists()
+
+
+def test_a_groups_folder_that_leads_outside_out_is_refused(tmp_path, capsys):
+    """``OUT/.groups`` as a symlink to another folder: one line, exit 2, nothing written
+    there."""
+    out, elsewhere = tmp_path / "out", tmp_path / "elsewhere"
+    out.mkdir()
+    elsewhere.mkdir()
+    (out / GROUPS).symlink_to(elsewhere)
+    assert main(["--method", "loorf", "--n", "2", "--seeds", "0,1", "--epochs", "1",
+                 "--out", str(out), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "outside" in err
+    assert not any(elsewhere.iterdir())

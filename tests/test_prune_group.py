@@ -145,3 +145,18 @@ def test_cli_seeds_and_lists(tmp_path: Path) -> None:
     assert prune.main([*args, "--seeds", "0,1", "--lam", "0,0.001", "--mask-lr", "0.01"]) == 0
     assert len([p for p in tmp_path.iterdir() if p.name.startswith("lenet-")]) == 4
     assert prune.main([*args, "--seeds", "0,1", "--lam", "0,0"]) == 2
+
+
+def test_a_groups_folder_that_leads_outside_out_is_refused(tmp_path: Path, capsys) -> None:
+    """``OUT/.groups`` as a symlink to another folder: the group is refused in one line (exit
+    2) before it trains, and nothing is written where the link points."""
+    out, elsewhere = tmp_path / "out", tmp_path / "elsewhere"
+    out.mkdir()
+    elsewhere.mkdir()
+    (out / ".groups").symlink_to(elsewhere)
+    args = ["--model", "lenet", "--synthetic", "48", "--epochs", "1", "--max-batches", "1",
+            "--batch-size", "8", "--method", "cp", "--quiet", "--out", str(out)]
+    assert prune.main([*args, "--seeds", "0,1"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "outside" in err and "--out" in err
+    assert not any(elsewhere.iterdir())
