@@ -160,18 +160,29 @@ def test_analysis_report_selects_the_scale_rows(tmp_path):
         c.key for c in SCALE_CLAIMS if c.experiment == "regression"}
 
 
-def test_the_committed_study_replots_to_its_committed_tables(tmp_path):
-    """figures/claims holds the study's run files: --replot from a copy of it rewrites every
-    committed table (agreement, per-claim and per-setting CSVs) byte for byte."""
+FIGURES = Path(__file__).resolve().parent.parent / "figures"
+#: The committed studies: figures/claims (4 epochs) and each study set beside it (claims20: 20
+#: epochs, replotted with --baseline figures/claims, which writes its training_length tables).
+STUDIES = ["claims"] + sorted(p.parent.name for p in FIGURES.glob("claims*/training_length.md"))
+
+
+@pytest.mark.parametrize("study", STUDIES)
+def test_the_committed_study_replots_to_its_committed_tables(tmp_path, monkeypatch, study):
+    """figures/<study> holds the study's run files: --replot from a copy of it (and of
+    figures/claims, its baseline) rewrites every committed table (agreement, training length,
+    per-claim and per-setting CSVs) byte for byte."""
     import shutil
 
-    committed = Path(__file__).resolve().parent.parent / "figures" / "claims"
-    assert (committed / "runs").is_dir(), "figures/claims/runs (the study's run files) is missing"
-    copy = tmp_path / "claims"
-    shutil.copytree(committed, copy)
+    committed = FIGURES / study
+    assert (committed / "runs").is_dir(), f"figures/{study}/runs (its run files) is missing"
+    for name in {"claims", study}:
+        shutil.copytree(FIGURES / name, tmp_path / "figures" / name)
+    copy = tmp_path / "figures" / study
     tables = {p.relative_to(copy): p.read_bytes() for p in copy.rglob("*")
               if p.suffix in (".csv", ".md") and "runs" not in p.relative_to(copy).parts}
-    assert S.main(["--replot", "--out", str(copy)]) == 0
+    monkeypatch.chdir(tmp_path)  # the tables name the folders as the command line gave them
+    baseline = ["--baseline", "figures/claims"] if study != "claims" else []
+    assert S.main(["--replot", "--out", f"figures/{study}", *baseline]) == 0
     for rel, data in tables.items():
         assert (copy / rel).read_bytes() == data, rel
 
