@@ -40,15 +40,17 @@ that got no epoch takes one from the longest phase (while that has more than one
 (round(0.5) = 0 gave none). :meth:`LoopConfig.mask_epochs` (the mask-training epochs) is what
 CP's temperature schedule counts (`pbscale.prune`).
 
-Callers add behaviour through explicit strategy objects, :class:`RunHooks` (every hook a
-no-op by default), passed as ``run(..., hooks=[...])``: ``before_step(epoch, i)``,
+Callers add behaviour through explicit strategy objects, :class:`RunHooks` (every hook a no-op
+by default), passed as ``run(..., hooks=[...])``: ``before_step(epoch, i)``,
 ``training_loss(f)`` (the batched loss the method's surrogate sees while masks train; sample
-parallelism hands over the whole batch), ``epoch_done(epoch, history)`` (after the epoch's
-evaluation, before its checkpoint), ``frozen_mask(method, generator)`` (the mask frozen for
-the last epochs; default the method's most probable mask), ``stop_requested(flag)`` (SIGTERM seen
-here or, under torch.distributed, by any rank) and ``after_epoch(history, final)`` (after every
-epoch's checkpoint, ``final`` True after the last epoch and, for a run whose last epoch was
-already checkpointed, once more before ``summary.json``). Distribution
+parallelism hands over the whole batch), ``masks_step(order, i)`` (a hook that takes a supermask
+step itself returns its loss as a device tensor, read with the epoch's others when the epoch
+ends: :class:`pbscale.captured_step.CapturedSteps`), ``epoch_done(epoch, history)`` (after the
+epoch's evaluation, before its checkpoint), ``frozen_mask(method, generator)`` (the mask frozen
+for the last epochs; default the method's most probable mask), ``stop_requested(flag)`` (SIGTERM
+seen here or, under torch.distributed, by any rank) and ``after_epoch(history, final)`` (after
+every epoch's checkpoint, ``final`` True after the last epoch and, for a run whose last epoch
+was already checkpointed, once more before ``summary.json``). Distribution
 (:mod:`pbscale.distributed`) is such a strategy; batched runs (:mod:`pbscale.batched_seeds`)
 write each member's own run folder from ``after_epoch``.
 """
