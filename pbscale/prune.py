@@ -343,14 +343,6 @@ class _Given(argparse.Action):
         namespace.given = {*getattr(namespace, "given", set()), self.dest}
 
 
-def route_names(text: str) -> gpu_routes.Routes:
-    """argparse type of ``--routes`` (:func:`pbscale.routes.parse`)."""
-    try:
-        return gpu_routes.parse(text)
-    except PBInputError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
-
-
 def build_parser() -> ArgumentParser:
     d = PruneConfig()
     p = ArgumentParser(
@@ -418,7 +410,7 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--threads", type=thread_count, default=None)
     p.add_argument("--out", type=out_folder, default="runs/prune",
                    help="parent folder of run folders")
-    p.add_argument("--routes", type=route_names, default=None,
+    p.add_argument("--routes", type=gpu_routes.argument, default=None,
                    help="GPU routes (pbscale.routes, docs/gpu.md): off, all, or names "
                    f"comma-separated from {', '.join(gpu_routes.ROUTES)}; cuda_graph also "
                    "replays a supermask MC run's whole step from a CUDA graph. The same "

@@ -36,6 +36,7 @@ comma-separated), or what :func:`use` sets for a block of code.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import dataclasses
 import os
@@ -88,6 +89,14 @@ def parse(text: str | Routes) -> Routes:
         raise PBInputError(f"unknown route {bad[0]!r}; choose off, all or from "
                            f"{', '.join(ROUTES)} (comma-separated)")
     return Routes(**dict.fromkeys(words, True))
+
+
+def argument(text: str) -> Routes:
+    """argparse type of a ``--routes`` option: :func:`parse`, its refusal as argparse's."""
+    try:
+        return parse(text)
+    except PBInputError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 _DEFAULT: list[Routes] = []  # what use() set, innermost last
