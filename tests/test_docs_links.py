@@ -294,6 +294,18 @@ def test_claims_page_quotes_the_generated_agreement_tables() -> None:
         assert table in quoted, f"docs/claims.md does not quote: {table[0]}"
 
 
+def test_claims_page_quotes_the_training_length_tables() -> None:
+    """docs/claims.md quotes verbatim the training-length table of every study set beside the
+    4-epoch one (figures/claims*/training_length.md) and that study's verdicts of the paper's
+    rows (the first table of its agreement.md)."""
+    quoted = _tables((ROOT / "docs" / "claims.md").read_text(encoding="utf-8"))
+    studies = sorted(ROOT.glob("figures/claims*/training_length.md"))
+    for path in studies:
+        for source in (path, path.parent / "agreement.md"):
+            table = _tables(source.read_text(encoding="utf-8"))[0]
+            assert table in quoted, f"docs/claims.md does not quote {source}: {table[0]}"
+
+
 def test_tables_finds_each_table() -> None:
     text = "x\n| a | b |\n| - | - |\n| 1 | 2 |\n\ny\n| c |\n"
     assert _tables(text) == [["| a | b |", "| - | - |", "| 1 | 2 |"], ["| c |"]]
