@@ -14,9 +14,10 @@
 # sync,prune,prune_epoch,arms_loorf and sync,prune,prune_epoch,arms_loorf,routes);
 # GPU_SUITE_ARGS (more arguments for both suites). Each suite is stopped (SIGTERM, then
 # SIGKILL 15 s later) at its budget + 40 s; its summary.md is rewritten after every piece, so a
-# stopped suite still leaves the pieces done. With the defaults the whole script takes at most about 100 + 140 + 270 = 510 s, and
-# about 400 s when nothing stalls (the H100 suite of 2026-11-26 spent 75 s on sync, prune and
-# arms_loorf; the after-suite adds the fused tail's compilation and the routes piece).
+# stopped suite still leaves the pieces done. With the defaults the whole script takes at most
+# about 100 + 140 + 270 = 510 s, and about 400 s when nothing stalls (the H100 suite of
+# 2026-11-26 spent 75 s on sync, prune and arms_loorf; the after-suite adds the fused tail's
+# compilation and the routes piece).
 # Leaves in $OUT:
 #   gpu_suite.tar.gz        both results folders <device name>-<date>-routes-{off,all}/, each
 #                           with its gpu_suite.log, and test_gpu_routes.log
@@ -57,7 +58,8 @@ suite() {  # label routes budget pieces
     echo "gpu_suite $1 exit code $code at $(date -u +%H:%M:%SZ)" | tee -a "$LOG"
     return "$code"
 }
-suite routes-off off "${GPU_BEFORE_BUDGET_S:-100}" "${GPU_BEFORE_PIECES:-sync,prune,prune_epoch,arms_loorf}"
+suite routes-off off "${GPU_BEFORE_BUDGET_S:-100}" \
+    "${GPU_BEFORE_PIECES:-sync,prune,prune_epoch,arms_loorf}"
 rc=$?; [ "$status" -eq 0 ] && status=$rc
 suite routes-all all "${GPU_AFTER_BUDGET_S:-230}" \
     "${GPU_AFTER_PIECES:-sync,prune,prune_epoch,arms_loorf,routes}"

@@ -414,6 +414,16 @@ def piece_batched_seeds(ctx: Context) -> Outcome:
                    detail, len(batched) < len(seeds))
 
 
+def lenet_data(synthetic: int, images: int) -> tuple[str, int]:
+    """(data_dir, synthetic) of a LeNet piece: ``synthetic`` random images when > 0 (smoke),
+    else MNIST from ``$PBNN_MNIST`` (default ``../shared/data/mnist``) where it is, else
+    ``images`` random images."""
+    if synthetic:
+        return "", synthetic
+    data_dir = os.environ.get("PBNN_MNIST", "../shared/data/mnist")
+    return (data_dir, 0) if Path(data_dir).is_dir() else ("", images)
+
+
 def piece_prune_group(ctx: Context) -> Outcome:
     """Runs per hour of LeNet supermask pruning groups (CP, ARMS n = 10; groups of 1, 8, 32,
     128) against one run at a time (:func:`benchmarks.bench_prune_group.measure`)."""
@@ -423,9 +433,7 @@ def piece_prune_group(ctx: Context) -> Outcome:
         sizes, n, epochs, batches, synthetic, separate = (1, 2), 2, 1, 1, 32, 2
     else:
         sizes, n, epochs, batches, synthetic, separate = (1, 8, 32, 128), 10, 1, 20, 0, 4
-    data_dir = "" if synthetic else os.environ.get("PBNN_MNIST", "../shared/data/mnist")
-    if data_dir and not Path(data_dir).is_dir():  # no MNIST here: synthetic images, one epoch
-        data_dir, synthetic = "", batches * 128
+    data_dir, synthetic = lenet_data(synthetic, batches * 128)
     rows: list[dict] = []
     partial = False
     for method in ("cp", "arms"):
@@ -457,9 +465,7 @@ def piece_prune_epoch(ctx: Context) -> Outcome:
         n, batches, batch, synthetic = 2, 2, 8, 64
     else:
         n, batches, batch, synthetic = 100, 100, 128, 0
-    data_dir = "" if synthetic else os.environ.get("PBNN_MNIST", "../shared/data/mnist")
-    if data_dir and not Path(data_dir).is_dir():  # no MNIST here: random images
-        data_dir, synthetic = "", batches * batch
+    data_dir, synthetic = lenet_data(synthetic, batches * batch)
     rows: list[dict] = []
     with tempfile.TemporaryDirectory(dir=ctx.folder, prefix=".tmp-") as tmp:
         for method in ("dense", "arms"):

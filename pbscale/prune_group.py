@@ -125,15 +125,13 @@ class GroupMethod(MemberBook):
         self.step = step
         self.d = sum(m.task.d for m in members)
         self.generator = torch.Generator(device=device).manual_seed(0)
-        self.epoch_losses: list[list[float]] = [[] for _ in members]
-        self.book = self.methods
+        super().__init__(self.methods)
 
     def surrogate(self, f: GroupLoss, weights: bool = False) -> tuple[torch.Tensor, float]:
         results = self.step(self.methods, f.batches, weights)
         losses = [loss for _, loss in results]
         self.record(losses)
         return sum(v for v, _ in results), sum(losses) / len(losses)
-
 
     def sample_masks(self, k: int) -> torch.Tensor:
         return torch.cat([m.sample_masks(k) for m in self.methods], dim=1)

@@ -65,8 +65,9 @@ class MemberBook:
     members' methods (each with ``optimizers``, ``zero_grad``, ``apply``, ``config_dict``,
     ``state_dict`` and ``load_state_dict``), stepped and saved one by one."""
 
-    book: Sequence[Any]
-    epoch_losses: list[list[float]]
+    def __init__(self, book: Sequence[Any]) -> None:
+        self.book = book
+        self.epoch_losses: list[list[float]] = [[] for _ in book]
 
     def record(self, losses: Sequence[float]) -> None:
         """Keep each member's training loss of one step."""
@@ -141,8 +142,7 @@ class MaskTrainerGroup(MemberBook):
         self.chunk = min([auto_chunk(self.n, per_sample * len(configs), self.device), *explicit])
         #: the run's stream for the loop (the members draw from their own generators)
         self.generator = torch.Generator(device=self.device).manual_seed(0)
-        self.epoch_losses: list[list[float]] = [[] for _ in configs]
-        self.book = self.members
+        super().__init__(self.members)
 
     @classmethod
     def flat(cls, configs: Sequence[MethodConfig], d: int, total_steps: int,
@@ -207,7 +207,6 @@ class MaskTrainerGroup(MemberBook):
         grad = torch.stack(grads).to(R.dtype)
         return surrogate_loss(grad, R), sum(losses) / len(losses)
 
-
     def check_finite(self, where: str, flags: dict[str, str]) -> None:
         """Refuse logits that became NaN or inf, naming the member and its learning rate."""
         for m in self.members:
@@ -217,7 +216,6 @@ class MaskTrainerGroup(MemberBook):
                     f"the mask logits of the run with lr={c.lr}, seed={c.seed} became NaN or inf "
                     f"in {where}: the learning rate is too large for {flags['optimizer']} "
                     f"{c.optimizer}; lower it in {flags['masks']} or leave it out of the batch")
-
 
     def mode_mask(self) -> torch.Tensor:
         """(G, d)."""
