@@ -62,8 +62,10 @@ def useful(fr: Sequence[Point], floor: float = ACC_FLOOR) -> list[Point]:
 
 def degenerate(p: Point) -> bool:
     """A collapsed setting (no weight left, or every seed with the same accuracy) or a stalled
-    one (accuracy below :data:`STALLED_ACC`): its seed s.d. says nothing of a working run's."""
-    return p.remaining <= 0 or p.acc_sd == 0 or p.accuracy < STALLED_ACC
+    one (some seed's accuracy below :data:`STALLED_ACC`: all of them, or only some, which makes
+    the setting unstable): its seed s.d. says nothing of a working run's."""
+    return (p.remaining <= 0 or p.acc_sd == 0 or p.accuracy < STALLED_ACC
+            or any(r.accuracy < STALLED_ACC for r in p.runs))
 
 
 def replicated(pts: Sequence[Point], reading: Reading = AS_REPORTED) -> list[Point]:

@@ -374,6 +374,12 @@ def test_pooled_standard_error_by_hand():
     # leaving out collapsed and stalled settings
     stalled = point([0.10, 0.12], lam=3.0)
     assert F.pooled_se(pts + [stalled], R.Reading(drop_degenerate=True)) == F.pooled_se(pts)
+    # an unstable setting: one seed at chance beside working ones (mean 0.37, above 0.15)
+    unstable = point([0.11, 0.50, 0.49], lam=4.0)
+    assert unstable.accuracy > F.STALLED_ACC and F.degenerate(unstable)
+    assert not F.degenerate(point([0.16, 0.50], lam=5.0))
+    assert F.pooled_se(pts + [unstable], R.Reading(drop_degenerate=True)) == F.pooled_se(pts)
+    assert F.pooled_se(pts + [unstable])[0] > F.pooled_se(pts)[0]
     # the front gap's s.e. is the two groups' s.e. in quadrature
     a = [r for p in pts[:2] for r in p.runs]
     b = [prune("supermask", "arms", 0.1, x, seed=s, sd=0.0, n=2)
