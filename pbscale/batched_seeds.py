@@ -50,7 +50,7 @@ from __future__ import annotations
 import argparse
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import torch
@@ -131,13 +131,14 @@ def batchable(full: dict) -> bool:
             and set(full) <= {*SHARED, "seed", "lr", "chunk"})
 
 
-def group_argv(full: dict, seeds: list[int], lrs: list[float]) -> list[str]:
-    """The options of the group of ``seeds`` x ``lrs`` whose shared options are ``full``'s."""
+def group_argv(full: dict, values: Mapping[str, Sequence]) -> list[str]:
+    """The options of the group of seeds x lrs (``values["seed"]``, ``values["lr"]``) whose
+    shared options are ``full``'s."""
     args: list[str] = []
     for key in SHARED:
         args += ["--" + key.replace("_", "-"), str(full[key])]
-    return [*args, "--lrs", ",".join(repr(v) for v in lrs),
-            "--seeds", ",".join(str(v) for v in seeds)]
+    return [*args, "--lrs", ",".join(repr(float(v)) for v in values["lr"]),
+            "--seeds", ",".join(str(int(v)) for v in values["seed"])]
 
 
 #: How ``pbscale.sweep`` batches ``regress`` runs (:class:`pbscale.jobs.Batching`).

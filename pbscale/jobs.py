@@ -4,16 +4,17 @@ A command (:class:`Command`) is a module run as ``python -m MODULE`` whose ``bui
 gives its options (the sweep checks every value with it and names a run by them) and which
 takes ``--out``, ``--threads`` and ``--quiet``. A command whose runs can train together names a
 batching module whose ``BATCHING`` (:class:`Batching`) says which runs batch (those that differ
-only in seed and learning rate, and that it accepts), the command line of a group, and how a
-member is named in ``$PBSCALE_RUN_INFO``. The modules are found by name (:func:`parser`,
-:func:`batching`), so the sweep depends on this interface, not on any command's internals.
+only in its axes, e.g. seed and learning rate, and that it accepts), the command line of a
+group, and how a member is named in ``$PBSCALE_RUN_INFO``. The modules are found by name
+(:func:`parser`, :func:`batching`), so the sweep depends on this interface, not on any
+command's internals.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 
@@ -21,18 +22,19 @@ from dataclasses import dataclass
 class Batching:
     """How runs of one command train together in one child ``python -m MODULE``: ``shared``
     (the options given once per group, as ``--flag value``), ``batchable(full)`` (whether a run,
-    every option filled in, can join a group), ``argv(full, seeds, lrs)`` (the group's options
-    after ``python -m MODULE``, without --out, --threads and --quiet) and ``member_key(full)``
-    (a member's name in ``$PBSCALE_RUN_INFO``'s "sweep_ids"). ``axes``: the two options the
-    members of a group differ in, a seed and a learning rate (regress: ``seed``, ``lr``;
-    prune: ``seed``, ``mask_lr``), whose lists ``argv`` takes."""
+    every option filled in, can join a group), ``argv(full, values)`` (the group's options
+    after ``python -m MODULE``, without --out, --threads and --quiet; ``values``: each axis's
+    sorted values, the group being their full product) and ``member_key(full)`` (a member's
+    name in ``$PBSCALE_RUN_INFO``'s "sweep_ids"; it names every axis). ``axes``: the options
+    the members of a group differ in, the seed first (regress: ``seed``, ``lr``; prune:
+    ``seed``, ``lam``, ``mask_lr``)."""
 
     module: str
     shared: tuple[str, ...]
     batchable: Callable[[dict], bool]
-    argv: Callable[[dict, Sequence[int], Sequence[float]], list[str]]
+    argv: Callable[[dict, Mapping[str, Sequence]], list[str]]
     member_key: Callable[[dict], str]
-    axes: tuple[str, str] = ("seed", "lr")
+    axes: tuple[str, ...] = ("seed", "lr")
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import sys
-from collections.abc import Collection
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 
 import torch
@@ -228,7 +228,7 @@ def member(cfg: PruneConfig, data: datamod.Data, dev: torch.device, out: str | P
     sweep_ids = env.pop("sweep_ids", {})
     record = {**config, "info": {"device": str(dev), **info, **env, "code": code_provenance()},
               "method_info": cfg.family.info(cfg.method_settings())}
-    key = member_key({"seed": cfg.seed, "mask_lr": cfg.mask_lr})
+    key = member_key({"seed": cfg.seed, "lam": cfg.lam, "mask_lr": cfg.mask_lr})
     if key in sweep_ids:  # launched by a sweep: the run's own id, as a separate run records
         record["info"]["sweep_id"] = sweep_ids[key]
     return Member(task, method, loop, weight_opt, run_folder(out, task.name, config), record,
@@ -432,19 +432,22 @@ def build_parser() -> ArgumentParser:
 
 
 #: Options a sweep never passes to a group's child (its own, or the grid axes).
-_NOT_SHARED = ("seed", "seeds", "mask_lr", "out", "threads", "quiet", "download",
-               "download_url", "help")
+_NOT_SHARED = (*GROUP_FREE, "seeds", "out", "threads", "quiet", "download", "download_url",
+               "help")
 
 
 def member_key(full: dict) -> str:
-    """The name of a group member in ``$PBSCALE_RUN_INFO``'s "sweep_ids": seed and mask lr."""
-    return f"seed{int(full['seed'])}-mask_lr{float(full['mask_lr'])!r}"
+    """The name of a group member in ``$PBSCALE_RUN_INFO``'s "sweep_ids": seed, lam and mask
+    lr."""
+    return (f"seed{int(full['seed'])}-lam{float(full['lam'])!r}"
+            f"-mask_lr{float(full['mask_lr'])!r}")
 
 
-def group_argv(full: dict, seeds: list[int], lrs: list[float]) -> list[str]:
-    """The options of the group of ``seeds`` x ``lrs`` (mask learning rates) whose other
-    options are ``full``'s: each option that differs from its default, as the sweep names a
-    run (a default spelled out is the default left out)."""
+def group_argv(full: dict, values: Mapping[str, Sequence]) -> list[str]:
+    """The options of the group of the product of ``values`` (:data:`GROUP_FREE`: seeds, lams,
+    mask learning rates) whose other options are ``full``'s: each option that differs from its
+    default, as the sweep names a run (a default spelled out is the default left out; so is a
+    lam list of the default alone, which a method without L0 strength never reads)."""
     defaults = {a.dest: a.default for a in build_parser()._actions}  # noqa: SLF001
     args: list[str] = []
     for key, value in full.items():
@@ -455,16 +458,18 @@ def group_argv(full: dict, seeds: list[int], lrs: list[float]) -> list[str]:
             args.append(flag)
         elif value is not False:
             args += [flag, repr(value) if isinstance(value, float) else str(value)]
-    return [*args, "--seeds", ",".join(str(v) for v in seeds),
-            "--mask-lr", ",".join(repr(float(v)) for v in lrs)]
+    lams = [float(v) for v in values["lam"]]
+    if lams != [defaults["lam"]]:
+        args += ["--lam", ",".join(map(repr, lams))]
+    return [*args, "--seeds", ",".join(str(int(v)) for v in values["seed"]),
+            "--mask-lr", ",".join(repr(float(v)) for v in values["mask_lr"])]
 
 
 #: How ``pbscale.sweep`` batches ``prune`` runs (:class:`pbscale.jobs.Batching`): runs that
-#: differ only in seed and mask learning rate train as one pruning group (a run that steers its
-#: lam to a target, ``--lam-target``, trains alone).
+#: differ only in seed, lam and mask learning rate train as one pruning group (a run that
+#: steers its lam to a target, ``--lam-target``, trains alone).
 BATCHING = Batching("pbscale.prune", (), lambda full: not full.get("lam_target"), group_argv,
-                    member_key,
-                    axes=("seed", "mask_lr"))
+                    member_key, axes=GROUP_FREE)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -58,14 +58,14 @@ def test_plan_groups_products_and_keeps_the_rest_single(tmp_path):
     jobs = sweep.plan(s, s.runs)
     groups = [j for j in jobs if isinstance(j, sweep.Group)]
     singles = [j for j in jobs if isinstance(j, sweep.Run)]
-    assert [(g.runs[0].full["method"], g.seeds, g.lrs) for g in groups] == [
-        ("loorf", [0, 1], [0.01, 0.1]), ("arms", [0, 1], [0.1])]
+    assert [(g.runs[0].full["method"], g.values) for g in groups] == [
+        ("loorf", {"seed": [0, 1], "lr": [0.01, 0.1]}), ("arms", {"seed": [0, 1], "lr": [0.1]})]
     # every run is in exactly one child
     ids = [r.id for j in jobs for r in sweep.members(j)]
     assert sorted(ids) == sorted(r.id for r in s.runs)
     for g in groups:
         assert {(r.full["seed"], r.full["lr"]) for r in g.runs} == {
-            (a, b) for a in g.seeds for b in g.lrs}
+            (a, b) for a in g.seeds for b in g.values["lr"]}
     assert sorted((r.full["method"], r.full["chunk"]) for r in singles) == [
         ("arms", None), ("cp", None), ("loorf", 1), ("loorf", 1), ("st", None)]
     line = s.command_line(groups[0])
@@ -95,7 +95,7 @@ def test_paper_regression_sweep_batches_into_19_groups():
     assert sorted(len(g.runs) for g in jobs) == [10] * 10 + [20] * 9
     assert all(g.seeds == list(range(10)) for g in jobs)
     kinds = {(g.runs[0].full["method"], g.runs[0].full["optimizer"]) for g in jobs
-             if len(g.lrs) == 2 and g.runs[0].full["method"] in ("cp", "st", "rebar")}
+             if len(g.values["lr"]) == 2 and g.runs[0].full["method"] in ("cp", "st", "rebar")}
     assert kinds == {("cp", "rmsprop"), ("cp", "sgd"), ("st", "rmsprop"), ("rebar", "rmsprop")}
     line = s.command_line(next(g for g in jobs if g.runs[0].full["method"] == "cp"))
     assert line[:2] == ["-m", "pbscale.batched_seeds"] and "--lrs" in line

@@ -1,5 +1,6 @@
-"""A ``prune`` sweep with ``batch = true``: runs that differ only in seed and mask learning rate
-form one pruning group (one ``python -m pbscale.prune --seeds ... --mask-lr ...`` child), and
+"""A ``prune`` sweep with ``batch = true``: runs that differ only in seed, lam and mask learning
+rate form one pruning group (one ``python -m pbscale.prune --seeds ... --lam ... --mask-lr ...``
+child), and
 each of its folders reads like a separate run's (``status``, ``results``, ``analysis.pareto``
 and ``analysis.scale_report`` unchanged on them)."""
 
@@ -42,12 +43,41 @@ def test_prune_plan_groups_seeds_and_mask_lrs(tmp_path):
     s = sweep.load(_write(tmp_path, PLAN.format(out=tmp_path / "o")))
     jobs = sweep.plan(s, s.runs)
     assert len(jobs) == 1 and isinstance(jobs[0], sweep.Group)
-    assert jobs[0].seeds == [0, 1, 2, 3] and jobs[0].lrs == [0.01, 0.1]
+    assert jobs[0].values == {"seed": [0, 1, 2, 3], "lam": [prune.PruneConfig().lam],
+                              "mask_lr": [0.01, 0.1]}
     line = s.command_line(jobs[0])
     assert line[:2] == ["-m", "pbscale.prune"]
     opts = dict(zip(line[2::2], line[3::2]))
     assert opts["--seeds"] == "0,1,2,3" and opts["--mask-lr"] == "0.01,0.1"
-    assert opts["--method"] == "arms" and "--seed" not in opts
+    assert opts["--method"] == "arms" and "--seed" not in opts and "--lam" not in opts
+
+
+def test_prune_plan_groups_lambdas_too(tmp_path):
+    """A seeds x lams x mask lrs product is one group whose child takes all three lists, and
+    each member's sweep key names its lam; a grid that is not a product splits along its last
+    axes into products (here one group per mask lr)."""
+    grid = PLAN.replace("mask_lr = [0.01, 0.1]", "mask_lr = [0.01, 0.1]\nlam = [1e-3, 1e-4]")
+    s = sweep.load(_write(tmp_path, grid.format(out=tmp_path / "o")))
+    jobs = sweep.plan(s, s.runs)
+    assert len(jobs) == 1 and len(jobs[0].runs) == 16
+    assert jobs[0].values == {"seed": [0, 1, 2, 3], "lam": [1e-4, 1e-3], "mask_lr": [0.01, 0.1]}
+    assert jobs[0].text() == "seed 0,1,2,3 x lam 0.0001,0.001 x mask_lr 0.01,0.1"
+    opts = dict(zip(*[iter(s.command_line(jobs[0])[2:])] * 2))
+    assert opts["--lam"] == "0.0001,0.001" and opts["--seeds"] == "0,1,2,3"
+    keys = {prune.member_key(r.full) for r in jobs[0].runs}
+    assert len(keys) == 16 and "seed0-lam0.001-mask_lr0.1" in keys
+    # the child builds exactly the members' runs
+    args = prune.build_parser().parse_args(s.command_line(jobs[0])[2:])
+    cfgs = prune.group_configs(prune.PruneConfig(model="lenet"), args.seeds, args.lam,
+                               args.mask_lr)
+    assert {(c.seed, c.lam, c.mask_lr) for c in cfgs} == {
+        (r.full["seed"], r.full["lam"], r.full["mask_lr"]) for r in jobs[0].runs}
+    # not a product: lam 1e-4 only at mask lr 0.1 -> a group per mask lr
+    cut = [r for r in s.runs if not (r.full["lam"] == 1e-4 and r.full["mask_lr"] == 0.01)]
+    parts = sweep.plan(s, cut)
+    assert sorted((len(g.runs), str(g.values)) for g in parts) == sorted([
+        (4, str({"seed": [0, 1, 2, 3], "lam": [1e-3], "mask_lr": [0.01]})),
+        (8, str({"seed": [0, 1, 2, 3], "lam": [1e-4, 1e-3], "mask_lr": [0.1]}))])
 
 
 def test_prune_sweep_of_8_runs_is_one_group(tmp_path):

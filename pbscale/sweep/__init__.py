@@ -52,12 +52,14 @@ child ``python -m pbscale.batched_seeds --lrs ... --seeds ...`` that steps its m
 (one grouped forward per step) and writes each member's run folder where ``pbscale.regress``
 would, to the same numbers up to round-off. A group's seeds x learning rates is a full product
 (else it is split per learning rate); a group of one and a run with its own ``chunk`` launch as
-single runs. ``prune`` runs that differ only in ``seed`` and ``mask_lr`` form pruning groups the
-same way (one ``python -m pbscale.prune --seeds ... --mask-lr ...`` child each,
-:mod:`pbscale.prune_group`). Records stay per run (the members' records name the group and share
-its log ``group-<id>.log``), so status, results and skipping finished runs are as without
-batching; a group interrupted and launched again resumes from its checkpoint under
-``OUT/.groups``. A group occupies the resources of one run (``cpus``, ``gpus``).
+single runs. ``prune`` runs that differ only in ``seed``, ``lam`` and ``mask_lr`` form pruning
+groups the same way (a full product of the three, else split along the last axes:
+:func:`pbscale.sweep.file.product_parts`; one ``python -m pbscale.prune --seeds ... --lam ...
+--mask-lr ...`` child each, :mod:`pbscale.prune_group`). Records stay per run (the members'
+records name the group and share its log ``group-<id>.log``), so status, results and
+skipping finished runs are as without batching; a group interrupted and launched again
+resumes from its checkpoint under ``OUT/.groups``. A group occupies the resources of one run
+(``cpus``, ``gpus``).
 
 The package: :mod:`~pbscale.sweep.cli` (the command line), :mod:`~pbscale.sweep.file` (file
 format, values, run ids, the batched plan), :mod:`~pbscale.sweep.records` (records, lock,

@@ -95,9 +95,10 @@ def build_parser() -> argparse.ArgumentParser:
                    "%(default)s)")
     r.add_argument("--dry-run", action="store_true", help="print the command lines only "
                    "(default: %(default)s)")
-    r.add_argument("--batch", action="store_true", help="batched seeds: runs differing only in "
-                   "seed and lr train together in one python -m pbscale.batched_seeds child "
-                   "(also [sweep] batch = true; default: %(default)s)")
+    r.add_argument("--batch", action="store_true", help="batched runs: runs differing only in "
+                   "seed and lr (regress) or seed, lam and mask lr (prune) train together in "
+                   "one child, python -m pbscale.batched_seeds or pbscale.prune (also [sweep] "
+                   "batch = true; default: %(default)s)")
     s = sub.add_parser("status", help="finished / running / failed / interrupted / pending")
     s.add_argument("sweep", help="sweep file (.toml)")
     s.add_argument("--out", type=out_folder, default=None,

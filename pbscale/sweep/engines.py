@@ -79,8 +79,7 @@ class Progress:
 
     def started(self, job: Run | Group) -> None:
         if isinstance(job, Group):
-            self.say(f"started     group {job.id} ({len(job.runs)} runs: seeds "
-                     f"{','.join(map(str, job.seeds))} x lr {','.join(map(repr, job.lrs))})")
+            self.say(f"started     group {job.id} ({len(job.runs)} runs: {job.text()})")
         else:
             self.say(f"started     {job.id}  {label(job)}")
 

@@ -57,14 +57,25 @@ class Run:
 
 @dataclass
 class Group:
-    """Runs that differ only in seed and lr, trained as one child of their command's batching
-    module (``python -m pbscale.batched_seeds``): ``seeds`` x ``lrs`` are exactly the members'
-    (seed, lr) pairs. Id ``g`` + hash."""
+    """Runs that differ only in their command's batching axes (:attr:`pbscale.jobs.Batching.
+    axes`: regress seed and lr; prune seed, lam and mask lr), trained as one child of its
+    batching module (``python -m pbscale.batched_seeds``, ``python -m pbscale.prune``):
+    ``values`` maps each axis to its sorted values, whose product is exactly the members'.
+    Id ``g`` + hash."""
 
     runs: list[Run]
-    seeds: list[int]
-    lrs: list[float]
+    values: dict[str, list]
     id: str
+
+    @property
+    def seeds(self) -> list[int]:
+        """The members' seeds (the first axis)."""
+        return next(iter(self.values.values()))
+
+    def text(self) -> str:
+        """``seed 0,1 x lam 0.001 x mask_lr 0.01,0.1`` (for status lines)."""
+        return " x ".join(f"{axis} {','.join(map(option_text, vals))}"
+                          for axis, vals in self.values.items())
 
 
 @dataclass
@@ -113,7 +124,7 @@ class Sweep:
         if isinstance(job, Run):
             return ["-m", self.module, *self.argv(job)]
         batching = self.batching
-        args = batching.argv(job.runs[0].full, job.seeds, job.lrs)
+        args = batching.argv(job.runs[0].full, job.values)
         return ["-m", batching.module, *args, "--out", str(self.out), "--threads",
                 str(self.threads), "--quiet"]
 
@@ -377,43 +388,53 @@ def batchable(sweep: Sweep, run: Run) -> bool:
     return batching is not None and batching.batchable(run.full)
 
 
-def make_group(runs: list[Run], seeds: list[int], lrs: list[float]) -> Group:
-    """The group of ``runs`` (seeds x lrs); its id hashes the sorted member ids."""
+def make_group(runs: list[Run], values: dict[str, list]) -> Group:
+    """The group of ``runs`` (the product of ``values``); its id hashes the sorted member ids."""
     ids = ",".join(sorted(r.id for r in runs))
-    return Group(runs, seeds, lrs, "g" + hashlib.sha256(ids.encode()).hexdigest()[:11])
+    return Group(runs, values, "g" + hashlib.sha256(ids.encode()).hexdigest()[:11])
+
+
+def product_parts(cells: dict[tuple, Run], axes: tuple[str, ...]) -> list[dict[str, list]]:
+    """Split runs keyed by their values on ``axes`` into full products (axis -> sorted
+    values): all of them when they form one, else one part per value of the last axis, each
+    split the same way on the axes before it (the first axis alone is always a product)."""
+    values = [sorted({key[i] for key in cells}) for i in range(len(axes))]
+    if len(cells) == math.prod(len(v) for v in values) or len(axes) == 1:
+        return [dict(zip(axes, values))]
+    parts = []
+    for last in values[-1]:
+        sub = {key[:-1]: r for key, r in cells.items() if key[-1] == last}
+        parts += [{**p, axes[-1]: [last]} for p in product_parts(sub, axes[:-1])]
+    return parts
 
 
 def plan(sweep: Sweep, runs: list[Run]) -> list[Run | Group]:
     """The children that run ``runs``: batchable runs (:func:`batchable`) that differ only in
-    seed and lr form :class:`Group` s, one per setting whose (seed, lr) pairs are a full
-    product of its seeds and learning rates, else one per learning rate; groups of one and
-    other runs stay single :class:`Run` s. Groups come first, in order of their first run;
-    seeds and learning rates sorted, so the same runs always form the same group (and a group
-    launched again resumes its checkpoint)."""
+    the command's batching axes (regress: seed, lr; prune: seed, lam, mask lr) form
+    :class:`Group` s, one per setting whose values are a full product over the axes, else
+    split into products along the last axes (:func:`product_parts`); groups of one and other
+    runs stay single :class:`Run` s. Groups come first, in order of their first run; each
+    axis's values sorted, so the same runs always form the same group (and a group launched
+    again resumes its checkpoint)."""
     settings: dict[str, list[Run]] = {}
     singles: list[Run | Group] = []
-    seed, lr = sweep.batching.axes if sweep.batching is not None else ("seed", "lr")
+    axes = sweep.batching.axes if sweep.batching is not None else ()
     for r in runs:
         if batchable(sweep, r):
-            key = json.dumps({k: v for k, v in r.full.items() if k not in (seed, lr)},
+            key = json.dumps({k: v for k, v in r.full.items() if k not in axes},
                              sort_keys=True, default=str)
             settings.setdefault(key, []).append(r)
         else:
             singles.append(r)
     groups: list[Run | Group] = []
     for members_ in settings.values():
-        pairs = {(int(r.full[seed]), float(r.full[lr])): r for r in members_}
-        seeds, lrs = sorted({s for s, _ in pairs}), sorted({lr for _, lr in pairs})
-        if len(pairs) == len(seeds) * len(lrs):
-            parts = [(seeds, lrs)]
-        else:  # not a product: one group per learning rate
-            parts = [(sorted(s for s, v in pairs if v == lr), [lr]) for lr in lrs]
-        for ss, ls in parts:
-            part = [pairs[(s, lr)] for lr in ls for s in ss]
+        cells = {tuple(r.full[a] for a in axes): r for r in members_}
+        for values in product_parts(cells, axes):
+            part = [cells[key] for key in itertools.product(*values.values())]
             if len(part) == 1:
                 singles.append(part[0])
             else:
-                groups.append(make_group(part, ss, ls))
+                groups.append(make_group(part, values))
     return groups + singles
 
 
