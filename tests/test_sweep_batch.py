@@ -65,7 +65,7 @@ def test_plan_groups_products_and_keeps_the_rest_single(tmp_path):
     assert sorted(ids) == sorted(r.id for r in s.runs)
     for g in groups:
         assert {(r.full["seed"], r.full["lr"]) for r in g.runs} == {
-            (a, b) for a in g.seeds for b in g.values["lr"]}
+            (a, b) for a in g.values["seed"] for b in g.values["lr"]}
     assert sorted((r.full["method"], r.full["chunk"]) for r in singles) == [
         ("arms", None), ("cp", None), ("loorf", 1), ("loorf", 1), ("st", None)]
     line = s.command_line(groups[0])
@@ -93,7 +93,7 @@ def test_paper_regression_sweep_batches_into_19_groups():
     assert len(s.runs) == 280 and len(jobs) == 19
     assert all(isinstance(j, sweep.Group) for j in jobs)
     assert sorted(len(g.runs) for g in jobs) == [10] * 10 + [20] * 9
-    assert all(g.seeds == list(range(10)) for g in jobs)
+    assert all(g.values["seed"] == list(range(10)) for g in jobs)
     kinds = {(g.runs[0].full["method"], g.runs[0].full["optimizer"]) for g in jobs
              if len(g.values["lr"]) == 2 and g.runs[0].full["method"] in ("cp", "st", "rebar")}
     assert kinds == {("cp", "rmsprop"), ("cp", "sgd"), ("st", "rmsprop"), ("rebar", "rmsprop")}

@@ -67,11 +67,6 @@ class Group:
     values: dict[str, list]
     id: str
 
-    @property
-    def seeds(self) -> list[int]:
-        """The members' seeds (the first axis)."""
-        return next(iter(self.values.values()))
-
     def text(self) -> str:
         """``seed 0,1 x lam 0.001 x mask_lr 0.01,0.1`` (for status lines)."""
         return " x ".join(f"{axis} {','.join(map(option_text, vals))}"
