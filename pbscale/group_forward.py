@@ -18,7 +18,10 @@ masks), so the G methods' masks are collected first: :class:`ReplayStep`
 
 1. *probes* each member: its surrogate runs with a stand-in f that records the masks it is given
    and answers zeros, its random generator saved before and restored after (every method draws
-   its masks from its own generator and r only, never from J);
+   its masks from its own generator and r only, never from J); a member whose family
+   ``replays_samples`` (the MC estimators) keeps the advanced generator instead, and its replay
+   takes the recorded masks (:data:`pbscale.loop_types.SAMPLES_ATTR`) rather than drawing them
+   a second time;
 2. evaluates all recorded masks of all members in one :class:`GroupForward` (rows of one call
    are independent: each mask's loss depends on that mask alone), and, where a mask was
    differentiable (relaxed masks), the gradient of each row's loss in its mask by one backward
@@ -40,6 +43,7 @@ import torch
 from torch.nn import functional as F
 
 from pbscale.batched import cross_entropy_per_mask
+from pbscale.loop_types import SAMPLES_ATTR
 from pbscale.masks import MaskedModule
 
 #: A member's batch: inputs (B, ...) and labels (B,).
@@ -55,6 +59,10 @@ class GroupForward:
     def __init__(self, layouts: Sequence[MaskedModule]) -> None:
         self.layouts = list(layouts)
         self.plans = [lay.choice.plan for lay in self.layouts]
+
+    def members(self, part: slice) -> GroupForward:
+        """The forward of the runs ``part`` of the group only (a memory-guard slice)."""
+        return GroupForward(self.layouts[part])
 
     def grouped(self, zs: Sequence[torch.Tensor], batches: Sequence[Batch]) -> bool:
         """Whether :meth:`__call__` takes the one grouped computation for these inputs."""
@@ -155,9 +163,12 @@ class _Replay:
     differentiable mask, a zero-valued term carrying dJ/dz."""
 
     def __init__(self, calls: list[torch.Tensor], J: torch.Tensor,
-                 grad: torch.Tensor | None) -> None:
+                 grad: torch.Tensor | None, hand_over: bool = False) -> None:
         self.calls, self.J, self.grad = calls, J, grad
         self.index, self.row = 0, 0
+        if hand_over:  # the masks, for a method that takes them instead of drawing
+            setattr(self, SAMPLES_ATTR, torch.cat([c.reshape(-1, c.shape[-1]) for c in calls])
+                    if calls else None)
 
     def __call__(self, z: torch.Tensor) -> torch.Tensor:
         if self.index >= len(self.calls) or not torch.equal(z.detach(), self.calls[self.index]):
@@ -185,15 +196,17 @@ class ReplayStep:
     def __call__(self, methods: Sequence, batches: Sequence[Batch], weights: bool
                  ) -> list[tuple[torch.Tensor, float]]:
         probes, relaxed = [], []
-        for m in methods:
+        hand_over = [m.family.replays_samples for m in methods]
+        for m, keep in zip(methods, hand_over):
             probe, state = _Probe(), m.generator.get_state()
             m.surrogate(probe, weights=weights)
-            m.generator.set_state(state)
+            if not keep:
+                m.generator.set_state(state)
             probes.append(probe.calls)
             relaxed.append(probe.relaxed)
         J, grads = self.evaluate(probes, batches, relaxed, weights)
-        return [m.surrogate(_Replay(calls, j, g), weights=weights)
-                for m, calls, j, g in zip(methods, probes, J, grads)]
+        return [m.surrogate(_Replay(calls, j, g, keep), weights=weights)
+                for m, calls, j, g, keep in zip(methods, probes, J, grads, hand_over)]
 
     def evaluate(self, calls: list[list[torch.Tensor]], batches: Sequence[Batch],
                  relaxed: list[bool], weights: bool
@@ -209,7 +222,7 @@ class ReplayStep:
             leaves = [[c.requires_grad_(r) for c in cs]
                       for cs, r in zip(calls[part], relaxed[part])]
             with torch.set_grad_enabled(weights or any(relaxed[part])):
-                out = self.forward(leaves, batches[part])
+                out = self.forward.members(part)(leaves, batches[part])
             g: list[torch.Tensor | None] = [None] * len(out)
             need = [i for i, r in enumerate(relaxed[part]) if r]
             if need:

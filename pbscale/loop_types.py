@@ -17,6 +17,11 @@ from pbexact.errors import PBInputError
 #: A batched loss (the one definition): masks z of shape (..., d) to losses (...), e.g. (k, d)
 #: -> (k,); the methods evaluate it, and differentiate it in z where they relax the mask.
 BatchedLoss = Callable[[torch.Tensor], torch.Tensor]
+#: The attribute of a batched loss that knows the masks it will be called with: ``samples``
+#: (n, d), the calls' masks in order (a pruning group's replay, :class:`pbscale.group_forward.
+#: ReplayStep`). A method whose family ``replays_samples`` takes them instead of drawing its
+#: masks again.
+SAMPLES_ATTR = "samples"
 
 
 @runtime_checkable

@@ -160,3 +160,49 @@ def test_a_groups_folder_that_leads_outside_out_is_refused(tmp_path: Path, capsy
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "outside" in err and "--out" in err
     assert not any(elsewhere.iterdir())
+
+
+@pytest.mark.parametrize("mode", ["supermask", "joint"])
+def test_mc_members_draw_their_masks_once(tmp_path: Path, mode: str, monkeypatch) -> None:
+    """An MC member's replay takes the masks its probe drew (its family ``replays_samples``):
+    each sampler chunk is drawn once per step, not twice, and with n = 4 in chunks of 1 (four
+    calls of the batched loss a step) the group still equals the separate runs."""
+    from pbscale.methods import samplers
+
+    draws = []
+    for cls in (samplers.BernoulliSampler, samplers.CopulaSampler):
+        orig = cls.next
+
+        def counted(self, k, _orig=orig):
+            draws.append(k)
+            return _orig(self, k)
+        monkeypatch.setattr(cls, "next", counted)
+    opts = {**BASE, "n": 4, "chunk": 1, "epochs": 1}
+    for method in ("arms", "loorf"):
+        cfgs = [prune.PruneConfig(**opts, mode=mode, method=method, seed=s) for s in SEEDS]
+        draws.clear()
+        prune.run_group(cfgs, tmp_path / "grp", quiet=True)
+        in_group = len(draws)
+        draws.clear()
+        for c in cfgs:
+            sep = Path(prune.run(c, tmp_path / "sep", quiet=True)["folder"])
+            same_folder(sep, tmp_path / "grp" / sep.name)
+        assert in_group == len(draws) > 0, (method, in_group, len(draws))
+
+
+@pytest.mark.parametrize("mode,method", [("supermask", "arms"), ("joint", "arms"),
+                                         ("supermask", "cp")])
+def test_memory_guard_slices_equal_separate_runs(tmp_path: Path, mode: str, method: str,
+                                                 monkeypatch) -> None:
+    """Where the group's masks exceed the memory guard (group_rows), its members are evaluated
+    in slices, each through its own runs' layouts: a group of 3 evaluated one member at a time
+    equals the separate runs."""
+    from pbscale import prune_group
+
+    monkeypatch.setattr(prune_group, "group_rows", lambda n_masks, d, device: 1)
+    cfgs = [prune.PruneConfig(**{**BASE, "epochs": 1}, mode=mode, method=method, seed=s)
+            for s in (0, 1, 2)]
+    assert prune.run_group(cfgs, tmp_path / "grp", quiet=True) == (0, 3)
+    for c in cfgs:
+        sep = Path(prune.run(c, tmp_path / "sep", quiet=True)["folder"])
+        same_folder(sep, tmp_path / "grp" / sep.name)
