@@ -167,8 +167,7 @@ class _Replay:
         self.calls, self.J, self.grad = calls, J, grad
         self.index, self.row = 0, 0
         if hand_over:  # the masks, for a method that takes them instead of drawing
-            setattr(self, SAMPLES_ATTR, torch.cat([c.reshape(-1, c.shape[-1]) for c in calls])
-                    if calls else None)
+            setattr(self, SAMPLES_ATTR, torch.cat([c.reshape(-1, c.shape[-1]) for c in calls]))
 
     def __call__(self, z: torch.Tensor) -> torch.Tensor:
         if self.index >= len(self.calls) or not torch.equal(z.detach(), self.calls[self.index]):
