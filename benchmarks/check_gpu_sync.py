@@ -410,6 +410,7 @@ def make_pieces(dev: torch.device, n: int, chunk: int, steps: int,
         MaskTrainerGroup,
         MethodConfig,
     )
+    from pbscale.methods.group import MemberLosses
     from pbscale.regression import BATCH, make_problem
 
     emulated = dev.type == EMULATED.type
@@ -453,7 +454,8 @@ def make_pieces(dev: torch.device, n: int, chunk: int, steps: int,
             for _ in range(steps):
                 tr.zero_grad()
                 value, _ = tr.surrogate(loss)
-                value.backward()
+                if value.requires_grad:  # a group differentiated each member's itself
+                    value.backward()
                 tr.apply()
         return run
 
@@ -468,13 +470,8 @@ def make_pieces(dev: torch.device, n: int, chunk: int, steps: int,
         grp = MaskTrainerGroup.flat([MethodConfig(method="arms", n=n, chunk=chunk, seed=s)
                                      for s in range(group)], prob.d, 1000, dev)
         like_cuda(grp.optimizers)
-        gidx = idx.expand(group, -1)
-
-        def grouped(z: torch.Tensor) -> torch.Tensor:
-            return prob.grouped_loss(z.transpose(0, 1), gidx).transpose(0, 1)
-
         pieces.append(Piece(f"MaskTrainerGroup ARMS step ({group} runs)",
-                            stepper(grp, grouped), {LOSS_READBACK: 1}))
+                            stepper(grp, MemberLosses([f] * group)), {LOSS_READBACK: group}))
         cp = MaskTrainer(MethodConfig(method="cp", n=n), prob.d, 1000, dev)
         like_cuda(cp.optimizers)
         pieces.append(Piece("CP step", stepper(cp, f), {CP_READBACK: 1}))

@@ -30,7 +30,12 @@ everything else:
   logits or weights, or an evaluation with a NaN or inf loss stops the run with one line naming
   the step and the flag that sets the learning rate to lower (:data:`LR_FLAGS`, the caller's
   ``lr_flags`` overriding them; the weights' where they train, since masks only switch weights
-  on and off); no summary is written and the last checkpoint stays the last finite state.
+  on and off; :class:`pbscale.run_record.Diverged`); no summary is written, the last
+  checkpoint stays the last finite state and ``diverged.json`` records where and why
+  (:func:`pbscale.run_record.write_diverged`). Running a diverged run again is refused with
+  its record (the same settings diverge again) until ``diverged.json`` is deleted; the one
+  process that trains a run holds its folder's lock (:func:`pbscale.run_record.lock_folder`),
+  so a second writer is refused.
 
 Phases of an epoch e of E: the first W epochs warm up, the last Z (only with freeze_masks) are
 frozen, the rest train masks, with (W, E - W - Z, Z) from :meth:`LoopConfig.phase_epochs`: the
@@ -76,20 +81,26 @@ from . import io
 from .loop_types import BatchedLoss, EvalContext, LoopConfig, Method, RunHooks, StepHook, Task
 from .run_record import (
     PROVENANCE,
+    Diverged,
     check_provenance,
     config_hash,
+    diverged_refusal,
     env_info,
     full_config,
+    last_metrics,
+    lock_folder,
     open_folder,
+    read_diverged,
     read_state,
     run_folder,
+    write_diverged,
     write_summary,
 )
 
 __all__ = ["LOOP_COLUMNS", "LR_FLAGS", "PROVENANCE", "BatchedLoss", "EvalContext", "LoopConfig",
-           "Method", "RunHooks", "StepHook", "Task", "check_provenance", "config_hash",
-           "env_info", "flush_denormals", "full_config", "read_state", "run", "run_folder",
-           "train_step", "write_summary"]
+           "Method", "RunHooks", "StepHook", "Task", "check_finite", "check_metrics",
+           "check_provenance", "config_hash", "env_info", "flush_denormals", "full_config",
+           "read_state", "run", "run_folder", "train_step", "write_summary"]
 
 #: Flags named when a run diverges: the mask learning rate and optimizer, the weight learning
 #: rate (those of ``pbscale.regress``; ``run(..., lr_flags=...)`` overrides entries).
@@ -183,6 +194,22 @@ def run(task: Task, method: Method, loop: LoopConfig, out: str | Path,
         if not keep_checkpoint:
             (folder / "checkpoint.pt").unlink(missing_ok=True)
         return folder
+    with lock_folder(folder):
+        return _train(task, method, loop, folder, record, weight_optimizer, dev, progress,
+                      hooks, step_hook, lr_flags, keep_checkpoint)
+
+
+def _train(task: Task, method: Method, loop: LoopConfig, folder: Path, record: dict,
+           weight_optimizer: torch.optim.Optimizer | None, dev: torch.device, progress: bool,
+           hooks: Sequence[RunHooks], step_hook: Callable[[int, int], None] | None,
+           lr_flags: dict[str, str] | None, keep_checkpoint: bool) -> Path:
+    """:func:`run`'s training of its opened, locked folder (a diverged run is refused with its
+    record; one that diverges now leaves ``diverged.json``)."""
+    if (folder / "summary.json").exists():  # finished by another process before the lock
+        return folder
+    diverged = read_diverged(folder)
+    if diverged is not None:
+        raise diverged_refusal(folder, diverged)
     record["info"]["code"] = code_provenance()
     if weight_optimizer is not None and not task.weights():
         raise PBInputError("a weight optimizer was given but the task has no trainable "
@@ -199,6 +226,10 @@ def run(task: Task, method: Method, loop: LoopConfig, out: str | Path,
                 training.epoch(epoch, flag)
             except RunInterrupted:
                 bar.close()
+                raise
+            except Diverged as exc:
+                bar.close()
+                write_diverged(folder, exc.record(last_metrics(folder, loop.metrics_file)))
                 raise
             bar.set_postfix({k: f"{v:.4g}" for k, v in list(training.history[-1].items())[1:5]
                              if isinstance(v, float)})
@@ -226,6 +257,9 @@ class _Training:
         self.weight_optimizer = weight_optimizer
         self.joint = weight_optimizer is not None
         self.weights = task.weights() if self.joint else []
+        #: the weights the divergence checks read (none for a method that checks its own,
+        #: ``checks_weights``: a group checks each member's)
+        self.checked = [] if getattr(method, "checks_weights", False) else self.weights
         self.generator = method.generator  # the run's stream, seeded by the method
         torch.manual_seed(loop.seed)
         self.opts = method.optimizers + ([weight_optimizer] if self.joint else [])
@@ -294,8 +328,8 @@ class _Training:
 
     def diverged(self, epoch: int, i: int) -> None:
         """Stop the run whose step i of ``epoch`` had a training loss that is NaN or inf."""
-        _check_finite(self.method, epoch, self.flags, self.weights,
-                      step=(epoch * self.task.steps_per_epoch + i + 1, i + 1, self.fixed))
+        check_finite(self.method, epoch, self.flags, self.checked,
+                     step=(epoch * self.task.steps_per_epoch + i + 1, i + 1, self.fixed))
 
     def enter_phase(self, epoch: int) -> str:
         """The epoch's phase, its fixed mask (warm-up: ones; the first frozen epoch: the mask
@@ -357,9 +391,9 @@ class _Training:
         bad = next((i for i, v in enumerate(losses) if not math.isfinite(v)), None)
         if bad is not None:  # a step a hook took diverged
             self.diverged(epoch, bad)
-        _check_finite(self.method, epoch, self.flags, self.weights)
+        check_finite(self.method, epoch, self.flags, self.checked)
         metrics = self.evaluate(epoch + 1, phase)
-        _check_metrics(metrics, epoch, self.flags, self.joint)
+        check_metrics(metrics, epoch, self.flags, self.joint)
         t2 = time.perf_counter()
         self.history.append({"epoch": epoch + 1,
                              "train_loss": sum(losses) / max(len(losses), 1),
@@ -410,38 +444,48 @@ def _frozen_mask(hooks: Sequence[RunHooks], method: Method,
     return method.mode_mask()
 
 
-def _check_finite(method: Method, epoch: int, flags: dict[str, str],
-                  weights: Sequence[torch.nn.Parameter] = (),
-                  step: tuple[int, int, torch.Tensor | None] | None = None) -> None:
-    """Stop a diverged run with one line naming where and the flag to lower (``flags``, see
-    :data:`LR_FLAGS`): mask logits (:meth:`Method.check_finite`) or weights that became NaN or
-    inf after an epoch, or, with ``step`` = (step number, batch, fixed mask), a step whose
-    training loss is not finite."""
+def check_finite(method: Method, epoch: int, flags: dict[str, str],
+                 weights: Sequence[torch.nn.Parameter] = (),
+                 step: tuple[int, int, torch.Tensor | None] | None = None) -> None:
+    """Stop a diverged run (:class:`pbscale.run_record.Diverged`) with one line naming where
+    and the flag to lower (``flags``, see :data:`LR_FLAGS`): mask logits
+    (:meth:`Method.check_finite`) or weights that became NaN or inf after ``epoch`` (0-based),
+    or, with ``step`` = (step number, batch, fixed mask), a step whose training loss is not
+    finite."""
     where = (f"step {step[0]} (epoch {epoch + 1}, batch {step[1]})" if step is not None
              else f"epoch {epoch + 1}")
-    method.check_finite(where, flags)
+    at = step[0] if step is not None else None
+    try:
+        method.check_finite(where, flags)
+    except Diverged:
+        raise
+    except PBInputError as exc:
+        raise Diverged(str(exc), epoch + 1, at, where) from None
     if any(not bool(torch.isfinite(p).all()) for p in weights):
-        raise PBInputError(f"the network weights became NaN or inf in {where}: the weight "
-                           f"learning rate is too large; lower {flags['weights']}")
+        raise Diverged(f"the network weights became NaN or inf in {where}: the weight "
+                       f"learning rate is too large; lower {flags['weights']}", epoch + 1, at,
+                       where)
     if step is not None:
         masks_train = bool(method.optimizers) and step[2] is None
         lower = " or ".join(dict.fromkeys(
             ([flags["masks"]] if masks_train else []) + ([flags["weights"]] if weights else [])))
-        raise PBInputError(f"the training loss became NaN or inf at {where}: the run diverged; "
-                           f"lower {lower or flags['masks']}")
+        raise Diverged(f"the training loss became NaN or inf at {where}: the run diverged; "
+                       f"lower {lower or flags['masks']}", epoch + 1, at, where)
 
 
-def _check_metrics(metrics: dict, epoch: int, flags: dict[str, str], joint: bool) -> None:
-    """Stop a run whose evaluation after ``epoch`` has a NaN or inf loss (``*loss`` entries)
-    although every step's loss, the logits and the weights were finite: the weights grew past
-    what the network's float32 outputs hold. Masks only switch weights on and off, so the
-    flag named is the weight learning rate where weights train (``joint``), else the masks'."""
+def check_metrics(metrics: dict, epoch: int, flags: dict[str, str], joint: bool) -> None:
+    """Stop a run (:class:`pbscale.run_record.Diverged`) whose evaluation after ``epoch``
+    (0-based) has a NaN or inf loss (``*loss`` entries) although every step's loss, the logits
+    and the weights were finite: the weights grew past what the network's float32 outputs
+    hold. Masks only switch weights on and off, so the flag named is the weight learning rate
+    where weights train (``joint``), else the masks'."""
     bad = [k for k, v in metrics.items()
            if k.endswith("loss") and isinstance(v, float) and not math.isfinite(v)]
     if bad:
         flag = flags["weights"] if joint else flags["masks"]
-        raise PBInputError(f"the evaluation's {bad[0]} became NaN or inf after epoch {epoch + 1}: "
-                           f"the run diverged; lower {flag}")
+        raise Diverged(f"the evaluation's {bad[0]} became NaN or inf after epoch {epoch + 1}: "
+                       f"the run diverged; lower {flag}", epoch + 1, None,
+                       f"the evaluation after epoch {epoch + 1}")
 
 
 def train_step(f: BatchedLoss, method: Method, weight_optimizer: torch.optim.Optimizer | None,
@@ -455,7 +499,8 @@ def train_step(f: BatchedLoss, method: Method, weight_optimizer: torch.optim.Opt
                 return float(f(fixed[None])[0])
         weight_optimizer.zero_grad()
         loss = f(fixed[None])[0]
-        loss.backward()
+        if loss.requires_grad:  # else f differentiated it itself (a group, member by member)
+            loss.backward()
         weight_optimizer.step()
         return float(loss.detach())
     for opt in opts:

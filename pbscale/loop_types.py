@@ -17,11 +17,6 @@ from pbexact.errors import PBInputError
 #: A batched loss (the one definition): masks z of shape (..., d) to losses (...), e.g. (k, d)
 #: -> (k,); the methods evaluate it, and differentiate it in z where they relax the mask.
 BatchedLoss = Callable[[torch.Tensor], torch.Tensor]
-#: The attribute of a batched loss that knows the masks it will be called with: ``samples``
-#: (n, d), the calls' masks in order (a pruning group's replay, :class:`pbscale.group_forward.
-#: ReplayStep`). A method whose family ``replays_samples`` takes them instead of drawing its
-#: masks again.
-SAMPLES_ATTR = "samples"
 
 
 @runtime_checkable
@@ -31,7 +26,10 @@ class Method(Protocol):
 
     ``generator`` is the run's random stream, seeded by the method from the run's seed: the loop
     draws the batch order and hands it to the evaluation (it never replaces or reseeds it).
-    Pruning (:mod:`pbscale.prune`) also reads the capabilities of :class:`MaskMethod`."""
+    Pruning (:mod:`pbscale.prune`) also reads the capabilities of :class:`MaskMethod`. A
+    method that checks the network weights itself in :meth:`check_finite` (a pruning group:
+    each member's, :mod:`pbscale.prune_group`) sets ``checks_weights = True``; the loop then
+    checks no weights of its own."""
 
     generator: torch.Generator
     d: int

@@ -83,7 +83,7 @@ from pbscale.prune_config import (
     prune_methods,
 )
 from pbscale.prune_export import Export, load_pruned
-from pbscale.prune_group import Member, train_group
+from pbscale.prune_group import Member, check_group_memory, train_group
 from pbscale.prune_task import PruneTask
 from pbscale.runtime import resolve_device, set_threads
 
@@ -217,13 +217,15 @@ def captures_steps(cfg: PruneConfig, dev: torch.device, routes: gpu_routes.Route
             and cfg.family.captures_step and not cfg.family.dense_weights)
 
 
-def member(cfg: PruneConfig, data: datamod.Data, dev: torch.device, out: str | Path) -> Member:
+def member(cfg: PruneConfig, data: datamod.Data, dev: torch.device, out: str | Path,
+           ignored: Sequence[str] = ()) -> Member:
     """The run of ``cfg`` (validated, resolved) as a member of a pruning group: built as
-    :func:`run` builds it, with the folder and the config.json record :func:`run` gives it."""
+    :func:`run` builds it, with the folder and the config.json record :func:`run` gives it
+    (``ignored``: the settings named that it does not read, as :func:`run` records them)."""
     task, method, loop, weight_opt = build(cfg, data, dev)
     config = full_config(task, method, loop)
     info = {"data_dir": cfg.data_dir, "data": data.fingerprint, "world_size": 1,
-            "unused": cfg.unused()}
+            "unused": cfg.unused(), **({"ignored": list(ignored)} if ignored else {})}
     env = env_info()
     sweep_ids = env.pop("sweep_ids", {})
     record = {**config, "info": {"device": str(dev), **info, **env, "code": code_provenance()},
@@ -248,14 +250,18 @@ def group_configs(cfg: PruneConfig, seeds: list[int], lams: list[float],
 
 def run_group(cfgs: list[PruneConfig], out: str | Path, device: str = "cpu", *,
               quiet: bool = False, download: bool = False, download_url: str | None = None,
-              step_hook=None) -> tuple[int, int]:
+              step_hook=None, given: Collection[str] = (),
+              keep_checkpoint: bool = True) -> tuple[int, int]:
     """Train the runs of ``cfgs`` (differing only in :data:`GROUP_FREE`) as one pruning group
     (:mod:`pbscale.prune_group`): each run's folder under ``out`` is the one :func:`run`
-    writes; runs already finished are skipped. One run alone is :func:`run`. Returns (runs
-    already finished, runs trained)."""
+    writes; runs already finished are skipped. One run alone is :func:`run`. ``given`` and
+    ``keep_checkpoint`` as :func:`run` takes them (the group's checkpoint is the one dropped).
+    Returns (runs already finished, runs trained); a run that diverged (now or before) is a
+    one-line :class:`PBInputError` naming it, once the others are trained."""
     if len(cfgs) == 1:
         summary = run(cfgs[0], out, device, quiet=quiet, download=download,
-                      download_url=download_url, step_hook=step_hook)
+                      download_url=download_url, step_hook=step_hook, given=given,
+                      keep_checkpoint=keep_checkpoint)
         return 0, 1 if summary else 0
     if any(c.lam_target for c in cfgs):
         raise PBInputError("--lam-target steers each run's lam after its own epochs and does not "
@@ -267,14 +273,23 @@ def run_group(cfgs: list[PruneConfig], out: str | Path, device: str = "cpu", *,
     if any(s != shared[0] for s in shared):
         raise PBInputError("the runs of a pruning group differ only in --seeds, --lam and "
                            "--mask-lr; train other settings as separate groups")
-    members = [member(c, data, dev, out) for c in resolved]
+    ignored = [k for k in first.unused() if k in given]
+    if ignored:
+        print(first.ignored_warning(ignored), file=sys.stderr)
+    members = [member(resolved[0], data, dev, out, ignored)]
+    check_group_memory(members[0], len(resolved), dev)
+    members += [member(c, data, dev, out, ignored) for c in resolved[1:]]
     if len({m.folder for m in members}) != len(members):
         raise PBInputError("a run is listed twice in the group (same seed, --lam and "
                            "--mask-lr); list each once")
     if not quiet:
         print(f"group of {len(members)} runs: {first.model} on {first.dataset}, {first.mode} "
               f"{first.method}; device {dev}", file=sys.stderr)
-    return train_group(members, out, dev, progress=not quiet, step_hook=step_hook)
+    result = train_group(members, out, dev, progress=not quiet, step_hook=step_hook,
+                         keep_checkpoint=keep_checkpoint)
+    if result.diverged:
+        raise result.refusal(out)
+    return result.finished, result.trained
 
 
 def distribute(task: PruneTask, method, weight_opt: torch.optim.Optimizer | None,
@@ -498,7 +513,9 @@ def main(argv: list[str] | None = None) -> int:
                                        "torchrun")
                 skipped, trained = run_group(cfgs, args.out, args.device, quiet=args.quiet,
                                              download=args.download,
-                                             download_url=args.download_url)
+                                             download_url=args.download_url,
+                                             given=given_options(parser, argv),
+                                             keep_checkpoint=not args.drop_checkpoint)
                 print(f"{skipped} runs already finished, {trained} trained together in "
                       f"{args.out}")
                 return

@@ -174,7 +174,8 @@ class PruneConfig:
             c.method_config()
         if not (isinstance(c.lam_target, (int, float)) and 0 <= c.lam_target <= 1):
             raise PBInputError(f"--lam-target is a fraction of masked weights in (0, 1] (0: "
-                               f"off), got {c.lam_target}")
+                               f"off), got {c.lam_target}; give e.g. --lam-target 0.05 for 5% "
+                               f"of the masked weights")
         if c.lam_target and not steers_lam(family):
             raise PBInputError(f"--lam-target steers the L0 strength of "
                                f"{', '.join(n for n, f in REGISTRY.items() if steers_lam(f))}; "

@@ -1,6 +1,6 @@
 """Pruning groups: G runs of one model, mode and method (seeds, L0 strengths and mask learning
-rates of one setting) trained as one computation through the one run loop,
-:func:`pbscale.loop.run` (``python -m pbscale.prune ... --seeds 0-7``).
+rates of one setting) trained in one process through the one run loop, :func:`pbscale.loop.run`
+(``python -m pbscale.prune ... --seeds 0-7``).
 
 Design (the loop stays single-run; a group is one run of it, as in :mod:`pbscale.batched_seeds`):
 
@@ -8,43 +8,60 @@ Design (the loop stays single-run; a group is one run of it, as in :mod:`pbscale
   :class:`pbscale.prune_task.PruneTask` with its own network, batches and evaluation, its method
   from the family's ``make`` with its own generator, its weights' optimizer) and named by the
   same configuration hash (:class:`Member`);
-* :class:`GroupMethod` is the loop's method: one training step of all members is one
-  :class:`pbscale.group_forward.ReplayStep` (every member's masks of the step, G x n for MC
-  methods and G x 1 or 2 for the others, in one grouped forward), then each member's own
-  optimizer update (its own learning rate and schedule); the members' per-step losses are kept
-  per member;
+* :class:`GroupMethod` is the loop's method: one training step of the group is each member's
+  own step on its own batch, one member after another (:class:`pbscale.methods.group.
+  MemberBook`): its surrogate on its own batched loss, its backward, its optimizer updates.
+  So a member's numbers are its separate run's, bit for bit (its arithmetic does not depend on
+  the group; ``tests/test_group_equality.py`` checks it on real MNIST);
 * :class:`GroupTask` is the loop's task: the members' batch orders (row g from member g's
-  generator), the grouped loss of the fixed-mask phases (a joint run's dense warm-up and frozen
-  epochs), each member's own :class:`pbscale.prune_eval.MaskEvaluation` (columns
+  generator), the members' own losses in the fixed-mask phases (a joint run's dense warm-up and
+  frozen epochs), each member's own :class:`pbscale.prune_eval.MaskEvaluation` (columns
   ``run<g>.<metric>``) and frozen mask; after every epoch it writes each member's run folder
   where and as ``python -m pbscale.prune`` writes it (config.json, metrics.csv; after the last
   epoch summary.json, data.json, masks.pt, pruned.pt; seconds are the group's over G);
 * the group's own folder ``<out>/.groups/group-<model>-<mode>-<method>-<G>runs-<hash>`` holds
-  its checkpoint (every epoch and on SIGTERM / SIGINT; the same command resumes), and members
-  already finished are left out of the next group.
+  its checkpoint (every epoch and on SIGTERM / SIGINT; the same command resumes); members
+  already finished are left out of the next group, and the group holds each member's folder
+  lock while it trains (:func:`pbscale.run_record.lock_folder`: one writer per run folder).
 
-A member's numbers equal the separate run's to the round-off of the grouped products
-(``tests/test_prune_group.py`` states the tolerance measured). A diverging member stops the
-group (the NaN check names it).
+A diverging member (a NaN or inf loss, logits, weights or evaluation loss) is recorded in its
+folder (``diverged.json``, :func:`pbscale.run_record.write_diverged`, the message its separate
+run gives), stops training and the others go on; :func:`train_group` then ends with a one-line
+error naming the diverged members. A member diverged before (its record there) is left out of
+the group and named the same way.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
+import resource
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
+from pbexact.errors import PBInputError, format_bytes
 from pbscale import io as runio
-from pbscale.group_forward import Batch, GroupForward, ReplayStep
-from pbscale.loop import full_config, run, run_folder, write_summary
+from pbscale.loop import LR_FLAGS, check_metrics, run, run_folder, write_summary
+from pbscale.loop import check_finite as check_member
 from pbscale.loop_types import EvalContext, LoopConfig, RunHooks
-from pbscale.methods.group import MemberBook
-from pbscale.methods.samplers import auto_chunk
+from pbscale.methods.group import MemberBook, MemberLosses
+from pbscale.methods.samplers import free_memory
+from pbscale.prune_config import SUMMARY_KEYS
 from pbscale.prune_export import export
 from pbscale.prune_task import PruneTask
-from pbscale.run_record import GROUPS, groups_folder
+from pbscale.run_record import (
+    GROUPS,
+    Diverged,
+    groups_folder,
+    last_metrics,
+    lock_folder,
+    open_folder,
+    read_diverged,
+    write_diverged,
+)
 
 
 @dataclass
@@ -64,13 +81,29 @@ class Member:
 
     @property
     def finished(self) -> bool:
-        return (self.folder / "summary.json").exists()
+        """Whether its folder holds a finished run's summary.json (a damaged one, which the
+        separate run refuses too, is a one-line :class:`PBInputError` naming the file)."""
+        path = self.folder / "summary.json"
+        if not path.exists() and not path.is_symlink():
+            return False
+        runio.read_summary(path, SUMMARY_KEYS)
+        return True
+
+    @property
+    def diverged(self) -> dict | None:
+        """Its folder's divergence record (:func:`pbscale.run_record.read_diverged`), or None."""
+        return read_diverged(self.folder)
+
+    def weights(self) -> list[torch.nn.Parameter]:
+        """The weights its separate run's loop checks: the trained ones (joint), else none."""
+        return self.task.weights() if self.weight_opt is not None else []
 
 
 class OptimizerGroup:
     """The members' weight optimizers as the one the loop steps: their parameter groups (the
-    loop's learning-rate schedule sets each), one ``zero_grad`` / ``step`` over all, the state
-    of each."""
+    loop's learning-rate schedule sets each), one ``zero_grad`` / ``step`` over all (a member
+    that stopped has no gradients, so its optimizer leaves its weights alone), the state of
+    each."""
 
     def __init__(self, optimizers: list[torch.optim.Optimizer]) -> None:
         self.optimizers = optimizers
@@ -97,41 +130,25 @@ class OptimizerGroup:
             o.load_state_dict(s)
 
 
-class GroupLoss:
-    """The batched loss of one step of the group: each member's batch; called by the loop in
-    the fixed-mask phases with masks (k, G d) -> the sum over the members of their losses (k,),
-    each member's first loss kept (``sink``) as its training loss."""
-
-    def __init__(self, forward: GroupForward, batches: list[Batch], d: int, sink) -> None:
-        self.forward, self.batches, self.d, self.sink = forward, batches, d, sink
-
-    def __call__(self, z: torch.Tensor) -> torch.Tensor:
-        G = len(self.batches)
-        parts = z.reshape(z.shape[0], G, self.d).unbind(1)
-        J = self.forward([[p] for p in parts], self.batches)
-        self.sink([float(j[0].detach()) for j in J])
-        return torch.stack(J, 1).sum(1)
-
-
 class GroupMethod(MemberBook):
     """The loop's method over G members (see the module docstring). ``generator`` is the
     group's stream for the loop (unused: the task draws from the members' own generators);
     ``d`` is G times the members' mask size (masks of the group are the members' side by
-    side)."""
+    side). ``position`` is the (epoch, step) the loop is at (:meth:`GroupTask.before_step`),
+    for the divergence records; ``flags`` the learning-rate flags a divergence names."""
 
-    def __init__(self, members: list[Member], step: ReplayStep, device: torch.device) -> None:
+    #: each member's weights are checked here (:meth:`check_finite`), not by the loop
+    checks_weights = True
+
+    def __init__(self, members: list[Member], device: torch.device,
+                 flags: dict[str, str]) -> None:
         self.members = members
         self.methods = [m.method for m in members]
-        self.step = step
         self.d = sum(m.task.d for m in members)
         self.generator = torch.Generator(device=device).manual_seed(0)
+        self.flags = flags
+        self.position = (0, 0)
         super().__init__(self.methods)
-
-    def surrogate(self, f: GroupLoss, weights: bool = False) -> tuple[torch.Tensor, float]:
-        results = self.step(self.methods, f.batches, weights)
-        losses = [loss for _, loss in results]
-        self.record(losses)
-        return sum(v for v, _ in results), sum(losses) / len(losses)
 
     def sample_masks(self, k: int) -> torch.Tensor:
         return torch.cat([m.sample_masks(k) for m in self.methods], dim=1)
@@ -143,26 +160,95 @@ class GroupMethod(MemberBook):
     def dtype(self) -> torch.dtype:
         return self.methods[0].dtype
 
-    def check_finite(self, where: str, flags: dict[str, str]) -> None:
-        for m in self.members:
-            m.method.check_finite(f"{where} of run {m.folder.name}", flags)
+    # ------------------------------------------------------------------ divergence
 
+    def diverge(self, g: int, exc: Diverged) -> None:
+        """Record member g's divergence in its folder and stop training it; when none is left,
+        the group itself stops (:class:`Diverged`, naming every member)."""
+        m = self.members[g]
+        record = exc.record(last_metrics(m.folder, m.loop.metrics_file))
+        write_diverged(m.folder, record)
+        self.stopped[g] = record
+        if not self.training():
+            names = "; ".join(f"{self.members[i].folder.name}: {r['reason']}"
+                              for i, r in sorted(self.stopped.items())[:3])
+            more = len(self.stopped) - 3
+            raise Diverged(f"every run of the group diverged ({names}"
+                           f"{f'; {more} more' if more > 0 else ''})", exc.epoch, exc.step,
+                           exc.where)
+
+    def step_diverged(self, g: int, fixed: torch.Tensor | None) -> None:
+        """Member g's step loss was NaN or inf: its separate run's message, recorded."""
+        epoch, i = self.position
+        m = self.members[g]
+        step = (epoch * m.task.steps_per_epoch + i + 1, i + 1, fixed)
+        try:
+            check_member(m.method, epoch, self.flags, m.weights(), step=step)
+        except Diverged as exc:
+            self.diverge(g, exc)
+
+    def stop(self, g: int, loss: float) -> bool:
+        if math.isfinite(loss):
+            return False
+        self.step_diverged(g, None)
+        return True
+
+    def check_finite(self, where: str, flags: dict[str, str]) -> None:
+        """After an epoch: each training member's logits and weights, as its separate run's
+        loop checks them; a member that fails is recorded and stops."""
+        for g in self.training():
+            m = self.members[g]
+            try:
+                check_member(m.method, self.position[0], flags, m.weights())
+            except Diverged as exc:
+                self.diverge(g, exc)
+
+
+class GroupLoss(MemberLosses):
+    """The loss of one step of the group: each member's own batched loss (``parts``). Called
+    by the loop's fixed-mask step (a joint run's warm-up and frozen epochs) with the members'
+    fixed masks side by side, z (1, G d): each training member's loss of its mask, computed and
+    differentiated at once (``backward``, as its separate run's step does), its training loss
+    kept; returns the members' mean loss (1,), without a graph."""
+
+    def __init__(self, parts: list, d: int, method: GroupMethod) -> None:
+        super().__init__(parts)
+        self.d, self.method = d, method
+
+    def __call__(self, z: torch.Tensor) -> torch.Tensor:
+        losses = []
+        for g in self.method.training():
+            zg = z[:, g * self.d:(g + 1) * self.d]
+            J = self.parts[g](zg)[0]
+            if J.requires_grad:
+                J.backward()
+            loss = float(J.detach())
+            if not math.isfinite(loss):
+                self.method.step_diverged(g, zg[0])
+                continue
+            self.method.record(g, loss)
+            losses.append(loss)
+        return torch.tensor([sum(losses) / len(losses) if losses else math.nan])
 
 
 class GroupTask(RunHooks):
-    """The loop's task over G members, and its own hooks (frozen masks, the members' folders);
-    see the module docstring."""
+    """The loop's task over G members, and its own hooks (the step's position, frozen masks,
+    the members' folders); see the module docstring."""
 
-    lr_flags = {"masks": "--mask-lr", "optimizer": "--mask-opt", "weights": "--lr"}
+    lr_flags = PruneTask.lr_flags
 
-    def __init__(self, members: list[Member], method: GroupMethod, forward: GroupForward,
+    def __init__(self, members: list[Member], method: GroupMethod,
                  device: torch.device) -> None:
-        self.members, self.method, self.forward, self.device = members, method, forward, device
+        self.members, self.method, self.device = members, method, device
         first = members[0].task
         self.G, self.member_d = len(members), first.d
         self.name = f"group-{first.name}-{self.G}runs"
         self.d = self.G * first.d
         self.steps_per_epoch = first.steps_per_epoch
+        self.joint = members[0].weight_opt is not None
+        #: each member's history columns (after "epoch"), for the empty cells of one that
+        #: stopped
+        self.columns: dict[int, list[str]] = {}
 
     def config(self) -> dict:
         return {"runs": [m.task.config() for m in self.members]}
@@ -174,8 +260,10 @@ class GroupTask(RunHooks):
         return torch.stack([m.task.epoch_order(m.method.generator) for m in self.members])
 
     def batch_loss(self, order: torch.Tensor, i: int) -> GroupLoss:
-        batches = [m.task.batches.batch(order[g], i) for g, m in enumerate(self.members)]
-        return GroupLoss(self.forward, batches, self.member_d, self.method.record)
+        training = set(self.method.training())
+        parts = [m.task.batch_loss(order[g], i) if g in training else None
+                 for g, m in enumerate(self.members)]
+        return GroupLoss(parts, self.member_d, self.method)
 
     def evaluate(self, ctx: EvalContext) -> dict[str, float]:
         losses = self.method.pop_epoch_losses()
@@ -183,26 +271,46 @@ class GroupTask(RunHooks):
                  else [None] * self.G)
         out: dict[str, float] = {}
         for g, m in enumerate(self.members):
-            row = m.task.evaluate(EvalContext(m.method, m.method.generator, ctx.phase,
-                                              masks[g], ctx.epoch))
-            out[f"run{g}.train_loss"] = losses[g]
-            out.update({f"run{g}.{k}": v for k, v in row.items()})
+            row = None
+            if g not in self.method.stopped:
+                row = m.task.evaluate(EvalContext(m.method, m.method.generator, ctx.phase,
+                                                  masks[g], ctx.epoch))
+                try:
+                    if ctx.epoch > 0:
+                        check_metrics(row, ctx.epoch - 1, self.lr_flags, self.joint)
+                except Diverged as exc:
+                    self.method.diverge(g, exc)
+                    row = None
+            if row is None:  # stopped: empty cells
+                out.update({f"run{g}.{k}": None for k in self.columns[g]})
+                continue
+            full = {"train_loss": losses[g], **row}
+            self.columns[g] = list(full)
+            out.update({f"run{g}.{k}": v for k, v in full.items()})
         return out
 
     def state_dict(self) -> dict:
-        return {"members": [m.task.state_dict() for m in self.members]}
+        return {"members": [m.task.state_dict() for m in self.members],
+                "columns": {str(g): list(c) for g, c in self.columns.items()}}
 
     def load_state_dict(self, state: dict) -> None:
         if len(state["members"]) != self.G:
             raise ValueError("member count")
         for m, st in zip(self.members, state["members"]):
             m.task.load_state_dict(st)
+        self.columns = {int(g): list(c) for g, c in state.get("columns", {}).items()}
 
     # ------------------------------------------------------------------ hooks
 
+    def before_step(self, epoch: int, i: int) -> None:
+        self.method.position = (epoch, i)
+
     def frozen_mask(self, method: object, generator: torch.Generator) -> torch.Tensor:
-        return torch.cat([m.task.evaluation.frozen_mask(m.method, m.method.generator)
-                          for m in self.members])
+        return torch.cat([
+            m.task.evaluation.frozen_mask(m.method, m.method.generator)
+            if g not in self.method.stopped
+            else torch.zeros(self.member_d, dtype=self.method.dtype, device=self.device)
+            for g, m in enumerate(self.members)])
 
     def member_row(self, row: dict, g: int) -> dict:
         """Member g's history row as its separate run's loop writes it."""
@@ -214,6 +322,8 @@ class GroupTask(RunHooks):
 
     def after_epoch(self, history: list[dict], final: bool) -> None:
         for g, m in enumerate(self.members):
+            if g in self.method.stopped:
+                continue
             rows = [self.member_row(row, g) for row in history]
             runio.write_json(m.folder / "config.json", m.record)
             runio.write_csv(m.folder / m.loop.metrics_file, rows)
@@ -223,33 +333,119 @@ class GroupTask(RunHooks):
                 write_summary(m.folder, rows, self.device)
 
 
-def group_rows(n_masks: int, d: int, device: torch.device) -> int:
-    """The most masks one grouped forward evaluates (the memory guard of MC chunks,
-    :func:`pbscale.methods.samplers.auto_chunk`, over all members' masks)."""
-    return auto_chunk(max(n_masks, 1), 16 * d, device)
+def member_bytes(member: Member) -> int:
+    """About the memory one member holds while its group trains: its network's parameters and
+    buffers (joint: with their gradients and SGD momentum), its mask state (logits or mask,
+    their gradient, two optimizer states, the evaluation mask: 5 d values), twice over (the
+    group's checkpoint is serialized in memory before it is written)."""
+    params = sum(p.numel() * p.element_size() for p in member.task.model.parameters())
+    buffers = sum(b.numel() * b.element_size() for b in member.task.model.buffers())
+    weights = params * (3 if member.weight_opt is not None else 1) + buffers
+    return 2 * (weights + 5 * member.task.d * 4)
+
+
+def available_memory(device: torch.device) -> int:
+    """Bytes a group may still take on ``device``: the free memory
+    (:func:`pbscale.methods.samplers.free_memory`), on the CPU also bounded by what the
+    process's address-space limit (``ulimit -v``) leaves."""
+    free = free_memory(device)
+    if device.type != "cpu":
+        return free
+    limit = resource.getrlimit(resource.RLIMIT_AS)[0]
+    if limit == resource.RLIM_INFINITY:
+        return free
+    try:
+        with open("/proc/self/status") as fh:
+            used = next(int(line.split()[1]) * 1024 for line in fh if line.startswith("VmSize:"))
+    except (OSError, StopIteration, ValueError):
+        return free
+    return max(min(free, limit - used), 0)
+
+
+def check_group_memory(first: Member, runs: int, device: torch.device) -> None:
+    """Refuse (one line, before the other members are built) a group of ``runs`` members like
+    ``first`` whose state (:func:`member_bytes`) does not fit in :func:`available_memory`,
+    naming the largest group that fits."""
+    per = member_bytes(first)
+    avail = available_memory(device)
+    if runs * per <= avail:
+        return
+    raise PBInputError(
+        f"a group of {runs:,} runs needs about {format_bytes(runs * per)} ({format_bytes(per)} "
+        f"per run: network, masks, optimizer states and their checkpoint), more than the "
+        f"{format_bytes(avail)} available on {device}; train at most {max(avail // per, 1):,} "
+        f"runs per group (split --seeds, --lam or --mask-lr over several commands)")
+
+
+def group_folder(members: list[Member], out: str | Path) -> Path:
+    """The group folder of ``members`` under ``out/.groups`` (named as :func:`train_group`'s
+    run names it: the members' task and method configurations and the loop's)."""
+    loop = dataclasses.replace(members[0].loop, seed=0)
+    config = {"task": {"runs": [m.task.config() for m in members]},
+              "method": {"runs": [m.method.config_dict() for m in members]},
+              "loop": loop.to_dict()}
+    name = f"group-{members[0].task.name}-{len(members)}runs"
+    return run_folder(groups_folder(out), name, config)
+
+
+@dataclass
+class GroupResult:
+    """What :func:`train_group` did: runs already finished, runs trained, and the diverged
+    runs (folder, record), those of this group and those recorded before."""
+
+    finished: int
+    trained: int
+    diverged: list[tuple[Path, dict]]
+
+    def refusal(self, out: str | Path) -> PBInputError:
+        """The one-line error naming the diverged runs."""
+        names = "; ".join(f"{f.name}: {r['reason']}" for f, r in self.diverged[:3])
+        more = len(self.diverged) - 3
+        return PBInputError(
+            f"{len(self.diverged)} of {self.finished + self.trained} runs of the group diverged "
+            f"({names}{f'; {more} more' if more > 0 else ''}); the other runs are finished in "
+            f"{out}, each diverged run's record is its diverged.json: lower the rate it names "
+            f"(another run folder), or delete diverged.json to train it again")
 
 
 def train_group(members: list[Member], out: str | Path, device: torch.device,
-                progress: bool = False, step_hook=None) -> tuple[int, int]:
+                progress: bool = False, step_hook=None,
+                keep_checkpoint: bool = True) -> GroupResult:
     """Train the unfinished ``members`` as one group with :func:`pbscale.loop.run` (or resume
-    the group, or return at once); returns (runs already finished, runs trained)."""
-    todo = [m for m in members if not m.finished]
+    the group, or return at once). Members diverged before are left out (unless the group
+    they diverged in resumes: it skips them itself). ``keep_checkpoint=False``: the group's
+    checkpoint.pt is deleted once it finished (``--drop-checkpoint``)."""
+    unfinished = [m for m in members if not m.finished]
+    before = [(m, m.diverged) for m in unfinished]
+    fresh = [m for m, r in before if r is None]
+    todo = fresh
+    if len(fresh) < len(unfinished):  # a group that was cut after a member diverged resumes
+        ckpt = group_folder(unfinished, out) / "checkpoint.pt"
+        if ckpt.exists():
+            todo = unfinished
+    recorded = [(m.folder, r) for m, r in before if r is not None and m not in todo]
     if not todo:
-        return len(members), 0
-    forward = GroupForward([m.task.layout for m in todo])
-    n = max(getattr(getattr(m.method, "config", None), "n", 1) for m in todo)
-    step = ReplayStep(forward, group_rows(len(todo) * (n + 1), todo[0].task.d, device))
-    method = GroupMethod(todo, step, device)
-    task = GroupTask(todo, method, forward, device)
+        return GroupResult(len(members) - len(unfinished), 0, recorded)
+    for m in todo:  # the checks the separate run makes of its folder, before anything trains
+        config = {k: m.record[k] for k in ("task", "method", "loop")}
+        open_folder(out, m.task.name, config, m.record,
+                    ("config.json", m.loop.metrics_file, "checkpoint.pt", "summary.json"))
+    method = GroupMethod(todo, device, {**LR_FLAGS, **GroupTask.lr_flags})
+    task = GroupTask(todo, method, device)
     loop = dataclasses.replace(todo[0].loop, seed=0)
     opts = [m.weight_opt for m in todo if m.weight_opt is not None]
     weight_opt = OptimizerGroup(opts) if opts else None
-    groups = groups_folder(out)
-    folder = run_folder(groups, task.name, full_config(task, method, loop))
+    folder = group_folder(todo, out)
     for m in todo:
         m.record["info"].update(group=f"{GROUPS}/{folder.name}", grouped_runs=len(todo))
-    run(task, method, loop, groups, weight_optimizer=weight_opt, device=device,
-        progress=progress, info={"runs": [m.folder.name for m in todo]}, step_hook=step_hook,
-        hooks=[task], lr_flags=task.lr_flags,
-        method_info=todo[0].record.get("method_info"))
-    return len(members) - len(todo), len(todo)
+    with ExitStack() as locks:
+        for m in todo:
+            locks.enter_context(lock_folder(m.folder))
+        run(task, method, loop, groups_folder(out), weight_optimizer=weight_opt,
+            device=device, progress=progress, info={"runs": [m.folder.name for m in todo]},
+            step_hook=step_hook, hooks=[task], lr_flags=task.lr_flags,
+            method_info=todo[0].record.get("method_info"), keep_checkpoint=keep_checkpoint)
+    diverged = recorded + [(todo[g].folder, r) for g, r in sorted(method.stopped.items())]
+    return GroupResult(len(members) - len(unfinished), len(todo) - len(method.stopped),
+                       diverged)
+

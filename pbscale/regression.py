@@ -19,6 +19,7 @@ from torch import nn
 
 from .loop_types import BatchedLoss
 from .masks import MaskedModule, mean_absolute_error
+from .methods.group import MemberLosses
 
 IN_DIM = 10
 BACKBONE_HIDDEN = (50, 50, 50, 50)
@@ -72,13 +73,6 @@ class RegressionProblem:
     def batch_loss(self, idx: torch.Tensor):
         """J(z) = MAE of the masked backbone on training points idx, batched f(z (k, d)) -> (k,)."""
         return self.masked.loss_fn(self.x_train[idx], self.y_train[idx], mean_absolute_error)
-
-    def grouped_loss(self, z: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
-        """J of G groups of masks at once: masks z (G, k, d), each group g on its own training
-        points idx[g] (idx (G, B)) -> MAE (G, k), in one grouped forward of the masked backbone
-        (:meth:`pbscale.masks.MaskedModule.forward` with a group dimension)."""
-        out = self.masked.forward(z, self.x_train[idx])  # (G, k, B, 1)
-        return (out - self.y_train[idx][:, None]).abs().flatten(2).mean(2)
 
     def valid_loss(self):
         """J(z) on the whole validation set at once (its own batch statistics)."""
@@ -196,9 +190,9 @@ class RegressionGroupTask:
     """G MaskedNNRegression runs that share the problem and the epochs, as one
     :class:`pbscale.loop_types.Task` paired with a :class:`pbscale.methods.MaskTrainerGroup`: each
     epoch's order is (G, N_TRAIN), row g drawn by member g's :class:`RegressionTask` from member
-    g's generator (the loop's generator is not used); the batched loss of step i is
-    f: z (k, G, d) -> (k, G), member g's masks on its own BATCH points
-    (:meth:`RegressionProblem.grouped_loss`); the evaluation is each member's
+    g's generator (the loop's generator is not used); the batched loss of step i holds each
+    member's own (:class:`pbscale.methods.group.MemberLosses`: member g's
+    :meth:`RegressionTask.batch_loss` on its own BATCH points); the evaluation is each member's
     :meth:`RegressionTask.evaluate` (its trainer, its generator) with its training loss of the
     epoch, the keys prefixed ``run<g>.`` (:meth:`member_row` splits a row back)."""
 
@@ -224,13 +218,8 @@ class RegressionGroupTask:
         return torch.stack([t.epoch_order(m.generator)
                             for t, m in zip(self.members, self.group.members)])
 
-    def batch_loss(self, order: torch.Tensor, i: int) -> BatchedLoss:
-        idx = order[:, i * BATCH : (i + 1) * BATCH]
-
-        def f(z: torch.Tensor) -> torch.Tensor:
-            return self.problem.grouped_loss(z.transpose(0, 1), idx).transpose(0, 1)
-
-        return f
+    def batch_loss(self, order: torch.Tensor, i: int) -> MemberLosses:
+        return MemberLosses([t.batch_loss(order[g], i) for g, t in enumerate(self.members)])
 
     def evaluate(self, ctx) -> dict[str, float]:
         losses = self.group.pop_epoch_losses()

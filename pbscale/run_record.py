@@ -1,14 +1,21 @@
 """A run's folder and the records in it: the folder named by a hash of the run's configuration,
 ``config.json`` (what is hashed, what is not: "info" and "method_info"), the provenance a
-reused folder must match, ``summary.json`` and the checkpoint, read with
-``weights_only=True``. :func:`pbscale.loop.run` opens the folder with :func:`open_folder`.
+reused folder must match, ``summary.json``, the checkpoint, read with ``weights_only=True``,
+``diverged.json`` (:data:`DIVERGED`: where and why a run diverged) and the lock that keeps one
+writer per run folder (:func:`lock_folder`). :func:`pbscale.loop.run` opens the folder with
+:func:`open_folder`.
 """
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import hashlib
 import json
+import math
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -103,6 +110,9 @@ def open_folder(out: str | Path, name: str, config: dict, record: dict,
     config.json: ``config`` plus its unhashed "info" (and "method_info")."""
     folder = run_folder(out, name, config)
     check_out_dir(out)
+    if folder.exists() and not folder.is_dir():
+        raise PBInputError(f"damaged run folder: {folder} is a file, not a folder; "
+                           f"{io.DAMAGED_FIX}")
     for f in files:
         if (folder / f).is_dir():
             raise PBInputError(f"damaged run folder: {folder / f} is a folder, not a file; "
@@ -137,3 +147,93 @@ def write_summary(folder: Path, history: list[dict], device: torch.device | str,
 def read_state(path: str | Path) -> dict[str, Any] | None:
     """A run's checkpoint (``weights_only=True``), or None."""
     return io.load_checkpoint(path)
+
+
+#: The record a diverged run leaves in its folder (:func:`write_diverged`).
+DIVERGED = "diverged.json"
+
+
+class Diverged(PBInputError):
+    """A run diverged (a NaN or inf training loss, mask logits, weights or evaluation loss):
+    the one-line message names where and the flag to lower; ``epoch`` (1-based, as the message
+    counts), ``step`` (the global step, 1-based, or None for a check after the epoch) and
+    ``where`` (the message's place, e.g. "step 2880 (epoch 7, batch 80)") say where."""
+
+    def __init__(self, message: str, epoch: int, step: int | None, where: str) -> None:
+        super().__init__(message)
+        self.epoch, self.step, self.where = int(epoch), step, where
+
+    def record(self, last_metrics: dict) -> dict:
+        """What :func:`write_diverged` writes: epoch, step, where, reason (the message) and
+        ``last_metrics`` (the last finished epoch's metrics row, {} if none)."""
+        return {"epoch": self.epoch, "step": self.step, "where": self.where,
+                "reason": str(self), "last_metrics": last_metrics}
+
+
+def last_metrics(folder: Path, metrics_file: str) -> dict:
+    """The last row of the run folder's metrics file (the last finished epoch's metrics,
+    non-finite numbers as None, so the record is plain JSON), or {} when none was written or
+    it cannot be read."""
+    try:
+        rows = io.read_csv(folder / metrics_file)
+    except (OSError, ValueError):
+        return {}
+    if not rows:
+        return {}
+    return {k: (None if isinstance(v, float) and not math.isfinite(v) else v)
+            for k, v in rows[-1].items()}
+
+
+def write_diverged(folder: str | Path, record: dict) -> None:
+    """``diverged.json`` in ``folder``, atomically: the record of :meth:`Diverged.record`
+    (keys "epoch", "step", "where", "reason", "last_metrics")."""
+    io.write_json(Path(folder) / DIVERGED, record)
+
+
+def read_diverged(folder: str | Path) -> dict | None:
+    """The folder's ``diverged.json`` record, or None when there is none. A damaged one (not a
+    JSON object with a "reason", truncated, a folder or FIFO) raises a one-line
+    :class:`PBInputError` naming the file and the fix (it is never taken for "not diverged")."""
+    path = Path(folder) / DIVERGED
+    if not path.exists() and not path.is_symlink():
+        return None
+    if path.is_dir():
+        raise PBInputError(f"damaged run file {path} (a folder); {io.DAMAGED_FIX}")
+    record = io.read_json(path)
+    if not isinstance(record, dict) or not isinstance(record.get("reason"), str):
+        raise PBInputError(f"damaged run file {path} (not a divergence record); "
+                           f"{io.DAMAGED_FIX}")
+    return record
+
+
+def diverged_refusal(folder: Path, record: dict) -> PBInputError:
+    """The one-line refusal to train again a run that diverged before (its record)."""
+    return PBInputError(
+        f"{folder} diverged before, at {record.get('where', '?')} (recorded in {DIVERGED}: "
+        f"{record['reason'].split(';')[0]}); the same settings diverge again: lower the rate "
+        f"it names (another run folder), or delete {folder / DIVERGED} to train it again "
+        f"from its last checkpoint")
+
+
+@contextmanager
+def lock_folder(folder: str | Path) -> Iterator[Path]:
+    """Hold an exclusive lock on the run folder (``flock`` on the folder itself, created if
+    need be; released when the block ends or the process dies) while this process trains it:
+    a run folder has one writer. A folder another process holds is refused in one line."""
+    folder = Path(folder)
+    with io.writing(folder):
+        folder.mkdir(parents=True, exist_ok=True)
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                raise
+            raise PBInputError(
+                f"{folder} is being trained by another process (a separate run or a group "
+                f"holds it); wait for that process to finish (finished runs are then "
+                f"skipped) or choose another --out") from None
+        yield folder
+    finally:
+        os.close(fd)

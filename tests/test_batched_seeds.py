@@ -37,18 +37,6 @@ def tiny_problem():
                         target_hidden=(12, 12))
 
 
-def test_grouped_loss_equals_masked_module_per_group():
-    p = tiny_problem()
-    gen = torch.Generator().manual_seed(0)
-    z = (torch.rand((3, 5, p.d), generator=gen) < 0.5).float()
-    idx = torch.stack([torch.randperm(300, generator=gen)[:100] for _ in range(3)])
-    J = p.grouped_loss(z, idx)
-    assert J.shape == (3, 5)
-    for g in range(3):
-        ref = p.batch_loss(idx[g])(z[g])
-        assert torch.allclose(J[g], ref, rtol=1e-5, atol=1e-6)
-
-
 @pytest.mark.parametrize("method, n", [("loorf", 4), ("arms", 3), ("disarm", 4)])
 def test_batched_runs_equal_separate_runs(tmp_path, method, n):
     p = tiny_problem()

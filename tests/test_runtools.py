@@ -296,7 +296,7 @@ def test_a_non_finite_training_loss_names_the_step(tmp_path):
 def test_each_tool_names_its_own_learning_rate_flag():
     """The divergence message names the flag of the tool that ran: pbscale.prune's mask flags
     are --mask-lr / --mask-opt, pbscale.regress's --lr / --optimizer, batched seeds' --lrs."""
-    from pbscale.loop import LR_FLAGS, _check_finite
+    from pbscale.loop import LR_FLAGS, check_finite
 
     def flags(task) -> dict:
         return {**LR_FLAGS, **getattr(task, "lr_flags", {})}
@@ -308,17 +308,17 @@ def test_each_tool_names_its_own_learning_rate_flag():
              (object, "for --optimizer rmsprop; lower --lr")]
     for task, words in cases:
         with pytest.raises(PBInputError, match=re.escape(words) + "$"):
-            _check_finite(trainer, 2, flags(task))
+            check_finite(trainer, 2, flags(task))
     with torch.no_grad():
         trainer.r[1] = 0.0
     weight = torch.nn.Parameter(torch.tensor([math.inf]))
     with pytest.raises(PBInputError, match="weights became NaN or inf in epoch 3.*lower --lr$"):
-        _check_finite(trainer, 2, flags(P.PruneTask), [weight])
+        check_finite(trainer, 2, flags(P.PruneTask), [weight])
     step = (7, 3, None)  # a finite state with a non-finite loss: the mask flag, or both
     with pytest.raises(PBInputError, match=r"at step 7 \(epoch 3, batch 3\).*lower --lrs$"):
-        _check_finite(trainer, 2, flags(batched_seeds._GroupRun), [], step=step)
+        check_finite(trainer, 2, flags(batched_seeds._GroupRun), [], step=step)
     with pytest.raises(PBInputError, match="lower --mask-lr or --lr$"):
-        _check_finite(trainer, 2, flags(P.PruneTask), [torch.nn.Parameter(torch.ones(1))],
+        check_finite(trainer, 2, flags(P.PruneTask), [torch.nn.Parameter(torch.ones(1))],
                       step=step)
 
 

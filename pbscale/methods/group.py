@@ -1,6 +1,14 @@
-"""G runs of one mask-logits method that step together (:class:`MaskTrainerGroup`), the method
-of batched seeds (:mod:`pbscale.batched_seeds`), and the view of its members as one trainer with a
-leading run dimension that a family's gradient hook steps (:class:`StackedTrainer`)."""
+"""G runs of one method trained in one process, each member's step exactly its separate run's
+(:class:`MemberBook`, shared by the pruning groups of :mod:`pbscale.prune_group`), and
+:class:`MaskTrainerGroup`, the method of batched seeds (:mod:`pbscale.batched_seeds`).
+
+A group is a group of separate runs: member g's step is member g's own method called on member
+g's own batched loss (:class:`MemberLosses`, the loss its separate run's task gives), then
+differentiated and applied by member g's own optimizers, one member after another. So a
+member's arithmetic does not depend on the group (its size, the other members, the order): a
+run trained in a group of any size, alone (a group of one) or by its separate command gives the
+same numbers, bit for bit, on any device (the same kernels on the same shapes; tested on real
+MNIST and on the paper's regression problem, docs/scaling.md)."""
 
 from __future__ import annotations
 
@@ -14,9 +22,7 @@ import torch
 from pbexact.errors import PBInputError
 
 from ..loop_types import BatchedLoss
-from .estimate import dense_regularizer, surrogate_loss
 from .registry import MethodConfig, Plan, names
-from .samplers import auto_chunk
 
 
 @dataclass
@@ -28,51 +34,61 @@ class FlatLayout:
     device: torch.device
 
 
-class StackedTrainer:
-    """A group's members as one trainer whose logits ``r`` are (G, P): what a family's
-    :meth:`pbscale.methods.LogitsFamily.gradient` reads of its trainer, so that the family's own
-    step runs once for all members (its masks (k, G, d) through f in one call): the shared
-    settings (config, parametrization, step count, layers) are the first member's (a group's
-    members share them, :meth:`MaskTrainerGroup.check`); ``generator`` is the members'
-    generators (one per run, :func:`pbscale.methods.mc_gradient`), :meth:`uniforms` draws
-    (n, G, d), member g's (n, d) from member g's generator, and ``control`` stacks the
-    members' learned controls (:meth:`pbscale.methods.HybridControl.stack`)."""
+class MemberLosses:
+    """The batched loss of one step of a group, as its members see it: ``parts[g]`` is member
+    g's batched loss, (k, d) -> (k,), the one its separate run's task gives for this step (None
+    for a member that no longer trains)."""
 
-    def __init__(self, members: Sequence[Any], r: torch.Tensor, chunk: int) -> None:
-        first = members[0]
-        self.members = members
-        self.r = r
-        self.chunk = chunk
-        self.shard = None
-        self.generator = [m.generator for m in members]
-        for name in ("config", "family", "param", "d", "device", "total_steps", "step_count",
-                     "layers", "target"):
-            setattr(self, name, getattr(first, name))
-        self.control = (None if first.control is None
-                        else first.control.stack([m.control for m in members]))
-        self.control_opts = [o for m in members for o in m.control_opts]
-
-    def uniforms(self, n: int) -> torch.Tensor:
-        """(n, G, d), column g from member g's generator (:meth:`MaskTrainer.uniforms`)."""
-        return torch.stack([m.uniforms(n) for m in self.members], dim=1)
+    def __init__(self, parts: Sequence[BatchedLoss | None]) -> None:
+        self.parts = list(parts)
 
 
 class MemberBook:
-    """What a group of G runs keeps per member, one definition for the regression groups
-    (:class:`MaskTrainerGroup`) and the pruning groups (:mod:`pbscale.prune_group`): each
-    member's training losses of the epoch (:meth:`record`, :meth:`pop_epoch_losses`) and the
-    group's configuration and checkpoint state, the members' own in order. ``book`` holds the
-    members' methods (each with ``optimizers``, ``zero_grad``, ``apply``, ``config_dict``,
-    ``state_dict`` and ``load_state_dict``), stepped and saved one by one."""
+    """G runs trained one after another in each step, one definition for the regression groups
+    (:class:`MaskTrainerGroup`) and the pruning groups (:mod:`pbscale.prune_group`).
+
+    ``book`` holds the members' methods (each a :class:`pbscale.loop_types.Method`). A step
+    (:meth:`surrogate`) calls each training member's own surrogate on its own loss
+    (:class:`MemberLosses`) and differentiates it at once (``backward``: one member's graph
+    alive at a time), as the loop's :func:`pbscale.loop.train_step` does for its separate run;
+    :meth:`apply` then steps each member's own optimizers. Returned is a value without a graph
+    and the members' mean training loss; each member's loss is kept for
+    :meth:`pop_epoch_losses`. A subclass stops members (:meth:`stop`; kept in the state, so a
+    resumed group skips them too): ``stopped`` maps a member's index to why."""
 
     def __init__(self, book: Sequence[Any]) -> None:
         self.book = book
         self.epoch_losses: list[list[float]] = [[] for _ in book]
+        self.stopped: dict[int, dict] = {}
 
-    def record(self, losses: Sequence[float]) -> None:
-        """Keep each member's training loss of one step."""
-        for kept, loss in zip(self.epoch_losses, losses):
-            kept.append(loss)
+    def training(self) -> list[int]:
+        """The indices of the members still training."""
+        return [g for g in range(len(self.book)) if g not in self.stopped]
+
+    def stop(self, g: int, loss: float) -> bool:
+        """Whether member g stops after a step whose training loss was ``loss`` (default:
+        never; a member whose loss is NaN then makes the group's loss NaN, and the loop stops
+        the group)."""
+        return False
+
+    def surrogate(self, f: MemberLosses, weights: bool = False) -> tuple[torch.Tensor, float]:
+        """One step of every training member (see the class docstring): (a 0-dim tensor
+        without a graph, the mean over the members of their training losses)."""
+        losses = []
+        for g in self.training():
+            value, loss = self.book[g].surrogate(f.parts[g], weights=weights)
+            if self.stop(g, loss):
+                continue
+            if value.requires_grad:
+                value.backward()
+            self.epoch_losses[g].append(loss)
+            losses.append(loss)
+        mean = sum(losses) / len(losses) if losses else math.nan
+        return torch.zeros(()), mean
+
+    def record(self, g: int, loss: float) -> None:
+        """Keep member g's training loss of one step."""
+        self.epoch_losses[g].append(loss)
 
     def pop_epoch_losses(self) -> list[float]:
         """Each member's mean training loss over the steps since the last call (NaN if none),
@@ -90,16 +106,17 @@ class MemberBook:
             m.zero_grad()
 
     def apply(self) -> None:
-        """Each member's optimizer steps its own parameters."""
-        for m in self.book:
-            m.apply()
+        """Each training member's optimizer steps its own parameters."""
+        for g in self.training():
+            self.book[g].apply()
 
     def config_dict(self) -> dict:
         return {"runs": [m.config_dict() for m in self.book]}
 
     def state_dict(self) -> dict:
         return {"members": [m.state_dict() for m in self.book],
-                "epoch_losses": [list(ls) for ls in self.epoch_losses]}
+                "epoch_losses": [list(ls) for ls in self.epoch_losses],
+                "stopped": {str(g): dict(why) for g, why in self.stopped.items()}}
 
     def load_state_dict(self, state: dict) -> None:
         if len(state["members"]) != len(self.book):
@@ -107,27 +124,22 @@ class MemberBook:
         for m, st in zip(self.book, state["members"]):
             m.load_state_dict(st)
         self.epoch_losses = [list(ls) for ls in state["epoch_losses"]]
+        self.stopped = {int(g): dict(why) for g, why in state.get("stopped", {}).items()}
 
 
 class MaskTrainerGroup(MemberBook):
-    """G runs of one method that step together: one :class:`pbscale.loop_types.Method` over G
-    members (:class:`MaskTrainer` s made by the family, :meth:`pbscale.methods.Family.make`:
-    logits (P,), optimizer, generator and learned control each), whose step is the family's
-    own gradient hook called once on the members stacked (:class:`StackedTrainer`): every
-    member's samples (or uniforms) drawn from its own generator, all G runs' masks evaluated in
-    one batched call f: (k, G, d) -> (k, G), and member g's estimate, step and history those of
-    the separate run with its configuration (to the round-off of the batched loss). MC methods
-    draw n samples per run in chunks (:func:`pbscale.methods.mc_gradient` with one generator per
-    run); CP differentiates its relaxed masks at the members' temperature; ST, REBAR, RELAX,
-    ST-theta, hard-concrete and edge-popup differentiate through their masks (REBAR/RELAX train
-    each member's control by its own optimizers).
+    """G runs of one method that train together (:mod:`pbscale.batched_seeds`): one
+    :class:`pbscale.loop_types.Method` over G members (:class:`MaskTrainer` s made by the
+    family, :meth:`pbscale.methods.Family.make`: logits (P,), optimizer, generator, learned
+    control each), whose step is each member's own step on its own batch
+    (:class:`MemberBook`), so member g's estimate, step and history are those of the separate
+    run with its configuration, bit for bit.
 
     The members share the method, n, the parametrization and the method's own settings;
     learning rate, optimizer, seed and lam are their own. Masks only (supermask); the group's
     ``generator`` (the loop's stream) is not used (each member's is, and each is checkpointed
-    in :meth:`state_dict`). The losses of the current epoch are kept per member
-    (:meth:`pop_epoch_losses`). ``r``, :meth:`theta`, :meth:`mode_mask` and
-    :meth:`sample_masks` stack the members' (leading dimension G)."""
+    in :meth:`state_dict`). ``r``, :meth:`theta`, :meth:`mode_mask` and :meth:`sample_masks`
+    stack the members' (leading dimension G)."""
 
     def __init__(self, configs: Sequence[MethodConfig], layout: Any, plan: Plan) -> None:
         self.check(configs)
@@ -137,9 +149,8 @@ class MaskTrainerGroup(MemberBook):
         self.family = configs[0].family
         self.param = self.members[0].param
         self.n = configs[0].n
-        per_sample = plan.bytes_per_sample or 16 * self.d
-        explicit = [c.chunk for c in configs if c.chunk is not None]
-        self.chunk = min([auto_chunk(self.n, per_sample * len(configs), self.device), *explicit])
+        #: the chunk of the first member (each member evaluates its masks in its own chunks)
+        self.chunk = self.members[0].chunk
         #: the run's stream for the loop (the members draw from their own generators)
         self.generator = torch.Generator(device=self.device).manual_seed(0)
         super().__init__(self.members)
@@ -187,25 +198,12 @@ class MaskTrainerGroup(MemberBook):
     def dtype(self) -> torch.dtype:
         return self.members[0].dtype
 
-    def surrogate(self, f: BatchedLoss, weights: bool = False) -> tuple[torch.Tensor, float]:
-        """One step's surrogate over the members: f: (k, G, d) -> (k, G); the value's gradient
-        in member g's logits is its estimate (with its dense regularizer). Returns (surrogate,
-        mean over the members of their training losses); each member's loss is kept for
-        :meth:`pop_epoch_losses`."""
+    def surrogate(self, f: MemberLosses, weights: bool = False) -> tuple[torch.Tensor, float]:
+        """One step of every member on its own loss (:class:`MemberBook`); masks only."""
         if weights:
             raise PBInputError("batched runs train masks only (supermask); train weights with "
                                "one run at a time")
-        R = torch.stack([m.r for m in self.members])
-        est, theta_fn = self.family.gradient(StackedTrainer(self.members, R, self.chunk), f,
-                                             None)
-        grads = list(est.grad.unbind(0))
-        for g, m in enumerate(self.members):
-            if m.config.lam > 0:
-                grads[g] = grads[g] + dense_regularizer(m.r, theta_fn, m.config.lam)[1]
-        losses = est.loss.tolist()
-        self.record(losses)
-        grad = torch.stack(grads).to(R.dtype)
-        return surrogate_loss(grad, R), sum(losses) / len(losses)
+        return super().surrogate(f, weights=False)
 
     def check_finite(self, where: str, flags: dict[str, str]) -> None:
         """Refuse logits that became NaN or inf, naming the member and its learning rate."""
@@ -224,5 +222,3 @@ class MaskTrainerGroup(MemberBook):
     def sample_masks(self, k: int) -> torch.Tensor:
         """(G, k, d), member g's from its generator."""
         return torch.stack([m.sample_masks(k) for m in self.members])
-
-

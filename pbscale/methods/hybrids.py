@@ -72,40 +72,6 @@ class HybridControl(nn.Module):
     def surrogate_parameters(self) -> list[nn.Parameter]:
         return list(self.net.parameters()) if self.net is not None else []
 
-    @staticmethod
-    def stack(controls: list[HybridControl]) -> StackedControl:
-        """The controls of G runs (each of shape ()) as one control of a group's logits
-        (G, d) (:class:`StackedControl`)."""
-        return StackedControl(controls)
-
-
-class StackedControl:
-    """G runs' own :class:`HybridControl` s (shape ()) read as one control over logits (G, d),
-    for one step of a group (:class:`pbscale.methods.MaskTrainerGroup`): log tau and eta are the
-    members' stacked, (G,), so the variance proxy's gradient reaches each member's own
-    parameters (which its own optimizers then step, as in its separate run); RELAX's network
-    is applied member by member to its column (..., g, d) of the relaxed samples (a loop over
-    G small networks; the masks still go through f in one call)."""
-
-    def __init__(self, controls: list[HybridControl]) -> None:
-        self.controls = controls
-        self.log_tau = torch.stack([c.log_tau for c in controls])
-        self.eta = (torch.stack([c.eta for c in controls]) if controls[0].eta is not None
-                    else None)
-        self.net = self.nets if controls[0].net is not None else None
-
-    def nets(self, x: torch.Tensor) -> torch.Tensor:
-        """Member g's network on x[..., g, :]: x (..., G, d) -> (..., G, 1)."""
-        return torch.stack([c.net(x[..., g, :]) for g, c in enumerate(self.controls)], dim=-2)
-
-    def relax(self, z: torch.Tensor) -> torch.Tensor:
-        return torch.sigmoid(z / self.log_tau.exp()[..., None])
-
-    def scalar_parameters(self) -> list[nn.Parameter]:
-        return [p for c in self.controls for p in c.scalar_parameters()]
-
-    def surrogate_parameters(self) -> list[nn.Parameter]:
-        return [p for c in self.controls for p in c.surrogate_parameters()]
 
 
 def rebar_relax(f: BatchedLoss, r: torch.Tensor, u: torch.Tensor, v: torch.Tensor,

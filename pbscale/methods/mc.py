@@ -24,10 +24,10 @@ from pbexact.estimators import REGISTRY as ESTIMATOR_REGISTRY
 from pbexact.estimators import register as add_estimator
 from pbexact.parametrizations import Parametrization
 
-from ..loop_types import SAMPLES_ATTR, BatchedLoss
+from ..loop_types import BatchedLoss
 from .estimate import Estimate, surrogate_loss
 from .registry import MC_GAMMA, MC_MILESTONES, MC_START, register
-from .samplers import SAMPLERS, FixedSampler, PerRunSampler
+from .samplers import SAMPLERS, PerRunSampler
 from .trainer import LogitsFamily
 
 
@@ -147,10 +147,7 @@ class MCFamily(LogitsFamily):
 
     def gradient(self, trainer: Any, f: BatchedLoss, record: list | None
                  ) -> tuple[Estimate, Callable[[torch.Tensor], torch.Tensor]]:
-        """The step's estimate from the trainer's generator, or from the masks ``f`` carries
-        (:data:`pbscale.loop_types.SAMPLES_ATTR`: a pruning group's replay), drawn by nothing."""
-        given = getattr(f, SAMPLES_ATTR, None)
-        sampler = None if given is None else FixedSampler(given)
+        """The step's estimate from n samples drawn with the trainer's generator."""
         fn = f
         if record is not None:
             def fn(z: torch.Tensor) -> torch.Tensor:
@@ -159,8 +156,7 @@ class MCFamily(LogitsFamily):
                 record.append(J)
                 return J.detach()
         est = mc_gradient(fn, trainer.r, trainer.param, self.name, trainer.config.n,
-                          trainer.generator, trainer.chunk, sampler=sampler,
-                          shard=trainer.shard)
+                          trainer.generator, trainer.chunk, shard=trainer.shard)
         return est, trainer.param.theta
 
 

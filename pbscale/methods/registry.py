@@ -161,16 +161,13 @@ class Family:
     in a run's config.json), ``Settings`` (its own settings, :class:`Settings`), ``min_samples``
     (fewest samples per step; None: it ignores n).
 
-    Five behaviours default to ``samples`` and can be set apart: ``split_samples`` (torchrun
+    Four behaviours default to ``samples`` and can be set apart: ``split_samples`` (torchrun
     splits its samples over the ranks; else data parallelism), ``eval_sampled`` (evaluated by
     the best of sampled masks; else its deterministic mask), ``rescale`` (pruning rescales
     its weights dynamically, :func:`pbscale.masks.rescaled_weight`), ``captures_step`` (a
     supermask step may be replayed from a CUDA graph, :class:`pbscale.captured_step.
     CapturedSteps`: its step reads back one value, the sum of its n sampled losses, and its
-    Python state is the step count alone) and ``replays_samples`` (its step draws from its
-    generator only through its sampler, and takes the masks a batched loss carries,
-    :data:`pbscale.loop_types.SAMPLES_ATTR`, instead of drawing them: a pruning group's replay
-    hands it the masks its probe drew).
+    Python state is the step count alone).
 
     Pruning (:mod:`pbscale.prune`): ``mask_schedule`` ((milestones, gamma) of its logits),
     ``joint_warmup`` (fraction of a joint run's epochs trained dense first), ``dense_weights``
@@ -216,10 +213,6 @@ class Family:
 
     @property
     def captures_step(self) -> bool:
-        return self.samples
-
-    @property
-    def replays_samples(self) -> bool:
         return self.samples
 
     @property
