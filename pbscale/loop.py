@@ -48,7 +48,8 @@ CP's temperature schedule counts (`pbscale.prune`).
 Callers add behaviour through explicit strategy objects, :class:`RunHooks` (every hook a no-op
 by default), passed as ``run(..., hooks=[...])``: ``before_step(epoch, i)``,
 ``training_loss(f)`` (the batched loss the method's surrogate sees while masks train; sample
-parallelism hands over the whole batch), ``masks_step(order, i)`` (a hook that takes a supermask
+parallelism hands over the whole batch), ``after_step(epoch, i)`` (after a step's optimizers
+stepped), ``masks_step(order, i)`` (a hook that takes a supermask
 step itself returns its loss as a device tensor, read with the epoch's others when the epoch
 ends: :class:`pbscale.captured_step.CapturedSteps`), ``epoch_done(epoch, history)`` (after the
 epoch's evaluation, before its checkpoint), ``frozen_mask(method, generator)`` (the mask frozen
@@ -382,6 +383,8 @@ class _Training:
                         f = h.training_loss(f)
                 losses.append(train_step(f, self.method, self.weight_optimizer, self.opts,
                                          self.fixed, self.joint))
+                for h in hooks:
+                    h.after_step(epoch, i)
                 if not math.isfinite(losses[-1]):
                     self.diverged(epoch, i)
         if self.dev.type == "cuda":

@@ -220,6 +220,10 @@ class RunHooks:
     def before_step(self, epoch: int, i: int) -> None:
         """Called before step i of ``epoch``."""
 
+    def after_step(self, epoch: int, i: int) -> None:
+        """Called after step i of ``epoch`` (its optimizers stepped), before the loop checks
+        the step's loss."""
+
     def training_loss(self, f: BatchedLoss) -> BatchedLoss:
         """The batched loss the method's surrogate is given while masks train."""
         return f

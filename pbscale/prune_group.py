@@ -148,6 +148,8 @@ class GroupMethod(MemberBook):
         self.generator = torch.Generator(device=device).manual_seed(0)
         self.flags = flags
         self.position = (0, 0)
+        #: members whose last step's loss was not finite, checked after the step (settle)
+        self.pending: list[tuple[int, torch.Tensor | None]] = []
         super().__init__(self.methods)
 
     def sample_masks(self, k: int) -> torch.Tensor:
@@ -177,25 +179,32 @@ class GroupMethod(MemberBook):
                            f"{f'; {more} more' if more > 0 else ''})", exc.epoch, exc.step,
                            exc.where)
 
-    def step_diverged(self, g: int, fixed: torch.Tensor | None) -> None:
-        """Member g's step loss was NaN or inf: its separate run's message, recorded."""
-        epoch, i = self.position
-        m = self.members[g]
-        step = (epoch * m.task.steps_per_epoch + i + 1, i + 1, fixed)
-        try:
-            check_member(m.method, epoch, self.flags, m.weights(), step=step)
-        except Diverged as exc:
-            self.diverge(g, exc)
+    def surrogate(self, f: MemberLosses, weights: bool = False) -> tuple[torch.Tensor, float]:
+        """Each training member's step (:class:`pbscale.methods.group.MemberBook`); a member
+        whose loss is NaN or inf is checked after the step (:meth:`settle`, once its optimizers
+        stepped, as its separate run's loop checks it); the mean is over the finite losses."""
+        value, _ = super().surrogate(f, weights)
+        losses = [v for v in self.step_losses.values() if math.isfinite(v)]
+        self.pending += [(g, None) for g, v in self.step_losses.items() if not math.isfinite(v)]
+        return value, sum(losses) / len(losses) if losses else math.nan
 
-    def stop(self, g: int, loss: float) -> bool:
-        if math.isfinite(loss):
-            return False
-        self.step_diverged(g, None)
-        return True
+    def settle(self) -> None:
+        """Record the members whose last step's loss was NaN or inf (``pending``: (index,
+        fixed mask of the step or None)) with their separate run's message, and stop them."""
+        pending, self.pending = self.pending, []
+        epoch, i = self.position
+        for g, fixed in pending:
+            m = self.members[g]
+            step = (epoch * m.task.steps_per_epoch + i + 1, i + 1, fixed)
+            try:
+                check_member(m.method, epoch, self.flags, m.weights(), step=step)
+            except Diverged as exc:
+                self.diverge(g, exc)
 
     def check_finite(self, where: str, flags: dict[str, str]) -> None:
         """After an epoch: each training member's logits and weights, as its separate run's
         loop checks them; a member that fails is recorded and stops."""
+        self.settle()
         for g in self.training():
             m = self.members[g]
             try:
@@ -224,7 +233,7 @@ class GroupLoss(MemberLosses):
                 J.backward()
             loss = float(J.detach())
             if not math.isfinite(loss):
-                self.method.step_diverged(g, zg[0])
+                self.method.pending.append((g, zg[0]))
                 continue
             self.method.record(g, loss)
             losses.append(loss)
@@ -304,6 +313,9 @@ class GroupTask(RunHooks):
 
     def before_step(self, epoch: int, i: int) -> None:
         self.method.position = (epoch, i)
+
+    def after_step(self, epoch: int, i: int) -> None:
+        self.method.settle()
 
     def frozen_mask(self, method: object, generator: torch.Generator) -> torch.Tensor:
         return torch.cat([
@@ -390,19 +402,21 @@ def group_folder(members: list[Member], out: str | Path) -> Path:
 
 @dataclass
 class GroupResult:
-    """What :func:`train_group` did: runs already finished, runs trained, and the diverged
-    runs (folder, record), those of this group and those recorded before."""
+    """What :func:`train_group` did: runs already finished, runs trained to the end, and the
+    diverged runs (folder, record), those of this group and those recorded before, of
+    ``total`` runs."""
 
     finished: int
     trained: int
     diverged: list[tuple[Path, dict]]
+    total: int
 
     def refusal(self, out: str | Path) -> PBInputError:
         """The one-line error naming the diverged runs."""
         names = "; ".join(f"{f.name}: {r['reason']}" for f, r in self.diverged[:3])
         more = len(self.diverged) - 3
         return PBInputError(
-            f"{len(self.diverged)} of {self.finished + self.trained} runs of the group diverged "
+            f"{len(self.diverged)} of {self.total} runs of the group diverged "
             f"({names}{f'; {more} more' if more > 0 else ''}); the other runs are finished in "
             f"{out}, each diverged run's record is its diverged.json: lower the rate it names "
             f"(another run folder), or delete diverged.json to train it again")
@@ -425,7 +439,7 @@ def train_group(members: list[Member], out: str | Path, device: torch.device,
             todo = unfinished
     recorded = [(m.folder, r) for m, r in before if r is not None and m not in todo]
     if not todo:
-        return GroupResult(len(members) - len(unfinished), 0, recorded)
+        return GroupResult(len(members) - len(unfinished), 0, recorded, len(members))
     for m in todo:  # the checks the separate run makes of its folder, before anything trains
         config = {k: m.record[k] for k in ("task", "method", "loop")}
         open_folder(out, m.task.name, config, m.record,
@@ -447,5 +461,5 @@ def train_group(members: list[Member], out: str | Path, device: torch.device,
             method_info=todo[0].record.get("method_info"), keep_checkpoint=keep_checkpoint)
     diverged = recorded + [(todo[g].folder, r) for g, r in sorted(method.stopped.items())]
     return GroupResult(len(members) - len(unfinished), len(todo) - len(method.stopped),
-                       diverged)
+                       diverged, len(members))
 

@@ -166,7 +166,7 @@ def test_killed_sweep_resumes_without_redoing_finished_runs(killed_and_resumed):
     assert f["after_kill"] == {first.id: "finished", second.id: "interrupted",
                                third.id: "pending"}
     assert not f["second_summary"]
-    assert "finished 1, running 0, failed 0, interrupted 1, pending 1" in f["status"]
+    assert "finished 1, running 0, failed 0, diverged 0, interrupted 1, pending 1" in f["status"]
 
     assert f["rerun"].returncode == 0, f["rerun"].stderr
     assert "1 of 3 runs already finished" in f["rerun"].stderr
@@ -262,7 +262,7 @@ def test_prune_sweep_feeds_analysis_pareto(tmp_path):
     path = _write(tmp_path, PRUNE.format(out=out), "prune.toml")
     proc = _sweep_cli("run", str(path), "--jobs", "2")
     assert proc.returncode == 1, proc.stderr
-    assert "finished 2, running 0, failed 1, interrupted 0, pending 0" in proc.stdout
+    assert "finished 2, running 0, failed 1, diverged 0, interrupted 0, pending 0" in proc.stdout
     s = sweep.load(path)
     failed = s.runs[-1]
     assert sweep.state_of(s, failed) == "failed"

@@ -239,7 +239,7 @@ def test_killed_batched_sweep_resumes_per_run(batched_killed_and_resumed):
     assert f["code"] == 143
     assert f["after_kill"] == {i: {"loorf": "finished", "arms": "interrupted", "st": "pending"}[m]
                                for i, m in method.items()}
-    assert "finished 4, running 0, failed 0, interrupted 2, pending 1" in f["status"]
+    assert "finished 4, running 0, failed 0, diverged 0, interrupted 2, pending 1" in f["status"]
     # the interrupted members name their group's log
     group_logs = {sweep.read_record(s, r)["log"] for r in s.runs if method[r.id] == "arms"}
     assert len(group_logs) == 1 and "group-g" in f["status"] and group_logs.pop() in f["status"]

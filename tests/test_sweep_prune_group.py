@@ -88,7 +88,7 @@ def test_prune_sweep_of_8_runs_is_one_group(tmp_path):
     assert first.returncode == 0, first.stderr
     assert "(1 batched groups, 1 children)" in first.stderr
     assert all(sweep.state_of(s, r) == "finished" for r in s.runs)
-    assert "finished 8, running 0, failed 0, interrupted 0, pending 0" in \
+    assert "finished 8, running 0, failed 0, diverged 0, interrupted 0, pending 0" in \
         _sweep_cli("status", str(path)).stdout
     csv = tmp_path / "r.csv"
     assert _sweep_cli("results", str(path), "--csv", str(csv)).returncode == 0

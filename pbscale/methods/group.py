@@ -53,8 +53,8 @@ class MemberBook:
     alive at a time), as the loop's :func:`pbscale.loop.train_step` does for its separate run;
     :meth:`apply` then steps each member's own optimizers. Returned is a value without a graph
     and the members' mean training loss; each member's loss is kept for
-    :meth:`pop_epoch_losses`. A subclass stops members (:meth:`stop`; kept in the state, so a
-    resumed group skips them too): ``stopped`` maps a member's index to why."""
+    :meth:`pop_epoch_losses`. A subclass may stop members (``stopped`` maps a member's index
+    to why; kept in the state, so a resumed group skips them too)."""
 
     def __init__(self, book: Sequence[Any]) -> None:
         self.book = book
@@ -65,26 +65,19 @@ class MemberBook:
         """The indices of the members still training."""
         return [g for g in range(len(self.book)) if g not in self.stopped]
 
-    def stop(self, g: int, loss: float) -> bool:
-        """Whether member g stops after a step whose training loss was ``loss`` (default:
-        never; a member whose loss is NaN then makes the group's loss NaN, and the loop stops
-        the group)."""
-        return False
-
     def surrogate(self, f: MemberLosses, weights: bool = False) -> tuple[torch.Tensor, float]:
         """One step of every training member (see the class docstring): (a 0-dim tensor
-        without a graph, the mean over the members of their training losses)."""
-        losses = []
+        without a graph, the mean over the members of their training losses); each member's
+        loss of the step is in ``step_losses`` ({index: loss})."""
+        self.step_losses: dict[int, float] = {}
         for g in self.training():
             value, loss = self.book[g].surrogate(f.parts[g], weights=weights)
-            if self.stop(g, loss):
-                continue
             if value.requires_grad:
                 value.backward()
-            self.epoch_losses[g].append(loss)
-            losses.append(loss)
-        mean = sum(losses) / len(losses) if losses else math.nan
-        return torch.zeros(()), mean
+            self.record(g, loss)
+            self.step_losses[g] = loss
+        losses = list(self.step_losses.values())
+        return torch.zeros(()), sum(losses) / len(losses) if losses else math.nan
 
     def record(self, g: int, loss: float) -> None:
         """Keep member g's training loss of one step."""

@@ -34,6 +34,7 @@ from .file import (
 from .records import (
     STATES,
     SweepLock,
+    divergence,
     folder_index,
     read_record,
     results,
@@ -51,15 +52,17 @@ def print_status(sweep: Sweep, verbose: bool) -> None:
     total = len(sweep.runs)
     print(f"{sweep.path}: {total} runs of python -m {sweep.module} in {sweep.out}")
     print("  " + ", ".join(f"{s} {len(groups[s])}" for s in STATES))
-    folders = folder_index(sweep.out) if verbose or any(
-        groups[s] for s in ("failed", "running", "interrupted")) else {}
-    shown = ("failed", "running", "interrupted") + (("finished", "pending") if verbose else ())
+    listed = ("failed", "diverged", "running", "interrupted")
+    folders = folder_index(sweep.out) if verbose or any(groups[s] for s in listed) else {}
+    shown = listed + (("finished", "pending") if verbose else ())
     for s in shown:
         for r in groups[s]:
             line = f"  {s:<11} {r.id}  {label(r)}"
             if r.id in folders:
                 line += f"  folder: {folders[r.id]}"
-            if s in ("failed", "running", "interrupted"):
+            if s == "diverged":
+                line += f"  {divergence(folders[r.id])}"
+            elif s in listed:
                 log = (read_record(sweep, r) or {}).get("log", sweep.record_dir / f"{r.id}.log")
                 line += f"  log: {log}"
             print(line)
@@ -99,7 +102,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "seed and lr (regress) or seed, lam and mask lr (prune) train together in "
                    "one child, python -m pbscale.batched_seeds or pbscale.prune (also [sweep] "
                    "batch = true; default: %(default)s)")
-    s = sub.add_parser("status", help="finished / running / failed / interrupted / pending")
+    s = sub.add_parser("status", help="finished / running / failed / diverged / interrupted / "
+                                      "pending")
     s.add_argument("sweep", help="sweep file (.toml)")
     s.add_argument("--out", type=out_folder, default=None,
                    help="parent folder of the runs (default: "
@@ -173,6 +177,7 @@ def write_results(sweep: Sweep, csv: str | None) -> int:
         print("\n".join(results_table(rows, options)))
         print(f"{len(rows)} of {len(sweep.runs)} runs finished; every column: results "
               f"{sweep.path} --csv FILE", file=sys.stderr)
+        print_diverged(sweep)
         return 0
     try:
         io.write_csv(target, [{k: row.get(k, "") for k in keys} for row in rows])
@@ -180,7 +185,17 @@ def write_results(sweep: Sweep, csv: str | None) -> int:
         raise PBInputError(f"cannot write --csv {csv} ({e.strerror}); choose a writable "
                            "place") from None
     print(f"wrote {len(rows)} rows to {csv}")
+    print_diverged(sweep)
     return 0
+
+
+def print_diverged(sweep: Sweep) -> None:
+    """``results``: the diverged runs (not in the table), counted and named on stderr."""
+    diverged = status(sweep)["diverged"]
+    if diverged:
+        folders = folder_index(sweep.out)
+        print(f"diverged {len(diverged)}: " + "; ".join(
+            f"{r.id} ({divergence(folders[r.id])})" for r in diverged), file=sys.stderr)
 
 
 def run_sweep(args: argparse.Namespace, argv: list[str]) -> int:

@@ -27,9 +27,10 @@ from pbexact.errors import PBInputError
 from pbexact.processes import die_with_parent
 
 from .. import io
+from ..run_record import DIVERGED, read_diverged
 from .file import Group, Run, Sweep, members
 
-STATES = ("finished", "running", "failed", "interrupted", "pending")
+STATES = ("finished", "running", "failed", "diverged", "interrupted", "pending")
 #: Exit codes of a child stopped by SIGTERM (it checkpointed: its run is interrupted); records
 #: hold 143 (:func:`shell_code`), older records may hold -15.
 TERMINATED = (143, -signal.SIGTERM)
@@ -89,12 +90,26 @@ def alive(pid: int, start: int | None = None) -> bool:
     return True
 
 
-def state_of(sweep: Sweep, run: Run, done: set[str] | None = None) -> str:
-    """finished / running / failed / interrupted / pending (no record). A record left
-    "running" on this host by a process that no longer exists counts as interrupted, and an
-    interrupted run whose run folder holds its summary.json (the child was stopped, or the
-    sweep killed, after the summary was written) as finished. ``done``: the ids of the runs
-    with a summary (:func:`finished_folders`), computed here when not given."""
+def state_of(sweep: Sweep, run: Run, done: set[str] | None = None,
+             diverged: set[str] | None = None) -> str:
+    """finished / running / failed / diverged / interrupted / pending (no record). A record
+    left "running" on this host by a process that no longer exists counts as interrupted, and
+    an interrupted run whose run folder holds its summary.json (the child was stopped, or the
+    sweep killed, after the summary was written) as finished. A run that is not finished or
+    running and whose folder holds ``diverged.json`` is diverged (:func:`diverged_folders`).
+    ``done`` / ``diverged``: the ids of the runs with a summary (:func:`finished_folders`) /
+    a divergence record, computed here when not given."""
+    state = _state(sweep, run, done)
+    if state in ("failed", "interrupted", "pending"):
+        if diverged is None:
+            diverged = set(diverged_folders(sweep))
+        if run.id in diverged:
+            return "diverged"
+    return state
+
+
+def _state(sweep: Sweep, run: Run, done: set[str] | None) -> str:
+    """:func:`state_of` without the divergence records."""
     rec = read_record(sweep, run)
     if rec is None:
         return "pending"
@@ -122,12 +137,14 @@ def state_of(sweep: Sweep, run: Run, done: set[str] | None = None) -> str:
 
 def todo(sweep: Sweep, retry_failed: bool = True) -> tuple[list[Run], list[Run]]:
     """(runs to launch, runs still running in a child of an earlier sweep on this host). A
-    run to launch is not finished, not running, and not failed unless ``retry_failed``."""
-    skip = {"finished"} | (set() if retry_failed else {"failed"})
-    done = set(finished_folders(sweep))
+    run to launch is not finished, not running, not diverged (its rerun would repeat the
+    refusal: the user decides, see ``diverged.json``), and not failed unless
+    ``retry_failed``."""
+    skip = {"finished", "diverged"} | (set() if retry_failed else {"failed"})
+    done, div = set(finished_folders(sweep)), set(diverged_folders(sweep))
     launch_, running = [], []
     for r in sweep.runs:
-        state = state_of(sweep, r, done)
+        state = state_of(sweep, r, done, div)
         if state == "running" and (read_record(sweep, r) or {}).get("host") == \
                 os.uname().nodename:
             running.append(r)
@@ -277,6 +294,22 @@ def finished_folders(sweep: Sweep) -> dict[str, Path]:
     return {k: v for k, v in folder_index(sweep.out).items() if readable_summary(v) is not None}
 
 
+def diverged_folders(sweep: Sweep) -> dict[str, Path]:
+    """{run id: run folder} of the sweep's runs whose folder holds ``diverged.json`` (the
+    record :mod:`pbscale.run_record` writes when a run diverges) and no readable summary."""
+    return {k: v for k, v in folder_index(sweep.out).items()
+            if (v / DIVERGED).exists() and readable_summary(v) is None}
+
+
+def divergence(folder: Path) -> str:
+    """The recorded reason of a diverged run folder (or why the record cannot be read)."""
+    try:
+        record = read_diverged(folder)
+    except ValueError as exc:  # PBInputError: a damaged record
+        return str(exc)
+    return "" if record is None else f"{record.get('where', '?')}: {record['reason']}"
+
+
 def readable_summary(folder: Path) -> dict | None:
     """The run folder's summary.json when it is a regular file holding a JSON object, else
     None."""
@@ -293,9 +326,9 @@ def readable_summary(folder: Path) -> dict | None:
 def status(sweep: Sweep) -> dict[str, list[Run]]:
     """Runs grouped by state (STATES order)."""
     groups: dict[str, list[Run]] = {s: [] for s in STATES}
-    done = set(finished_folders(sweep))
+    done, div = set(finished_folders(sweep)), set(diverged_folders(sweep))
     for r in sweep.runs:
-        groups[state_of(sweep, r, done)].append(r)
+        groups[state_of(sweep, r, done, div)].append(r)
     return groups
 
 
