@@ -136,9 +136,24 @@ def write_csv(path: str | Path, header: Sequence[str], rows: Iterable[Sequence[A
 NAME_MAX = 255
 
 
+def _path_max() -> int:
+    try:
+        return int(os.pathconf("/", "PC_PATH_MAX"))
+    except (OSError, ValueError, AttributeError):
+        return 4096
+
+
+#: The longest path the system takes, in bytes (PATH_MAX: 4,096 on Linux, 1,024 on macOS).
+PATH_MAX = _path_max()
+#: Bytes of :data:`PATH_MAX` a path given to a tool leaves for what the tool writes below it (a
+#: run folder's name, a group's folder, a file and the temporary name of its atomic write).
+PATH_RESERVE = 512
+
+
 def path_problem(text: str) -> str | None:
     """Why ``text`` cannot name a path (empty: the current folder, which no tool means; a NUL; a
-    name over :data:`NAME_MAX` bytes), or None."""
+    name over :data:`NAME_MAX` bytes; an absolute path that leaves less than
+    :data:`PATH_RESERVE` of :data:`PATH_MAX` for the files below it), or None."""
     if not text.strip():
         return "is empty"
     if "\0" in text:
@@ -146,6 +161,11 @@ def path_problem(text: str) -> str | None:
     long = [p for p in Path(text).parts if len(os.fsencode(p)) > NAME_MAX]
     if long:
         return f"has a name of {len(os.fsencode(long[0]))} bytes (at most {NAME_MAX})"
+    full = len(os.fsencode(os.path.abspath(text)))
+    if full > PATH_MAX - PATH_RESERVE:
+        return (f"is {full:,} bytes long as an absolute path (at most "
+                f"{PATH_MAX - PATH_RESERVE:,}: the system's limit is {PATH_MAX:,} and the files "
+                f"below it need room)")
     return None
 
 

@@ -19,7 +19,11 @@ each mask is folded into its weight (``weight_orig * weight_mask``, a plain ``nn
 
 from __future__ import annotations
 
+import io
+import logging
+import math
 import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -29,6 +33,7 @@ from torch.nn.utils import prune as torch_prune
 
 from pbexact.cli import ArgumentParser, run_main
 from pbexact.errors import PBInputError
+from pbexact.io import path_problem
 from pbscale import io as runio
 from pbscale.models import MODELS
 from pbscale.prune_export import load_pruned
@@ -58,17 +63,88 @@ def read_run(folder: str | Path) -> tuple[str, dict]:
     """(model name, data.json) of a finished pruning run folder; a folder that is not one is a
     one-line :class:`PBInputError`."""
     folder = Path(folder)
+    problem = path_problem(str(folder))
+    if problem:
+        raise PBInputError(f"RUN {str(folder)[:60]!r} {problem}; pass a run folder")
     missing = [f for f in ("config.json", "data.json", "pruned.pt") if not (folder / f).is_file()]
     if missing:
         raise PBInputError(f"{folder} is not a finished pruning run folder (no "
                            f"{', '.join(missing)}); pass a folder python -m pbscale.prune wrote")
     config, data = runio.read_json(folder / "config.json"), runio.read_json(folder / "data.json")
-    model = config.get("task", {}).get("model") if isinstance(config, dict) else None
-    if model not in MODELS or not isinstance(data, dict) or not {"mean", "std",
-                                                                "input_shape"} <= set(data):
+    task = config.get("task") if isinstance(config, dict) else None
+    model = task.get("model") if isinstance(task, dict) else None
+    if not isinstance(model, str) or model not in MODELS or not isinstance(data, dict) or not {
+            "mean", "std", "input_shape"} <= set(data):
         raise PBInputError(f"damaged run folder {folder} (config.json or data.json); "
                            f"{runio.DAMAGED_FIX}")
+    check_finished(folder)
+    check_transform(folder, data)
     return model, data
+
+
+def check_finished(folder: Path) -> None:
+    """Refuse (one line) a run folder without a readable summary.json: the run did not finish
+    (its pruned.pt may be another run's, or damaged)."""
+    path = folder / "summary.json"
+    if not path.exists():
+        raise PBInputError(f"{folder} holds no summary.json: the run has not finished; finish it "
+                           f"(rerun its command) before exporting")
+    runio.read_summary(path)
+
+
+#: Most values one exported input may hold (a 4096 x 4096 RGB image): data.json's input_shape
+#: beyond it is damaged (the tracing input alone would not fit in memory).
+MAX_INPUT = 3 * 4096 * 4096
+
+
+def check_transform(folder: Path, data: dict) -> None:
+    """Refuse (one line) a data.json whose test-time transform cannot be exported: mean and std
+    lists of finite numbers of one length (std > 0), input_shape a list of positive integers of
+    at most :data:`MAX_INPUT` values whose first entry is that length when it is over 1."""
+    mean, std, shape = data["mean"], data["std"], data["input_shape"]
+
+    def numbers(v: object) -> bool:
+        return (isinstance(v, list) and bool(v) and all(
+            isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+            for x in v))
+
+    why = None
+    if not numbers(mean) or not numbers(std) or len(mean) != len(std):
+        why = "mean and std are not lists of finite numbers of one length"
+    elif any(x <= 0 for x in std):
+        why = "a std is 0 or negative"
+    elif (not isinstance(shape, list) or not shape or any(
+            not isinstance(n, int) or isinstance(n, bool) or n < 1 for n in shape)):
+        why = "input_shape is not a list of positive integers"
+    elif math.prod(shape) > MAX_INPUT:
+        why = f"input_shape {shape} holds more than {MAX_INPUT:,} values"
+    elif len(mean) > 1 and shape[0] != len(mean):
+        why = f"{len(mean)} channel means for input_shape {shape}"
+    if why:
+        raise PBInputError(f"damaged run file {folder / 'data.json'} ({why}); "
+                           f"{runio.DAMAGED_FIX}")
+
+
+def read_pruned(folder: Path, model: str) -> nn.Module:
+    """:func:`pbscale.prune_export.load_pruned` of the run's pruned.pt, refused in one line
+    when the file is damaged (not a torch file, holds objects other than tensors, keys or
+    shapes that are not ``model``'s) or holds NaN or inf values."""
+    path = folder / "pruned.pt"
+    state = runio.load_checkpoint(path)
+    if not isinstance(state, dict) or not all(
+            isinstance(k, str) and torch.is_tensor(v) for k, v in state.items()):
+        raise PBInputError(f"damaged run file {path} (not a state dict of tensors); "
+                           f"{runio.DAMAGED_FIX}")
+    bad = [k for k, v in state.items() if v.is_floating_point() and not bool(v.isfinite().all())]
+    if bad:
+        raise PBInputError(f"{path} holds NaN or inf values ({bad[0]}): the run diverged; "
+                           f"export a run that finished with finite weights")
+    try:
+        return load_pruned(model, path)
+    except (RuntimeError, KeyError, ValueError, TypeError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise PBInputError(f"damaged run file {path} (not a {model} network: {first[:120]}); "
+                           f"{runio.DAMAGED_FIX}") from None
 
 
 def plain_network(folder: str | Path) -> nn.Module:
@@ -76,7 +152,7 @@ def plain_network(folder: str | Path) -> nn.Module:
     (``torch.nn.utils.prune.remove``), after its test-time transform (:class:`Standardized`);
     in eval mode."""
     model, data = read_run(folder)
-    net = load_pruned(model, Path(folder) / "pruned.pt")
+    net = read_pruned(Path(folder), model)
     for mod in net.modules():
         if torch_prune.is_pruned(mod) and hasattr(mod, "weight_mask"):
             torch_prune.remove(mod, "weight")
@@ -95,7 +171,7 @@ def save_sparse(folder: str | Path, path: str | Path) -> None:
     mask), "shape.<name>" and "values.<name>" (the kept weights, float32, in flat order),
     "param.<name>" for every other parameter and buffer}; read by :func:`load_sparse`."""
     model, data = read_run(folder)
-    state = torch.load(Path(folder) / "pruned.pt", map_location="cpu", weights_only=True)
+    state = read_pruned(Path(folder), model).state_dict()
     blob: dict = {"format": SPARSE_FORMAT, "model": model, "mean": data["mean"],
                   "std": data["std"], "input_shape": data["input_shape"]}
     for key, value in state.items():
@@ -107,7 +183,7 @@ def save_sparse(folder: str | Path, path: str | Path) -> None:
             blob[f"values.{name}"] = value.flatten()[mask].clone()
         elif not key.endswith("_mask"):
             blob[f"param.{key}"] = value
-    runio.save_checkpoint(Path(path), blob)
+    runio.write_output(path, runio.checkpoint_bytes(blob))
 
 
 def load_sparse(path: str | Path) -> nn.Module:
@@ -136,19 +212,24 @@ def export(folder: str | Path, fmt: str, out: str | Path) -> Path:
     out = Path(out)
     if fmt not in FORMATS:
         raise PBInputError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")
-    if out.is_dir():
-        raise PBInputError(f"--out {out} is a folder; give a file name, e.g. {out / 'net'}")
-    if not out.absolute().parent.is_dir():
-        raise PBInputError(f"--out {out}: folder {out.absolute().parent} does not exist; "
-                           "create it first")
+    runio.check_output_file(out)
+    net, x = plain_network(folder), example_input(folder)
+    try:
+        with torch.no_grad():
+            net(x)
+    except RuntimeError as exc:
+        raise PBInputError(f"damaged run folder {folder}: its network does not take data.json's "
+                           f"input_shape ({str(exc).splitlines()[0][:100]}); "
+                           f"{runio.DAMAGED_FIX}") from None
     if fmt == "sparse":
         save_sparse(folder, out)
         return out
-    net, x = plain_network(folder), example_input(folder)
     if fmt == "torchscript":
         with torch.no_grad():
             traced = torch.jit.trace(net, x)
-        traced.save(str(out))
+        buf = io.BytesIO()
+        torch.jit.save(traced, buf)
+        runio.write_output(out, buf.getvalue())
         return out
     try:
         import onnx  # noqa: F401
@@ -157,9 +238,19 @@ def export(folder: str | Path, fmt: str, out: str | Path) -> Path:
         raise PBInputError('--format onnx needs onnx and onnxscript; install the extra: pip '
                            'install -e ".[export]"') from None
     batch = torch.export.Dim("batch", min=1)
-    torch.onnx.export(net, (x,), str(out), input_names=["images"], output_names=["logits"],
-                      dynamic_shapes={"x": {0: batch}}, dynamo=True, external_data=False,
-                      verbose=False)
+    onnx_log = logging.getLogger("torch.onnx")
+    level = onnx_log.level
+    onnx_log.setLevel(logging.ERROR)  # its notes on torchvision ops this network does not use
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)
+            program = torch.onnx.export(net, (x,), input_names=["images"],
+                                        output_names=["logits"],
+                                        dynamic_shapes={"x": {0: batch}}, dynamo=True,
+                                        verbose=False)
+    finally:
+        onnx_log.setLevel(level)
+    runio.write_output(out, program.model_proto.SerializeToString())
     return out
 
 

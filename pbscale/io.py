@@ -5,8 +5,10 @@ or the new one, never half of one."""
 from __future__ import annotations
 
 import csv
+import errno
 import io
 import json
+import stat
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -19,8 +21,9 @@ from pbexact import io as exact_io
 from pbexact.errors import PBInputError
 from pbexact.io import atomic_write_bytes, atomic_write_text
 
-__all__ = ["DAMAGED_FIX", "atomic_write_text", "load_checkpoint", "read_csv", "read_json",
-           "read_summary", "regular_file", "save_checkpoint", "write_csv", "write_json",
+__all__ = ["DAMAGED_FIX", "WRITE_FIXES", "atomic_write_text", "check_output_file",
+           "checkpoint_bytes", "load_checkpoint", "read_csv", "read_json", "read_summary",
+           "regular_file", "save_checkpoint", "write_csv", "write_json", "write_output",
            "writing"]
 
 
@@ -66,19 +69,72 @@ def read_summary(path: str | Path, keys: tuple[str, ...] = ()) -> dict:
     return summary
 
 
+#: What to do about a failed write, by errno (:func:`writing`); the rest: free disk space.
+WRITE_FIXES = {
+    errno.EISDIR: f"a folder is where a file belongs; {DAMAGED_FIX}",
+    errno.ENOTDIR: f"a file is where a folder belongs; {DAMAGED_FIX}",
+    errno.EEXIST: f"a file is where a folder belongs; {DAMAGED_FIX}",
+    errno.EACCES: "make the folder writable or choose another --out",
+    errno.EPERM: "make the folder writable or choose another --out",
+    errno.EROFS: "the file system is read-only: choose another --out",
+    errno.ENAMETOOLONG: "the path is too long: choose a shorter --out",
+    errno.EFBIG: "the file is larger than the file-size limit (ulimit -f) allows: raise the "
+                 "limit, free disk space or choose another --out",
+}
+
+
 @contextmanager
 def writing(path: str | Path) -> Iterator[None]:
-    """Turns an OSError while ``path`` is written (disk full, quota, read-only folder) into a
-    one-line :class:`PBInputError` naming the file. The writes are atomic, so the file's
-    previous version, and with it a run's last checkpoint, is intact."""
+    """Turns an OSError while ``path`` is written into a one-line :class:`PBInputError` naming
+    the file and the fix its cause asks for (:data:`WRITE_FIXES`; disk full or quota: free
+    disk space and rerun). The writes are atomic, so the file's previous version, and with it
+    a run's last checkpoint, is intact."""
     try:
         yield
     except OSError as exc:
         why = exc.strerror or str(exc) or type(exc).__name__
+        fix = WRITE_FIXES.get(exc.errno, "free disk space and rerun the same command to resume")
         raise PBInputError(
             f"cannot write {path} ({why}); the files written before, a run's last checkpoint "
-            f"included, are intact: free disk space and rerun the same command to resume"
-        ) from None
+            f"included, are intact: {fix}") from None
+
+
+def check_output_file(path: str | Path, flag: str = "--out") -> Path:
+    """Check, before any work, a file a tool is asked to write (an export's ``--out``): a path
+    that can name a file (:func:`pbexact.io.path_problem`), not a folder, in a folder that
+    exists, and, when it exists, a regular file (a device node, FIFO, socket or symlink there
+    is refused: the atomic write would replace the node, or a write follow the link)."""
+    problem = exact_io.path_problem(str(path))
+    if problem:
+        raise PBInputError(f"{flag} {str(path)[:60]!r} {problem}; name another file")
+    path = Path(path)
+    if path.is_symlink() or (path.exists() and not path.is_dir()
+                             and not stat.S_ISREG(path.lstat().st_mode)):
+        what = "a symlink" if path.is_symlink() else "not a regular file (a device, FIFO or socket)"
+        raise PBInputError(f"{flag} {path} is {what}; name a new or regular file")
+    if path.is_dir():
+        raise PBInputError(f"{flag} {path} is a folder; give a file name, e.g. {path / 'net'}")
+    if not path.absolute().parent.is_dir():
+        raise PBInputError(f"{flag} {path}: folder {path.absolute().parent} does not exist; "
+                           "create it first")
+    return path
+
+
+def write_output(path: str | Path, data: bytes, flag: str = "--out") -> Path:
+    """``data`` written to the file ``path`` a tool was asked to write, checked
+    (:func:`check_output_file`) and atomically (a temporary file, then a rename: a failed write,
+    e.g. a full disk or ``ulimit -f``, is one line and leaves a file already there intact)."""
+    path = check_output_file(path, flag)
+    with writing(path):
+        atomic_write_bytes(path, data)
+    return path
+
+
+def checkpoint_bytes(state: dict) -> bytes:
+    """``torch.save`` of ``state`` as bytes (what :func:`save_checkpoint` writes)."""
+    buf = io.BytesIO()
+    torch.save(state, buf)
+    return buf.getvalue()
 
 
 def write_json(path: str | Path, obj: Any) -> None:
@@ -113,10 +169,9 @@ def _number(v: str) -> Any:
 def save_checkpoint(path: str | Path, state: dict) -> None:
     """``torch.save`` of ``state`` (tensors, numbers, strings, containers), atomically (a
     failed write: one line, see :func:`writing`); checkpoints and exported networks."""
-    buf = io.BytesIO()
-    torch.save(state, buf)
+    data = checkpoint_bytes(state)
     with writing(path):
-        atomic_write_bytes(path, buf.getvalue())
+        atomic_write_bytes(path, data)
 
 
 def load_checkpoint(path: str | Path, keys: tuple[str, ...] = ()) -> dict | None:

@@ -221,6 +221,9 @@ def lock_folder(folder: str | Path) -> Iterator[Path]:
     need be; released when the block ends or the process dies) while this process trains it:
     a run folder has one writer. A folder another process holds is refused in one line."""
     folder = Path(folder)
+    if folder.exists() and not folder.is_dir():
+        raise PBInputError(f"damaged run folder: {folder} is a file, not a folder; "
+                           f"{io.DAMAGED_FIX}")
     with io.writing(folder):
         folder.mkdir(parents=True, exist_ok=True)
     fd = os.open(folder, os.O_RDONLY)

@@ -1,0 +1,145 @@
+"""pbscale.export refuses damaged or tampered run folders and unsafe ``--out`` paths in one
+line (exit 2), in every format, and writes atomically: the cases of issue 38 (a damaged or
+edited pruned.pt, config.json or data.json; a run without summary.json; NaN weights; an
+``--out`` that is a device node, FIFO or symlink; a full disk under ``ulimit -f``)."""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from pbscale import export as X
+from pbscale import prune as P
+
+FORMATS = ["torchscript", "sparse"] + (
+    ["onnx"] if all(__import__("importlib").util.find_spec(m) for m in ("onnx", "onnxscript"))
+    else [])
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory) -> Path:
+    cfg = P.PruneConfig(model="lenet", synthetic=48, epochs=1, max_batches=1, batch_size=8,
+                        val_size=16, method="cp")
+    return Path(P.run(cfg, tmp_path_factory.mktemp("runs"), quiet=True)["folder"])
+
+
+def copy(folder: Path, dest: Path) -> Path:
+    out = dest / folder.name
+    shutil.copytree(folder, out)
+    return out
+
+
+def refused(capsys, run: Path, fmt: str, out: Path) -> str:
+    assert X.main([str(run), "--format", fmt, "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and len(err.splitlines()) == 1 and "Traceback" not in err
+    return err
+
+
+def pruned_cases(good: dict) -> dict:
+    wrong = dict(good)
+    wrong["fc1.weight_orig"] = torch.zeros(3, 3)
+    missing = {k: v for k, v in good.items() if k != "fc2.bias"}
+    nan = dict(good)
+    nan["fc2.weight_orig"] = good["fc2.weight_orig"].clone()
+    nan["fc2.weight_orig"][0, 0] = float("nan")
+    return {"empty": b"", "random": os.urandom(4096), "list": pickle.dumps([1, 2]),
+            "wrong shape": wrong, "missing key": missing, "nan": nan}
+
+
+def test_damaged_pruned_pt_is_one_line_in_every_format(finished, tmp_path, capsys) -> None:
+    good = torch.load(finished / "pruned.pt", weights_only=True)
+    raw = (finished / "pruned.pt").read_bytes()
+    cases = {**pruned_cases(good), "truncated": raw[: len(raw) // 2]}
+    for name, content in cases.items():
+        run = copy(finished, tmp_path / name.replace(" ", "_"))
+        if isinstance(content, bytes):
+            (run / "pruned.pt").write_bytes(content)
+        else:
+            torch.save(content, run / "pruned.pt")
+        for fmt in FORMATS:
+            err = refused(capsys, run, fmt, tmp_path / f"{fmt}.out")
+            assert "pruned.pt" in err, (name, err)
+            assert not (tmp_path / f"{fmt}.out").exists()
+
+
+def edit(run: Path, name: str, key: tuple, value) -> None:
+    path = run / name
+    obj = json.loads(path.read_text())
+    target = obj
+    for k in key[:-1]:
+        target = target[k]
+    if key:
+        target[key[-1]] = value
+    else:
+        obj = value
+    path.write_text(json.dumps(obj))
+
+
+@pytest.mark.parametrize("name,key,value", [
+    ("config.json", ("task", "model"), "conv6"),
+    ("config.json", ("task", "model"), ["lenet"]),
+    ("config.json", ("task",), "lenet"),
+    ("data.json", ("mean",), ["a"]),
+    ("data.json", ("mean",), "0.1"),
+    ("data.json", ("std",), [0.0]),
+    ("data.json", ("input_shape",), []),
+    ("data.json", ("input_shape",), [-784]),
+    ("data.json", ("input_shape",), [784.0]),
+    ("data.json", ("input_shape",), ["784"]),
+    ("data.json", ("input_shape",), [10**12]),
+    ("data.json", ("input_shape",), [783]),
+    ("summary.json", None, None),
+])
+def test_edited_run_files_are_one_line(finished, tmp_path, capsys, name, key, value) -> None:
+    run = copy(finished, tmp_path)
+    if key is None:
+        (run / name).unlink()
+    else:
+        edit(run, name, key, value)
+    for fmt in FORMATS:
+        err = refused(capsys, run, fmt, tmp_path / f"{fmt}.out")
+        assert name.split(".")[0] in err or "run folder" in err, err
+        assert not (tmp_path / f"{fmt}.out").exists()
+
+
+def test_out_that_is_a_fifo_or_symlink_is_refused(finished, tmp_path, capsys) -> None:
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    target = tmp_path / "target"
+    target.write_bytes(b"keep")
+    link = tmp_path / "link"
+    link.symlink_to(target)
+    for fmt in FORMATS:
+        assert "not a regular file" in refused(capsys, finished, fmt, fifo)
+        assert "symlink" in refused(capsys, finished, fmt, link)
+    assert fifo.is_fifo() and target.read_bytes() == b"keep" and link.is_symlink()
+    if os.geteuid() == 0:  # a character device: mknod needs root
+        dev = tmp_path / "null"
+        os.mknod(dev, 0o666 | 0o020000, os.makedev(1, 3))
+        assert "not a regular file" in refused(capsys, finished, "sparse", dev)
+        assert not dev.is_file()
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_a_full_disk_is_one_line_and_keeps_the_old_file(finished, tmp_path, fmt) -> None:
+    """Under ``ulimit -f 200`` (200 blocks: the export is larger) the write fails with one line
+    and exit 2; the --out already there keeps its content and no temporary file is left."""
+    out = tmp_path / "net.out"
+    out.write_bytes(b"old")
+    code = (f"ulimit -f 200; exec {sys.executable} -m pbscale.export {finished} --format {fmt} "
+            f"--out {out}")
+    proc = subprocess.run(["bash", "-c", code], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": str(Path(X.__file__).parents[1])})
+    assert proc.returncode == 2, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and "ulimit -f" in proc.stderr
+    assert out.read_bytes() == b"old"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["net.out"]
