@@ -211,6 +211,8 @@ class GroupMethod(MemberBook):
         pending, self.pending = self.pending, []
         epoch, i = self.position
         for g, fixed in pending:
+            if g in self.stopped:
+                continue
             m = self.members[g]
             step = (epoch * m.task.steps_per_epoch + i + 1, i + 1, fixed)
             try:

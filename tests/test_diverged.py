@@ -101,11 +101,12 @@ def test_a_damaged_record_is_refused_in_one_line(tmp_path) -> None:
 
 def test_a_group_records_a_diverging_member_and_finishes_the_others(tmp_path, capsys,
                                                                      nan_at) -> None:
-    """Seed 1 diverges at its 4th step (epoch 2): the group records it in its folder (the
+    """Seed 1 diverges at its 3rd step (epoch 2, batch 1 of 2): the group records it in its
+    folder at once (the
     record and metrics.csv its separate run leaves), trains seed 0 to the end (its folder the
     separate run's) and exits 2 naming seed 1; a rerun exits 2 naming it again and trains
     nothing."""
-    nan_at(1, 4)
+    nan_at(1, 3)
     assert run(prune.main, argv(tmp_path / "grp", "--seeds", "0,1")) == 2
     line = one_line(capsys.readouterr().err)
     assert "1 of 2 runs of the group diverged" in line and "lower --mask-lr" in line
@@ -121,7 +122,7 @@ def test_a_group_records_a_diverging_member_and_finishes_the_others(tmp_path, ca
     a, b = read_diverged(sep1), read_diverged(member)
     assert {k: a[k] for k in KEYS - {"last_metrics"}} == \
         {k: b[k] for k in KEYS - {"last_metrics"}}
-    assert (a["epoch"], a["step"]) == (2, 4)
+    assert (a["epoch"], a["step"]) == (2, 3)
     timing = ("train_seconds", "val_seconds")
     assert [{k: v for k, v in r.items() if k not in timing} for r in (a["last_metrics"],)] == \
         [{k: v for k, v in r.items() if k not in timing} for r in (b["last_metrics"],)]
@@ -135,9 +136,10 @@ def test_a_group_records_a_diverging_member_and_finishes_the_others(tmp_path, ca
 
 
 def test_a_group_cut_after_a_divergence_resumes_without_the_member(tmp_path, nan_at) -> None:
-    """SIGTERM after seed 1 diverged (epoch 2), then the same command: the group resumes from
-    its checkpoint with seed 1 still stopped and seed 0 ends as in an uncut group."""
-    nan_at(1, 4)
+    """SIGTERM after seed 1 diverged (epoch 2, batch 1; the stop before batch 2), then the
+    same command: the group resumes from its checkpoint with seed 1 still stopped (its record
+    as in an uncut group) and seed 0 ends as in an uncut group."""
+    nan_at(1, 3)
     cfgs = [prune.PruneConfig(**TINY, seed=s) for s in (0, 1)]
     with pytest.raises(PBInputError):
         prune.run_group(cfgs, tmp_path / "ref", quiet=True)
@@ -153,6 +155,9 @@ def test_a_group_cut_after_a_divergence_resumes_without_the_member(tmp_path, nan
     for folder in (tmp_path / "ref").glob("lenet-*"):
         assert (tmp_path / "cut" / folder.name / DIVERGED).exists() == \
             (folder / DIVERGED).exists()
+        if (folder / DIVERGED).exists():
+            a, b = read_diverged(folder), read_diverged(tmp_path / "cut" / folder.name)
+            assert (a["where"], a["reason"]) == (b["where"], b["reason"])
         same = [runio.read_csv(f / "metrics.csv") for f in (folder, tmp_path / "cut" /
                                                            folder.name)]
         strip = [[{k: v for k, v in r.items() if "seconds" not in k} for r in rows]
