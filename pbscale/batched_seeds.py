@@ -1,8 +1,8 @@
 """Batched seeds for MaskedNNRegression: G runs that share the network and the number of steps
 (different seeds and learning rates of one setting of any method of
 ``pbscale.methods.names("batched")``: the MC estimators, CP, ST, REBAR, RELAX, ST-theta,
-hard-concrete, edge-popup) step together through the one run loop, :func:`pbscale.loop.run`,
-their G x n masks evaluated in one grouped forward per step.
+hard-concrete, edge-popup) train together through the one run loop, :func:`pbscale.loop.run`,
+in one process, each member's step its separate run's step.
 
 Design (the loop stays single-run; a group is one run of it):
 
@@ -10,28 +10,22 @@ Design (the loop stays single-run; a group is one run of it):
   method over mask logits a :class:`pbscale.methods.MaskTrainerGroup`): G :class:`MaskTrainer`
   members, each with its own logits, optimizer state, generator (seeded with the member's seed,
   as the loop seeds a separate run's), temperature schedule (CP) and learned control with its
-  optimizers (REBAR, RELAX). One step is the family's own gradient step called once with
-  leading dimension G: member g's samples or uniforms come from member g's generator, f
-  evaluates all G runs' masks at once (MC: G x n, chunked; CP: its relaxed and hard masks,
-  2 G; ST: G x n; REBAR/RELAX: 3 G x n), and the surrogate's gradient in member g's logits is
-  member g's estimate; each member's optimizer then steps its own logits.
+  optimizers (REBAR, RELAX). One step of the group is each member's own step, one after another
+  (:class:`pbscale.methods.group.MemberBook`): its surrogate on its own batched loss, its
+  backward, its optimizer updates; so member g's numbers are the separate run's bit for bit
+  (its arithmetic does not depend on the group: ``tests/test_group_equality.py``, every method,
+  the paper's problem, 2 epochs).
 * :class:`pbscale.regression.RegressionGroupTask` is the Task: epoch orders (G, N), row g from
-  member g's generator; the batched loss runs the masked backbone's MLP fast path with a group
-  dimension (:meth:`pbscale.masks.MaskedModule.forward`, masks (G, k, d), inputs (G, B, 10));
-  the evaluation is each member's own ``RegressionTask.evaluate``, columns ``run<g>.<metric>``.
+  member g's generator; the batched loss of a step holds each member's own
+  (:meth:`RegressionTask.batch_loss` on its own batch); the evaluation is each member's own
+  ``RegressionTask.evaluate``, columns ``run<g>.<metric>``.
 * The loop gives the group everything a run gets: its folder
   ``<out>/.groups/group-<method>-n<n>-<param>-<G>runs-<hash>`` (hash over the members'
   configurations), ``checkpoint.pt`` after every epoch and on SIGTERM (then exit code 143;
   rerunning the same command resumes to the same numbers), the NaN check (naming the member) and
   the group's ``metrics.csv``. Per run the random stream is the one a separate run draws
-  (``python -m pbscale.regress``): the batch order, then at every step its n samples, then the
-  evaluation; the samplers' streams do not depend on the chunking when k d is even (d = 8,050 is),
-  so every member's history equals that of the separate run up to the round-off of the grouped
-  forward (``tests/test_batched_seeds.py``; every method: ``tests/test_batched_methods.py``).
-  The methods that differentiate through the network (CP, the hybrids, ST-theta, hard-concrete,
-  edge-popup) see the same losses but a backward that rounds differently; RMSprop amplifies
-  that in near-zero gradient entries, so over a long run their members drift from the separate
-  runs as runs on two CPUs do (docs/measurements.md, "Batched seeds: runs per hour").
+  (``python -m pbscale.regress``): the batch order, then at every step its samples, then the
+  evaluation.
 * After every epoch (``after_epoch``: the group task is its own :class:`pbscale.loop.RunHooks`)
   each member's run folder is written exactly where and as ``python -m pbscale.regress`` writes it
   (same hash: ``config.json``, ``history.csv``; ``summary.json`` after the last epoch), so a

@@ -21,10 +21,10 @@ from pbexact import io as exact_io
 from pbexact.errors import PBInputError
 from pbexact.io import atomic_write_bytes, atomic_write_text
 
-__all__ = ["DAMAGED_FIX", "WRITE_FIXES", "atomic_write_text", "check_output_file",
-           "checkpoint_bytes", "load_checkpoint", "read_csv", "read_json", "read_summary",
-           "regular_file", "save_checkpoint", "write_csv", "write_json", "write_output",
-           "writing"]
+__all__ = ["DAMAGED_FIX", "DIVERGED", "WRITE_FIXES", "atomic_write_text", "check_output_file",
+           "checkpoint_bytes", "load_checkpoint", "read_csv", "read_diverged", "read_json",
+           "read_summary", "regular_file", "save_checkpoint", "write_csv", "write_diverged",
+           "write_json", "write_output", "writing"]
 
 
 #: What to do about a damaged run file (named in every such error).
@@ -81,6 +81,32 @@ WRITE_FIXES = {
     errno.EFBIG: "the file is larger than the file-size limit (ulimit -f) allows: raise the "
                  "limit, free disk space or choose another --out",
 }
+
+
+#: The record a diverged run leaves in its folder (:func:`write_diverged`).
+DIVERGED = "diverged.json"
+
+
+def write_diverged(folder: str | Path, record: dict) -> None:
+    """``diverged.json`` in ``folder``, atomically: the record of
+    :meth:`pbscale.run_record.Diverged.record` (keys "epoch", "step", "where", "reason",
+    "last_metrics")."""
+    write_json(Path(folder) / DIVERGED, record)
+
+
+def read_diverged(folder: str | Path) -> dict | None:
+    """The folder's ``diverged.json`` record, or None when there is none. A damaged one (not a
+    JSON object with a "reason", truncated, a folder or FIFO) raises a one-line
+    :class:`PBInputError` naming the file and the fix (it is never taken for "not diverged")."""
+    path = Path(folder) / DIVERGED
+    if not path.exists() and not path.is_symlink():
+        return None
+    if path.is_dir():
+        raise PBInputError(f"damaged run file {path} (a folder); {DAMAGED_FIX}")
+    record = read_json(path)
+    if not isinstance(record, dict) or not isinstance(record.get("reason"), str):
+        raise PBInputError(f"damaged run file {path} (not a divergence record); {DAMAGED_FIX}")
+    return record
 
 
 @contextmanager

@@ -1,9 +1,10 @@
 """A run's folder and the records in it: the folder named by a hash of the run's configuration,
 ``config.json`` (what is hashed, what is not: "info" and "method_info"), the provenance a
 reused folder must match, ``summary.json``, the checkpoint, read with ``weights_only=True``,
-``diverged.json`` (:data:`DIVERGED`: where and why a run diverged) and the lock that keeps one
-writer per run folder (:func:`lock_folder`). :func:`pbscale.loop.run` opens the folder with
-:func:`open_folder`.
+``diverged.json`` (:data:`DIVERGED`, :func:`write_diverged`, :func:`read_diverged`, defined in
+:mod:`pbscale.io` beside ``summary.json``'s reader so that sweeps read them too: where and why
+a run diverged) and the lock that keeps one writer per run folder (:func:`lock_folder`).
+:func:`pbscale.loop.run` opens the folder with :func:`open_folder`.
 """
 
 from __future__ import annotations
@@ -25,7 +26,13 @@ from pbexact.errors import PBInputError
 from pbexact.io import check_out_dir, inside, path_problem
 
 from . import io
+from .io import DIVERGED, read_diverged, write_diverged
 from .loop_types import LoopConfig, Method, Task
+
+__all__ = ["DIVERGED", "GROUPS", "PROVENANCE", "Diverged", "check_provenance", "config_hash",
+           "diverged_refusal", "env_info", "full_config", "groups_folder", "last_metrics",
+           "lock_folder", "open_folder", "read_diverged", "read_state", "run_folder",
+           "write_diverged", "write_summary"]
 
 #: Entries of ``info`` (config.json, unhashed) that must match when a run folder is reused:
 #: the fingerprint of the data and the number of processes (torchrun) that made the run.
@@ -149,10 +156,6 @@ def read_state(path: str | Path) -> dict[str, Any] | None:
     return io.load_checkpoint(path)
 
 
-#: The record a diverged run leaves in its folder (:func:`write_diverged`).
-DIVERGED = "diverged.json"
-
-
 class Diverged(PBInputError):
     """A run diverged (a NaN or inf training loss, mask logits, weights or evaluation loss):
     the one-line message names where and the flag to lower; ``epoch`` (1-based, as the message
@@ -182,28 +185,6 @@ def last_metrics(folder: Path, metrics_file: str) -> dict:
         return {}
     return {k: (None if isinstance(v, float) and not math.isfinite(v) else v)
             for k, v in rows[-1].items()}
-
-
-def write_diverged(folder: str | Path, record: dict) -> None:
-    """``diverged.json`` in ``folder``, atomically: the record of :meth:`Diverged.record`
-    (keys "epoch", "step", "where", "reason", "last_metrics")."""
-    io.write_json(Path(folder) / DIVERGED, record)
-
-
-def read_diverged(folder: str | Path) -> dict | None:
-    """The folder's ``diverged.json`` record, or None when there is none. A damaged one (not a
-    JSON object with a "reason", truncated, a folder or FIFO) raises a one-line
-    :class:`PBInputError` naming the file and the fix (it is never taken for "not diverged")."""
-    path = Path(folder) / DIVERGED
-    if not path.exists() and not path.is_symlink():
-        return None
-    if path.is_dir():
-        raise PBInputError(f"damaged run file {path} (a folder); {io.DAMAGED_FIX}")
-    record = io.read_json(path)
-    if not isinstance(record, dict) or not isinstance(record.get("reason"), str):
-        raise PBInputError(f"damaged run file {path} (not a divergence record); "
-                           f"{io.DAMAGED_FIX}")
-    return record
 
 
 def diverged_refusal(folder: Path, record: dict) -> PBInputError:

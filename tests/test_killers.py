@@ -99,3 +99,20 @@ def test_sparse_masks_of_any_size_load_back(tmp_path, monkeypatch) -> None:
         assert torch.allclose(net(x), nn.functional.linear(x.float() / 255, net.net[0].weight,
                                                           bias))
     assert Path(tmp_path / "s.pt").exists()
+
+
+def test_the_readmes_one_process_command_works() -> None:
+    """README names ``python -m pytest -n 0`` for one process (``-p no:xdist`` fails: the
+    ``-n 2`` of pyproject's addopts has no plugin to read it); the command collects."""
+    import re
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    text = (root / "README.md").read_text()
+    assert re.search(r"`python -m pytest -n 0` runs it in one process", text)
+    assert "`-p no:xdist` runs" not in text
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-n", "0", "--collect-only", "-q",
+                           "-p", "no:cacheprovider", str(Path(__file__))], cwd=root,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr

@@ -271,11 +271,10 @@ class Family:
 
     def make_group(self, configs: Sequence[MethodConfig], layout: Any, plan: Plan) -> Any:
         """The run loop's :class:`pbscale.loop_types.Method` of the G runs ``configs`` of this
-        method (different seeds, learning rates, optimizers, lam) trained as one computation
-        over the flat mask of ``layout``: each step evaluates all G runs' masks in one call,
-        then updates each run as its own optimizer would, so that run g's numbers are those of
-        the method :meth:`make` builds for ``configs[g]`` (to round-off). A family that does
-        not batch refuses (:class:`PBInputError`)."""
+        method (different seeds, learning rates, optimizers, lam) trained in one process over
+        the flat mask of ``layout``: each step is each run's own step, so that run g's numbers
+        are those of the method :meth:`make` builds for ``configs[g]``, bit for bit. A family
+        that does not batch refuses (:class:`PBInputError`)."""
         raise PBInputError(f"{self.text} runs do not train as a group; run them one at a time")
 
 

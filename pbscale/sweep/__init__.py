@@ -29,12 +29,14 @@ its last checkpoint. The sweep keeps one record and one log per run in ``OUT/swe
 stem>/`` (``<id>.json``, ``<id>.log``; the id is a hash of the command and its options; the run
 folder's name is the command's own hash, shown by ``status -v`` and ``results``): state (running,
 finished, failed, interrupted), process id and start time, return code, times. A failed run keeps
-its log and does not stop the others. One ``sweep run`` at a time holds a sweep folder (a lock in
-``OUT/sweep-<stem>/.lock``; a second one is refused with the first one's process id; ``status``
-works meanwhile). SIGTERM or Ctrl-C to ``sweep run`` passes SIGTERM to the running children
-(they checkpoint and exit 143), prints how to resume and exits 143; running the same command
-again goes on where it stopped. Children die with the sweep, also when it is killed with SIGKILL
-(:mod:`pbscale.sweep.records`).
+its log and does not stop the others; a run whose folder holds ``diverged.json``
+(:mod:`pbscale.run_record`) is "diverged" in ``status`` and ``results`` and is not launched
+again (its rerun would repeat the refusal; the user lowers the rate or deletes the record).
+One ``sweep run`` at a time holds a sweep folder (a lock in ``OUT/sweep-<stem>/.lock``; a second
+one is refused with the first one's process id; ``status`` works meanwhile). SIGTERM or Ctrl-C
+to ``sweep run`` passes SIGTERM to the running children (they checkpoint and exit 143), prints
+how to resume and exits 143; running the same command again goes on where it stopped.
+Children die with the sweep, also when it is killed with SIGKILL (:mod:`pbscale.sweep.records`).
 
 Engines (:mod:`pbscale.sweep.engines`): ``--engine local`` (default) runs ``--jobs`` children at
 once (default: CPU cores // ``cpus``, and with ``gpus > 0`` at most ``floor(1 / gpus)`` runs per
@@ -48,9 +50,9 @@ so their results are identical (docs/sweeps.md says what a cluster needs).
 Batched seeds (``batch = true`` under ``[sweep]``, or ``sweep run --batch``): the ``regress``
 runs (of every method that batches, ``pbscale.methods.names("batched")``: all of ``regress``'s)
 that differ only in ``seed`` and ``lr`` form groups (:func:`pbscale.sweep.file.plan`), each one
-child ``python -m pbscale.batched_seeds --lrs ... --seeds ...`` that steps its members together
-(one grouped forward per step) and writes each member's run folder where ``pbscale.regress``
-would, to the same numbers up to round-off. A group's seeds x learning rates is a full product
+child ``python -m pbscale.batched_seeds --lrs ... --seeds ...`` that trains its members in one
+process (each member's step its separate run's) and writes each member's run folder where
+``pbscale.regress`` would, with the same numbers. A group's seeds x learning rates is a full product
 (else it is split per learning rate); a group of one and a run with its own ``chunk`` launch as
 single runs. ``prune`` runs that differ only in ``seed``, ``lam`` and ``mask_lr`` form pruning
 groups the same way (a full product of the three, else split along the last axes:

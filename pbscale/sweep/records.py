@@ -27,7 +27,6 @@ from pbexact.errors import PBInputError
 from pbexact.processes import die_with_parent
 
 from .. import io
-from ..run_record import DIVERGED, read_diverged
 from .file import Group, Run, Sweep, members
 
 STATES = ("finished", "running", "failed", "diverged", "interrupted", "pending")
@@ -298,13 +297,13 @@ def diverged_folders(sweep: Sweep) -> dict[str, Path]:
     """{run id: run folder} of the sweep's runs whose folder holds ``diverged.json`` (the
     record :mod:`pbscale.run_record` writes when a run diverges) and no readable summary."""
     return {k: v for k, v in folder_index(sweep.out).items()
-            if (v / DIVERGED).exists() and readable_summary(v) is None}
+            if (v / io.DIVERGED).exists() and readable_summary(v) is None}
 
 
 def divergence(folder: Path) -> str:
     """The recorded reason of a diverged run folder (or why the record cannot be read)."""
     try:
-        record = read_diverged(folder)
+        record = io.read_diverged(folder)
     except ValueError as exc:  # PBInputError: a damaged record
         return str(exc)
     return "" if record is None else f"{record.get('where', '?')}: {record['reason']}"
