@@ -45,6 +45,7 @@ import argparse
 import sys
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import ExitStack
 from pathlib import Path
 
 import torch
@@ -68,10 +69,10 @@ from .jobs import Batching
 from .loop import env_info, full_config, run, run_folder, write_summary
 from .loop_types import LoopConfig, RunHooks
 from .methods import OPTIMIZERS, MaskTrainerGroup, MethodConfig, Plan, names
-from .regress import DEFAULT_OUT, run_name
+from .regress import DEFAULT_OUT, RUN_FILES, run_name
 from .regress import run_folder as regress_folder
 from .regression import RegressionGroupTask, RegressionProblem, RegressionTask, make_problem
-from .run_record import GROUPS, groups_folder
+from .run_record import GROUPS, groups_folder, lock_folder, open_folder
 from .runtime import resolve_device, set_threads
 
 #: Most runs (seeds x learning rates) in one group: each member keeps its logits, gradient and
@@ -206,10 +207,15 @@ def train_batched(configs: list[MethodConfig], epochs: int, problem: RegressionP
     group_folder = run_folder(groups, task.name, full_config(task, group, loop))
     for record in task.records:
         record["info"]["group"] = f"{GROUPS}/{group_folder.name}"
-    run(task, group, loop, groups, device=dev, progress=progress,
-        info={"chunk": group.chunk, "torch_threads": torch.get_num_threads()},
-        step_hook=step_hook, hooks=[task], lr_flags=task.lr_flags,
-        method_info=group.members[0].family.info())
+    with ExitStack() as locks:  # the separate run's checks and lock of each member's folder
+        for folder, t, record in zip(task.folders, task.members, task.records):
+            config = {k: record[k] for k in ("task", "method", "loop")}
+            open_folder(out, t.name, config, record, RUN_FILES)
+            locks.enter_context(lock_folder(folder))
+        run(task, group, loop, groups, device=dev, progress=progress,
+            info={"chunk": group.chunk, "torch_threads": torch.get_num_threads()},
+            step_hook=step_hook, hooks=[task], lr_flags=task.lr_flags,
+            method_info=group.members[0].family.info())
     return [[{k: v for k, v in row.items() if k not in TIMING}
              for row in io.read_csv(folder / "history.csv")] for folder in task.folders]
 
@@ -219,10 +225,18 @@ def train_unfinished(configs: list[MethodConfig], epochs: int, problem: Regressi
                      device: torch.device | str = "cpu", progress: bool = False
                      ) -> tuple[int, int]:
     """Train, as one group, the runs of ``configs`` whose run folder under ``out`` is not
-    finished (no ``summary.json``; a run finished by ``pbscale.regress`` counts); returns
+    finished (no ``summary.json``; a run finished by ``pbscale.regress`` counts; a damaged one
+    is a one-line :class:`PBInputError` naming it, as the separate run refuses it); returns
     (runs skipped, runs trained)."""
-    todo = [c for c in configs
-            if not (regress_folder(c, epochs, out, data_seed, problem) / "summary.json").exists()]
+
+    def finished(c: MethodConfig) -> bool:
+        path = regress_folder(c, epochs, out, data_seed, problem) / "summary.json"
+        if not path.exists() and not path.is_symlink():
+            return False
+        io.read_summary(path)
+        return True
+
+    todo = [c for c in configs if not finished(c)]
     if todo:
         train_batched(todo, epochs, problem, data_seed, out, device, progress=progress)
     return len(configs) - len(todo), len(todo)

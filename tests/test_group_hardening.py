@@ -189,3 +189,29 @@ def test_lock_folder_refuses_a_second_holder(tmp_path) -> None:
                 pass
     with lock_folder(tmp_path / "run"):
         pass
+
+
+def test_regression_groups_take_the_same_care(tmp_path) -> None:
+    """Batched seeds: a damaged member summary.json is refused (not counted as finished), a
+    member folder another process holds is refused, and a history.csv that is a folder is one
+    line before training."""
+    from pbscale.methods import MethodConfig
+    from pbscale.regress import run_folder as regress_folder
+    from pbscale.regression import make_problem
+
+    p = make_problem(0, n_train=300, n_valid=100, backbone_hidden=(6, 6), target_hidden=(12, 12))
+    cfgs = [MethodConfig("loorf", 2, "sigmoid", 0.1, seed=s) for s in (0, 1)]
+    assert batched_seeds.train_unfinished(cfgs, 1, p, out=tmp_path) == (0, 2)
+    summary = regress_folder(cfgs[0], 1, tmp_path, 0, p) / "summary.json"
+    summary.write_text("{}")
+    with pytest.raises(PBInputError, match="damaged run file .*summary.json"):
+        batched_seeds.train_unfinished(cfgs, 1, p, out=tmp_path)
+    out = tmp_path / "two"
+    folder = regress_folder(cfgs[1], 1, out, 0, p)
+    with lock_folder(folder):
+        with pytest.raises(PBInputError, match="being trained by another process"):
+            batched_seeds.train_unfinished(cfgs, 1, p, out=out)
+    (folder / "history.csv").mkdir()
+    with pytest.raises(PBInputError, match="history.csv is a folder"):
+        batched_seeds.train_unfinished(cfgs, 1, p, out=out)
+    assert not list(out.glob(".groups/*/checkpoint.pt"))
