@@ -1,14 +1,21 @@
-"""``python -m pbscale.export RUN --format torchscript|onnx|sparse --out FILE``: a finished
+"""``python -m pbscale.export RUN --format pt2|torchscript|onnx|sparse --out FILE``: a finished
 pruning run (:mod:`pbscale.prune`: ``config.json``, ``data.json``, ``pruned.pt``) as a network
 that runs without pbnn.
 
-The exported network takes the raw images, uint8 of shape (N, *input_shape) (MNIST: (N, 784);
-CIFAR-10: (N, 3, 32, 32)), and returns the logits (N, 10): the run's test-time transform
-(x / 255 - mean) / std of ``data.json`` is its first operation (:class:`Standardized`), and
-each mask is folded into its weight (``weight_orig * weight_mask``, a plain ``nn.Linear`` /
-``nn.Conv2d`` weight with exact zeros). Formats:
+The exported network takes the raw inputs the run was given: images as uint8 of shape
+(N, *input_shape) (MNIST: (N, 784); CIFAR-10: (N, 3, 32, 32)), a user's float or integer
+arrays as they are (``data.json``'s ``input_dtype``), and returns the network's outputs (the
+logits (N, 10) of the paper's networks): the run's test-time transform (x / 255 - mean) / std
+of ``data.json`` is its first operation for images (:class:`Standardized`), and each mask is
+folded into its weight (``weight_orig * weight_mask``, a plain weight with exact zeros). A
+user's own network (``--model package.module:factory``) is built again from the import path
+the run records, so that module must import where the export runs. Formats:
 
-* ``torchscript``: ``torch.jit.trace`` of that network, ``torch.jit.load`` reads it back;
+* ``pt2`` (the default): ``torch.export`` of that network (dynamic batch size), what torch
+  recommends since it deprecated ``torch.jit.trace``; ``torch.export.load(FILE).module()``
+  reads it back;
+* ``torchscript``: ``torch.jit.trace`` of that network, ``torch.jit.load`` reads it back
+  (deprecated by torch; kept for older consumers);
 * ``onnx``: ``torch.onnx.export`` (input "images", output "logits", dynamic batch size); needs
   the ``export`` extra (onnx, onnxscript: ``pip install -e ".[export]"``);
 * ``sparse``: a compact ``.pt`` for pbnn or plain torch (:func:`save_sparse`,
@@ -31,32 +38,41 @@ from pbexact.cli import ArgumentParser, run_main
 from pbexact.errors import PBInputError
 from pbscale import io as runio
 from pbscale.models import MODELS
-from pbscale.prune_export import load_pruned
+from pbscale.network import IMPORT_PATH, NetworkSource, importable, source_for
+from pbscale.prune_export import load_pruned, pruned_names
 
-FORMATS = ("torchscript", "onnx", "sparse")
+FORMATS = ("pt2", "torchscript", "onnx", "sparse")
+#: What the exported network takes, by ``data.json``'s "input_dtype" (runs written before it
+#: was recorded took uint8 images).
+INPUT_DTYPES = {"uint8": torch.uint8, "float32": torch.float32, "int64": torch.int64}
 #: The version tag of the sparse format (:func:`save_sparse`).
 SPARSE_FORMAT = "pbnn-sparse-1"
 
 
 class Standardized(nn.Module):
     """``net`` after the test-time transform of a run: uint8 images x -> net((x / 255 - mean)
-    / std) in float32, with ``mean`` and ``std`` (one value, or one per channel) as buffers."""
+    / std) in float32, with ``mean`` and ``std`` (one value, or one per channel) as buffers;
+    other inputs (``input_dtype`` float32 or int64) go to ``net`` as they are."""
 
     def __init__(self, net: nn.Module, mean: list[float], std: list[float],
-                 input_shape: list[int]) -> None:
+                 input_shape: list[int], input_dtype: str = "uint8") -> None:
         super().__init__()
         shape = (1, len(mean), *([1] * (len(input_shape) - 1))) if len(mean) > 1 else (1, 1)
         self.net = net
+        self.images = input_dtype == "uint8"
         self.register_buffer("mean", torch.tensor(mean, dtype=torch.float32).reshape(shape))
         self.register_buffer("std", torch.tensor(std, dtype=torch.float32).reshape(shape))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.images:
+            return self.net(x)
         return self.net((x.float() / 255.0 - self.mean) / self.std)
 
 
 def read_run(folder: str | Path) -> tuple[str, dict]:
-    """(model name, data.json) of a finished pruning run folder; a folder that is not one is a
-    one-line :class:`PBInputError`."""
+    """(model: a name of :data:`pbscale.models.MODELS` or the user's import path, data.json) of
+    a finished pruning run folder; a folder that is not one is a one-line
+    :class:`PBInputError`."""
     folder = Path(folder)
     missing = [f for f in ("config.json", "data.json", "pruned.pt") if not (folder / f).is_file()]
     if missing:
@@ -64,59 +80,92 @@ def read_run(folder: str | Path) -> tuple[str, dict]:
                            f"{', '.join(missing)}); pass a folder python -m pbscale.prune wrote")
     config, data = runio.read_json(folder / "config.json"), runio.read_json(folder / "data.json")
     model = config.get("task", {}).get("model") if isinstance(config, dict) else None
-    if model not in MODELS or not isinstance(data, dict) or not {"mean", "std",
-                                                                "input_shape"} <= set(data):
+    if (not isinstance(model, str) or not (model in MODELS or IMPORT_PATH.match(model))
+            or not isinstance(data, dict) or not {"mean", "std", "input_shape"} <= set(data)
+            or data.get("input_dtype", "uint8") not in INPUT_DTYPES):
         raise PBInputError(f"damaged run folder {folder} (config.json or data.json); "
                            f"{runio.DAMAGED_FIX}")
     return model, data
 
 
-def plain_network(folder: str | Path) -> nn.Module:
+def network_source(spec: str, model: object = None) -> NetworkSource:
+    """The network ``spec`` (a run's recorded model) to build again: ``model`` when given (an
+    ``nn.Module``, a factory or an import path: the user's own object), else the recorded
+    import path, which must be importable here (one line when it is not)."""
+    if model is not None:
+        return source_for(model)  # type: ignore[arg-type]
+    if not importable(spec):
+        raise PBInputError(f"the run's network {spec} was given as a Python object that another "
+                           "process cannot import; define it in a module and train with "
+                           "--model package.module:factory, or export from Python: "
+                           "pbscale.export.export(run, fmt, out, model=net)")
+    return source_for(spec)
+
+
+def plain_network(folder: str | Path, model: object = None) -> nn.Module:
     """The run's pruned network as plain modules, masks folded into the weights
     (``torch.nn.utils.prune.remove``), after its test-time transform (:class:`Standardized`);
-    in eval mode."""
-    model, data = read_run(folder)
-    net = load_pruned(model, Path(folder) / "pruned.pt")
-    for mod in net.modules():
-        if torch_prune.is_pruned(mod) and hasattr(mod, "weight_mask"):
-            torch_prune.remove(mod, "weight")
-    return Standardized(net, data["mean"], data["std"], data["input_shape"]).eval()
+    in eval mode. ``model``: the user's network when the recorded import path cannot be used
+    (:func:`network_source`)."""
+    spec, data = read_run(folder)
+    net = load_pruned(network_source(spec, model), Path(folder) / "pruned.pt")
+    mods = dict(net.named_modules())
+    for name in _masked(net):
+        owner, _, param = name.rpartition(".")
+        torch_prune.remove(mods[owner], param)
+    return Standardized(net, data["mean"], data["std"], data["input_shape"],
+                        data.get("input_dtype", "uint8")).eval()
+
+
+def _masked(net: nn.Module) -> list[str]:
+    """The parameters of ``net`` that carry a ``torch.nn.utils.prune`` mask."""
+    return pruned_names({k: None for k in net.state_dict()})
 
 
 def example_input(folder: str | Path, batch: int = 2) -> torch.Tensor:
-    """Zeros of the run's input shape (uint8), for tracing."""
+    """Zeros of the run's input shape and dtype, for tracing."""
     _, data = read_run(folder)
-    return torch.zeros((batch, *data["input_shape"]), dtype=torch.uint8)
+    dtype = INPUT_DTYPES[data.get("input_dtype", "uint8")]
+    return torch.zeros((batch, *data["input_shape"]), dtype=dtype)
 
 
 def save_sparse(folder: str | Path, path: str | Path) -> None:
     """The sparse form of the run's network: {"format", "model", "mean", "std",
-    "input_shape", per masked weight "bits.<name>" (uint8, ``numpy.packbits`` of the flat 0/1
-    mask), "shape.<name>" and "values.<name>" (the kept weights, float32, in flat order),
-    "param.<name>" for every other parameter and buffer}; read by :func:`load_sparse`."""
+    "input_shape", "input_dtype", per masked parameter "bits.<name>" (uint8,
+    ``numpy.packbits`` of the flat 0/1 mask), "shape.<name>" and "values.<name>" (the kept
+    weights, float32, in flat order), "param.<name>" for every other parameter and buffer};
+    read by :func:`load_sparse`."""
     model, data = read_run(folder)
     state = torch.load(Path(folder) / "pruned.pt", map_location="cpu", weights_only=True)
     blob: dict = {"format": SPARSE_FORMAT, "model": model, "mean": data["mean"],
-                  "std": data["std"], "input_shape": data["input_shape"]}
+                  "std": data["std"], "input_shape": data["input_shape"],
+                  "input_dtype": data.get("input_dtype", "uint8")}
+    masked = set(pruned_names(state))
+    for name in masked:
+        value, mask = state[f"{name}_orig"], state[f"{name}_mask"].flatten() != 0
+        blob[f"bits.{name}"] = torch.from_numpy(np.packbits(mask.numpy()))
+        blob[f"shape.{name}"] = list(value.shape)
+        blob[f"values.{name}"] = value.flatten()[mask].clone()
     for key, value in state.items():
-        if key.endswith("_orig"):
-            name = key.removesuffix("_orig")
-            mask = state[f"{name}_mask"].flatten() != 0
-            blob[f"bits.{name}"] = torch.from_numpy(np.packbits(mask.numpy()))
-            blob[f"shape.{name}"] = list(value.shape)
-            blob[f"values.{name}"] = value.flatten()[mask].clone()
-        elif not key.endswith("_mask"):
+        if key.removesuffix("_orig") not in masked and key.removesuffix("_mask") not in masked:
             blob[f"param.{key}"] = value
     runio.save_checkpoint(Path(path), blob)
 
 
-def load_sparse(path: str | Path) -> nn.Module:
+def load_sparse(path: str | Path, model: object = None) -> nn.Module:
     """The network of a :func:`save_sparse` file (``weights_only=True``), dense again, after its
-    test-time transform (:class:`Standardized`); in eval mode."""
+    test-time transform (:class:`Standardized`); in eval mode. A file of a user's network
+    names its import path; that code runs only when the caller passes ``model`` (the path, the
+    factory or a network): a file never chooses code to run."""
     blob = torch.load(path, map_location="cpu", weights_only=True)
     if not isinstance(blob, dict) or blob.get("format") != SPARSE_FORMAT:
         raise PBInputError(f"{path} is not a {SPARSE_FORMAT} file; write one with python -m "
                            "pbscale.export RUN --format sparse")
+    spec = blob.get("model")
+    if model is None and spec not in MODELS:
+        raise PBInputError(f"{path} holds the network {spec!r}, your own code; pass it: "
+                           f"load_sparse(path, model={spec!r}) (a file never chooses code to "
+                           "run)")
     state = {k.removeprefix("param."): v for k, v in blob.items() if k.startswith("param.")}
     for key in (k for k in blob if k.startswith("bits.")):
         name = key.removeprefix("bits.")
@@ -126,13 +175,16 @@ def load_sparse(path: str | Path) -> nn.Module:
         weight = torch.zeros(n, dtype=blob[f"values.{name}"].dtype)
         weight[mask] = blob[f"values.{name}"]
         state[name] = weight.reshape(shape)
-    net = MODELS[blob["model"]]()
+    net = network_source(str(spec), model).build(0, "model")
     net.load_state_dict(state)
-    return Standardized(net, blob["mean"], blob["std"], blob["input_shape"]).eval()
+    return Standardized(net, blob["mean"], blob["std"], blob["input_shape"],
+                        blob.get("input_dtype", "uint8")).eval()
 
 
-def export(folder: str | Path, fmt: str, out: str | Path) -> Path:
-    """Write the run's network to ``out`` in format ``fmt`` (:data:`FORMATS`); returns it."""
+def export(folder: str | Path, fmt: str, out: str | Path, model: object = None) -> Path:
+    """Write the run's network to ``out`` in format ``fmt`` (:data:`FORMATS`); returns it.
+    ``model``: the user's network when the run's recorded import path cannot be imported
+    (:func:`network_source`)."""
     out = Path(out)
     if fmt not in FORMATS:
         raise PBInputError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")
@@ -144,7 +196,13 @@ def export(folder: str | Path, fmt: str, out: str | Path) -> Path:
     if fmt == "sparse":
         save_sparse(folder, out)
         return out
-    net, x = plain_network(folder), example_input(folder)
+    net, x = plain_network(folder, model), example_input(folder)
+    if fmt == "pt2":
+        batch = torch.export.Dim("batch", min=1)
+        with torch.no_grad():
+            program = torch.export.export(net, (x,), dynamic_shapes={"x": {0: batch}})
+        torch.export.save(program, str(out))
+        return out
     if fmt == "torchscript":
         with torch.no_grad():
             traced = torch.jit.trace(net, x)
@@ -165,11 +223,15 @@ def export(folder: str | Path, fmt: str, out: str | Path) -> Path:
 
 def build_parser() -> ArgumentParser:
     p = ArgumentParser(prog="python -m pbscale.export",
-                       description="Export a finished pruning run's network (uint8 images in, "
-                                   "logits out; masks folded in) as TorchScript, ONNX or a "
+                       description="Export a finished pruning run's network (the run's raw "
+                                   "inputs in, e.g. uint8 images; outputs, e.g. logits, out; "
+                                   "masks folded in) as torch.export, TorchScript, ONNX or a "
                                    "compact sparse .pt (docs/export.md).")
     p.add_argument("run", help="run folder of python -m pbscale.prune (with pruned.pt)")
-    p.add_argument("--format", default="torchscript", choices=FORMATS)
+    p.add_argument("--format", default="pt2", choices=FORMATS,
+                   help="pt2: torch.export (read back with torch.export.load(FILE).module()); "
+                        "torchscript: torch.jit.trace (deprecated by torch); onnx; sparse: "
+                        "masks as bits and the kept weights only")
     p.add_argument("--out", required=True, help="file to write (required)")
     return p
 
@@ -190,5 +252,6 @@ if __name__ == "__main__":
     sys.exit(main())
 
 
-__all__ = ["FORMATS", "SPARSE_FORMAT", "Standardized", "build_parser", "example_input",
-           "export", "load_sparse", "main", "plain_network", "read_run", "save_sparse"]
+__all__ = ["FORMATS", "INPUT_DTYPES", "SPARSE_FORMAT", "Standardized", "build_parser",
+           "example_input", "export", "load_sparse", "main", "network_source", "plain_network",
+           "read_run", "save_sparse"]
