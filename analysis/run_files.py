@@ -307,9 +307,14 @@ def read_prune(folder: Path) -> PruneRun:
               if k.startswith("final_remaining_") and k != "final_remaining_all"}
     from pbexact.errors import PBInputError
 
+    recorded = cfg.get("info", {}).get("masked_sizes") if isinstance(cfg.get("info"),
+                                                                       dict) else None
     try:
-        sizes = layer_sizes(task["model"], bool(task.get("mask_head")),
-                            bool(task.get("mask_shortcuts")))
+        # a user's network (pbscale.network) records its masked sizes; a built-in one is built
+        sizes = ({k.removesuffix(".weight"): int(v) for k, v in recorded.items()}
+                 if isinstance(recorded, dict) else
+                 layer_sizes(task["model"], bool(task.get("mask_head")),
+                             bool(task.get("mask_shortcuts"))))
     except (PBInputError, KeyError, ValueError, TypeError) as exc:
         raise DamagedRun(f"task model {task['model']!r} cannot be built ({exc})") from None
     if set(layers) != set(sizes):

@@ -178,9 +178,10 @@ def _paper_rule(model: nn.Module, mask_head: bool) -> list[str]:
 
 def masked_names(model: nn.Module, mask_head: bool = False, mask_shortcuts: bool = False,
                  patterns: Sequence[str] = ()) -> list[str]:
-    """The names of the masked parameters, in ``named_parameters`` order: those the patterns
-    match (``fnmatch``; each must match a parameter that can be masked), else the model's own
-    rule (a :class:`pbscale.models.PrunableNet`) or the paper's (:func:`_paper_rule`)."""
+    """The names of the masked parameters, in ``named_parameters`` order: the weights (2 or more
+    dimensions) the patterns match (``fnmatch``; each must match at least one), else the
+    model's own rule (a :class:`pbscale.models.PrunableNet`) or the paper's
+    (:func:`_paper_rule`)."""
     if not patterns:
         if isinstance(model, PrunableNet):
             return model.masked_names(mask_head, mask_shortcuts)
@@ -198,12 +199,13 @@ def masked_names(model: nn.Module, mask_head: bool = False, mask_shortcuts: bool
             shown = ", ".join(list(params)[:8]) + (", ..." if len(params) > 8 else "")
             raise PBInputError(f"--masked pattern {pat!r} matches no parameter; the network's "
                                f"parameters are {shown}")
-        for k in hits:
-            if params[k].dim() < 2 or not params[k].is_floating_point():
-                raise PBInputError(f"cannot mask {k}: a {params[k].dim()}-d parameter (a bias "
-                                   "or a normalization scale) is not a connection weight; "
-                                   "name weights of 2 or more dimensions in --masked")
-            chosen.add(k)
+        weights = [k for k in hits if params[k].dim() >= 2 and params[k].is_floating_point()]
+        if not weights:
+            k = hits[0]
+            raise PBInputError(f"cannot mask {k}: a {params[k].dim()}-d parameter (a bias or a "
+                               "normalization scale) is not a connection weight; name weights "
+                               "of 2 or more dimensions in --masked")
+        chosen.update(weights)
     return [k for k in params if k in chosen]
 
 

@@ -224,7 +224,7 @@ def run_info(cfg: PruneConfig, data: datamod.Data, task: PruneTask) -> dict:
     network or data the masked parameters and the loss."""
     info = {"data_dir": cfg.data_dir, "data": data.fingerprint, "unused": cfg.unused()}
     if cfg.data or not task.source.builtin or cfg.masked or cfg.loss:
-        info.update({"data_file": cfg.data, "masked_names": task.names,
+        info.update({"data_file": cfg.data, "masked_sizes": layer_counts(task.model, task.names),
                      "loss": task.objective.name, "network": task.source.spec})
     return info
 

@@ -42,6 +42,9 @@ def read_npz(path: str | Path) -> dict[str, np.ndarray]:
     if not path.is_file():
         raise PBInputError(f"--data {path}: no such file; give the .npz file of your arrays "
                            f"({HOW})")
+    if not zipfile.is_zipfile(path):
+        raise PBInputError(f"--data {path} is not a readable .npz file (not a zip archive); "
+                           f"{HOW}")
     try:
         with np.load(path, allow_pickle=False) as npz:
             names = list(npz.files)
