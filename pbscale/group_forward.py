@@ -42,7 +42,7 @@ from collections.abc import Sequence
 import torch
 from torch.nn import functional as F
 
-from pbscale.batched import cross_entropy_per_mask
+from pbscale.batched import PerMaskLoss, cross_entropy_per_mask
 from pbscale.loop_types import SAMPLES_ATTR
 from pbscale.masks import MaskedModule
 
@@ -51,23 +51,26 @@ Batch = tuple[torch.Tensor, torch.Tensor]
 
 
 class GroupForward:
-    """Cross-entropy per mask of G runs: ``self(zs, batches)`` with zs[g] (K_g, d) and batches[g]
-    (x (B, ...), y (B,)) -> [(K_g,)], run g's masks through run g's layout (its weights, weight
-    hook and training mode). One grouped computation when every layout has an MLP plan and the
-    K_g, the batch shapes and dtypes agree; else one forward per run."""
+    """The loss per mask of G runs (``loss``: their task's, cross-entropy by default):
+    ``self(zs, batches)`` with zs[g] (K_g, d) and batches[g] (x (B, ...), y (B, ...)) ->
+    [(K_g,)], run g's masks through run g's layout (its weights, weight hook and training
+    mode). One grouped computation when the loss is cross-entropy, every layout has an MLP plan
+    and the K_g, the batch shapes and dtypes agree; else one forward per run."""
 
-    def __init__(self, layouts: Sequence[MaskedModule]) -> None:
+    def __init__(self, layouts: Sequence[MaskedModule],
+                 loss: PerMaskLoss = cross_entropy_per_mask) -> None:
         self.layouts = list(layouts)
+        self.loss = loss
         self.plans = [lay.choice.plan for lay in self.layouts]
 
     def members(self, part: slice) -> GroupForward:
         """The forward of the runs ``part`` of the group only (a memory-guard slice)."""
-        return GroupForward(self.layouts[part])
+        return GroupForward(self.layouts[part], self.loss)
 
     def grouped(self, zs: Sequence[torch.Tensor], batches: Sequence[Batch]) -> bool:
         """Whether :meth:`__call__` takes the one grouped computation for these inputs."""
         x0 = batches[0][0]
-        return (all(p is not None for p in self.plans)
+        return (self.loss is cross_entropy_per_mask and all(p is not None for p in self.plans)
                 and len({tuple(z.shape) for z in zs}) == 1 and zs[0].shape[0] > 0
                 and all(x.shape == x0.shape and x.dim() == 2 and x.shape[0] > 1
                         and x.dtype == lay.dtype and z.dtype == lay.dtype
@@ -81,7 +84,7 @@ class GroupForward:
         updated once per call)."""
         zs = [torch.cat([c.reshape(-1, c.shape[-1]) for c in cs]) for cs in calls]
         if not self.grouped(zs, batches):
-            return [torch.cat([lay.loss_fn(x, y, cross_entropy_per_mask)(
+            return [torch.cat([lay.loss_fn(x, y, self.loss)(
                         c.reshape(-1, c.shape[-1])) for c in cs])
                     for lay, cs, (x, y) in zip(self.layouts, calls, batches)]
         G, K = len(zs), zs[0].shape[0]

@@ -221,11 +221,13 @@ def summary_keys(task: PruneTask) -> tuple[str, ...]:
 def run_info(cfg: PruneConfig, data: datamod.Data, task: PruneTask) -> dict:
     """What config.json's unhashed "info" records of a run's data and network: the data folder
     (or the user's data file) and fingerprint, the settings it does not read, and for a user's
-    network or data the masked parameters and the loss."""
+    network or data the masked parameters with their sizes, the loss, the network's source and
+    the examples in each split."""
     info = {"data_dir": cfg.data_dir, "data": data.fingerprint, "unused": cfg.unused()}
     if cfg.data or not task.source.builtin or cfg.masked or cfg.loss:
         info.update({"data_file": cfg.data, "masked_sizes": layer_counts(task.model, task.names),
-                     "loss": task.objective.name, "network": task.source.spec})
+                     "loss": task.objective.name, "network": task.source.spec,
+                     "examples": {s: len(getattr(data, s)) for s in ("train", "val", "test")}})
     return info
 
 

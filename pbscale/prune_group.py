@@ -236,7 +236,7 @@ def train_group(members: list[Member], out: str | Path, device: torch.device,
     todo = [m for m in members if not m.finished]
     if not todo:
         return len(members), 0
-    forward = GroupForward([m.task.layout for m in todo])
+    forward = GroupForward([m.task.layout for m in todo], todo[0].task.objective.per_mask)
     n = max(getattr(getattr(m.method, "config", None), "n", 1) for m in todo)
     step = ReplayStep(forward, group_rows(len(todo) * (n + 1), todo[0].task.d, device))
     method = GroupMethod(todo, step, device)

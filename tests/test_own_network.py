@@ -458,3 +458,93 @@ def test_api_tied_weights_stay_dense_and_train(tmp_path):
     net = res.pruned()
     assert net.a.weight is net.b.weight and set(res.masks) == {"inp.weight"}
     assert isinstance(net, nn.Module)
+
+
+# ------------------------------------------------------------------ every family, groups, sweeps
+
+
+def _family_runs() -> list[tuple[str, str]]:
+    from pbscale.methods import REGISTRY
+    from pbscale.prune_config import MODES
+
+    return [(name, mode) for name in P.prune_methods() for mode in MODES
+            if f"prune-{mode}" in REGISTRY[name].commands]
+
+
+@pytest.mark.parametrize("method,mode", _family_runs())
+def test_every_family_prunes_a_user_network(method, mode, zoo_data, tmp_path):
+    """Each pruning family of the registry, in each mode it runs in, on the CNN with BatchNorm
+    and a residual block (the generic path): one short epoch, a finished run folder whose masks
+    cover exactly the paper's rule's weights."""
+    out = tmp_path / "runs"
+    assert P.main(["--model", "_zoo:ResCNN", "--data", str(zoo_data["gray"]), "--mode", mode,
+                   "--method", method, "--n", "2", "--epochs", "1", "--batch-size", "40",
+                   "--eval-masks", "2", "--eval-batches", "1", "--target", "0.5", "--quiet",
+                   "--threads", "1", "--out", str(out)]) == 0
+    (folder,) = out.iterdir()
+    assert set(_masks(folder)) == {"mask.conv.weight", "mask.conv_a.weight",
+                                   "mask.conv_b.weight"}
+    assert 0 <= json.loads((folder / "summary.json").read_text())["final_remaining"] <= 1
+
+
+@pytest.mark.parametrize("factory,method", [("regressor", "arms"), ("ResCNN", "loorf"),
+                                            ("Embed", "cp")])
+def test_a_group_of_a_user_network_is_its_runs(factory, method, zoo_data, tmp_path):
+    """A pruning group of a user's network (float targets with MSE, the vmap path, a masked
+    embedding) trains each member as its separate run."""
+    kind, masked = _zoo.ZOO[factory]
+    args = ["--model", f"_zoo:{factory}", "--data", str(zoo_data[kind]), "--method", method,
+            "--n", "2", "--epochs", "2", "--batch-size", "32", "--eval-masks", "2",
+            "--quiet", "--threads", "1", *(["--masked", masked] if masked else [])]
+    assert P.main([*args, "--seeds", "0,1", "--out", str(tmp_path / "group")]) == 0
+    for seed in (0, 1):
+        assert P.main([*args, "--seed", str(seed), "--out", str(tmp_path / f"alone{seed}")]) == 0
+    group = sorted((tmp_path / "group").glob("*-*-*-*"),
+                   key=lambda p: json.loads((p / "config.json").read_text())["task"]["seed"])
+    assert len(group) == 2
+    for seed, member in enumerate(group):
+        (alone,) = (tmp_path / f"alone{seed}").iterdir()
+        assert member.name == alone.name
+        ma, mb = _masks(member), _masks(alone)
+        assert all(torch.equal(ma[k], mb[k]) for k in ma)
+        for x, y in zip(_rows(member), _rows(alone)):
+            for k in x:
+                if not k.endswith("_seconds"):
+                    assert x[k] == pytest.approx(y[k], rel=1e-5, abs=1e-7, nan_ok=True), k
+
+
+def test_a_sweep_of_a_user_network_runs_as_a_group(tmp_path):
+    """A sweep file names the user's network and data; its seeds train as one pruning group
+    child, and the sweep reads every run back as finished."""
+    (tmp_path / "sweepnet.py").write_text(textwrap.dedent("""
+        from torch import nn
+        def net():
+            return nn.Sequential(nn.Flatten(), nn.Linear(64, 12), nn.ReLU(), nn.Linear(12, 10))
+    """))
+    np.savez(tmp_path / "d.npz", **_zoo.arrays("gray"))
+    (tmp_path / "s.toml").write_text(textwrap.dedent("""
+        [sweep]
+        command = "prune"
+        out = "runs"
+        batch = true
+        threads = 1
+
+        [base]
+        model = "sweepnet:net"
+        data = "d.npz"
+        epochs = 1
+        batch_size = 32
+        method = "cp"
+        seed = [0, 1, 2]
+    """))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(TESTS.parent)])}
+
+    def sweep(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "pbscale.sweep", *args], cwd=tmp_path,
+                              env=env, capture_output=True, text=True, timeout=300)
+
+    res = sweep("run", "s.toml", "--jobs", "1")
+    assert res.returncode == 0, res.stderr
+    assert len([p for p in (tmp_path / "runs").iterdir() if p.name.startswith("net-")]) == 3
+    status = sweep("status", "s.toml")
+    assert status.returncode == 0 and "finished 3" in status.stdout, status.stdout

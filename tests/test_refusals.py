@@ -113,6 +113,7 @@ CASES = [
     ("benchmarks.bench_distributed", ["--ks", ""], "--ks", None),
     ("benchmarks.bench_microworld", ["--seeds", "100000000000"], "lower --n or --seeds", None),
     ("benchmarks.bench_microworld", ["--steps", "0"], "--steps", None),
+    ("benchmarks.bench_own_network", ["--ns", "0"], "--ns", None),
     ("benchmarks.bench_pbscale", ["--ns", "1"], "n >= 2", None),
     ("benchmarks.bench_pbscale", ["--estimator", "cp"], "--estimator", None),
     ("benchmarks.bench_prune", ["--models", "foo"], "unknown model", None),
@@ -123,6 +124,10 @@ CASES = [
     ("benchmarks.gpu_suite", [], "required: --out", None),
     # the scaled side (pbscale/)
     ("pbscale.prune", ["--meth", "cp"], "unrecognized arguments: --meth", None),
+    ("pbscale.prune", ["--model", "mymod:net", "--data", "nope.npz"], "no such file", None),
+    ("pbscale.prune", ["--model", "no_such_module_here:net", "--dataset", "mnist",
+                       "--synthetic", "8"], "cannot import no_such_module_here", None),
+    ("pbscale.prune", ["--data", "x.npz", "--dataset", "cifar10"], "--data gives the data", None),
     ("pbscale.prune", ["--seed", str(10**20)], "2**63 - 1", None),
     ("pbscale.prune", ["--split-seed", str(10**20)], "2**63 - 1", None),
     ("pbscale.prune", ["--synthetic", str(10**20)], "2**63 - 1", None),
