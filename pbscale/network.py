@@ -21,6 +21,7 @@ into the run's identity.
 
 from __future__ import annotations
 
+import argparse
 import copy
 import fnmatch
 import hashlib
@@ -57,6 +58,15 @@ def check_spec(spec: str) -> str:
     raise PBInputError(f"unknown model {spec!r}; choose one of {', '.join(MODELS)}, or name "
                        "your own as package.module:factory (a function or class that returns "
                        "an nn.Module; docs/own_network.md)")
+
+
+def argument(text: str) -> str:
+    """argparse type of ``--model``: a built-in model or an import path (:func:`check_spec`'s
+    one-line message as argparse's error)."""
+    try:
+        return check_spec(text)
+    except PBInputError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def import_factory(spec: str) -> Callable[[], nn.Module]:
@@ -232,6 +242,6 @@ def layer_counts(model: nn.Module, names: Sequence[str]) -> dict[str, int]:
     return {k: params[k].numel() for k in names}
 
 
-__all__ = ["IMPORT_PATH", "NETWORK_INITS", "NetworkSource", "check_spec", "import_factory",
+__all__ = ["IMPORT_PATH", "NETWORK_INITS", "NetworkSource", "argument", "check_spec", "import_factory",
            "importable", "is_import_path", "layer_counts", "masked_names", "network_id",
            "short_name", "source_for"]

@@ -69,7 +69,8 @@ from pbscale.loop import run as loop_run
 from pbscale.loop_types import LoopConfig, RunHooks
 from pbscale.methods import REGISTRY, Plan
 from pbscale.models import MODELS
-from pbscale.network import NETWORK_INITS, NetworkSource, check_spec, layer_counts
+from pbscale.network import NETWORK_INITS, NetworkSource, layer_counts
+from pbscale.network import argument as model_argument
 from pbscale.prune_config import (
     DEFAULT_PARAM,
     FREEZE_AT,
@@ -335,15 +336,6 @@ def report(summary: dict, task: PruneTask) -> None:
         layer = k.removesuffix(".weight")
         frac = summary[f"final_remaining_{layer}"]
         print(f"  {layer:<24} {round(frac * size):>10,} / {size:>10,}  ({frac:.4%})")
-
-
-def model_argument(text: str) -> str:
-    """argparse type of ``--model``: a built-in model or an import path
-    (:func:`pbscale.network.check_spec`)."""
-    try:
-        return check_spec(text)
-    except PBInputError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def float_list(kind):

@@ -25,7 +25,7 @@ from test_prune_data import MNIST_DIR
 from pbexact import cli
 from pbexact.errors import PBInputError, RunInterrupted
 from pbexact.parametrizations import PARAMETRIZATIONS, Direct, get_parametrization
-from pbscale import batched_seeds, data, io, regress, routes
+from pbscale import batched_seeds, data, io, network, regress, routes
 from pbscale import prune as P
 from pbscale.loop import PROVENANCE, config_hash, full_config
 from pbscale.loop import run as loop_run
@@ -205,7 +205,7 @@ def _exit_code(main, argv) -> int:
 SHARED_TYPES = {cli.positive_int, cli.nonneg_int, cli.positive_float, cli.nonneg_float,
                 cli.seed_list, cli.positive_int_list, cli.thread_count, cli.out_folder,
                 batched_seeds.group_seeds, batched_seeds.lr_list, P.SYNTHETIC_COUNT,
-                routes.argument, P.model_argument}
+                routes.argument, network.argument}
 #: Flags whose values are free text by nature (paths, device names, name patterns, import
 #: paths checked when the run starts).
 FREE_TEXT = {"data_dir", "download_url", "out", "device", "data", "masked", "loss"}
