@@ -242,6 +242,6 @@ def layer_counts(model: nn.Module, names: Sequence[str]) -> dict[str, int]:
     return {k: params[k].numel() for k in names}
 
 
-__all__ = ["IMPORT_PATH", "NETWORK_INITS", "NetworkSource", "argument", "check_spec", "import_factory",
-           "importable", "is_import_path", "layer_counts", "masked_names", "network_id",
-           "short_name", "source_for"]
+__all__ = ["IMPORT_PATH", "NETWORK_INITS", "NetworkSource", "argument", "check_spec",
+           "import_factory", "importable", "is_import_path", "layer_counts", "masked_names",
+           "network_id", "short_name", "source_for"]
