@@ -103,14 +103,16 @@ def common_range(rem: np.ndarray, acc: np.ndarray, floor: float
 
 
 def _budgets(rem: np.ndarray, lo: np.ndarray, hi: np.ndarray, grid: int | None) -> np.ndarray:
-    """The budgets (..., M) a mean reads: G log-spaced ones, or every point's remaining fraction
-    clipped to [lo, hi] with lo and hi, sorted (the breakpoints of every front)."""
+    """The budgets each front (..., F, P) is read at, (..., F, M) or (..., 1, G): G log-spaced
+    ones, or the front's own points' remaining fractions clipped to [lo, hi], with lo and hi,
+    sorted (its breakpoints: between two of them it is linear in log r, or constant)."""
     if grid is not None:
-        return np.exp(np.linspace(np.log(lo), np.log(hi), grid, axis=-1))
-    flat = rem.reshape(*rem.shape[:-2], -1)
-    inside = np.where(np.isfinite(flat) & (flat > 0), flat, lo[..., None])
-    pts = np.clip(inside, lo[..., None], hi[..., None])
-    return np.sort(np.concatenate([lo[..., None], pts, hi[..., None]], axis=-1), axis=-1)
+        return np.exp(np.linspace(np.log(lo), np.log(hi), grid, axis=-1))[..., None, :]
+    lo, hi = lo[..., None, None], hi[..., None, None]
+    inside = np.where(np.isfinite(rem) & (rem > 0), rem, lo)
+    pts = np.clip(inside, lo, hi)
+    ends = np.broadcast_to(lo, rem.shape[:-1] + (1,)), np.broadcast_to(hi, rem.shape[:-1] + (1,))
+    return np.sort(np.concatenate([ends[0], pts, ends[1]], axis=-1), axis=-1)
 
 
 def _quadrature(x: np.ndarray, step: bool, grid: int | None) -> np.ndarray:
@@ -137,10 +139,9 @@ def _quadrature(x: np.ndarray, step: bool, grid: int | None) -> np.ndarray:
 def range_means(rem: np.ndarray, acc: np.ndarray, lo: np.ndarray, hi: np.ndarray,
                 step: bool = False, grid: int | None = None, weights: bool = False):
     """Each front's mean value over [lo, hi] in log remaining: fronts (..., F, P), range (...)
-    -> (..., F). The budgets read are the breakpoints of all F fronts (exact), or ``grid``
-    log-spaced ones. With ``weights``, also each point's weight in its front's mean,
-    (..., F, P)."""
-    x = _budgets(rem, lo, hi, grid)[..., None, :]
+    -> (..., F). The budgets read are each front's breakpoints (exact), or ``grid`` log-spaced
+    ones. With ``weights``, also each point's weight in its front's mean, (..., F, P)."""
+    x = _budgets(rem, lo, hi, grid)
     q = _quadrature(x, step, grid)
     if not weights:
         return (front_values(rem, acc, x, step) * q).sum(axis=-1)

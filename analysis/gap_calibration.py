@@ -2,6 +2,7 @@
 (:func:`analysis.scale_fronts.compare_groups` on per-seed fronts).
 
     python -m analysis.gap_calibration --study figures/claims20 --draws 4000
+    python -m analysis.gap_calibration --study figures/claims --one-seed-draws 300
 
 A :class:`Design` is one side of a comparison the claims make (captured with
 :func:`analysis.scale_fronts.recording`): its settings' mean remaining fraction and test
@@ -19,11 +20,16 @@ variance), and runs the statistic exactly as the claims do (:func:`analysis.fron
 * **Known gaps**: one side shifted up by the gap the design states as detectable (the median of
   the null studies' stated gaps); it must read holds in about :data:`analysis.gap_test.POWER`
   of the studies.
+
+A one-seed design (settings of 1-3 seeds: the 4-epoch study) is simulated through the claims'
+own code (:func:`simulate_runs`; slower): each setting with its real number of seeds, its
+measured s.d. (one seed: the group's pooled s.d.).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import warnings
 from collections.abc import Sequence
@@ -36,8 +42,8 @@ from analysis.claims import FAILS, HOLDS
 from analysis.cli import run
 from analysis.front_curves import compared_means
 from analysis.gap_test import MUCH_ACC, POWER, detectable, outcome, paired
-from analysis.scale_fronts import Group, recording
-from analysis.scale_runs import ACC_FLOOR
+from analysis.scale_fronts import FALLBACK_SD, Group, front_gap, pooled_sd, recording
+from analysis.scale_runs import ACC_FLOOR, RunRecord
 from pbexact.cli import ArgumentParser, nonneg_int, positive_int
 
 #: Simulated studies evaluated at once (memory: about 30 MB per 100 studies of 5 + 5 fronts of
@@ -74,18 +80,21 @@ def design_of(g: Group) -> Design:
                   1 - ok.mean(axis=0), len(g.seeds))
 
 
-def claim_designs(records: Sequence, claims: Sequence) -> list[tuple[str, Design, Design, bool]]:
-    """(name, A, B, much) of every comparison the claims make on the records with per-seed
-    fronts on both sides."""
+def claim_groups(records: Sequence, claims: Sequence) -> list[tuple[str, Group, Group, bool]]:
+    """(name, A, B, much) of every front comparison the claims make on the records."""
     out = []
     for c in claims:
         with recording() as seen:
             c.evaluate(records)
-        for a, b, much in seen:
-            if a.per_seed and b.per_seed:
-                out.append((f"{c.bullet} {a.label} - {b.label}", design_of(a), design_of(b),
-                            much))
+        out += [(f"{c.bullet} {a.label} - {b.label}", a, b, much) for a, b, much in seen]
     return out
+
+
+def claim_designs(records: Sequence, claims: Sequence) -> list[tuple[str, Design, Design, bool]]:
+    """(name, A, B, much) of every comparison the claims make on the records with per-seed
+    fronts on both sides."""
+    return [(name, design_of(a), design_of(b), much)
+            for name, a, b, much in claim_groups(records, claims) if a.per_seed and b.per_seed]
 
 
 def draw(d: Design, draws: int, rng: np.random.Generator, shift: float = 0.0,
@@ -126,6 +135,45 @@ def simulate(a: Design, b: Design, draws: int, rng: np.random.Generator, shift: 
     return np.concatenate(outs), np.concatenate(dets)
 
 
+def draw_runs(g: Group, rng: np.random.Generator, shift: float = 0.0,
+              method: str = "sim") -> list[RunRecord]:
+    """Simulated runs of a group's real design as the claims read them: each setting with its
+    real number of finished seeds, accuracy normal about its mean (+ shift) with its seed s.d.
+    (a setting of one seed: the pooled s.d. of the group's settings of several, else
+    :data:`analysis.scale_fronts.FALLBACK_SD`), its remaining fraction as measured."""
+    sd, _, n = pooled_sd((g,), (np.ones(len(g.names), dtype=bool),))
+    sd = sd if n else FALLBACK_SD
+    out = []
+    for j, key in enumerate(g.names):
+        settings = {k: v for k, v in json.loads(key).items() if k != "method"}
+        s_j = g.sd[j] if g.count[j] > 1 else sd
+        for seed in range(int(g.count[j])):
+            acc = float(g.mean_acc[j] + shift + s_j * rng.standard_normal())
+            out.append(RunRecord("supermask", method, settings, seed, float(g.mean_rem[j]), acc,
+                                 {}, {}))
+    return out
+
+
+def simulate_runs(g: Group, draws: int, rng: np.random.Generator, shift: float = 0.0,
+                  much: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """Outcomes and stated detectable gaps of ``draws`` simulated studies of a group's design
+    against itself (one side shifted up), through the claims' own code
+    (:func:`analysis.scale_fronts.front_gap`, the experiment's runs as the s.d. pool): the
+    one-seed designs' modelled s.e. is calibrated this way."""
+    outs, dets = [], []
+    for _ in range(draws):
+        a = draw_runs(g, rng, shift, "a")
+        b = draw_runs(g, rng, 0.0, "b")
+        gap = front_gap(a, b, "a", "b", much, pool=a + b)
+        if isinstance(gap, str):
+            outs.append("noise")
+            dets.append(np.nan)
+            continue
+        outs.append(outcome(gap.test, much))
+        dets.append(gap.detectable)
+    return np.array(outs), np.array(dets)
+
+
 @dataclass(frozen=True)
 class Calibration:
     """Rates over simulated studies of one design: false holds and false fails under the null,
@@ -143,14 +191,21 @@ class Calibration:
         return math.sqrt(p * (1 - p) / self.draws)
 
 
-def calibrate(name: str, d: Design, draws: int, rng: np.random.Generator, much: bool = False,
-              rho: float = 0.0) -> Calibration:
-    """Null studies of d against itself (at the 'much' edge for a much row) and studies with
-    the stated detectable gap."""
+def calibrate(name: str, d: Design | Group, draws: int, rng: np.random.Generator,
+              much: bool = False, rho: float = 0.0) -> Calibration:
+    """Null studies of a design against itself (at the 'much' edge for a much row) and studies
+    with the stated detectable gap: vectorized for a :class:`Design` (per-seed fronts), through
+    :func:`simulate_runs` for a one-seed :class:`~analysis.scale_fronts.Group`."""
     base = MUCH_ACC if much else 0.0
-    out, det = simulate(d, d, draws, rng, base, much, rho)
+    if isinstance(d, Design):
+        out, det = simulate(d, d, draws, rng, base, much, rho)
+    else:
+        out, det = simulate_runs(d, draws, rng, base, much)
     gap = float(np.nanmedian(det))
-    hits, _ = simulate(d, d, draws, rng, gap, much, rho)
+    if isinstance(d, Design):
+        hits, _ = simulate(d, d, draws, rng, gap, much, rho)
+    else:
+        hits, _ = simulate_runs(d, draws, rng, gap, much)
     return Calibration(name, float(np.mean(out == HOLDS)), float(np.mean(out == FAILS)),
                        gap, float(np.mean(hits == HOLDS)), draws)
 
@@ -165,6 +220,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=nonneg_int, default=0, help="seed of the simulation")
     p.add_argument("--rho", type=float, default=0.0,
                    help="share of the seed variance shared by every cell of a seed (default 0)")
+    p.add_argument("--one-seed-draws", type=nonneg_int, default=300,
+                   help="simulated studies of each one-seed design (run through the claims' own "
+                        "code, about 20 ms each; default 300, 0: none)")
     return p
 
 
@@ -175,20 +233,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     records = study_records(args.study, ("supermask", "joint"))
     rng = np.random.default_rng(args.seed)
-    print(f"{args.draws} simulated studies per line; nominal: false holds and false fails "
-          f"2.5% each, power {POWER:.0%} at the stated gap; rho {args.rho:g}")
-    print(f"{'design':<58} {'holds':>6} {'fails':>6} {'gap':>7} {'power':>6}")
+    print(f"{args.study}: nominal false holds and false fails 2.5% each, power {POWER:.0%} at "
+          f"the stated gap; rho {args.rho:g} (per-seed designs)")
+    print(f"{'design':<44} {'fronts':<9} {'draws':>6} {'holds':>6} {'fails':>6} {'gap':>7} "
+          f"{'power':>6}")
     seen = set()
-    for name, a, b, much in claim_designs(records, SCALE_CLAIMS):
-        for d in (a, b):
-            key = (d.name, much, d.rem.tobytes())
+    for name, a, b, much in claim_groups(records, SCALE_CLAIMS):
+        for g in (a, b):
+            key = (g.label, g.names, much)
             if key in seen:
                 continue
             seen.add(key)
-            c = calibrate(f"{name.split()[0]} {d.name}" + (" (much)" if much else ""), d,
-                          args.draws, rng, much, args.rho)
-            print(f"{c.name:<58} {c.false_holds:>6.3f} {c.false_fails:>6.3f} "
-                  f"{c.detectable:>7.4f} {c.power:>6.3f}")
+            label = f"{name.split()[0]} {g.label}" + (" (much)" if much else "")
+            if g.per_seed:
+                c = calibrate(label, design_of(g), args.draws, rng, much, args.rho)
+            elif args.one_seed_draws:
+                c = calibrate(label, g, args.one_seed_draws, rng, much)
+            else:
+                continue
+            print(f"{c.name:<44} {'per seed' if g.per_seed else 'one seed':<9} {c.draws:>6} "
+                  f"{c.false_holds:>6.3f} {c.false_fails:>6.3f} {c.detectable:>7.4f} "
+                  f"{c.power:>6.3f}")
     return 0
 
 

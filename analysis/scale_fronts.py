@@ -16,7 +16,8 @@ The statistic (:func:`compare_groups`):
 * with fewer (a one-seed design), the fronts are those of the settings' seed means and the s.e.
   comes from a model: each setting's mean has s.d. sigma / sqrt(k), with sigma the pooled seed
   s.d. of the settings that carry weight in the gap (never a setting outside the compared
-  range), else of the experiment's settings inside the range, else :data:`FALLBACK_SD`.
+  range), else of the experiment's settings inside the range, else :data:`FALLBACK_SD`; the
+  s.e. is the gap's s.d. over draws of the means from that model (:data:`MODEL_DRAWS`).
 
 The verdict is that of the 95% interval (holds / fails / noise; "much" against
 :data:`analysis.gap_test.MUCH_ACC`), with the gap the design could have detected at 80% power.
@@ -56,6 +57,11 @@ from analysis.scale_runs import (
 #: none of the experiment's inside the compared range, has two or more seeds (half a point of
 #: accuracy, about the seed-to-seed s.d. of LeNet/MNIST).
 FALLBACK_SD = 5e-3
+#: A one-seed design's s.e.: the s.d. of the gap over this many draws of every setting's mean
+#: (normal, s.d. sigma / sqrt(its seeds)), seeded by MODEL_SEED: a front whose best point
+#: changes from draw to draw counts, which a linear propagation of the s.d. would miss.
+MODEL_DRAWS = 400
+MODEL_SEED = 0
 
 
 def front(pts: Sequence[Point]) -> list[Point]:
@@ -192,6 +198,17 @@ def _seed_gap(a: Group, b: Group, reading: Reading) -> tuple[GapTest, float, flo
     return welch(ma, mb), float(lo), float(hi), {}
 
 
+def contenders(rem: np.ndarray, acc: np.ndarray, sd: np.ndarray, z: float = 6.0) -> np.ndarray:
+    """The points (P,) that noise of s.d. ``sd`` (P,) could put on the front: not beaten by a
+    point at most as dense by more than z times their combined s.d. (no weight left or no
+    number: never)."""
+    ok = np.isfinite(rem) & np.isfinite(acc) & (rem > 0)
+    with np.errstate(invalid="ignore"):
+        beaten = (ok[None, :] & (rem[None, :] <= rem[:, None])
+                  & (acc[None, :] - acc[:, None] > z * np.hypot(sd[None, :], sd[:, None])))
+    return ok & ~beaten.any(axis=1)
+
+
 def _model_gap(a: Group, b: Group, reading: Reading, pool: Sequence[RunRecord]
                ) -> tuple[GapTest, float, float, str]:
     ma, mb, lo, hi, wa, wb = compared_means(
@@ -208,10 +225,19 @@ def _model_gap(a: Group, b: Group, reading: Reading, pool: Sequence[RunRecord]
         where = f"{n} setting{'s' * (n != 1)} of the experiment inside the range"
     if not n:
         sd, df, where = FALLBACK_SD, math.inf, "fixed: no setting in the range has two seeds"
-    with np.errstate(invalid="ignore", divide="ignore"):
-        var = (np.nansum(np.where(a.count > 0, wa ** 2 / np.maximum(a.count, 1), 0.0))
-               + np.nansum(np.where(b.count > 0, wb ** 2 / np.maximum(b.count, 1), 0.0)))
-    test = modelled(float(ma[0] - mb[0]), sd * math.sqrt(var), df)
+    rng = np.random.default_rng(MODEL_SEED)
+    rems, draws = [], []
+    for g in (a, b):
+        keep = contenders(g.mean_rem, g.mean_acc, sd / np.sqrt(np.maximum(g.count, 1)))
+        scale = sd / np.sqrt(np.maximum(g.count[keep], 1))
+        draws.append(g.mean_acc[keep] + scale * rng.standard_normal((MODEL_DRAWS, 1, keep.sum())))
+        rems.append(np.broadcast_to(g.mean_rem[keep], draws[-1].shape))
+    da, db, *_ = compared_means(rems[0], draws[0], rems[1], draws[1], reading.acc_floor,
+                                reading.step, reading.grid)
+    gaps = (da - db)[:, 0]
+    gaps = gaps[np.isfinite(gaps)]
+    test = modelled(float(ma[0] - mb[0]), float(gaps.std(ddof=1)) if gaps.size > 1 else math.inf,
+                    df)
     how = f"seed means; seed s.d. {sd:.4f} ({where}" + (f", df {df:g})" if math.isfinite(df)
                                                          else ")")
     return test, float(lo), float(hi), how

@@ -324,10 +324,16 @@ def plot_pareto(files: Outputs, plotted: list[dict], experiment: str) -> None:
                        color=colors[(2 * i + i // 10) % len(colors)])[0]
         ax.scatter([p["remaining"] for p in g], [p["accuracy"] for p in g], s=8, alpha=0.3,
                    color=line.get_color())
-    ax.axhline(ACC_FLOOR, color="grey", lw=0.6, ls=":")
+        spread = [p for p in fr if p["acc_sd"] > 0 or p["rem_sd"] > 0]
+        if spread:  # the seed spread of each front point: +-1 s.d. over its seeds
+            ax.errorbar([p["remaining"] for p in spread], [p["accuracy"] for p in spread],
+                        xerr=[p["rem_sd"] for p in spread], yerr=[p["acc_sd"] for p in spread],
+                        fmt="none", lw=0.7, capsize=1.5, color=line.get_color(), alpha=0.8)
+    ax.axhline(ACC_FLOOR, color="grey", lw=0.6, ls=":",
+               label=f"accuracy floor {ACC_FLOOR:g} (sets the compared range)")
     fraction_axis(ax, [p["remaining"] for p in plotted])
     ax.set_xlabel("weights remaining (fraction of the masked weights)")
-    ax.set_ylabel("test accuracy (seed mean)")
+    ax.set_ylabel("test accuracy (seed mean; bars: +-1 seed s.d.)")
     ax.set_title(f"{experiment}: Pareto fronts")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=6, ncol=2)

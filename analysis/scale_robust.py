@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 from analysis.claims import Verdict
 from analysis.scale_claims import SCALE_CLAIMS, ScaleClaim
+from analysis.scale_fronts import recording
 from analysis.scale_runs import (
     AS_REPORTED,
     MISSING,
@@ -80,7 +81,11 @@ def left_out(claim: ScaleClaim, records: Sequence[RunRecord], verdict: Verdict
     reported one (the reported outcome when none does) and a note naming the settings that
     change it."""
     mine = [r for r in records if r.experiment == claim.experiment]
-    settings = list(dict.fromkeys(r.setting for r in mine))
+    with recording() as compared:
+        claim.evaluate(records, AS_REPORTED)
+    read = {k for a, b, _ in compared for k in (*a.names, *b.names)}
+    # a front claim reads only the settings of the fronts it compares; the others read all
+    settings = [k for k in dict.fromkeys(r.setting for r in mine) if not read or k in read]
     acted, flips = False, []
     for key in settings:
         v = claim.evaluate([r for r in records if r.setting != key], AS_REPORTED)
