@@ -98,9 +98,12 @@ SMALL_FILES = ("config.json", "metrics.csv", "history.csv", "summary.json", DIVE
 # ------------------------------------------------------------------------------- reading
 
 
-def check_root(root: Path) -> Path:
-    """A --runs folder: it must exist and be a folder (one line otherwise)."""
-    return check_in_folder(root, "--runs ", "pass folders holding run folders")
+def check_root(root: Path, flag: str = "--runs") -> Path:
+    """A folder of run folders (``--runs``, a ``--baseline`` study): it must exist and be a
+    folder (one line naming ``flag`` otherwise)."""
+    fix = ("pass folders holding run folders" if flag == "--runs" else
+           "pass a study's --out folder (it holds runs/)")
+    return check_in_folder(root, f"{flag} ", fix)
 
 
 def find_run_folders(roots: Sequence[Path]) -> list[Path]:
@@ -417,7 +420,7 @@ def plot_layers(files: Outputs, chosen: list[tuple[str, RunRecord, Path]]) -> No
 def study_records(folder: Path, experiments: Sequence[str]) -> list[RunRecord]:
     """The records of a study: its ``runs/`` folder (or the folder itself when it has none)."""
     runs = folder / "runs"
-    return [r for r, _ in load(runs if runs.is_dir() else check_root(folder))
+    return [r for r, _ in load(runs if runs.is_dir() else check_root(folder, "--baseline"))
             if r.experiment in experiments]
 
 
@@ -515,9 +518,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         for line in compare(records, *args.compare):
             print(line)
         return 0
-    out = check_out(args.out, "--out")
     for b in args.baseline:
-        check_root(b)
+        check_root(b, "--baseline")
+    if args.replot and not (args.out / "runs").is_dir():  # before --out is created
+        raise PBInputError(f"{args.out / 'runs'} does not exist; run without --replot and with "
+                           "--runs first")
+    out = check_out(args.out, "--out")
     if not args.replot:
         n = copy_small_files(args.runs, out)
         print(f"copied the small files of {n} run folders to {out / 'runs'}")

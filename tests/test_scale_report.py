@@ -622,3 +622,50 @@ def test_each_kind_of_damage_skips_its_run_with_one_warning(tmp_path, capsys):
     for folder, kind in damaged.items():
         if kind in DAMAGE and not kind.startswith(("metrics", "nan accuracy")):
             assert f"{folder}:" in warned, kind
+
+
+def test_baseline_and_replot_refusals_name_the_right_flag_and_create_nothing(tmp_path, capsys):
+    """Issue 38: `--baseline missing` named --runs; `--replot --out new` created new/ while
+    refusing."""
+    from analysis.cli import run
+
+    write_study(tmp_path / "runs")
+    assert S.main(["--runs", str(tmp_path / "runs"), "--out", str(tmp_path / "rep")]) == 0
+    capsys.readouterr()
+    assert run(S.main, ["--replot", "--out", str(tmp_path / "rep"), "--baseline",
+                        str(tmp_path / "missing")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"error: --baseline {tmp_path / 'missing'} does")
+    assert "--runs" not in err[0]
+    new = tmp_path / "new"
+    assert run(S.main, ["--replot", "--out", str(new)]) == 2
+    assert "run without --replot and with --runs first" in capsys.readouterr().err
+    assert not new.exists()
+
+
+def test_compare_names_families_budgets_and_what_it_left_out(tmp_path, capsys):
+    """Issue 42: `--compare cp mc` (mc: every MC estimator) says what each name covers, the
+    budget compared and the runs left out; `--experiments supermask` is honoured."""
+    root = tmp_path / "runs"
+    for seed in (0, 1):
+        for i, r in enumerate((0.2, 0.1, 0.05)):
+            write_prune(root, "supermask", "cp", seed, r, 0.95 - 0.01 * i + 0.001 * seed,
+                        {"fc1": r, "fc2": r, "fc3": r}, lam=10.0 ** -i, mask_opt="rmsprop")
+            write_prune(root, "supermask", "arms", seed, 2 * r, 0.80 - 0.01 * i + 0.002 * seed,
+                        {"fc1": 2 * r, "fc2": 2 * r, "fc3": 2 * r}, lam=10.0 ** -i, n=2)
+            write_prune(root, "joint", "loorf", seed, 2 * r, 0.9 - 0.01 * i + 0.002 * seed,
+                        layers_for(2 * r, 0.8), lam=10.0 ** -i, n=2)
+            write_prune(root, "joint", "cp", seed, r, 0.95 - 0.01 * i + 0.001 * seed,
+                        layers_for(r, 0.5), lam=10.0 ** -i)
+        write_prune(root, "supermask", "arms", seed, 0.1, 0.85 + 0.001 * seed,
+                    {"fc1": 0.1, "fc2": 0.1, "fc3": 0.1}, lam=1e-3, n=100, epochs=10)
+    assert S.main(["--runs", str(root), "--compare", "cp", "mc"]) == 0
+    out = capsys.readouterr().out
+    assert "mc = every MC estimator" in out and "arms escort n=100 rmsprop" in out
+    assert "supermask: holds" in out and "joint: holds" in out
+    assert "compared at 4 ep" in out
+    assert "left out: mc at 10 ep (2 runs: arms escort n=100 rmsprop): cp has no run" in out
+    assert S.main(["--runs", str(root), "--compare", "cp", "mc", "--experiments",
+                   "supermask"]) == 0
+    out = capsys.readouterr().out
+    assert "supermask: holds" in out and "joint:" not in out
