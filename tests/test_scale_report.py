@@ -669,3 +669,31 @@ def test_compare_names_families_budgets_and_what_it_left_out(tmp_path, capsys):
                    "supermask"]) == 0
     out = capsys.readouterr().out
     assert "supermask: holds" in out and "joint:" not in out
+
+
+def test_diverged_runs_are_read_copied_counted_and_a_bad_record_is_skipped(tmp_path, capsys):
+    """Issue 41 point 4: a diverged run (config.json and diverged.json) is copied with the small
+    files, counted in the scale and in the verdict of a row that reads its setting ("2 of 3 seeds
+    diverged"); a record of the wrong shape is a damaged run, skipped with one warning."""
+    from _run_folders import write_diverged
+
+    from analysis.run_files import DIVERGED
+
+    root = tmp_path / "runs"
+    write_study(root)
+    for seed in (0, 1):
+        write_diverged(root / "joint", "joint", "arms", seed + 5, lam=1e-3, n=2)
+    bad = write_diverged(root / "joint", "joint", "arms", 9, lam=1e-3, n=2)
+    (bad / DIVERGED).write_text(json.dumps({"epoch": "seven"}))
+    out = tmp_path / "rep"
+    assert S.main(["--runs", str(root), "--out", str(out), "--experiments", "joint"]) == 0
+    cap = capsys.readouterr()
+    damaged = [x for x in cap.err.splitlines() if "skipped the damaged run" in x]
+    assert len(damaged) == 1 and damaged[0].endswith(f"{bad.name}: diverged.json lacks 'step'")
+    copied = list((out / "runs").rglob(DIVERGED))
+    assert len(copied) == 3  # the damaged one too: copying keeps every small file
+    md = (out / "agreement.md").read_text()
+    assert "(2 diverged)" in md
+    assert "arms escort n=2 rmsprop lr 0.01 lam 0.001: 2 of 4 seeds diverged" in md
+    points = {(r["lam"], r["method"]): r for r in csv.DictReader(open(out / "points_joint.csv"))}
+    assert points[("0.001", "arms")]["diverged"] == "2"
