@@ -63,19 +63,35 @@ FALLBACK_TV_SE = 0.02
 # runs record that they sample (``samples=True`` in :func:`analysis.scale_runs.select`).
 
 
-def _mc_pair(key: str, a: str, b: str, label_a: str, label_b: str) -> Evaluate:
+def _mc_pair(key: str, a: str, b: str, label_a: str, label_b: str,
+             matched_lr: bool = False) -> Evaluate:
     """Supermask MC runs with ``key`` == a against those with ``key`` == b, at every n both
-    have."""
+    have; with ``matched_lr`` also at each mask learning rate both were run at (a part
+    ``n=2, lr 0.01``): the grid's best of each against each other, and the two at one lr, so
+    that a difference of learning rates is not read as one of ``key``."""
     def evaluate(records: Sequence[RunRecord], reading: Reading = AS_REPORTED) -> Verdict:
         mc = select(records, "supermask", samples=True)
+        pool = select(records, "supermask")
         parts = []
         for n in ns(mc):
             ra = select(mc, "supermask", n=n, **{key: a})
             rb = select(mc, "supermask", n=n, **{key: b})
-            if ra and rb:
-                parts.append((f"n={n}", better_front(ra, rb, f"{label_a} n={n}",
-                                                     f"{label_b} n={n}", reading=reading,
-                                                     pool=select(records, "supermask"))))
+            if not (ra and rb):
+                continue
+            parts.append((f"n={n}", better_front(ra, rb, f"{label_a} n={n}",
+                                                 f"{label_b} n={n}", reading=reading,
+                                                 pool=pool)))
+            if not matched_lr:
+                continue
+            shared = sorted({r.get("mask_lr") for r in ra} & {r.get("mask_lr") for r in rb})
+            if len({r.get("mask_lr") for r in ra + rb}) < 2:
+                continue  # one lr: the grid's comparison is already matched
+            for lr in shared:
+                la, lb = (select(g, "supermask", mask_lr=lr) for g in (ra, rb))
+                v = better_front(la, lb, f"{label_a} n={n} lr {lr:g}",
+                                 f"{label_b} n={n} lr {lr:g}", reading=reading, pool=pool)
+                if v.outcome != MISSING:  # a side below the floor at this lr: not compared
+                    parts.append((f"n={n}, lr {lr:g}", v))
         return combine(parts) if parts else Verdict(
             MISSING, f"no {label_a} and {label_b} runs at one n", {})
     return evaluate
@@ -284,9 +300,11 @@ def _build_scale() -> list[ScaleClaim]:
                    "supermask", _mc_pair("method", "arms", "loorf", "ARMS", "LOORF")),
         ScaleClaim("sm_escort_gt_sigmoid", 2, "supermask: parametrization",
                    "Escort performed marginally better than sigmoid",
-                   f"at every n run: escort front (ARMS and LOORF) better than sigmoid front "
+                   f"at every n run: escort front (ARMS and LOORF) better than sigmoid front, "
+                   "over the grid's learning rates and at each mask lr both were run at (where "
+                   "both reach the floor) "
                    f"({_FRONT})", "supermask",
-                   _mc_pair("param", "escort", "sigmoid", "escort", "sigmoid")),
+                   _mc_pair("param", "escort", "sigmoid", "escort", "sigmoid", matched_lr=True)),
         ScaleClaim("sm_cp_gt_mc", 3, "supermask: approaches",
                    "CP performed better than MC, even when n = 100",
                    f"CP front (both optimizers) better than the MC front at every n, n = 100 "

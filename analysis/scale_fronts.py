@@ -134,7 +134,7 @@ def group_of(records: Sequence[RunRecord], label: str) -> Group:
     acc = np.full((len(seeds), len(keys)), np.nan)
     mean_rem, mean_acc = np.full(len(keys), np.nan), np.full(len(keys), np.nan)
     count, sd = np.zeros(len(keys), dtype=int), np.full(len(keys), np.nan)
-    notes = []
+    notes, dead = [], 0
     for j, k in enumerate(keys):
         for i, s in enumerate(seeds):
             if (k, s) in done:
@@ -147,9 +147,15 @@ def group_of(records: Sequence[RunRecord], label: str) -> Group:
         if len(runs) > 1:
             sd[j] = math.sqrt(sum((r.accuracy - mean_acc[j]) ** 2 for r in runs)
                               / (len(runs) - 1))
-        note = outcome_note(len(by[k]), len(by[k]) - len(runs), sum(stalled(r) for r in runs))
+        stalls = sum(stalled(r) for r in runs)
+        if stalls == len(by[k]):
+            dead += 1  # every seed at chance (a collapsed setting): counted, not named
+            continue
+        note = outcome_note(len(by[k]), len(by[k]) - len(runs), stalls)
         if note:
             notes.append(f"{setting_text(by[k][0])}: {note}")
+    if dead:
+        notes.append(f"{label}: {dead} setting{'s' * (dead != 1)} stalled on every seed")
     return Group(label, tuple(keys), tuple(seeds), rem, acc, mean_rem, mean_acc, count, sd,
                  tuple(notes))
 

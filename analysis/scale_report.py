@@ -521,6 +521,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     for b in args.baseline:
         check_root(b, "--baseline")
     if args.replot and not (args.out / "runs").is_dir():  # before --out is created
+        if args.out.exists() or args.out.is_symlink():
+            check_out(args.out, "--out")  # a file, a link out: its own message
         raise PBInputError(f"{args.out / 'runs'} does not exist; run without --replot and with "
                            "--runs first")
     out = check_out(args.out, "--out")
