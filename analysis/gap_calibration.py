@@ -42,9 +42,11 @@ from analysis.claims import FAILS, HOLDS
 from analysis.cli import run
 from analysis.front_curves import compared_means
 from analysis.gap_test import MUCH_ACC, POWER, detectable, outcome, paired
+from analysis.out_files import check_in_folder
 from analysis.scale_fronts import FALLBACK_SD, Group, front_gap, pooled_sd, recording
 from analysis.scale_runs import ACC_FLOOR, RunRecord
 from pbexact.cli import ArgumentParser, nonneg_int, positive_int
+from pbexact.errors import PBInputError
 
 #: Simulated studies evaluated at once (memory: about 30 MB per 100 studies of 5 + 5 fronts of
 #: 12 settings).
@@ -210,6 +212,14 @@ def calibrate(name: str, d: Design | Group, draws: int, rng: np.random.Generator
                        gap, float(np.mean(hits == HOLDS)), draws)
 
 
+def share(text: str) -> float:
+    """argparse type: a share of variance in [0, 1)."""
+    x = float(text)
+    if not 0 <= x < 1:
+        raise argparse.ArgumentTypeError(f"expected a share in [0, 1), got {text!r}")
+    return x
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = ArgumentParser(prog="python -m analysis.gap_calibration",
                        description=__doc__.split("\n\n")[0])
@@ -218,7 +228,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--draws", type=positive_int, default=4000,
                    help="simulated studies per design and question (default 4000)")
     p.add_argument("--seed", type=nonneg_int, default=0, help="seed of the simulation")
-    p.add_argument("--rho", type=float, default=0.0,
+    p.add_argument("--rho", type=share, default=0.0,
                    help="share of the seed variance shared by every cell of a seed (default 0)")
     p.add_argument("--one-seed-draws", type=nonneg_int, default=300,
                    help="simulated studies of each one-seed design (run through the claims' own "
@@ -231,7 +241,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     from analysis.scale_report import study_records
 
     args = build_parser().parse_args(argv)
+    check_in_folder(args.study, "--study ", "pass a claims study's folder (it holds runs/)")
     records = study_records(args.study, ("supermask", "joint"))
+    if not records:
+        raise PBInputError(f"--study {args.study} holds no pruning runs; pass a claims study's "
+                           "folder (figures/claims20)")
     rng = np.random.default_rng(args.seed)
     print(f"{args.study}: nominal false holds and false fails 2.5% each, power {POWER:.0%} at "
           f"the stated gap; rho {args.rho:g} (per-seed designs)")
