@@ -439,7 +439,8 @@ def report(out: Path, experiments: Sequence[str], baselines: Sequence[Path] = ()
     files = Outputs(out)
     cols, rows = agreement_rows(judged, scales)
     files.csv("agreement.csv", cols, rows)
-    files.text("agreement.md", markdown(judged, scales, len(records)))
+    files.text("agreement.md", markdown(judged, scales, len(records),
+                                        sum(r.diverged is not None for r in records)))
     for j in judged:
         files.csv(Path("claims") / f"{j.claim.key}.csv", ["name", "value"], claim_rows(j))
     for exp in experiments:
