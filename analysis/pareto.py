@@ -68,6 +68,12 @@ from pbscale.methods import names
 MC = names(samples=True)
 
 
+def file_part(model: str) -> str:
+    """A model's name as part of a file name: a user's import path ``package.module:factory``
+    with ``:`` (not allowed in Windows file names) written ``-``."""
+    return model.replace(":", "-")
+
+
 def find_runs(paths: Sequence[str | Path]) -> list[Path]:
     """Run folders that ended (``summary.json``, or a diverged run's record) at or directly
     under ``paths``, each once (a folder named twice, or through two paths, counts once)."""
@@ -539,7 +545,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for (model, mode) in sorted({(p["model"], p["mode"]) for p in points}):
         sel = [p for p in points if (p["model"], p["mode"]) == (model, mode)]
         fig = plot_fronts(sel, f"{model}, {mode}")
-        files.figure(f"pareto_{model}_{mode}.png", fig)
+        files.figure(f"pareto_{file_part(model)}_{mode}.png", fig)
         plt.close(fig)
         for lab in sorted({p["label"] for p in sel}):
             for p in pareto_front([p for p in sel if p["label"] == lab]):
@@ -550,7 +556,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if chosen:
             fig = plot_layers(chosen, styles(sorted(sel, key=lambda p: p["label"])),
                               f"{model}, {mode}: per layer, {how}")
-            files.figure(f"layers_{model}_{mode}.png", fig)
+            files.figure(f"layers_{file_part(model)}_{mode}.png", fig)
             plt.close(fig)
             used.append(f"  per-layer plot {model} {mode}: {how}")
             for lab, p in chosen.items():
@@ -569,10 +575,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not mine:
             continue
         fig, rows = plot_overlay(points, model, mine)
-        files.csv(f"overlay_{model}.csv", OVERLAY_COLUMNS, rows)
-        files.figure(f"overlay_{model}.png", fig)
+        files.csv(f"overlay_{file_part(model)}.csv", OVERLAY_COLUMNS, rows)
+        files.figure(f"overlay_{file_part(model)}.png", fig)
         plt.close(fig)
-        overlays.append(f"overlay_{model}.png")
+        overlays.append(f"overlay_{file_part(model)}.png")
     files.write()
     for note in notes:
         print(note, file=sys.stderr)

@@ -72,7 +72,7 @@ def test_the_export_reproduces_the_run(walked):
     with torch.no_grad():
         acc = int((net(x).argmax(1) == y).sum()) / len(y)
     assert acc == summary["final_test_acc"]
-    assert list((root / "figures/mine").glob("*.png"))
+    assert list((root / "figures/mine").glob("pareto_mynet-SmallResNet_joint.png"))
 
 
 def test_the_sweep_block_is_a_valid_sweep(walked):
