@@ -30,7 +30,6 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -45,8 +44,8 @@ from pbexact.bias import (
     MultilinearExtension,
     UnbiasedVariance,
     break_even_n,
-    mc_moments,
     quadrature_moments,
+    stratified_moments,
     vertex_uniforms,
     weighted_moments,
 )
@@ -62,7 +61,7 @@ from pbexact.continuation import CP_EVERY, CP_FINAL_TAU
 from pbexact.errors import PBInputError, check_d, check_learning_rate
 from pbexact.estimators import get_estimator
 from pbexact.parametrizations import PARAMETRIZATIONS, Parametrization, get_parametrization
-from pbexact.polynomial import entropy, expected_loss, true_gradient
+from pbexact.polynomial import entropy, expected_loss, true_gradient, vertex_probabilities
 from pbexact.relaxations import (
     HC_BETA,
     MAX_TENSOR_D,
@@ -74,6 +73,7 @@ from pbexact.relaxations import (
     tensor_rule,
 )
 from pbexact.sgd import sgd
+from pbexact.vertices import vertices
 from pbscale.methods import (
     RELAX_HIDDEN,
     HybridControl,
@@ -280,9 +280,31 @@ def estimator_moments(spec: BiasedEstimator, f: Any, J: np.ndarray, r: np.ndarra
                 g = per_sample(spec, f, r, param, setting, torch.as_tensor(u))
                 rules.append(weighted_moments(g, w, "quadrature"))
             return quadrature_moments(*rules)
-    u = setting.uniforms(setting.mc_samples, d)
-    v = setting.uniforms(setting.mc_samples, d) if spec.noise == "uniform2" else None
-    return mc_moments(per_sample(spec, f, r, param, setting, u, v))
+    u, stratum, prob = vertex_strata(param.theta(r), setting)
+    v = setting.uniforms(u.shape[0], d) if spec.noise == "uniform2" else None
+    return stratified_moments(per_sample(spec, f, r, param, setting, u, v), stratum, prob)
+
+
+def vertex_strata(theta: np.ndarray, setting: Setting
+                  ) -> tuple[torch.Tensor, np.ndarray, np.ndarray]:
+    """Uniforms u (N, d) drawn by strata, one per vertex h of the hypercube (`pbexact.vertices`
+    order): u_i uniform on (1 - theta_i, 1) where h_i = 1 and on (0, 1 - theta_i) where h_i = 0,
+    so that the discrete sample b = 1[u > 1 - theta] of REBAR and RELAX is h (and a relaxed
+    sample falls on h's side of 1/2). Any function of u has the mean sum_h p_h E[. | stratum h],
+    so every Monte Carlo row is drawn this way. A vertex of
+    probability p_h gets max(2, ceil(M p_h)) draws (M = ``mc_samples``): a rare sample (theta
+    near a vertex), whose estimate is large, is always drawn and weighted by p_h, instead of
+    appearing in 4000 draws once or never (the skewness that made a z-test on plain draws
+    invalid there). Returns u, each row's stratum and the strata's probabilities."""
+    theta = np.asarray(theta, dtype=np.float64)
+    d = theta.shape[-1]
+    prob = vertex_probabilities(theta)
+    counts = np.where(prob > 0, np.maximum(2, np.ceil(setting.mc_samples * prob)), 0)
+    stratum = np.repeat(np.arange(prob.size), counts.astype(int))
+    w = setting.uniforms(stratum.size, d).numpy()
+    h = vertices(d)[stratum]
+    u = np.where(h == 1, (1 - theta) + theta * w, (1 - theta) * w)
+    return torch.as_tensor(u), stratum, prob
 
 
 def applicable(names: Sequence[str], param: Parametrization) -> tuple[str, ...]:
@@ -316,18 +338,24 @@ def rows_at(step: int, f: Any, J: np.ndarray, r: np.ndarray, param: Parametrizat
     for name in names:
         s = BiasSummary(estimator_moments(BIASED[name], f, J, r, param, setting), true)
         summaries[name] = s
+        mc = s.moments.kind == "mc"
         rows.append({**base, "estimator": name, "kind": s.moments.kind,
                      "samples": s.moments.samples, "bias_norm": s.bias_norm,
                      "bias_error": s.bias_norm_error, "cosine": s.cosine, "trace_cov": s.trace,
+                     "trace_error": s.trace_error if mc else "",
                      **{f"mse_n{n}": s.mse(n) for n in ns},
-                     "zero_bias_p": s.zero_bias_pvalue})
+                     **{f"mse_error_n{n}": s.mse_error(n) if mc else "" for n in ns},
+                     "zero_bias_p": s.zero_bias_pvalue,
+                     "bias_detectable": s.detectable_bias() if mc else ""})
     variances = {name: UnbiasedVariance(name, J, r, param) for name in UNBIASED}
     for name, var in variances.items():
         spec = get_estimator(name)
         rows.append({**base, "estimator": name, "kind": "exact", "samples": "",
                      "bias_norm": 0.0, "bias_error": 0.0, "cosine": 1.0, "trace_cov": "",
+                     "trace_error": "",
                      **{f"mse_n{n}": var(n) if spec.accepts(n) else "" for n in ns},
-                     "zero_bias_p": ""})
+                     **{f"mse_error_n{n}": "" for n in ns},
+                     "zero_bias_p": "", "bias_detectable": ""})
     return rows, summaries, variances
 
 
@@ -336,35 +364,62 @@ def break_even_rows(step: int, summaries: dict[str, BiasSummary],
                     ) -> list[dict[str, Any]]:
     """For each biased estimator and n: its MSE and the smallest n at which each unbiased
     estimator's exact variance is at most that MSE (blank: not by n = 10^6, or never for an
-    MSE of 0)."""
+    MSE of 0); for a Monte Carlo row also that n at the MSE plus and minus two of its error
+    bars (``<name>_low``, ``<name>_high``: the range the row's sampling error allows)."""
+    def found(target: float, spec: Any, var: UnbiasedVariance) -> int | str:
+        if not target > 0:
+            return ""
+        first = spec.min_samples + (spec.min_samples % 2 if spec.even else 0)
+        n_found = break_even_n(target, var, first, 2 if spec.even else 1)
+        return "" if n_found is None else n_found
+
     out = []
     for name, s in summaries.items():
+        mc = s.moments.kind == "mc"
         for n in ns:
-            target = s.mse(n)
+            target, err = s.mse(n), s.mse_error(n)
             row = {"step": step, "estimator": name, "kind": s.moments.kind, "n": n,
-                   "mse": target}
+                   "mse": target, "mse_error": err if mc else ""}
             for other, var in variances.items():
                 spec = get_estimator(other)
-                found = None
-                if target > 0:
-                    first = spec.min_samples + (spec.min_samples % 2 if spec.even else 0)
-                    found = break_even_n(target, var, first, 2 if spec.even else 1)
-                row[other] = "" if found is None else found
+                row[other] = found(target, spec, var)
+                row[f"{other}_low"] = found(target + 2 * err, spec, var) if mc else ""
+                row[f"{other}_high"] = found(target - 2 * err, spec, var) if mc else ""
             out.append(row)
     return out
 
 
+#: What the break-even tables' numbers mean, under their title.
+BREAK_EVEN_NOTE = ("Each cell: the fewest samples at which LOORF / ARMS / DisARM, at their exact "
+                   "variance, reach the biased estimator's MSE at that n. 2 is the fewest they "
+                   "take (a 2: two samples or fewer would do); — : the MSE is 0 or not reached "
+                   "by n = 10^6; (a-b) on a Monte Carlo row: the same n at its MSE plus and "
+                   "minus two error bars.")
+
+
 def break_even_markdown(rows: list[dict[str, Any]], ns: Sequence[int], title: str) -> str:
     """The break-even table as Markdown: one row per step and estimator, one column per n,
-    each cell 'LOORF / ARMS / DisARM' (— where not reached by n = 10^6 or the MSE is 0)."""
+    each cell 'LOORF / ARMS / DisARM' (— where not reached by n = 10^6 or the MSE is 0; a
+    Monte Carlo row's cell with each n's range over the MSE +- 2 error bars)."""
     head = ["step", "estimator", "kind"] + [f"n = {n}" for n in ns]
-    lines = [f"{title}\n", "| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
+    lines = [f"{title}\n", BREAK_EVEN_NOTE + "\n", "| " + " | ".join(head) + " |",
+             "|" + " --- |" * len(head)]
     keyed = {(r["step"], r["estimator"], r["n"]): r for r in rows}
+
+    def text(r: dict, k: str) -> str:
+        if r[k] == "":
+            return "—"
+        low, high = r.get(f"{k}_low", ""), r.get(f"{k}_high", "")
+        if r["kind"] != "mc" or (low, high) in ((r[k], r[k]), ("", "")):
+            return f"{r[k]:,}"
+        return f"{r[k]:,} ({low:,}-{high:,})" if low != "" and high != "" else (
+            f"{r[k]:,} ({low or '—'}-{high or '—'})")
+
     for step, name in dict.fromkeys((r["step"], r["estimator"]) for r in rows):
         cells = []
         for n in ns:
             r = keyed[(step, name, n)]
-            cells.append(" / ".join(f"{r[k]:,}" if r[k] != "" else "—" for k in UNBIASED))
+            cells.append(" / ".join(text(r, k) for k in UNBIASED))
         lines.append(f"| {step:,} | {BIASED[name].label} | {keyed[(step, name, ns[0])]['kind']} "
                      f"| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
@@ -417,17 +472,25 @@ def bias_study(f: Any, J: np.ndarray, param: Parametrization, names: Sequence[st
 PLOT_FLOOR = 1e-4
 
 
-def plot_bias(rows: list[dict], ns: Sequence[int], title: str) -> Any:
+#: How each unbiased estimator's exact variance is drawn: its own colour, line and marker.
+UNBIASED_STYLE = {"loorf": dict(color="0.1", ls="--", marker="x"),
+                  "arms": dict(color="tab:brown", ls="-.", marker="+"),
+                  "disarm": dict(color="tab:olive", ls=(0, (1, 1.5)), marker="1")}
+
+
+def plot_bias(rows: list[dict], ns: Sequence[int], title: str,
+              table: Sequence[dict] = ()) -> Any:
     """Bias norm (with each estimated row's error level dotted) and cosine of each biased
-    estimator against the step, E[J], and the MSE at each n relative to ||grad||^2 (1 = as far
-    off as a zero gradient) beside the unbiased estimators' exact variance, log axes."""
+    estimator against the step, E[J], the MSE at each n relative to ||grad||^2 (1 = as far
+    off as a zero gradient) beside the unbiased estimators' exact variance, log axes, and the
+    break-even n of LOORF at the ``table`` rows' steps (:func:`break_even_rows`)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     names = list(dict.fromkeys(r["estimator"] for r in rows))
-    panels = 3 + len(ns)
+    panels = 3 + len(ns) + (1 if table else 0)
     cols = 3
     fig, axes = plt.subplots((panels + cols - 1) // cols, cols, figsize=(13, 3.3 * (
         (panels + cols - 1) // cols)), squeeze=False)
@@ -450,18 +513,22 @@ def plot_bias(rows: list[dict], ns: Sequence[int], title: str) -> Any:
                          ls="--" if name == "cp-anneal" else "-")
             b, e = series(name, "bias_norm"), series(name, "bias_error")
             axes[0].plot(x, np.maximum(b, bias_floor), **style)
-            if np.any(e > 0):  # below its dotted line a bias is not told from zero
-                axes[0].plot(x, np.where(e > 0, 2 * e, np.nan), color=spec.color, ls=":",
-                             lw=0.9)
+            # below its dotted line a bias is not told from zero; error levels under the floor
+            # (a quadrature error of 1e-17) are not drawn, so they do not stretch the axis
+            level = np.where(2 * e > bias_floor, 2 * e, np.nan)
+            if np.any(np.isfinite(level)):
+                axes[0].plot(x, level, color=spec.color, ls=":", lw=0.9)
             axes[1].plot(x, series(name, "cosine"), **style)
         else:
             est = get_estimator(name)
-            style = dict(color="0.35", ls=(0, (4, 1 + 2 * len(axes[3].lines) % 5)), lw=1.0,
+            style = dict(**UNBIASED_STYLE.get(name, dict(color="0.35", ls="--", marker=".")),
+                         lw=1.1, ms=5, markevery=max(1, len(steps) // 8),
                          label=f"{est.label} (exact variance)")
         for k, n in enumerate(ns):
             m = series(name, f"mse_n{n}") / grad2
             axes[3 + k].plot(x, np.maximum(m, PLOT_FLOOR**2), **style)
     axes[0].plot(x, np.sqrt(grad2), "k-", lw=2, alpha=0.3, label="||true gradient||")
+    axes[0].set_ylim(bottom=bias_floor / 2)
     axes[2].plot(x, [r["loss"] for r in rows if r["estimator"] == names[0]], "k-", lw=1.2)
     axes[0].set(yscale="log", ylabel="||E[g] - grad||",
                 title="bias norm (dotted: 2 error bars; grey: ||grad||)")
@@ -472,8 +539,10 @@ def plot_bias(rows: list[dict], ns: Sequence[int], title: str) -> Any:
         axes[3 + k].axhline(1.0, color="k", lw=0.6)
         axes[3 + k].set(yscale="log", ylabel="MSE / ||grad||^2",
                         title=f"relative MSE at n = {n}")
-    for ax in axes[:panels]:
+    for ax in axes[:3 + len(ns)]:
         ax.set(xscale="log", xlabel="step (log; step 0 at 1/2)")
+    if table:
+        plot_break_even(axes[3 + len(ns)], table, ns)
     for ax in axes[panels:]:
         ax.axis("off")
     handles, labels = axes[3].get_legend_handles_labels()
@@ -484,6 +553,37 @@ def plot_bias(rows: list[dict], ns: Sequence[int], title: str) -> Any:
                  "||grad|| or of ||grad||^2)")
     fig.tight_layout(rect=(0, 0.06, 1, 0.97))
     return fig
+
+
+def plot_break_even(ax: Any, table: Sequence[dict], ns: Sequence[int]) -> None:
+    """The break-even n of LOORF (:func:`break_even_rows`) for each biased estimator: one
+    marker per (table step, n), log axis; a Monte Carlo row's range as a bar; an MSE of 0 or
+    one not reached by n = 10^6 is left out (the tables say which)."""
+    names = list(dict.fromkeys(r["estimator"] for r in table))
+    table_steps = list(dict.fromkeys(r["step"] for r in table))
+    markers = "osD^v"
+    for i, step in enumerate(table_steps):
+        for k, n in enumerate(ns):
+            pts = [(j, r) for j, name in enumerate(names) for r in table
+                   if r["estimator"] == name and r["step"] == step and r["n"] == n
+                   and r["loorf"] != ""]
+            if not pts:
+                continue
+            xs = [j + 0.12 * (k - (len(ns) - 1) / 2) + 0.04 * i for j, _ in pts]
+            ys = [float(r["loorf"]) for _, r in pts]
+            low = [float(r["loorf_low"]) if r.get("loorf_low") not in ("", None) else y
+                   for (_, r), y in zip(pts, ys)]
+            high = [float(r["loorf_high"]) if r.get("loorf_high") not in ("", None) else y
+                    for (_, r), y in zip(pts, ys)]
+            ax.errorbar(xs, ys, yerr=[np.subtract(ys, low), np.subtract(high, ys)],
+                        fmt=markers[k % len(markers)], ms=4, lw=0.8, capsize=2,
+                        color=f"C{i}", mfc="none" if i else None,
+                        label=f"step {step:,}, n = {n}")
+    ax.set_xticks(range(len(names)), [BIASED[n].label for n in names], rotation=45,
+                  fontsize=7, ha="right")
+    ax.set(yscale="log", ylabel="LOORF samples",
+           title="break-even n: LOORF samples for the same MSE (2 is the fewest)")
+    ax.legend(fontsize=6, ncol=2)
 
 
 def step_list(text: str) -> list[int]:
@@ -541,11 +641,35 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=positive_int, default=1,
                    help="torch CPU threads (default 1: the work is many small autograd calls, "
                    "which more threads slow down)")
-    p.add_argument("--out", type=Path, default=Path("results"), help="output folder")
-    p.add_argument("--figures", type=Path, default=None,
+    p.add_argument("--out", default="results", help="output folder")
+    p.add_argument("--figures", default=None,
                    help="also copy the figures, CSVs and tables here (docs/bias.md: --figures "
                    "figures/bias; default: only --out)")
     return p
+
+
+#: Peak memory of one Monte Carlo draw per bit of d (the estimates and their autograd graph;
+#: measured: REBAR on NNLoss at d = 12 peaks at 24-33 KB a draw, concrete at 5.4 KB).
+BYTES_PER_DRAW_BIT = 3000
+
+
+def check_draw_memory(mc_samples: int, d: int) -> None:
+    """Refuse (one line, before any work) --mc-samples whose draws cannot be held in memory:
+    a row evaluates all its draws at once (REBAR and RELAX: at least 2 per vertex more), about
+    :data:`BYTES_PER_DRAW_BIT` x d bytes each, which must fit in the free memory."""
+    from pbexact.errors import format_bytes
+    from pbscale.methods.samplers import free_memory
+
+    free = free_memory("cpu")
+    per_draw = BYTES_PER_DRAW_BIT * d
+    draws = mc_samples + 2 * 2 ** d
+    if draws * per_draw <= free:
+        return
+    largest = max(free // per_draw - 2 * 2 ** d, 0)
+    raise PBInputError(f"--mc-samples {mc_samples:,} draws at d = {d} need about "
+                       f"{format_bytes(draws * per_draw)} (about {format_bytes(per_draw)} a "
+                       f"draw), more than the {format_bytes(free)} free; lower --mc-samples to "
+                       f"at most {largest:,}")
 
 
 def parse_estimators(text: str, param: Parametrization) -> tuple[str, ...]:
@@ -554,6 +678,9 @@ def parse_estimators(text: str, param: Parametrization) -> tuple[str, ...]:
     names = tuple(x.strip() for x in text.split(",") if x.strip())
     if not names:
         raise PBInputError("--estimators is empty; name some of " + ", ".join(BIASED))
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise PBInputError(f"--estimators names {twice[0]} more than once; name each once")
     check_estimators(names, param, explicit=True)
     return names
 
@@ -579,7 +706,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     names = parse_estimators(args.estimators, param)
     check_table_steps(args.table_steps, args.steps, args.log_every)
     if not 0 < args.cp_final_tau <= 1:
-        raise PBInputError(f"--cp-final-tau must be in (0, 1], got {args.cp_final_tau}")
+        raise PBInputError(f"--cp-final-tau must be in (0, 1], got {args.cp_final_tau}; use a "
+                           f"temperature at most 1 (the paper's {CP_FINAL_TAU:g})")
+    check_draw_memory(args.mc_samples, d)
     folders = output_folders(args.out, args.figures)
     set_threads(args.threads)
     benches = BENCHMARKS if args.benchmark == "all" else (args.benchmark,)
@@ -603,7 +732,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         md = break_even_markdown(
             table, args.n, f"Break-even n of LOORF / ARMS / DisARM (`python -m analysis.bias "
             f"--benchmark {bench} --d {d} --parametrization {param.name}`):")
-        fig = plot_bias(rows, args.n, title)
+        fig = plot_bias(rows, args.n, title, table)
         for folder in folders:
             write_csv(folder / f"{stem}_bias.csv", list(rows[0]),
                       [list(r.values()) for r in rows])
@@ -617,7 +746,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"{first[names[0]]['grad_norm']:.3g})" if names else f"{bench}: no biased rows")
         logged = len({r["step"] for r in rows})
         print(f"  {logged} logged steps (trajectory, rows and break-even table) in "
-              f"{seconds:.1f} s ({cpu:.1f} s CPU); wrote {args.out / (stem + '_bias.csv')}, "
+              f"{seconds:.1f} s ({cpu:.1f} s CPU); wrote {folders[0] / (stem + '_bias.csv')}, "
               ".png, and _break_even.csv/.md")
     return 0
 

@@ -50,9 +50,14 @@ from analysis.out_files import Outputs, check_in_folder, check_out, out_folder
 from analysis.run_files import (
     PRUNE_BUDGET,
     DamagedRun,
+    DivergedRun,
     PruneRun,
     budget_of,
+    finished_or_diverged,
+    read_diverged,
+    read_diverged_run,
     read_each,
+    read_object,
     read_prune,
 )
 from pbexact.cli import ArgumentParser, positive_float
@@ -63,23 +68,32 @@ from pbscale.methods import names
 MC = names(samples=True)
 
 
+def file_part(model: str) -> str:
+    """A model's name as part of a file name: a user's import path ``package.module:factory``
+    with ``:`` (not allowed in Windows file names) written ``-``."""
+    return model.replace(":", "-")
+
+
 def find_runs(paths: Sequence[str | Path]) -> list[Path]:
-    """Finished run folders (``summary.json`` present) at or directly under ``paths``."""
-    found: list[Path] = []
+    """Run folders that ended (``summary.json``, or a diverged run's record) at or directly
+    under ``paths``, each once (a folder named twice, or through two paths, counts once)."""
+    found: dict[Path, Path] = {}
     for p in map(Path, paths):
         check_in_folder(p, "", "pass run folders or folders holding them")
-        if (p / "summary.json").exists():
-            found.append(p)
+        if finished_or_diverged(p):
+            found.setdefault(p.resolve(), p)
             continue
         try:
-            found += sorted(q for q in p.iterdir() if (q / "summary.json").exists())
+            for q in sorted(p.iterdir()):
+                if finished_or_diverged(q):
+                    found.setdefault(q.resolve(), q)
         except OSError as exc:
             raise PBInputError(f"cannot list {p} ({exc.strerror}); pass a readable folder"
                                ) from None
     if not found:
         raise PBInputError("no finished runs (folders with summary.json) under "
                            f"{', '.join(map(str, paths))}; run python -m pbscale.prune first")
-    return found
+    return list(found.values())
 
 
 #: The weight initialization runs are labelled with when it is not this one.
@@ -146,9 +160,14 @@ def data_dir_of(folder: Path) -> str:
 
 
 def read_run(folder: Path) -> dict:
-    """One finished run's settings and final metrics (a dict of the tables' columns);
-    :class:`~analysis.run_files.DamagedRun` (with the reason) when its config.json or
-    summary.json is missing, truncated or of the wrong shape."""
+    """One run's settings and final metrics (a dict of the tables' columns; a diverged run:
+    ``diverged`` its record, its metrics NaN); :class:`~analysis.run_files.DamagedRun` (with
+    the reason) when its config.json or summary.json is missing, truncated or of the wrong
+    shape."""
+    if not (folder / "summary.json").exists():
+        record = read_diverged(folder)
+        if record is not None:
+            return diverged_row(folder, record)
     run = read_prune(folder)
     task = run.task
     used = used_settings(run)
@@ -163,7 +182,32 @@ def read_run(folder: Path) -> dict:
             "epochs": task["epochs"], "seed": task["seed"], **run.metrics, "layers": run.layers,
             "budget": budget_of(task, PRUNE_BUDGET),
             "key": json.dumps({k: v for k, v in task.items() if k != "seed"}, sort_keys=True),
-            "command": cmd}
+            "command": cmd, "diverged": None}
+
+
+def diverged_row(folder: Path, record: dict) -> dict:
+    """The table row of a diverged pruning run: its settings, NaN metrics and its record."""
+    run = read_diverged_run(folder, read_object(folder / "config.json"), record)
+    if not isinstance(run, DivergedRun) or run.experiment == "regression":
+        raise DamagedRun("its diverged.json belongs to a run that is not a pruning run")
+    task = {**run.settings, "seed": run.seed}
+    shell = PruneRun(folder, task, run.info, run.seed, {}, {}, {})
+    used = used_settings(shell)
+    try:
+        cmd = command(task, data_dir_of(folder))
+    except (PBInputError, KeyError, TypeError, ValueError) as exc:
+        raise DamagedRun(f"config.json's task is not a prune configuration ({exc})") from None
+    nan = math.nan
+    return {"run": folder.name, "model": task["model"], "mode": task["mode"],
+            "series": label(shell), "label": label(shell), "legend": label(shell, run.info.label),
+            "method": run.method, "color": run.info.color,
+            **{k: task.get(k, "") if k in used else "" for k in SETTINGS},
+            "epochs": task["epochs"], "seed": run.seed,
+            **{k: nan for k in ("test_acc", "val_acc", "remaining", "remaining_all",
+                                "seconds_per_epoch")},
+            "layers": {}, "budget": budget_of(task, PRUNE_BUDGET),
+            "key": json.dumps(run.settings, sort_keys=True), "command": cmd,
+            "diverged": record}
 
 
 def read_runs(folders: Sequence[Path]) -> list[dict]:
@@ -214,22 +258,49 @@ def command(task: dict, data_dir: str = "") -> str:
     return " ".join(parts)
 
 
+#: The metrics a configuration reports as seed mean and s.d.
+METRICS = ("test_acc", "val_acc", "remaining", "remaining_all", "seconds_per_epoch")
+
+
 def average_seeds(runs: list[dict]) -> list[dict]:
-    """One point per configuration (the training budget part of it): means over its seeds;
-    ``runs`` lists its run folders."""
+    """One point per configuration (the training budget part of it) with a finished run: the
+    means over its finished seeds and their s.d. (``<metric>_sd``, ddof 1; NaN with one seed),
+    ``seeds`` (finished), ``diverged`` (seeds that diverged) and ``runs`` (its run folders). A
+    configuration whose every seed diverged has no point (:func:`diverged_only`)."""
     groups: dict[str, list[dict]] = defaultdict(list)
     for r in runs:
         groups[r["key"]].append(r)
     out = []
-    for rs in groups.values():
+    for all_runs in groups.values():
+        rs = [r for r in all_runs if r["diverged"] is None]
+        if not rs:
+            continue
         p = dict(rs[0])
-        for k in ("test_acc", "val_acc", "remaining", "remaining_all", "seconds_per_epoch"):
-            p[k] = sum(r[k] for r in rs) / len(rs)
+        for k in METRICS:
+            vals = [r[k] for r in rs]
+            p[k] = sum(vals) / len(vals)
+            p[f"{k}_sd"] = (math.sqrt(sum((v - p[k]) ** 2 for v in vals) / (len(vals) - 1))
+                            if len(vals) > 1 else math.nan)
         p["seeds"] = len(rs)
+        p["diverged"] = len(all_runs) - len(rs)
         p["runs"] = sorted(r["run"] for r in rs)
         p["layers"] = {k: sum(r["layers"][k] for r in rs) / len(rs) for k in rs[0]["layers"]}
         out.append(p)
     return out
+
+
+def diverged_only(runs: list[dict]) -> list[str]:
+    """The configurations every seed of which diverged, as ``label (n seeds): folder ...``."""
+    groups: dict[str, list[dict]] = defaultdict(list)
+    for r in runs:
+        groups[r["key"]].append(r)
+    return [f"{rs[0]['label']} ({len(rs)} seeds): {', '.join(sorted(r['run'] for r in rs))}"
+            for rs in groups.values() if all(r["diverged"] is not None for r in rs)]
+
+
+def mean_sd(mean: float, sd: float, fmt: str) -> str:
+    """``0.9612 +- 0.0012`` (the mean alone when the s.d. is NaN: one seed)."""
+    return format(mean, fmt) + ("" if math.isnan(sd) else " +- " + format(sd, fmt))
 
 
 def pareto_front(points: list[dict]) -> list[dict]:
@@ -267,15 +338,17 @@ def parse_overlay(text: str) -> list[tuple[str, str | None]]:
     ``supermask:cp,joint:gmp``) -> [(mode, label or None for every label of the mode)]; ``all``
     is ``[]``."""
     text = text.strip()
-    if text == "all":
+    parts = [part.strip() for part in text.split(",")]
+    if "all" in parts:  # all, alone or beside other items, is every series
         return []
-    items = []
-    for part in text.split(","):
-        mode, _, lab = part.strip().partition(":")
+    items: list[tuple[str, str | None]] = []
+    for part in parts:
+        mode, _, lab = part.partition(":")
         if not mode or (":" in part and not lab):
             raise argparse.ArgumentTypeError(
                 f"expected all or MODE[:LABEL],... such as supermask:cp,joint:gmp, got {text!r}")
-        items.append((mode, lab or None))
+        if (mode, lab or None) not in items:
+            items.append((mode, lab or None))
     return items
 
 
@@ -352,9 +425,15 @@ def plot_fronts(sel: list[dict], title: str) -> Any:
                        label=group[0]["legend"], **look[lab])[0]
         ax.scatter([p["remaining"] for p in group], [p["test_acc"] for p in group],
                    color=line.get_color(), alpha=0.35, s=12)
+        spread = [p for p in front if p["seeds"] > 1]
+        if spread:  # the seed spread of each front point: +-1 s.d.
+            ax.errorbar([p["remaining"] for p in spread], [p["test_acc"] for p in spread],
+                        xerr=[p["remaining_sd"] for p in spread],
+                        yerr=[p["test_acc_sd"] for p in spread], fmt="none", lw=0.7,
+                        capsize=1.5, color=line.get_color(), alpha=0.8)
     fraction_axis(ax, [p["remaining"] for p in sel])
     ax.set_xlabel("weights remaining (fraction of masked weights, log)")
-    ax.set_ylabel("test accuracy")
+    ax.set_ylabel("test accuracy (seed mean; bars: +-1 seed s.d.)")
     ax.set_title(title)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=7)
@@ -447,32 +526,37 @@ def main(argv: Sequence[str] | None = None) -> int:
     import matplotlib.pyplot as plt
 
     files = Outputs(out)
-    cols = ["model", "mode", "label", *SETTINGS, "epochs", "seeds",
-            "test_acc", "val_acc", "remaining", "remaining_all", "seconds_per_epoch"]
+    cols = ["model", "mode", "label", *SETTINGS, "epochs", "seeds", "diverged",
+            *(c for k in METRICS for c in (k, f"{k}_sd"))]
     pts = sorted(points, key=lambda p: (p["model"], p["mode"], p["label"], p["remaining"]))
     files.csv("runs.csv", cols, [[p[c] for c in cols] for p in pts])
-    lines = ["| command | epochs | seeds | test acc | remaining (masked) | remaining (all) | "
-             "s/epoch |", "| --- | --- | --- | --- | --- | --- | --- |"]
+    lines = ["| command | epochs | seeds | diverged | test acc (mean +- s.d.) | remaining "
+             "(masked) | remaining (all) | s/epoch |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for p in pts:
-        lines.append(f"| `{p['command']}` | {p['epochs']} | {p['seeds']} | "
-                     f"{p['test_acc']:.4f} | {p['remaining']:.4%} | {p['remaining_all']:.4%} | "
+        lines.append(f"| `{p['command']}` | {p['epochs']} | {p['seeds']} | {p['diverged']} | "
+                     f"{mean_sd(p['test_acc'], p['test_acc_sd'], '.4f')} | "
+                     f"{mean_sd(p['remaining'], p['remaining_sd'], '.4%')} | "
+                     f"{mean_sd(p['remaining_all'], p['remaining_all_sd'], '.4%')} | "
                      f"{p['seconds_per_epoch']:.1f} |")
+    gone = diverged_only(runs)
     files.text("runs.md", "\n".join(lines) + "\n")
     pareto_rows, layer_rows, used = [], [], []
     for (model, mode) in sorted({(p["model"], p["mode"]) for p in points}):
         sel = [p for p in points if (p["model"], p["mode"]) == (model, mode)]
         fig = plot_fronts(sel, f"{model}, {mode}")
-        files.figure(f"pareto_{model}_{mode}.png", fig)
+        files.figure(f"pareto_{file_part(model)}_{mode}.png", fig)
         plt.close(fig)
         for lab in sorted({p["label"] for p in sel}):
             for p in pareto_front([p for p in sel if p["label"] == lab]):
                 pareto_rows.append([model, mode, lab, p["lam"], p["target"], p["remaining"],
-                                    p["test_acc"], p["seeds"]])
+                                    p["remaining_sd"], p["test_acc"], p["test_acc_sd"],
+                                    p["seeds"]])
         how, chosen = layer_choice(sel, args.layer_at, args.layer_max)
         if chosen:
             fig = plot_layers(chosen, styles(sorted(sel, key=lambda p: p["label"])),
                               f"{model}, {mode}: per layer, {how}")
-            files.figure(f"layers_{model}_{mode}.png", fig)
+            files.figure(f"layers_{file_part(model)}_{mode}.png", fig)
             plt.close(fig)
             used.append(f"  per-layer plot {model} {mode}: {how}")
             for lab, p in chosen.items():
@@ -481,7 +565,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 layer_rows += [[model, mode, lab, p["remaining"], n, p["layers"][n],
                                 ";".join(p["runs"])] for n in p["layers"]]
     files.csv("pareto.csv", ["model", "mode", "label", "lam", "target", "remaining",
-                             "test_acc", "seeds"], pareto_rows)
+                             "remaining_sd", "test_acc", "test_acc_sd", "seeds"], pareto_rows)
     files.csv("layers.csv", ["model", "mode", "label", "run_remaining", "layer", "remaining",
                              "runs"], layer_rows)
     overlays = []
@@ -491,20 +575,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not mine:
             continue
         fig, rows = plot_overlay(points, model, mine)
-        files.csv(f"overlay_{model}.csv", OVERLAY_COLUMNS, rows)
-        files.figure(f"overlay_{model}.png", fig)
+        files.csv(f"overlay_{file_part(model)}.csv", OVERLAY_COLUMNS, rows)
+        files.figure(f"overlay_{file_part(model)}.png", fig)
         plt.close(fig)
-        overlays.append(f"overlay_{model}.png")
+        overlays.append(f"overlay_{file_part(model)}.png")
     files.write()
     for note in notes:
         print(note, file=sys.stderr)
-    print(f"{len(runs)} runs ({len(points)} configurations) -> {out}")
+    diverged = sum(r["diverged"] is not None for r in runs)
+    print(f"{len(runs)} runs ({len(points)} configurations)"
+          + (f", {diverged} of them diverged" if diverged else "") + f" -> {out}")
     for r in pareto_rows:
-        print(f"  {r[0]} {r[1]} {r[2]:<22} remaining {r[5]:.4%}  test_acc {r[6]:.4f}")
+        print(f"  {r[0]} {r[1]} {r[2]:<22} remaining {mean_sd(r[5], r[6], '.4%')}  test_acc "
+              f"{mean_sd(r[7], r[8], '.4f')} ({r[9]} seed{'s' * (r[9] != 1)})")
     for line in used:
         print(line)
     if overlays:
         print(f"  overlays: {', '.join(overlays)} (with their CSVs)")
+    for g in gone:
+        print(f"  every seed diverged: {g}")
     if any(math.isnan(p["test_acc"]) for p in points):
         print("warning: some runs have no test accuracy (nan)")
     return 0

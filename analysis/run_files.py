@@ -15,6 +15,11 @@ colour, so a run of a method removed since still reads, under its recorded label
 
 A run's training budget (:data:`PRUNE_BUDGET`, :data:`REGRESSION_BUDGET`: what was trained and
 for how long) is part of its setting: runs of different budgets are never averaged together.
+
+A run that stopped on a non-finite value (it exits with code 2) leaves :data:`DIVERGED` beside its
+``config.json``: the epoch and step, where and why, and the last finished epoch's metrics. Such a
+folder (no ``summary.json``) is a :class:`DivergedRun`: an outcome the analyses count, not a
+point on a front. A folder with a ``summary.json`` is finished, whatever else it holds.
 """
 
 from __future__ import annotations
@@ -41,6 +46,14 @@ REGRESSION_BUDGET = ("epochs", "d", "n_train", "n_valid", "batch")
 INTEGER_TASK = ("seed", "epochs", "n", "max_batches", "batch_size", "synthetic", "val_size")
 REAL_TASK = ("lam", "mask_lr", "target", "lr")
 TEXT_TASK = ("model", "mode", "method", "dataset", "param", "mask_opt", "init")
+
+
+#: The record a diverged run leaves in its folder. pbscale.run_record writes it under the same
+#: name (its DIVERGED); this is the one place analysis names it, until analysis imports that.
+DIVERGED = "diverged.json"
+#: The keys of that record: epoch (int), step (int or null), where (text), reason (one line),
+#: last_metrics (the last finished epoch's metrics, possibly {}).
+DIVERGED_KEYS = ("epoch", "step", "where", "reason", "last_metrics")
 
 
 class DamagedRun(Exception):
@@ -307,9 +320,14 @@ def read_prune(folder: Path) -> PruneRun:
               if k.startswith("final_remaining_") and k != "final_remaining_all"}
     from pbexact.errors import PBInputError
 
+    recorded = cfg.get("info", {}).get("masked_sizes") if isinstance(cfg.get("info"),
+                                                                       dict) else None
     try:
-        sizes = layer_sizes(task["model"], bool(task.get("mask_head")),
-                            bool(task.get("mask_shortcuts")))
+        # a user's network (pbscale.network) records its masked sizes; a built-in one is built
+        sizes = ({k.removesuffix(".weight"): int(v) for k, v in recorded.items()}
+                 if isinstance(recorded, dict) else
+                 layer_sizes(task["model"], bool(task.get("mask_head")),
+                             bool(task.get("mask_shortcuts"))))
     except (PBInputError, KeyError, ValueError, TypeError) as exc:
         raise DamagedRun(f"task model {task['model']!r} cannot be built ({exc})") from None
     if set(layers) != set(sizes):
@@ -319,10 +337,9 @@ def read_prune(folder: Path) -> PruneRun:
                     {k: layers[k] for k in sizes}, sizes)
 
 
-def read_regression(folder: Path) -> RegressionRun:
-    """One finished NN-regression run; :class:`DamagedRun` with the reason otherwise."""
-    cfg = read_object(folder / "config.json")
-    summ = read_object(folder / "summary.json")
+def regression_setting(cfg: dict) -> tuple[str, dict, int]:
+    """A regression run's method name, settings (method settings, ``epochs``, ``data_seed`` and
+    the problem's size) and seed, from its config.json."""
     method, loop, task = cfg.get("method"), cfg.get("loop"), cfg.get("task")
     if not isinstance(method, dict) or not isinstance(loop, dict) or not isinstance(task, dict):
         raise DamagedRun("config.json lacks its 'method' or 'loop' object")
@@ -338,6 +355,14 @@ def read_regression(folder: Path) -> RegressionRun:
     settings["data_seed"] = task.get("data_seed")
     settings.update({k: task[k] for k in REGRESSION_BUDGET if k in task and k != "epochs"})
     seed = number(method.get("seed"), "seed", integer=True, low=0)
+    return name, settings, seed
+
+
+def read_regression(folder: Path) -> RegressionRun:
+    """One finished NN-regression run; :class:`DamagedRun` with the reason otherwise."""
+    cfg = read_object(folder / "config.json")
+    summ = read_object(folder / "summary.json")
+    name, settings, seed = regression_setting(cfg)
     if "final_val_loss_chosen" not in summ:
         raise DamagedRun("summary.json lacks 'final_val_loss_chosen'")
     final = number(summ["final_val_loss_chosen"], "final_val_loss_chosen", finite=True)
@@ -346,13 +371,79 @@ def read_regression(folder: Path) -> RegressionRun:
                          hist["epoch"], hist["val_loss_chosen"])
 
 
-def read_run(folder: Path) -> PruneRun | RegressionRun | None:
-    """A pruning or NN-regression run folder; None for a folder of another tool (a task without
-    ``mode`` that is not a regression)."""
+def read_diverged(folder: Path) -> dict | None:
+    """The :data:`DIVERGED` record of a run folder (None when there is none);
+    :class:`DamagedRun` when it is not an object of :data:`DIVERGED_KEYS` with values of their
+    types."""
+    path = folder / DIVERGED
+    if not path.exists():
+        return None
+    rec = read_object(path)
+    missing = [k for k in DIVERGED_KEYS if k not in rec]
+    if missing:
+        raise DamagedRun(f"{DIVERGED} lacks '{missing[0]}'")
+    number(rec["epoch"], f"{DIVERGED} epoch", integer=True, low=0)
+    if rec["step"] is not None:
+        number(rec["step"], f"{DIVERGED} step", integer=True, low=0)
+    for k in ("where", "reason"):
+        if not isinstance(rec[k], str):
+            raise DamagedRun(f"{DIVERGED} {k} is {rec[k]!r}, not text")
+    if not isinstance(rec["last_metrics"], dict):
+        raise DamagedRun(f"{DIVERGED} last_metrics is a {type(rec['last_metrics']).__name__}, "
+                         "not an object")
+    return {**rec, "epoch": int(rec["epoch"]),
+            "step": None if rec["step"] is None else int(rec["step"])}
+
+
+def finished_or_diverged(folder: Path) -> bool:
+    """Whether a folder holds a run that ended: ``config.json`` with ``summary.json`` (finished)
+    or with :data:`DIVERGED` (diverged)."""
+    return (folder / "config.json").exists() and (
+        (folder / "summary.json").exists() or (folder / DIVERGED).exists())
+
+
+@dataclass(frozen=True)
+class DivergedRun:
+    """A run that diverged: its experiment (``supermask``, ``joint``, ``regression``), method,
+    settings (as the finished run's would be), seed, what it recorded about its method, and its
+    :data:`DIVERGED` record."""
+
+    folder: Path
+    experiment: str
+    method: str
+    info: MethodInfo
+    settings: dict
+    seed: int
+    record: dict
+
+
+def read_diverged_run(folder: Path, cfg: dict, record: dict) -> DivergedRun | None:
+    """A diverged pruning or regression run (None: another tool's)."""
+    task = cfg.get("task")
+    if not isinstance(task, dict):
+        raise DamagedRun("config.json has no 'task' object")
+    if "mode" in task:
+        task = check_task(task)
+        return DivergedRun(folder, task["mode"], task["method"], method_info(cfg, task["method"]),
+                           {k: v for k, v in task.items() if k != "seed"}, task["seed"], record)
+    if task.get("name") == "regression":
+        name, settings, seed = regression_setting(cfg)
+        return DivergedRun(folder, "regression", name, method_info(cfg, name), settings, seed,
+                           record)
+    return None
+
+
+def read_run(folder: Path) -> PruneRun | RegressionRun | DivergedRun | None:
+    """A pruning or NN-regression run folder, finished or diverged; None for a folder of another
+    tool (a task without ``mode`` that is not a regression)."""
     cfg = read_object(folder / "config.json")
     task = cfg.get("task")
     if not isinstance(task, dict):
         raise DamagedRun("config.json has no 'task' object")
+    if not (folder / "summary.json").exists():
+        record = read_diverged(folder)
+        if record is not None:
+            return read_diverged_run(folder, cfg, record)
     if "mode" in task:
         return read_prune(folder)
     if task.get("name") == "regression":

@@ -19,15 +19,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from analysis.claims import FAILS, HOLDS, NOISE, Verdict, Z
-from analysis.scale_fronts import (
-    FALLBACK_SE,
-    GRID_POINTS,
-    MUCH_ACC,
-    better_front,
-    degenerate,
-    front,
-    useful,
-)
+from analysis.gap_test import LEVEL, MUCH_ACC, POWER
+from analysis.scale_fronts import FALLBACK_SD, better_front, front, useful
 from analysis.scale_regression import (
     CP,
     MUCH_REL,
@@ -41,16 +34,15 @@ from analysis.scale_regression import (
 from analysis.scale_runs import (
     ACC_FLOOR,
     AS_REPORTED,
-    BOOTSTRAP_SEED,
     MISSING,
     Point,
     Reading,
     RunRecord,
     combine,
+    finished,
     ns,
     per_budget,
     points,
-    replicate_distances,
     select,
     select_seeds,
     tv_distance,
@@ -71,18 +63,35 @@ FALLBACK_TV_SE = 0.02
 # runs record that they sample (``samples=True`` in :func:`analysis.scale_runs.select`).
 
 
-def _mc_pair(key: str, a: str, b: str, label_a: str, label_b: str) -> Evaluate:
+def _mc_pair(key: str, a: str, b: str, label_a: str, label_b: str,
+             matched_lr: bool = False) -> Evaluate:
     """Supermask MC runs with ``key`` == a against those with ``key`` == b, at every n both
-    have."""
+    have; with ``matched_lr`` also at each mask learning rate both were run at (a part
+    ``n=2, lr 0.01``): the grid's best of each against each other, and the two at one lr, so
+    that a difference of learning rates is not read as one of ``key``."""
     def evaluate(records: Sequence[RunRecord], reading: Reading = AS_REPORTED) -> Verdict:
         mc = select(records, "supermask", samples=True)
+        pool = select(records, "supermask")
         parts = []
         for n in ns(mc):
             ra = select(mc, "supermask", n=n, **{key: a})
             rb = select(mc, "supermask", n=n, **{key: b})
-            if ra and rb:
-                parts.append((f"n={n}", better_front(ra, rb, f"{label_a} n={n}",
-                                                     f"{label_b} n={n}", reading=reading)))
+            if not (ra and rb):
+                continue
+            parts.append((f"n={n}", better_front(ra, rb, f"{label_a} n={n}",
+                                                 f"{label_b} n={n}", reading=reading,
+                                                 pool=pool)))
+            if not matched_lr:
+                continue
+            shared = sorted({r.get("mask_lr") for r in ra} & {r.get("mask_lr") for r in rb})
+            if len({r.get("mask_lr") for r in ra + rb}) < 2:
+                continue  # one lr: the grid's comparison is already matched
+            for lr in shared:
+                la, lb = (select(g, "supermask", mask_lr=lr) for g in (ra, rb))
+                v = better_front(la, lb, f"{label_a} n={n} lr {lr:g}",
+                                 f"{label_b} n={n} lr {lr:g}", reading=reading, pool=pool)
+                if v.outcome != MISSING:  # a side below the floor at this lr: not compared
+                    parts.append((f"n={n}, lr {lr:g}", v))
         return combine(parts) if parts else Verdict(
             MISSING, f"no {label_a} and {label_b} runs at one n", {})
     return evaluate
@@ -91,8 +100,9 @@ def _mc_pair(key: str, a: str, b: str, label_a: str, label_b: str) -> Evaluate:
 def _supermask_cp_mc(records: Sequence[RunRecord], reading: Reading = AS_REPORTED) -> Verdict:
     cp = select(records, "supermask", method=CP)
     mc = select(records, "supermask", samples=True)
+    pool = select(records, "supermask")
     parts = [(f"n={n}", better_front(cp, select(mc, "supermask", n=n), "CP", f"MC n={n}",
-                                     reading=reading))
+                                     reading=reading, pool=pool))
              for n in ns(mc)]
     if 100 not in ns(mc):
         parts.append(("n=100", Verdict(MISSING, "no MC run with n = 100", {})))
@@ -103,7 +113,8 @@ def _cp_optimizers(experiment: str, better: str, worse: str) -> Evaluate:
     def evaluate(records: Sequence[RunRecord], reading: Reading = AS_REPORTED) -> Verdict:
         a = select(records, experiment, method=CP, mask_opt=better)
         b = select(records, experiment, method=CP, mask_opt=worse)
-        return better_front(a, b, f"CP {better}", f"CP {worse}", much=True, reading=reading)
+        return better_front(a, b, f"CP {better}", f"CP {worse}", much=True, reading=reading,
+                            pool=select(records, experiment))
     return evaluate
 
 
@@ -116,8 +127,9 @@ JOINT_OPPONENTS = (("MC", {"samples": True}), ("MP", {"method": "mp"}),
 
 def _joint_cp_best(records: Sequence[RunRecord], reading: Reading = AS_REPORTED) -> Verdict:
     cp = select(records, "joint", method=CP)
+    pool = select(records, "joint")
     return combine([(name, better_front(cp, select(records, "joint", **want), "CP", name,
-                                        reading=reading))
+                                        reading=reading, pool=pool))
                     for name, want in JOINT_OPPONENTS])
 
 
@@ -139,12 +151,10 @@ def _matched(fa: Sequence[Point], fb: Sequence[Point]) -> list[tuple[Point, Poin
     return pairs
 
 
-def _tv_se(pts: Sequence[Point], reading: Reading = AS_REPORTED) -> tuple[float, bool]:
+def _tv_se(pts: Sequence[Point]) -> tuple[float, bool]:
     """The seed spread of the allocation: the mean :attr:`Point.tv_sd` over the settings of two
-    or more seeds (with ``drop_degenerate``, not the degenerate ones); (FALLBACK_TV_SE, False)
-    without such."""
-    rep = [p.tv_sd for p in pts if p.seeds > 1 and math.isfinite(p.tv_sd)
-           and not (reading.drop_degenerate and degenerate(p))]
+    or more seeds; (FALLBACK_TV_SE, False) without such."""
+    rep = [p.tv_sd for p in pts if p.seeds > 1 and math.isfinite(p.tv_sd)]
     return (float(np.mean(rep)), True) if rep else (FALLBACK_TV_SE, False)
 
 
@@ -163,7 +173,7 @@ def solutions_differ(records: Sequence[RunRecord], reading: Reading = AS_REPORTE
     if len(present) < 2:
         return Verdict(MISSING, "fewer than two of CP, MC, GMP have front points with accuracy "
                        f">= {reading.acc_floor:g}", {})
-    within, known = _tv_se([p for v in fronts.values() for p in v], reading)
+    within, known = _tv_se([p for v in fronts.values() for p in v])
     cut = max(VERY_TV, Z * within)
     kinds, parts, values = [], [], {}
     for i, x in enumerate(present):
@@ -201,23 +211,6 @@ def allocation_se(se_mc: float, se_other: float, pairs: int) -> float:
     return math.hypot(se_mc, se_other) / math.sqrt(pairs)
 
 
-def bootstrap_allocation_se(pairs: Sequence[tuple[Point, Point]], se_mc: float,
-                            se_other: float) -> float:
-    """Claim 7's s.e. that sees a point matched to several partners as one draw: the s.d. of
-    the mean difference over bootstrap replicates of the distinct points
-    (:func:`analysis.scale_runs.replicate_distances`; one-seed settings drawn with their group's
-    seed spread)."""
-    rng = np.random.default_rng(BOOTSTRAP_SEED)
-    mc = list({id(p): p for p, _ in pairs}.values())
-    other = list({id(q): q for _, q in pairs}.values())
-    dm = replicate_distances(mc, se_mc, rng)
-    do = replicate_distances(other, se_other, rng)
-    col_m = {id(p): j for j, p in enumerate(mc)}
-    col_o = {id(q): j for j, q in enumerate(other)}
-    diffs = np.mean([do[:, col_o[id(q)]] - dm[:, col_m[id(p)]] for p, q in pairs], axis=0)
-    return float(diffs.std(ddof=1))
-
-
 def mc_allocation(records: Sequence[RunRecord], reading: Reading = AS_REPORTED) -> Verdict:
     """Claim 7 on the joint runs of one training budget."""
     fronts = joint_fronts(select_seeds(records, reading), reading.acc_floor)
@@ -232,16 +225,14 @@ def mc_allocation(records: Sequence[RunRecord], reading: Reading = AS_REPORTED) 
             continue
         diffs = [q.distance - p.distance for p, q in pairs]
         mean = float(np.mean(diffs))
-        (se_m, km), (se_o, ko) = _tv_se(fronts["MC"], reading), _tv_se(fronts[other], reading)
-        se = (bootstrap_allocation_se(pairs, se_m, se_o) if reading.bootstrap
-              else allocation_se(se_m, se_o, len(pairs)))
+        (se_m, km), (se_o, ko) = _tv_se(fronts["MC"]), _tv_se(fronts[other])
+        se = allocation_se(se_m, se_o, len(pairs))
         outcome = HOLDS if mean > Z * se else FAILS if mean < -Z * se else NOISE
         mc_d = float(np.mean([p.distance for p, _ in pairs]))
         o_d = float(np.mean([q.distance for _, q in pairs]))
         parts.append((other, Verdict(
             outcome, f"distance from the dense allocation (TV): {other} {o_d:.3f}, MC {mc_d:.3f} "
             f"over {len(pairs)} matched runs, difference {mean:+.3f} (s.e. {se:.3f}"
-            + (", bootstrap" if reading.bootstrap else "")
             + ("" if km and ko else ", fallback") + ")",
             {"tv_other": o_d, "tv_mc": mc_d, "diff": mean, "se": se})))
     return combine(parts)
@@ -265,7 +256,7 @@ def _beyond_vs_cp(method: str, label: str) -> Evaluate:
     def evaluate(records: Sequence[RunRecord], reading: Reading = AS_REPORTED) -> Verdict:
         return better_front(select(records, "supermask", method=method),
                             select(records, "supermask", method=CP), label, "CP",
-                            reading=reading)
+                            reading=reading, pool=select(records, "supermask"))
     return evaluate
 
 
@@ -283,25 +274,21 @@ class ScaleClaim:
     experiment: str
     evaluate: Evaluate
     beyond: bool = False
-    #: The :class:`~analysis.scale_runs.Reading` fields that act on this claim (a reading that
-    #: changes none of them reads "n/a" in the robustness columns).
-    acts: tuple[str, ...] = ("acc_floor", "balanced", "drop_degenerate", "bootstrap",
-                             "borrow_sd")
-
-    def applies(self, reading: Reading) -> bool:
-        """Whether ``reading`` changes how this claim reads its runs."""
-        return bool(set(reading.changes()) & set(self.acts))
 
 
-#: What acts on the regression claims: balanced seeds (they compare final losses over seeds, with
-#: no accuracy floor, pooled s.e. or front points).
-REGRESSION_ACTS = ("balanced",)
+def finished_only(evaluate: Evaluate) -> Evaluate:
+    """A claim that reads finished runs only (the regression rows compare final losses)."""
+    def only(records: Sequence[RunRecord], reading: Reading = AS_REPORTED) -> Verdict:
+        return evaluate(finished(records), reading)
+    return only
 
-_FRONT = (f"mean over {GRID_POINTS} log-spaced remaining fractions of the difference of the two "
-          "Pareto fronts' best test accuracy with at most that fraction remaining (range: from "
-          f"the larger of the fronts' sparsest point with accuracy >= {ACC_FLOOR:g} to the "
-          "densest point); better = gap > "
-          f"{Z:g} s.e. (pooled seed s.d.; {FALLBACK_SE:g} per setting with one seed)")
+
+_FRONT = ("each seed's Pareto front (test accuracy against remaining, interpolated in log "
+          "remaining) averaged over the common range in log remaining (from the largest sparsest "
+          f"point with accuracy >= {ACC_FLOOR:g} to the largest densest point), the gap paired "
+          f"by seed; better = its {LEVEL:.0%} t interval above 0 (one-seed designs: fronts of "
+          "seed means, s.e. from the pooled seed s.d. of the settings the gap reads, else "
+          f"{FALLBACK_SD:g}); noise verdicts state the gap detectable at {POWER:.0%} power")
 _REG = f"final validation loss higher by more than {Z:g} combined s.e. over seeds"
 
 
@@ -313,9 +300,11 @@ def _build_scale() -> list[ScaleClaim]:
                    "supermask", _mc_pair("method", "arms", "loorf", "ARMS", "LOORF")),
         ScaleClaim("sm_escort_gt_sigmoid", 2, "supermask: parametrization",
                    "Escort performed marginally better than sigmoid",
-                   f"at every n run: escort front (ARMS and LOORF) better than sigmoid front "
+                   f"at every n run: escort front (ARMS and LOORF) better than sigmoid front, "
+                   "over the grid's learning rates and at each mask lr both were run at (where "
+                   "both reach the floor) "
                    f"({_FRONT})", "supermask",
-                   _mc_pair("param", "escort", "sigmoid", "escort", "sigmoid")),
+                   _mc_pair("param", "escort", "sigmoid", "escort", "sigmoid", matched_lr=True)),
         ScaleClaim("sm_cp_gt_mc", 3, "supermask: approaches",
                    "CP performed better than MC, even when n = 100",
                    f"CP front (both optimizers) better than the MC front at every n, n = 100 "
@@ -334,14 +323,13 @@ def _build_scale() -> list[ScaleClaim]:
                    "shares of remaining weights per layer of front runs matched within "
                    f"x{MATCH_FACTOR:g} remaining > max({VERY_TV:g}, {Z:g} x seed spread); "
                    f"fails if <= {VERY_TV:g} while the seed spread could show it", "joint",
-                   _joint_solutions_differ, acts=("acc_floor", "balanced", "drop_degenerate")),
+                   _joint_solutions_differ),
         ScaleClaim("joint_mc_allocation", 7, "pruning: approaches",
                    "MC methods could not change the per-layer allocation as much as CP or GMP",
                    "allocation distance = TV distance of the shares of remaining weights per "
                    "layer from the dense layer sizes' shares; over MC front runs matched within "
                    f"x{MATCH_FACTOR:g} remaining to CP (and GMP) front runs, CP's (GMP's) minus "
-                   f"MC's distance > {Z:g} s.e.", "joint", _joint_mc_allocation,
-                   acts=("acc_floor", "balanced", "drop_degenerate", "bootstrap")),
+                   f"MC's distance > {Z:g} s.e.", "joint", _joint_mc_allocation),
         ScaleClaim("joint_cp_sgd_gt_rmsprop", 8, "pruning: approaches",
                    "CP performed much better with SGD than with RMSprop",
                    f"CP SGD front better than CP RMSprop front by at least {MUCH_ACC:g} "
@@ -350,34 +338,34 @@ def _build_scale() -> list[ScaleClaim]:
                    "REINFORCE performed much worse than the others",
                    f"at each n and epochs run (sigmoid, lr 0.1): REINFORCE {_REG} and by >= "
                    f"{MUCH_REL:.0%} than each of LOORF and ARMS", "regression",
-                   reinforce_much_worse, acts=REGRESSION_ACTS),
+                   finished_only(reinforce_much_worse)),
         ScaleClaim("reg_cosine_slow_worse", 10, "NN regression: parametrization",
                    "Cosine was slower and converged to worse values",
                    "LOORF n=10, lr selected per parametrization: cosine takes the most epochs to "
                    f"90% of its mean curve's drop, and {_REG} than sigmoid and escort",
-                   "regression", parametrizations("cosine"), acts=REGRESSION_ACTS),
+                   "regression", finished_only(parametrizations("cosine"))),
         ScaleClaim("reg_direct_fast_poor", 10, "NN regression: parametrization",
                    "Direct was fast and converged to poor values",
                    "LOORF n=10: direct reaches 90% of its drop in fewer epochs than cosine and "
                    f"sigmoid, and its {_REG} than sigmoid and escort", "regression",
-                   parametrizations("direct"), acts=REGRESSION_ACTS),
+                   finished_only(parametrizations("direct"))),
         ScaleClaim("reg_escort_sigmoid_well", 10, "NN regression: parametrization",
                    "Escort and sigmoid performed relatively well",
                    f"LOORF n=10: cosine and direct each {_REG} than sigmoid and than escort",
-                   "regression", parametrizations("well"), acts=REGRESSION_ACTS),
+                   "regression", finished_only(parametrizations("well"))),
         ScaleClaim("reg_grad_helps", 11, "NN regression: approaches",
                    "grad_z J started becoming helpful for hybrid methods",
                    f"at each epochs run: REINFORCE n=10 {_REG} than ST and than REBAR (those "
-                   "run; lr selected per method)", "regression", grad_helps, acts=REGRESSION_ACTS),
+                   "run; lr selected per method)", "regression", finished_only(grad_helps)),
         ScaleClaim("reg_cp_best", 11, "NN regression: approaches",
                    "CP performed the best, followed by ST and LOORF",
                    f"CP (optimizer and lr selected) better than ST, LOORF, REINFORCE, REBAR; ST "
                    f"and LOORF better than REINFORCE and REBAR ({_REG})", "regression",
-                   cp_best, acts=REGRESSION_ACTS),
+                   finished_only(cp_best)),
         ScaleClaim("reg_cp_sgd", 11, "NN regression: approaches",
                    "CP performed well with SGD, but not with RMSprop",
                    f"CP RMSprop (lr selected) {_REG} than CP SGD (lr selected)", "regression",
-                   cp_sgd, acts=REGRESSION_ACTS),
+                   finished_only(cp_sgd)),
         *(ScaleClaim(f"sm_{method.replace('-', '_')}_vs_cp", 12 + i, "supermask: beyond the paper",
                      f"{label} performed better than CP ({source})",
                      f"{label} front better than the CP front (both optimizers) ({_FRONT})",

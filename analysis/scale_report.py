@@ -51,24 +51,30 @@ from analysis.cli import run
 from analysis.out_files import Outputs, check_in_folder, check_out, inside, out_folder
 from analysis.pareto import fraction_axis
 from analysis.run_files import (
+    DIVERGED,
     DamagedRun,
+    DivergedRun,
     PruneRun,
     budget_text,
+    finished_or_diverged,
     read_columns,
     read_each,
     read_run,
 )
 from analysis.scale_claims import joint_fronts
-from analysis.scale_fronts import better_front, front
-from analysis.scale_robust import by_study, for_experiment, judge
+from analysis.scale_compare import compare
+from analysis.scale_fronts import front
+from analysis.scale_robust import by_study, judge
 from analysis.scale_runs import (
     ACC_FLOOR,
-    READINGS,
     RunRecord,
     allocation_shares,
     by_budget,
-    leaves,
+    finished,
+    group_label,
+    legend_label,
     points,
+    stalled,
 )
 from analysis.scale_tables import (
     agreement_rows,
@@ -86,28 +92,28 @@ from pbexact.errors import PBInputError
 
 EXPERIMENTS = ("supermask", "joint", "regression")
 #: The files of a run folder the report reads (and copies); checkpoints and masks stay behind.
-SMALL_FILES = ("config.json", "metrics.csv", "history.csv", "summary.json")
-#: The settings of a pruning run that make a curve of its own (with its method), where the
-#: method uses them: the sampling law and count, and the mask optimizer.
-SERIES = ("param", "n", "mask_opt")
+SMALL_FILES = ("config.json", "metrics.csv", "history.csv", "summary.json", DIVERGED)
 
 
 # ------------------------------------------------------------------------------- reading
 
 
-def check_root(root: Path) -> Path:
-    """A --runs folder: it must exist and be a folder (one line otherwise)."""
-    return check_in_folder(root, "--runs ", "pass folders holding run folders")
+def check_root(root: Path, flag: str = "--runs") -> Path:
+    """A folder of run folders (``--runs``, a ``--baseline`` study): it must exist and be a
+    folder (one line naming ``flag`` otherwise)."""
+    fix = ("pass folders holding run folders" if flag == "--runs" else
+           "pass a study's --out folder (it holds runs/)")
+    return check_in_folder(root, f"{flag} ", fix)
 
 
 def find_run_folders(roots: Sequence[Path]) -> list[Path]:
-    """Finished run folders (``summary.json`` and ``config.json``) at any depth under roots,
-    sorted."""
+    """Run folders that ended (``config.json`` with ``summary.json``, or with the record of a
+    diverged run) at any depth under roots, sorted."""
     found: set[Path] = set()
     for root in map(check_root, roots):
         try:
-            for s in root.rglob("summary.json"):
-                if (s.parent / "config.json").exists():
+            for s in root.rglob("config.json"):
+                if finished_or_diverged(s.parent):
                     found.add(s.parent)
         except OSError as exc:
             raise PBInputError(f"cannot list {root} ({exc.strerror}); pass a readable "
@@ -137,6 +143,9 @@ def read_record(folder: Path) -> RunRecord | None:
     run = read_run(folder)
     if run is None:
         return None
+    if isinstance(run, DivergedRun):
+        return RunRecord(run.experiment, run.method, run.settings, run.seed, info=run.info,
+                         diverged=run.record)
     if isinstance(run, PruneRun):
         return prune_record(run)
     return RunRecord("regression", run.method, run.settings, run.seed,
@@ -238,27 +247,15 @@ def copy_small_files(roots: Sequence[Path], out: Path) -> int:
 # ------------------------------------------------------------------------------- groups
 
 
-def group_label(r: RunRecord, name: str | None = None) -> str:
-    """The curve a pruning run belongs to: its method's ``name`` (default: the method) and the
-    values of the :data:`SERIES` settings its method uses (``cp rmsprop``, ``arms escort n=10
-    rmsprop``, ``gmp``)."""
-    words = [name or r.method]
-    for k in SERIES:
-        if r.info.uses(k) and r.get(k) is not None:
-            words.append(f"n={r.get(k)}" if k == "n" else str(r.get(k)))
-    return " ".join(words)
-
-
-def legend_label(r: RunRecord) -> str:
-    """:func:`group_label` under the method's recorded label (``CP rmsprop``)."""
-    return group_label(r, r.info.label)
-
-
 def write_points(files: Outputs, records: Sequence[RunRecord], experiment: str) -> list[dict]:
     """points_<experiment>.csv; returns the rows (for the Pareto figure)."""
     import numpy as np
 
-    rs = [r for r in records if r.experiment == experiment]
+    every = [r for r in records if r.experiment == experiment]
+    rs = finished(every)
+    diverged: dict[str, int] = {}
+    for r in every:
+        diverged[r.setting] = diverged.get(r.setting, 0) + (r.diverged is not None)
     rows = []
     if experiment == "regression":
         groups: dict[str, list[RunRecord]] = {}
@@ -277,7 +274,7 @@ def write_points(files: Outputs, records: Sequence[RunRecord], experiment: str) 
     budgets = by_budget(rs)
     by_label: dict[str, list[RunRecord]] = {}
     legends: dict[str, str] = {}
-    for r in rs:
+    for r in every:
         lab = group_label(r)
         if len(budgets) > 1:  # runs of several budgets: a curve per budget
             lab += f" ({budget_text(r.budget, budgets)})"
@@ -290,16 +287,21 @@ def write_points(files: Outputs, records: Sequence[RunRecord], experiment: str) 
         for p in sorted(pts, key=lambda p: (p.remaining, p.accuracy)):
             s = p.settings
             dist = sum(abs(p.shares[k] - p.dense[k]) for k in p.dense) / 2 if p.dense else 0.0
+            key = p.runs[0].setting
             table.append([lab, p.method, s.get("lam"), s.get("mask_opt"), s.get("mask_lr"),
                           s.get("target"), s.get("n"), s.get("param"), s.get("epochs"),
-                          p.seeds, fmt(p.remaining), fmt(p.accuracy),
-                          fmt(p.acc_sd) if p.seeds > 1 else "", int(id(p) in on), fmt(dist)])
+                          p.seeds, diverged.get(key, 0), sum(stalled(r) for r in p.runs),
+                          fmt(p.remaining), fmt(p.rem_sd) if p.seeds > 1 else "",
+                          fmt(p.accuracy), fmt(p.acc_sd) if p.seeds > 1 else "",
+                          int(id(p) in on), fmt(dist)])
             plotted.append({"label": lab, "legend": legends[lab], "remaining": p.remaining,
-                            "accuracy": p.accuracy, "front": id(p) in on})
+                            "accuracy": p.accuracy, "front": id(p) in on,
+                            "acc_sd": p.acc_sd if p.seeds > 1 else 0.0,
+                            "rem_sd": p.rem_sd if p.seeds > 1 else 0.0})
     files.csv(f"points_{experiment}.csv",
               ["group", "method", "lam", "mask_opt", "mask_lr", "target", "n", "param", "epochs",
-               "seeds", "remaining", "test_acc", "test_acc_sd", "on_front",
-               "allocation_distance"], table)
+               "seeds", "diverged", "stalled", "remaining", "remaining_sd", "test_acc",
+               "test_acc_sd", "on_front", "allocation_distance"], table)
     return plotted
 
 
@@ -325,10 +327,16 @@ def plot_pareto(files: Outputs, plotted: list[dict], experiment: str) -> None:
                        color=colors[(2 * i + i // 10) % len(colors)])[0]
         ax.scatter([p["remaining"] for p in g], [p["accuracy"] for p in g], s=8, alpha=0.3,
                    color=line.get_color())
-    ax.axhline(ACC_FLOOR, color="grey", lw=0.6, ls=":")
+        spread = [p for p in fr if p["acc_sd"] > 0 or p["rem_sd"] > 0]
+        if spread:  # the seed spread of each front point: +-1 s.d. over its seeds
+            ax.errorbar([p["remaining"] for p in spread], [p["accuracy"] for p in spread],
+                        xerr=[p["rem_sd"] for p in spread], yerr=[p["acc_sd"] for p in spread],
+                        fmt="none", lw=0.7, capsize=1.5, color=line.get_color(), alpha=0.8)
+    ax.axhline(ACC_FLOOR, color="grey", lw=0.6, ls=":",
+               label=f"accuracy floor {ACC_FLOOR:g} (sets the compared range)")
     fraction_axis(ax, [p["remaining"] for p in plotted])
     ax.set_xlabel("weights remaining (fraction of the masked weights)")
-    ax.set_ylabel("test accuracy (seed mean)")
+    ax.set_ylabel("test accuracy (seed mean; bars: +-1 seed s.d.)")
     ax.set_title(f"{experiment}: Pareto fronts")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=6, ncol=2)
@@ -341,7 +349,7 @@ def chosen_runs(loaded: Sequence[tuple[RunRecord, Path]]) -> list[tuple[str, Run
     budget: the sparsest MC front setting with accuracy >= ACC_FLOOR (else the median CP front
     setting) and the CP and GMP front settings nearest to it in log remaining; the lowest seed
     of each setting."""
-    joint = [(r, f) for r, f in loaded if r.experiment == "joint"]
+    joint = [(r, f) for r, f in loaded if r.experiment == "joint" and r.diverged is None]
     if not joint:
         return []
     largest = list(by_budget(r for r, _ in joint))[-1]
@@ -412,7 +420,7 @@ def plot_layers(files: Outputs, chosen: list[tuple[str, RunRecord, Path]]) -> No
 def study_records(folder: Path, experiments: Sequence[str]) -> list[RunRecord]:
     """The records of a study: its ``runs/`` folder (or the folder itself when it has none)."""
     runs = folder / "runs"
-    return [r for r, _ in load(runs if runs.is_dir() else check_root(folder))
+    return [r for r, _ in load(runs if runs.is_dir() else check_root(folder, "--baseline"))
             if r.experiment in experiments]
 
 
@@ -431,7 +439,8 @@ def report(out: Path, experiments: Sequence[str], baselines: Sequence[Path] = ()
     files = Outputs(out)
     cols, rows = agreement_rows(judged, scales)
     files.csv("agreement.csv", cols, rows)
-    files.text("agreement.md", markdown(judged, scales, len(records)))
+    files.text("agreement.md", markdown(judged, scales, len(records),
+                                        sum(r.diverged is not None for r in records)))
     for j in judged:
         files.csv(Path("claims") / f"{j.claim.key}.csv", ["name", "value"], claim_rows(j))
     for exp in experiments:
@@ -453,42 +462,11 @@ def report(out: Path, experiments: Sequence[str], baselines: Sequence[Path] = ()
         sources = [(b.resolve().name, str(b / "runs" if (b / "runs").is_dir() else b), len(rs))
                    for b, (_, rs) in zip(baselines, studies)]
         sources.append((out.resolve().name, str(runs_dir), len(records)))
-        length = by_study(studies)
+        length = by_study(studies, {out.resolve().name: judged})
         files.text("training_length.md", length_markdown(length, sources))
         files.csv("training_length.csv", *length_rows(length))
     files.write()
     return judged
-
-
-def matches(r: RunRecord, name: str) -> bool:
-    return name in (r.method, r.info.label, group_label(r), legend_label(r))
-
-
-def compare(records: Sequence[RunRecord], a: str, b: str) -> list[str]:
-    """``--compare A B``: per pruning experiment where both have runs, "A performed better than
-    B" by the claims' front criterion (one line per training budget compared), with its
-    robustness under each reading."""
-    lines = [f"does {a} beat {b} at matched sparsity? (the claims' Pareto-front criterion: mean "
-             "accuracy gap over the shared range of remaining fractions, against 2 s.e.)"]
-    for exp in ("supermask", "joint"):
-        ra = [r for r in records if r.experiment == exp and matches(r, a)]
-        rb = [r for r in records if r.experiment == exp and matches(r, b)]
-        if not ra or not rb:
-            continue
-        v = better_front(ra, rb, a, b)
-        others = {rd.title: better_front(ra, rb, a, b, reading=for_experiment(
-            rd, records, exp)).outcome for rd in READINGS}
-        bad = [f"{k}: {o}" for k, o in others.items() if o != v.outcome]
-        lines.append(f"{exp}: {v.outcome}, " + (f"fragile ({'; '.join(bad)})" if bad
-                                                else "robust (every reading agrees)"))
-        lines += [f"  {name + ': ' if name else ''}{pv.outcome}: {pv.detail}"
-                  for name, pv in leaves(v)]
-    if len(lines) == 1:
-        have = sorted({g for r in records if r.experiment != "regression"
-                       for g in (r.method, group_label(r))})
-        raise PBInputError(f"{a} and {b} have no pruning runs in one experiment; choose from "
-                           f"{', '.join(have) or 'nothing (no pruning runs)'}")
-    return lines
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -536,13 +514,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.baseline:
             raise PBInputError("--compare writes nothing; drop --baseline")
         roots = args.runs or [args.out / "runs"]
-        records = [r for root in roots for r, _ in load(check_root(root))]
+        records = [r for root in roots for r, _ in load(check_root(root))
+                   if r.experiment in experiments]
         for line in compare(records, *args.compare):
             print(line)
         return 0
-    out = check_out(args.out, "--out")
     for b in args.baseline:
-        check_root(b)
+        check_root(b, "--baseline")
+    if args.replot and not (args.out / "runs").is_dir():  # before --out is created
+        if args.out.exists() or args.out.is_symlink():
+            check_out(args.out, "--out")  # a file, a link out: its own message
+        raise PBInputError(f"{args.out / 'runs'} does not exist; run without --replot and with "
+                           "--runs first")
+    out = check_out(args.out, "--out")
     if not args.replot:
         n = copy_small_files(args.runs, out)
         print(f"copied the small files of {n} run folders to {out / 'runs'}")

@@ -1,8 +1,14 @@
 """How firm each verdict of the claims study is: every claim under the reported reading and
-under each of :data:`analysis.scale_runs.READINGS` (another accuracy floor, balanced seeds, the
-pooled s.e. without collapsed or stalled settings, a bootstrap s.e.). A row is **robust** when
+under each of :data:`analysis.scale_runs.READINGS`, each varying one real choice of the
+criterion (the accuracy floor, step against interpolated fronts, the grid, leaving one setting
+out, pairing the seeds, balanced seeds).
+
+A reading **acts** on a claim when it changes the claim's numbers; one that gives exactly the
+reported numbers could not have changed the verdict and reads n/a. A row is **robust** when
 every reading that acts on it gives its verdict, **fragile** otherwise, and **unjudged** when
-neither the reported reading nor any other has data for it (:class:`Judged`).
+neither the reported reading nor any other has data for it (:class:`Judged`). "Leave one setting
+out" judges the claim again without each setting of its experiment in turn; it reads the first
+outcome that differs from the reported one, and names the setting.
 
 :func:`by_study` sets the pruning rows of several studies (e.g. 4 and 20 epochs) side by side.
 """
@@ -10,19 +16,19 @@ neither the reported reading nor any other has data for it (:class:`Judged`).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field
 
 from analysis.claims import Verdict
 from analysis.scale_claims import SCALE_CLAIMS, ScaleClaim
-from analysis.scale_fronts import pooled_sd
+from analysis.scale_fronts import recording
 from analysis.scale_runs import (
     AS_REPORTED,
     MISSING,
     READINGS,
     Reading,
     RunRecord,
-    points,
-    select,
+    leaves,
+    setting_text,
 )
 
 ROBUST, FRAGILE, UNJUDGED = "robust", "fragile", "unjudged"
@@ -31,11 +37,13 @@ ROBUST, FRAGILE, UNJUDGED = "robust", "fragile", "unjudged"
 @dataclass(frozen=True)
 class Judged:
     """A claim's verdict as reported, and its outcome under each reading of ``readings``
-    (reading key -> outcome; None where the reading does not act on the claim)."""
+    (reading key -> outcome; None where the reading does not act on the claim), with a note per
+    reading where it says more than its outcome (the setting whose omission changes it)."""
 
     claim: ScaleClaim
     verdict: Verdict
     readings: dict[str, str | None]
+    notes: dict[str, str] = field(default_factory=dict)
 
     @property
     def robust(self) -> bool:
@@ -59,22 +67,55 @@ class Judged:
                 if o is not None and o != self.verdict.outcome]
 
 
-def for_experiment(reading: Reading, records: Sequence[RunRecord], experiment: str) -> Reading:
-    """The reading with what it borrows from an experiment's runs filled in: with
-    ``borrow_sd``, the pooled seed s.d. of accuracy over the experiment's settings of several
-    seeds (none: the fixed fallback stays)."""
-    if not reading.borrow_sd:
-        return reading
-    sd, known = pooled_sd(points(select(records, experiment)))
-    return replace(reading, fallback_sd=sd if known else None)
+def numbers(v: Verdict) -> list:
+    """What a verdict's numbers are, to tell whether a reading changed them: every part's
+    values (rounded off to 1e-12)."""
+    return [(name, sorted((k, round(float(x), 12)) for k, x in pv.values.items()))
+            for name, pv in leaves(v)]
+
+
+def left_out(claim: ScaleClaim, records: Sequence[RunRecord], verdict: Verdict
+             ) -> tuple[str | None, str]:
+    """"Leave one setting out": the claim without each setting of its experiment in turn. None
+    when no omission changes its numbers; else the first outcome that differs from the
+    reported one (the reported outcome when none does) and a note naming the settings that
+    change it."""
+    mine = [r for r in records if r.experiment == claim.experiment]
+    with recording() as compared:
+        claim.evaluate(records, AS_REPORTED)
+    read = {k for a, b, _ in compared for k in (*a.names, *b.names)}
+    # a front claim reads only the settings of the fronts it compares; the others read all
+    settings = [k for k in dict.fromkeys(r.setting for r in mine) if not read or k in read]
+    acted, flips = False, []
+    for key in settings:
+        v = claim.evaluate([r for r in records if r.setting != key], AS_REPORTED)
+        if numbers(v) == numbers(verdict):
+            continue
+        acted = True
+        if v.outcome not in (verdict.outcome, MISSING):  # a group left with no setting: no data
+            name = setting_text(next(r for r in mine if r.setting == key))
+            flips.append((v.outcome, name))
+    if not acted:
+        return None, ""
+    if not flips:
+        return verdict.outcome, ""
+    return flips[0][0], "; ".join(f"without {name}: {o}" for o, name in flips)
 
 
 def judge_claim(claim: ScaleClaim, records: Sequence[RunRecord],
                 readings: Sequence[Reading] = READINGS) -> Judged:
     verdict = claim.evaluate(records, AS_REPORTED)
-    return Judged(claim, verdict, {
-        r.key: claim.evaluate(records, for_experiment(r, records, claim.experiment)).outcome
-        if claim.applies(r) else None for r in readings})
+    out: dict[str, str | None] = {}
+    notes: dict[str, str] = {}
+    for r in readings:
+        if r.leave_out:
+            out[r.key], note = left_out(claim, records, verdict)
+            if note:
+                notes[r.key] = note
+            continue
+        v = claim.evaluate(records, r)
+        out[r.key] = None if numbers(v) == numbers(verdict) else v.outcome
+    return Judged(claim, verdict, out, notes)
 
 
 def judge(records: Sequence[RunRecord], experiments: Sequence[str] | None = None,
@@ -86,8 +127,8 @@ def judge(records: Sequence[RunRecord], experiments: Sequence[str] | None = None
 
 def training_length_claims() -> list[ScaleClaim]:
     """The rows a study of another training length re-runs: the paper's supermask and joint
-    pruning rows (1-8)."""
-    return [c for c in SCALE_CLAIMS if not c.beyond and c.experiment != "regression"]
+    pruning rows (1-8) and the rows beyond the paper (12-14)."""
+    return [c for c in SCALE_CLAIMS if c.experiment != "regression"]
 
 
 def epochs_text(records: Sequence[RunRecord], experiment: str) -> str:
@@ -117,11 +158,15 @@ class StudyRow:
 
 
 def by_study(studies: Sequence[tuple[str, Sequence[RunRecord]]],
+             judged: dict[str, Sequence[Judged]] | None = None,
              readings: Sequence[Reading] = READINGS) -> list[StudyRow]:
-    """Rows 1-8 judged in each study (name, records), in the order given."""
+    """Rows 1-8 and 12-14 judged in each study (name, records), in the order given; ``judged``:
+    studies already judged, by name (not judged again)."""
+    done = {name: {j.claim.key: j for j in js} for name, js in (judged or {}).items()}
     rows = []
     for claim in training_length_claims():
         rows.append(StudyRow(claim, tuple(
             (name, epochs_text(records, claim.experiment),
-             judge_claim(claim, records, readings)) for name, records in studies)))
+             done.get(name, {}).get(claim.key) or judge_claim(claim, records, readings))
+            for name, records in studies)))
     return rows

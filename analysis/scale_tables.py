@@ -8,10 +8,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from analysis.gap_test import LEVEL, POWER
 from analysis.scale_claims import SCALE_CLAIMS
 from analysis.scale_robust import FRAGILE, ROBUST, UNJUDGED, Judged, StudyRow
 from analysis.scale_runs import (
     ACC_FLOOR,
+    COARSE_GRID,
     READINGS,
     SCALE_OUTCOMES,
     RunRecord,
@@ -31,17 +33,17 @@ PAPER_SCALE = {
 }
 #: What each reading changes, for the notes under the tables.
 READING_NOTES = {
-    "acc_floor": "front points below this test accuracy do not set the range two fronts are "
-                 "compared over",
+    "floor_0.5": "front points below accuracy 0.5 (the floor's first value) do not set the range "
+                 "two fronts are compared over",
+    "step": "a front is the best accuracy with at most r weights left (a step function), not "
+            "interpolated in log remaining",
+    "grid": f"the fronts are read at {COARSE_GRID} log-spaced budgets, not averaged exactly over "
+            "the range",
+    "leave_one_out": "the row judged again without each setting of its experiment in turn; the "
+                     "first outcome that differs, with the settings that change it",
+    "pooled": "the seeds of the two methods are not paired (Welch's test instead of the paired "
+              "t)",
     "balanced": "only the seeds that every setting run with several seeds has",
-    "drop_degenerate": "the pooled seed s.d. leaves out collapsed settings (no weight left, or "
-                       "s.d. 0) and stalled ones (accuracy below 0.15)",
-    "bootstrap": "the s.e. is the s.d. of the statistic over 400 seeded bootstrap replicates "
-                 "(each setting's seeds resampled; a one-seed setting drawn with its group's "
-                 "pooled s.d.), so a front point used at many budgets, or matched to several "
-                 "partners, counts once",
-    "borrow_sd": "a group with no setting of several seeds takes the pooled seed s.d. of its "
-                 "experiment's settings of several seeds instead of the fixed 0.005",
 }
 NOT_APPLIED = "n/a"
 
@@ -75,7 +77,8 @@ def scale_text(records: Sequence[RunRecord], experiment: str) -> str:
             + (f"n in {{{', '.join(map(str, ns))}}}" if ns else "no MC runs"))
     if lams:
         text += f"; lambda {lams[-1]:g}..{lams[0]:g}"
-    return f"{text}; {len(rs)} runs"
+    div = sum(r.diverged is not None for r in rs)
+    return f"{text}; {len(rs)} runs" + (f" ({div} diverged)" if div else "")
 
 
 def cell(text: str) -> str:
@@ -109,6 +112,38 @@ def numbers_table(judged: Sequence[Judged]) -> list[str]:
     return lines
 
 
+def how_text(values: dict) -> str:
+    """How a front gap was tested: ``paired, 5 seeds``, ``Welch, 5 / 3 seeds``, ``seed means``."""
+    ka, kb = int(values.get("seeds_a", 0)), int(values.get("seeds_b", 0))
+    if values.get("paired"):
+        return f"paired, {int(values['paired'])} seeds"
+    return f"Welch, {ka} / {kb} seeds" if ka > 1 and kb > 1 else "seed means"
+
+
+def gaps_table(judged: Sequence[Judged]) -> list[str]:
+    """One line per front comparison of each row (as reported): the gap, its 95% interval, the
+    gap detectable at 80% power, the range it was read over and how it was tested."""
+    lines = ["", f"| # | part | outcome | gap | {LEVEL:.0%} CI | detectable ({POWER:.0%}) | "
+             "remaining | test |", "|" + " --- |" * 8]
+    for j in judged:
+        for name, v in leaves(j.verdict):
+            x = v.values
+            if "gap_mean" not in x:
+                continue
+            lines.append(f"| {j.claim.bullet} | {cell(name) or '-'} | {v.outcome} | "
+                         f"{x['gap_mean']:+.4f} | [{x['ci_low']:+.4f}, {x['ci_high']:+.4f}] | "
+                         f"{x['detectable']:.4f} | {x['range_lo']:.2%}..{x['range_hi']:.2%} | "
+                         f"{how_text(x)} |")
+    return lines if len(lines) > 3 else []
+
+
+def note_lines(judged: Sequence[Judged]) -> list[str]:
+    """The readings' notes (the settings whose omission changes a verdict), one per row."""
+    titles = {r.key: r.title for r in READINGS}
+    return [f"- {j.claim.bullet} `{j.claim.key}`, {titles[k]}: {note}" for j in judged
+            for k, note in j.notes.items()]
+
+
 def counts(judged: Sequence[Judged]) -> str:
     outcomes = ", ".join(f"{sum(j.verdict.outcome == o for j in judged)} {o}"
                          for o in SCALE_OUTCOMES)
@@ -118,20 +153,31 @@ def counts(judged: Sequence[Judged]) -> str:
             + (f", {unjudged} {UNJUDGED}" if unjudged else ""))
 
 
-def markdown(judged: Sequence[Judged], scales: dict[str, str], n_runs: int) -> str:
+def markdown(judged: Sequence[Judged], scales: dict[str, str], n_runs: int,
+             n_diverged: int = 0) -> str:
     """agreement.md: verdicts with their robustness, the numbers of every sub-verdict, the
     scale of each experiment next to the paper's, the readings and the criteria."""
     beyond = {c.key for c in SCALE_CLAIMS if c.beyond}
     paper = [j for j in judged if j.claim.key not in beyond]
+    diverged = f" ({n_diverged} of them diverged)" if n_diverged else ""
     extra = [j for j in judged if j.claim.key in beyond]
     lines = ["# Supermask, pruning and NN-regression rows of tab:app_results_summ",
              "",
-             f"Generated by `python -m analysis.scale_report` from {n_runs} finished runs "
+             f"Generated by `python -m analysis.scale_report` from {n_runs} runs{diverged} "
              f"(`runs/` next to this file). The paper's rows: {counts(paper)}. A row is "
              f"{ROBUST} when every reading that acts on it (below) gives its outcome, "
              f"{FRAGILE} otherwise, {UNJUDGED} when no reading has data for it; "
              f"{NOT_APPLIED}: the reading does not act on the row."]
     lines += verdict_table(paper, "paper")
+    gaps = gaps_table(paper)
+    if gaps:
+        lines += ["", "### Gaps", "", "Each front comparison (as reported): the gap of the first "
+                  "method's front over the second's, its interval and the smallest gap the design "
+                  f"detects with probability {POWER:.0%}."]
+        lines += gaps
+    notes = note_lines(paper)
+    if notes:
+        lines += ["", "### Settings that change a verdict when left out", "", *notes]
     lines += ["", "### Numbers", "", "Each sub-verdict of a row on its own line (as reported)."]
     lines += numbers_table(paper)
     if extra:
@@ -139,17 +185,22 @@ def markdown(judged: Sequence[Judged], scales: dict[str, str], n_runs: int) -> s
                   "Methods the paper does not run (docs/beyond.md), each front set against "
                   f"CP's: {counts(extra)}."]
         lines += verdict_table(extra, "statement")
+        lines += gaps_table(extra)
+        notes = note_lines(extra)
+        if notes:
+            lines += ["", *notes]
         lines += numbers_table(extra)
     lines += ["", "## Scale", "", "| experiment | ours | paper's |", "| --- | --- | --- |"]
     for exp in dict.fromkeys(j.claim.experiment for j in judged):
         lines.append(f"| {exp} | {scales[exp]} | {PAPER_SCALE[exp]} |")
     lines += ["", "## Readings", "",
               "The outcome column is the reported reading (accuracy floor "
-              f"{ACC_FLOOR:g}, all seeds, pooled seed s.e.). The others change one thing:", ""]
+              f"{ACC_FLOOR:g}, interpolated fronts averaged exactly over the range, seeds paired, "
+              f"every seed; {LEVEL:.0%} t interval, detectable gap at {POWER:.0%} power). The "
+              "others change one thing; one that gives the reported numbers did not act on the "
+              f"row ({NOT_APPLIED}):", ""]
     for r in READINGS:
-        lines.append(f"- {r.title}: " + "; ".join(
-            f"{READING_NOTES[k]}" + (f" ({r.acc_floor:g})" if k == "acc_floor" else "")
-            for k in r.changes()))
+        lines.append(f"- {r.title}: {READING_NOTES[r.key]}")
     lines += ["", "## Criteria", ""]
     lines += [f"- {j.claim.bullet} `{j.claim.key}`: {j.claim.criterion}" for j in judged]
     return "\n".join(lines) + "\n"
@@ -184,6 +235,7 @@ def console_lines(judged: Sequence[Judged]) -> list[str]:
         why = ", ".join(f"{titles[k]}: {j.readings[k]}" for k in j.disagreeing())
         out.append(f"{j.claim.bullet:>2} {j.claim.key:<26} {j.verdict.outcome:<8} "
                    f"{j.robustness}" + (f" ({why})" if why else ""))
+        out += [f"     {titles[k]}: {note}" for k, note in j.notes.items()]
         for name, v in leaves(j.verdict):
             out.append(f"     {name + ': ' if name else ''}{v.outcome}: {v.detail}")
     return out
@@ -204,12 +256,13 @@ def study_cell(epochs: str, j: Judged) -> str:
 
 
 def length_markdown(rows: Sequence[StudyRow], sources: Sequence[tuple[str, str, int]]) -> str:
-    """training_length.md: rows 1-8's verdict in each study, side by side, and the rows whose
-    verdict changed. ``sources``: (study, its runs folder, runs read) each."""
+    """training_length.md: the pruning rows' verdict (1-8, 12-14) in each study, side by side,
+    and the rows whose verdict changed. ``sources``: (study, its runs folder, runs read) each."""
     names = [s for s, _, _ in sources]
-    lines = ["# Rows 1-8 of tab:app_results_summ by training length", "",
+    lines = ["# Rows 1-8 and 12-14 of tab:app_results_summ by training length", "",
              "Generated by `python -m analysis.scale_report --baseline ...`: each study's "
-             "verdict of the paper's supermask and joint-pruning rows, with its robustness "
+             "verdict of the supermask and joint-pruning rows (the paper's and those beyond it), "
+             "with its robustness "
              "(robust: every reading of agreement.md gives the same outcome) and the epochs its "
              "runs trained. Studies: " + "; ".join(
                  f"{s} (`{folder}`, {n} runs)" for s, folder, n in sources) + ".",

@@ -14,7 +14,9 @@ check fails, 2 on bad input.
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
+import textwrap
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -142,7 +144,15 @@ def _fmt(x: float) -> str:
     return f"{x:.3g}" if x else "0"
 
 
-def format_table(results: Sequence[CheckResult], markdown: bool = False) -> str:
+#: Width of the console table when the terminal's is not known (a pipe, a file).
+TABLE_WIDTH = 100
+
+
+def format_table(results: Sequence[CheckResult], markdown: bool = False,
+                 width: int | None = None) -> str:
+    """The results as a Markdown table, or as a console table at most ``width`` columns wide
+    (default: the terminal's, else :data:`TABLE_WIDTH`; at least 72) whose check and sizes
+    columns wrap onto further lines, nothing cut."""
     header = ["label", "check", "sizes", "worst", "criterion", "result"]
     rows = []
     for r in results:
@@ -153,15 +163,26 @@ def format_table(results: Sequence[CheckResult], markdown: bool = False) -> str:
         lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
         lines += ["| " + " | ".join(row) + " |" for row in rows]
         return "\n".join(lines) + "\n"
+    if width is None:
+        width = shutil.get_terminal_size((TABLE_WIDTH, 24)).columns
+    width = max(width, 72)
     widths = [max(len(h), *(len(row[k]) for row in rows)) for k, h in enumerate(header)]
-    widths[1] = min(widths[1], 100)
-    widths[2] = min(widths[2], 64)
+    fixed = sum(widths[k] for k in (0, 3, 4, 5)) + 2 * (len(header) - 1)
+    room = max(width - fixed, 20)
+    widths[2] = min(widths[2], max(room * 2 // 5, 8))
+    widths[1] = min(widths[1], room - widths[2])
 
-    def line(cells: Sequence[str]) -> str:
-        return "  ".join(c[: w] .ljust(w) if k in (1, 2) else c.ljust(w)
-                         for k, (c, w) in enumerate(zip(cells, widths))).rstrip()
+    def lines(cells: Sequence[str]) -> list[str]:
+        wrapped = [textwrap.wrap(c, w) or [""] if k in (1, 2) else [c]
+                   for k, (c, w) in enumerate(zip(cells, widths))]
+        return ["  ".join((col[i] if i < len(col) else "").ljust(w)
+                          for col, w in zip(wrapped, widths)).rstrip()
+                for i in range(max(len(col) for col in wrapped))]
 
-    return "\n".join([line(header), line(["-" * w for w in widths])] + [line(r) for r in rows])
+    out = lines(header) + lines(["-" * w for w in widths])
+    for r in rows:
+        out += lines(r)
+    return "\n".join(out)
 
 
 def _cor_fit_table(result: CheckResult) -> str:

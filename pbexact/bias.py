@@ -12,7 +12,10 @@ per-sample estimates (N, P):
   a deterministic estimate (CP), or a closed form; exact to round-off;
 * ``quadrature``: Gauss-Legendre rules over the uniform noise of a relaxation
   (`pbexact.relaxations`), with the error bar |Q_k - Q_{k/2}| per parameter;
-* ``mc``: independent draws, with the standard error of the mean per parameter.
+* ``mc``: draws, independent or stratified (a stratum's draws weighted by its probability:
+  REBAR and RELAX are drawn on every side of every Bernoulli threshold, so a rare sample is
+  never missed or over-counted), with the standard error of the mean per parameter and the
+  error of the trace and of the MSE (:class:`SamplingError`).
 
 The estimators themselves are pbscale's (the tool `analysis.bias` feeds them the nodes); this
 module holds the differentiable extensions of a J table, the moments, the summaries (bias norm,
@@ -40,6 +43,9 @@ from .vertices import vertices
 KINDS = ("exact", "quadrature", "mc")
 #: Largest n searched for a break-even n: the closed-form ARMS variance is accurate up to here.
 MAX_BREAK_EVEN_N = MAX_ARMS_CLOSED_FORM_N
+#: The level and power at which a Monte Carlo row's detectable bias is stated.
+DETECT_LEVEL = 0.05
+DETECT_POWER = 0.80
 
 
 class MultilinearExtension:
@@ -132,16 +138,31 @@ def vertex_uniforms(theta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 @dataclass(frozen=True)
+class SamplingError:
+    """How a Monte Carlo row's numbers vary from draw to draw: the covariance of the mean
+    estimate ``mean_cov`` (P, P), and for q = ||g - mean||^2 (the trace's per-draw term) the
+    covariance of the mean with the trace estimate ``cross`` (P,) and the trace estimate's
+    variance ``trace_var``. For strata h of probability p_h with M_h draws each, every entry is
+    sum_h p_h^2 / M_h times the within-stratum (co)variance (ddof 1)."""
+
+    mean_cov: np.ndarray
+    cross: np.ndarray
+    trace_var: float
+
+
+@dataclass(frozen=True)
 class Moments:
     """Mean and per-parameter variance of one sample of an estimator, shapes (P,); ``error``:
     the error bar of the mean per parameter (None when exact); ``kind``: one of :data:`KINDS`;
-    ``samples``: draws (mc) or quadrature points (1 when deterministic)."""
+    ``samples``: draws (mc) or quadrature points (1 when deterministic); ``sampling``: a
+    Monte Carlo row's :class:`SamplingError` (None otherwise)."""
 
     mean: np.ndarray
     variance: np.ndarray
     kind: str = "exact"
     error: np.ndarray | None = None
     samples: int = 1
+    sampling: SamplingError | None = None
 
 
 def weighted_moments(g: np.ndarray, w: np.ndarray, kind: str = "exact") -> Moments:
@@ -162,13 +183,53 @@ def quadrature_moments(fine: Moments, coarse: Moments) -> Moments:
 
 def mc_moments(g: np.ndarray) -> Moments:
     """Moments of M independent estimates g (M, P): the sample mean, the sample variance
-    (ddof 1) and the standard error of the mean sqrt(Var / M) per parameter."""
+    (ddof 1) and the standard error of the mean sqrt(Var / M) per parameter (one stratum of
+    :func:`stratified_moments`)."""
     g = np.asarray(g, dtype=np.float64)
-    M = g.shape[0]
-    if M < 2:
-        raise PBInputError(f"Monte Carlo moments need at least 2 draws, got {M}")
-    variance = g.var(0, ddof=1)
-    return Moments(g.mean(0), variance, "mc", np.sqrt(variance / M), M)
+    if g.shape[0] < 2:
+        raise PBInputError(f"Monte Carlo moments need at least 2 draws, got {g.shape[0]}")
+    return stratified_moments(g, np.zeros(g.shape[0], dtype=int), np.ones(1))
+
+
+def stratified_moments(g: np.ndarray, stratum: np.ndarray, prob: np.ndarray) -> Moments:
+    """Moments of estimates g (N, P) drawn by strata: row j from stratum ``stratum[j]`` (an
+    index into ``prob``, the strata's probabilities, summing to 1), each stratum of positive
+    probability with at least 2 rows.
+
+    mean = sum_h p_h mean_h(g); the per-parameter variance of one sample, unbiased:
+    sum_h p_h mean_h((g - mean)^2) + SE^2 (the squared distance to the estimated mean falls
+    short of the variance by the mean's own variance); SE^2 = sum_h p_h^2 Var_h(g) / M_h
+    (ddof 1), and :class:`SamplingError` with q = ||g - mean||^2."""
+    g = np.asarray(g, dtype=np.float64)
+    stratum = np.asarray(stratum)
+    prob = np.asarray(prob, dtype=np.float64)
+    counts = np.bincount(stratum, minlength=prob.size)
+    live = prob > 0
+    if np.any(counts[live] < 2):
+        raise PBInputError("stratified Monte Carlo moments need at least 2 draws in every "
+                           f"stratum of positive probability, got {counts[live].min()}")
+    M = np.maximum(counts, 1)
+    sums = np.zeros((prob.size, g.shape[1]))
+    np.add.at(sums, stratum, g)
+    means_h = sums / M[:, None]
+    mean = prob @ means_h
+    dev = g - mean
+    q = (dev ** 2).sum(axis=1)
+    w = prob ** 2 / (M * np.maximum(M - 1, 1))  # p_h^2 / M_h times the ddof-1 1 / (M_h - 1)
+    within = g - means_h[stratum]
+    q_h = np.zeros(prob.size)
+    np.add.at(q_h, stratum, q)
+    q_within = q - (q_h / M)[stratum]
+    row_w = w[stratum]
+    mean_cov = (within * row_w[:, None]).T @ within
+    cross = (within * (row_w * q_within)[:, None]).sum(axis=0)
+    trace_var = float((row_w * q_within ** 2).sum())
+    sq = np.zeros((prob.size, g.shape[1]))
+    np.add.at(sq, stratum, dev ** 2)
+    se2 = np.diag(mean_cov).copy()
+    variance = prob @ (sq / M[:, None]) + se2
+    return Moments(mean, variance, "mc", np.sqrt(se2), int(g.shape[0]),
+                   SamplingError(mean_cov, cross, trace_var))
 
 
 @dataclass(frozen=True)
@@ -216,9 +277,39 @@ class BiasSummary:
         """tr Cov[g] of one sample."""
         return float(self.moments.variance.sum())
 
+    @property
+    def trace_error(self) -> float:
+        """Standard error of :attr:`trace` (Monte Carlo rows; 0 otherwise)."""
+        s = self.moments.sampling
+        return 0.0 if s is None else math.sqrt(max(s.trace_var, 0.0))
+
     def mse(self, n: int) -> float:
         """E||g_n - true||^2 = ||b||^2 + tr Cov / n for the mean g_n of n independent samples."""
         return self.bias_squared + self.trace / n
+
+    def mse_error(self, n: int) -> float:
+        """Standard error of :meth:`mse` (Monte Carlo rows; 0 otherwise): the delta method on
+        its per-draw term 2 b (g - mean) + ||g - mean||^2 / n, whose variance is
+        4 b^T C_mean b + 4 b . cross / n + Var(trace) / n^2 (:class:`SamplingError`)."""
+        s = self.moments.sampling
+        if s is None:
+            return 0.0
+        b = self.bias
+        var = 4 * b @ s.mean_cov @ b + 4 * (b @ s.cross) / n + s.trace_var / n ** 2
+        return math.sqrt(max(float(var), 0.0))
+
+    def detectable_bias(self, level: float = DETECT_LEVEL, power: float = DETECT_POWER
+                        ) -> float:
+        """The smallest bias, along any one coordinate, that :attr:`zero_bias_pvalue` finds at
+        ``level`` (Bonferroni over the P coordinates) with probability ``power``:
+        (z_{1 - level / (2P)} + z_power) max_i SE_i (0 for exact rows: any bias is seen)."""
+        err = self.moments.error
+        if err is None or self.moments.kind != "mc":
+            return 0.0
+        from scipy.stats import norm
+
+        z = norm.isf(level / (2 * err.size)) + norm.ppf(power)
+        return float(z * err.max(initial=0.0))
 
     @property
     def zero_bias_pvalue(self) -> float:

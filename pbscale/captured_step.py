@@ -186,5 +186,6 @@ class CapturedSteps(RunHooks):
     def masks_step(self, order: torch.Tensor, i: int) -> torch.Tensor:
         x, y = self.task.batch(order, i)
         if self.step is None:
-            self.step = CapturedStep(self.trainer, self.task.layout, x, y, capture=self.capture)
+            self.step = CapturedStep(self.trainer, self.task.layout, x, y,
+                                     self.task.objective.per_mask, capture=self.capture)
         return self.step(x, y) / self.trainer.config.n

@@ -59,12 +59,27 @@ class Split:
         return int(self.y.shape[0])
 
 
+#: How a data set's inputs reach the network (:attr:`Data.inputs`), by the dtype of its arrays:
+#: uint8 "image" (standardized: (x / 255 - mean) / std), floating "float" (as they are, in
+#: float32) and other integers "index" (as they are, in int64: token or category ids).
+INPUT_KINDS = ("image", "float", "index")
+
+
+def input_kind(dtype: np.dtype) -> str:
+    """The :data:`INPUT_KINDS` entry of arrays of ``dtype``."""
+    if dtype == np.uint8:
+        return "image"
+    return "float" if np.issubdtype(dtype, np.floating) else "index"
+
+
 @dataclass
 class Data:
     """A data set on one device: train / val / test splits, standardization constants of the
-    training split (mean, std: shape (1, C, 1, 1) for CIFAR, scalars as (1, 1) for MNIST),
-    whether training batches are augmented (CIFAR: 4-pixel-pad random crop, horizontal flip) and
-    the data's fingerprint (:func:`fingerprint` of the arrays it was made from)."""
+    training split (images: mean, std of shape (1, C, 1, ...) per channel for (N, C, H, W)
+    images, (1, 1) otherwise; 0 and 1 for other inputs), whether training batches are augmented
+    (CIFAR: 4-pixel-pad random crop, horizontal flip), the data's fingerprint
+    (:func:`fingerprint` of the arrays it was made from) and how its inputs reach the network
+    (:data:`INPUT_KINDS`)."""
 
     name: str
     train: Split
@@ -74,22 +89,38 @@ class Data:
     std: torch.Tensor
     augment: bool
     fingerprint: str = ""
+    inputs: str = "image"
+
+    @property
+    def classes(self) -> bool:
+        """Whether the labels are integer classes (else float targets)."""
+        return not self.train.y.is_floating_point()
 
     def prepare(self, x: torch.Tensor) -> torch.Tensor:
-        """uint8 images -> standardized float32 of the same shape."""
+        """A batch as the network takes it: uint8 images -> standardized float32 of the same
+        shape; other inputs as they are."""
+        if self.inputs != "image":
+            return x
         return (x.float() / 255.0 - self.mean) / self.std
 
     def transform(self) -> dict:
         """What a user of an exported network needs to feed it (``data.json`` of a pruning
-        run): the input shape, the standardization constants of :meth:`prepare` as lists (one
-        per channel for CIFAR, one for MNIST) and the test-time transform (no augmentation)."""
+        run): the input shape and dtype, the standardization constants of :meth:`prepare` as
+        lists (one per channel for (N, C, H, W) images, one otherwise) and the test-time
+        transform (no augmentation)."""
         shape = list(self.train.x.shape[1:])
-        pixels = "784 pixels, row-major" if self.name == "mnist" else "3 x 32 x 32, RGB planes"
-        return {"dataset": self.name, "input_shape": shape,
+        dtype = {"image": "uint8", "float": "float32", "index": "int64"}[self.inputs]
+        if self.inputs != "image":
+            text = f"{dtype} inputs of shape {shape}, fed as they are"
+        else:
+            pixels = {"mnist": "784 pixels, row-major",
+                      "cifar10": "3 x 32 x 32, RGB planes"}.get(self.name, f"shape {shape}")
+            text = (f"uint8 image ({pixels}) x -> (x / 255 - mean) / std in float32"
+                    f"{', per channel' if len(self.mean.flatten()) > 1 else ''}; "
+                    "no augmentation")
+        return {"dataset": self.name, "input_shape": shape, "input_dtype": dtype,
                 "mean": self.mean.flatten().tolist(), "std": self.std.flatten().tolist(),
-                "test_transform": f"uint8 image ({pixels}) x -> (x / 255 - mean) / std in "
-                                  f"float32{', per channel' if len(shape) > 1 else ''}; "
-                                  f"no augmentation"}
+                "test_transform": text}
 
     def batches(self, split: str, batch_size: int, generator: torch.Generator | None = None,
                 augment: bool | None = None, limit: int | None = None,
@@ -135,6 +166,11 @@ def augment_batch(x: torch.Tensor, generator: torch.Generator | None = None,
 # ----------------------------------------------------------------------------- MNIST
 
 
+#: The fix of an MNIST file that is not the original: never a download over the user's files.
+NOT_MNIST_FIX = ("to train on your own arrays use --data FILE.npz (docs/own_network.md); for "
+                 "MNIST, fetch the originals into a new folder with --data-dir NEW --download")
+
+
 def _mnist_missing(data_dir: Path, name: str) -> PBInputError:
     return PBInputError(
         f"MNIST file {name}[.gz] not found in {data_dir}; put the four original IDX files "
@@ -152,15 +188,14 @@ def _read_mnist_file(data_dir: Path, name: str, sha256: dict[str, str]) -> bytes
         try:
             raw = gzip.decompress(gz.read_bytes())
         except (OSError, EOFError) as e:
-            raise PBInputError(f"{gz} is corrupt ({e}); delete it and rerun with --download"
-                               ) from None
+            raise PBInputError(f"{gz} is corrupt ({e}); {NOT_MNIST_FIX}") from None
     else:
         raise _mnist_missing(data_dir, name)
     digest = hashlib.sha256(raw).hexdigest()
     if digest != sha256[name]:
         raise PBInputError(
-            f"{where} is corrupt or not the original file (sha256 {digest[:12]}..., expected "
-            f"{sha256[name][:12]}...); delete it and rerun with --download"
+            f"{where} is corrupt or not the original MNIST file (sha256 {digest[:12]}..., "
+            f"expected {sha256[name][:12]}...); {NOT_MNIST_FIX}"
         )
     return raw
 
@@ -329,33 +364,59 @@ def fingerprint(*arrays: np.ndarray) -> str:
 
 def from_arrays(name: str, xtr: np.ndarray, ytr: np.ndarray, xte: np.ndarray, yte: np.ndarray,
                 device: torch.device | str = "cpu", val_size: int = VAL_SIZE,
-                split_seed: int = 0) -> Data:
-    """A :class:`Data` from uint8 arrays: ``val_size`` training images held out by a permutation
-    drawn with ``split_seed``; mean/std from the remaining training images."""
+                split_seed: int = 0, val: tuple[np.ndarray, np.ndarray] | None = None) -> Data:
+    """A :class:`Data` from arrays: ``val`` as the validation split, or ``val_size`` training
+    examples held out by a permutation drawn with ``split_seed``; image standardization
+    constants from the remaining training images (per channel for (N, C, H, W) images). Inputs
+    by dtype (:func:`input_kind`), integer labels as int64 and float targets as float32."""
     n = len(ytr)
-    if not 0 <= val_size < n:
-        raise PBInputError(f"validation size {val_size} must be in [0, {n}); lower --val-size")
-    perm = torch.randperm(n, generator=torch.Generator().manual_seed(split_seed))
-    tr_idx, va_idx = perm[val_size:], perm[:val_size]
-    xtr_t, ytr_t = torch.from_numpy(np.ascontiguousarray(xtr)), torch.from_numpy(ytr.astype(
-        np.int64))
-    x_train = xtr_t[tr_idx]
-    xf = x_train.double() / 255.0
-    if name == "cifar10":
-        mean = xf.mean(dim=(0, 2, 3)).view(1, -1, 1, 1)
-        std = xf.std(dim=(0, 2, 3)).view(1, -1, 1, 1)
+    kind = input_kind(xtr.dtype)
+    xtr_t = torch.from_numpy(np.ascontiguousarray(_input_array(xtr, kind)))
+    ytr_t = torch.from_numpy(_label_array(ytr))
+    if val is None:
+        if not 0 <= val_size < n:
+            raise PBInputError(f"validation size {val_size} must be in [0, {n}); lower "
+                               "--val-size")
+        perm = torch.randperm(n, generator=torch.Generator().manual_seed(split_seed))
+        tr_idx, va_idx = perm[val_size:], perm[:val_size]
+        x_train, y_train = xtr_t[tr_idx], ytr_t[tr_idx]
+        x_val, y_val = xtr_t[va_idx], ytr_t[va_idx]
     else:
-        mean, std = xf.mean().view(1, 1), xf.std().view(1, 1)
+        x_train, y_train = xtr_t, ytr_t
+        x_val = torch.from_numpy(np.ascontiguousarray(_input_array(val[0], kind)))
+        y_val = torch.from_numpy(_label_array(val[1]))
+    if kind == "image":
+        xf = x_train.double() / 255.0
+        if x_train.dim() == 4:
+            mean = xf.mean(dim=(0, 2, 3)).view(1, -1, 1, 1)
+            std = xf.std(dim=(0, 2, 3)).view(1, -1, 1, 1)
+        else:
+            mean, std = xf.mean().view(1, 1), xf.std().view(1, 1)
+    else:
+        mean, std = torch.zeros(1, 1), torch.ones(1, 1)
     dev = torch.device(device)
+    arrays = (xtr, ytr, xte, yte, *(val if val is not None else ()))
     return Data(
         name=name,
-        train=Split(x_train.to(dev), ytr_t[tr_idx].to(dev)),
-        val=Split(xtr_t[va_idx].to(dev), ytr_t[va_idx].to(dev)),
-        test=Split(torch.from_numpy(np.ascontiguousarray(xte)).to(dev),
-                   torch.from_numpy(yte.astype(np.int64)).to(dev)),
+        train=Split(x_train.to(dev), y_train.to(dev)),
+        val=Split(x_val.to(dev), y_val.to(dev)),
+        test=Split(torch.from_numpy(np.ascontiguousarray(_input_array(xte, kind))).to(dev),
+                   torch.from_numpy(_label_array(yte)).to(dev)),
         mean=mean.float().to(dev), std=std.float().to(dev), augment=name == "cifar10",
-        fingerprint=fingerprint(xtr, ytr, xte, yte),
+        fingerprint=fingerprint(*arrays), inputs=kind,
     )
+
+
+def _input_array(x: np.ndarray, kind: str) -> np.ndarray:
+    """Inputs as the device holds them: uint8 images as they are, floats as float32, indices
+    as int64."""
+    return {"image": x, "float": x.astype(np.float32, copy=False),
+            "index": x.astype(np.int64, copy=False)}[kind]
+
+
+def _label_array(y: np.ndarray) -> np.ndarray:
+    """Integer labels as int64, float targets as float32."""
+    return y.astype(np.float32 if np.issubdtype(y.dtype, np.floating) else np.int64)
 
 
 def load(name: str, data_dir: str | Path, device: torch.device | str = "cpu",

@@ -1,14 +1,21 @@
-"""``python -m pbscale.export RUN --format torchscript|onnx|sparse --out FILE``: a finished
+"""``python -m pbscale.export RUN --format pt2|torchscript|onnx|sparse --out FILE``: a finished
 pruning run (:mod:`pbscale.prune`: ``config.json``, ``data.json``, ``pruned.pt``) as a network
 that runs without pbnn.
 
-The exported network takes the raw images, uint8 of shape (N, *input_shape) (MNIST: (N, 784);
-CIFAR-10: (N, 3, 32, 32)), and returns the logits (N, 10): the run's test-time transform
-(x / 255 - mean) / std of ``data.json`` is its first operation (:class:`Standardized`), and
-each mask is folded into its weight (``weight_orig * weight_mask``, a plain ``nn.Linear`` /
-``nn.Conv2d`` weight with exact zeros). Formats:
+The exported network takes the raw inputs the run was given: images as uint8 of shape
+(N, *input_shape) (MNIST: (N, 784); CIFAR-10: (N, 3, 32, 32)), a user's float or integer
+arrays as they are (``data.json``'s ``input_dtype``), and returns the network's outputs (the
+logits (N, 10) of the paper's networks): the run's test-time transform (x / 255 - mean) / std
+of ``data.json`` is its first operation for images (:class:`Standardized`), and each mask is
+folded into its weight (``weight_orig * weight_mask``, a plain weight with exact zeros). A
+user's own network (``--model package.module:factory``) is built again from the import path
+the run records, so that module must import where the export runs. Formats:
 
-* ``torchscript``: ``torch.jit.trace`` of that network, ``torch.jit.load`` reads it back;
+* ``pt2`` (the default): ``torch.export`` of that network (dynamic batch size), what torch
+  recommends since it deprecated ``torch.jit.trace``; ``torch.export.load(FILE).module()``
+  reads it back;
+* ``torchscript``: ``torch.jit.trace`` of that network, ``torch.jit.load`` reads it back
+  (deprecated by torch; kept for older consumers);
 * ``onnx``: ``torch.onnx.export`` (input "images", output "logits", dynamic batch size); needs
   the ``export`` extra (onnx, onnxscript: ``pip install -e ".[export]"``);
 * ``sparse``: a compact ``.pt`` for pbnn or plain torch (:func:`save_sparse`,
@@ -36,32 +43,41 @@ from pbexact.errors import PBInputError
 from pbexact.io import path_problem
 from pbscale import io as runio
 from pbscale.models import MODELS
-from pbscale.prune_export import load_pruned
+from pbscale.network import IMPORT_PATH, NetworkSource, importable, source_for
+from pbscale.prune_export import load_pruned, pruned_names
 
-FORMATS = ("torchscript", "onnx", "sparse")
+FORMATS = ("pt2", "torchscript", "onnx", "sparse")
+#: What the exported network takes, by ``data.json``'s "input_dtype" (runs written before it
+#: was recorded took uint8 images).
+INPUT_DTYPES = {"uint8": torch.uint8, "float32": torch.float32, "int64": torch.int64}
 #: The version tag of the sparse format (:func:`save_sparse`).
 SPARSE_FORMAT = "pbnn-sparse-1"
 
 
 class Standardized(nn.Module):
     """``net`` after the test-time transform of a run: uint8 images x -> net((x / 255 - mean)
-    / std) in float32, with ``mean`` and ``std`` (one value, or one per channel) as buffers."""
+    / std) in float32, with ``mean`` and ``std`` (one value, or one per channel) as buffers;
+    other inputs (``input_dtype`` float32 or int64) go to ``net`` as they are."""
 
     def __init__(self, net: nn.Module, mean: list[float], std: list[float],
-                 input_shape: list[int]) -> None:
+                 input_shape: list[int], input_dtype: str = "uint8") -> None:
         super().__init__()
         shape = (1, len(mean), *([1] * (len(input_shape) - 1))) if len(mean) > 1 else (1, 1)
         self.net = net
+        self.images = input_dtype == "uint8"
         self.register_buffer("mean", torch.tensor(mean, dtype=torch.float32).reshape(shape))
         self.register_buffer("std", torch.tensor(std, dtype=torch.float32).reshape(shape))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.images:
+            return self.net(x)
         return self.net((x.float() / 255.0 - self.mean) / self.std)
 
 
 def read_run(folder: str | Path) -> tuple[str, dict]:
-    """(model name, data.json) of a finished pruning run folder; a folder that is not one is a
-    one-line :class:`PBInputError`."""
+    """(model: a name of :data:`pbscale.models.MODELS` or the user's import path, data.json) of
+    a finished pruning run folder; a folder that is not one is a one-line
+    :class:`PBInputError`."""
     folder = Path(folder)
     problem = path_problem(str(folder))
     if problem:
@@ -73,8 +89,9 @@ def read_run(folder: str | Path) -> tuple[str, dict]:
     config, data = runio.read_json(folder / "config.json"), runio.read_json(folder / "data.json")
     task = config.get("task") if isinstance(config, dict) else None
     model = task.get("model") if isinstance(task, dict) else None
-    if not isinstance(model, str) or model not in MODELS or not isinstance(data, dict) or not {
-            "mean", "std", "input_shape"} <= set(data):
+    if (not isinstance(model, str) or not (model in MODELS or IMPORT_PATH.match(model))
+            or not isinstance(data, dict) or not {"mean", "std", "input_shape"} <= set(data)
+            or data.get("input_dtype", "uint8") not in INPUT_DTYPES):
         raise PBInputError(f"damaged run folder {folder} (config.json or data.json); "
                            f"{runio.DAMAGED_FIX}")
     check_finished(folder)
@@ -99,8 +116,9 @@ MAX_INPUT = 3 * 4096 * 4096
 
 def check_transform(folder: Path, data: dict) -> None:
     """Refuse (one line) a data.json whose test-time transform cannot be exported: mean and std
-    lists of finite numbers of one length (std > 0), input_shape a list of positive integers of
-    at most :data:`MAX_INPUT` values whose first entry is that length when it is over 1."""
+    lists of finite numbers of one length, input_shape a list of positive integers of at most
+    :data:`MAX_INPUT` values; for images (uint8 inputs, which the transform standardizes) every
+    std > 0 and, with one mean per channel, the first entry of input_shape their count."""
     mean, std, shape = data["mean"], data["std"], data["input_shape"]
 
     def numbers(v: object) -> bool:
@@ -108,27 +126,27 @@ def check_transform(folder: Path, data: dict) -> None:
             isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
             for x in v))
 
+    images = data.get("input_dtype", "uint8") == "uint8"
     why = None
     if not numbers(mean) or not numbers(std) or len(mean) != len(std):
         why = "mean and std are not lists of finite numbers of one length"
-    elif any(x <= 0 for x in std):
+    elif images and any(x <= 0 for x in std):
         why = "a std is 0 or negative"
     elif (not isinstance(shape, list) or not shape or any(
             not isinstance(n, int) or isinstance(n, bool) or n < 1 for n in shape)):
         why = "input_shape is not a list of positive integers"
     elif math.prod(shape) > MAX_INPUT:
         why = f"input_shape {shape} holds more than {MAX_INPUT:,} values"
-    elif len(mean) > 1 and shape[0] != len(mean):
+    elif images and len(mean) > 1 and shape[0] != len(mean):
         why = f"{len(mean)} channel means for input_shape {shape}"
     if why:
         raise PBInputError(f"damaged run file {folder / 'data.json'} ({why}); "
                            f"{runio.DAMAGED_FIX}")
 
 
-def read_pruned(folder: Path, model: str) -> nn.Module:
-    """:func:`pbscale.prune_export.load_pruned` of the run's pruned.pt, refused in one line
-    when the file is damaged (not a torch file, holds objects other than tensors, keys or
-    shapes that are not ``model``'s) or holds NaN or inf values."""
+def read_pruned_state(folder: Path) -> dict:
+    """The run's pruned.pt (``weights_only=True``), refused in one line when it is damaged (not
+    a torch file, or not a state dict of tensors) or holds NaN or inf values."""
     path = folder / "pruned.pt"
     state = runio.load_checkpoint(path)
     if not isinstance(state, dict) or not all(
@@ -139,60 +157,114 @@ def read_pruned(folder: Path, model: str) -> nn.Module:
     if bad:
         raise PBInputError(f"{path} holds NaN or inf values ({bad[0]}): the run diverged; "
                            f"export a run that finished with finite weights")
+    return state
+
+
+def read_pruned(folder: Path, source: NetworkSource) -> nn.Module:
+    """:func:`pbscale.prune_export.load_pruned` of the run's pruned.pt (checked by
+    :func:`read_pruned_state`), refused in one line when its keys or shapes are not the
+    network's."""
+    read_pruned_state(folder)
     try:
-        return load_pruned(model, path)
-    except (RuntimeError, KeyError, ValueError, TypeError) as exc:
+        return load_pruned(source, folder / "pruned.pt")
+    except (RuntimeError, KeyError, ValueError, TypeError, AttributeError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise PBInputError(f"damaged run file {path} (not a {model} network: {first[:120]}); "
+        raise PBInputError(f"damaged run file {folder / 'pruned.pt'} (not the run's network: "
+                           f"{first[:120]}); {runio.DAMAGED_FIX}") from None
+
+
+def checked_network(folder: str | Path, model: object = None) -> tuple[nn.Module, torch.Tensor]:
+    """:func:`plain_network` and :func:`example_input`, refused in one line when the network
+    does not take data.json's input_shape."""
+    net, x = plain_network(folder, model), example_input(folder)
+    try:
+        with torch.no_grad():
+            net(x)
+    except RuntimeError as exc:
+        raise PBInputError(f"damaged run folder {folder}: its network does not take data.json's "
+                           f"input_shape ({str(exc).splitlines()[0][:100]}); "
                            f"{runio.DAMAGED_FIX}") from None
+    return net, x
 
 
-def plain_network(folder: str | Path) -> nn.Module:
+def network_source(spec: str, model: object = None) -> NetworkSource:
+    """The network ``spec`` (a run's recorded model) to build again: ``model`` when given (an
+    ``nn.Module``, a factory or an import path: the user's own object), else the recorded
+    import path, which must be importable here (one line when it is not)."""
+    if model is not None:
+        return source_for(model)  # type: ignore[arg-type]
+    if not importable(spec):
+        raise PBInputError(f"the run's network {spec} was given as a Python object that another "
+                           "process cannot import; define it in a module and train with "
+                           "--model package.module:factory, or export from Python: "
+                           "pbscale.export.export(run, fmt, out, model=net)")
+    return source_for(spec)
+
+
+def plain_network(folder: str | Path, model: object = None) -> nn.Module:
     """The run's pruned network as plain modules, masks folded into the weights
     (``torch.nn.utils.prune.remove``), after its test-time transform (:class:`Standardized`);
-    in eval mode."""
-    model, data = read_run(folder)
-    net = read_pruned(Path(folder), model)
-    for mod in net.modules():
-        if torch_prune.is_pruned(mod) and hasattr(mod, "weight_mask"):
-            torch_prune.remove(mod, "weight")
-    return Standardized(net, data["mean"], data["std"], data["input_shape"]).eval()
+    in eval mode. ``model``: the user's network when the recorded import path cannot be used
+    (:func:`network_source`)."""
+    spec, data = read_run(folder)
+    net = read_pruned(Path(folder), network_source(spec, model))
+    mods = dict(net.named_modules())
+    for name in _masked(net):
+        owner, _, param = name.rpartition(".")
+        torch_prune.remove(mods[owner], param)
+    return Standardized(net, data["mean"], data["std"], data["input_shape"],
+                        data.get("input_dtype", "uint8")).eval()
+
+
+def _masked(net: nn.Module) -> list[str]:
+    """The parameters of ``net`` that carry a ``torch.nn.utils.prune`` mask."""
+    return pruned_names({k: None for k in net.state_dict()})
 
 
 def example_input(folder: str | Path, batch: int = 2) -> torch.Tensor:
-    """Zeros of the run's input shape (uint8), for tracing."""
+    """Zeros of the run's input shape and dtype, for tracing."""
     _, data = read_run(folder)
-    return torch.zeros((batch, *data["input_shape"]), dtype=torch.uint8)
+    dtype = INPUT_DTYPES[data.get("input_dtype", "uint8")]
+    return torch.zeros((batch, *data["input_shape"]), dtype=dtype)
 
 
 def save_sparse(folder: str | Path, path: str | Path) -> None:
     """The sparse form of the run's network: {"format", "model", "mean", "std",
-    "input_shape", per masked weight "bits.<name>" (uint8, ``numpy.packbits`` of the flat 0/1
-    mask), "shape.<name>" and "values.<name>" (the kept weights, float32, in flat order),
-    "param.<name>" for every other parameter and buffer}; read by :func:`load_sparse`."""
+    "input_shape", "input_dtype", per masked parameter "bits.<name>" (uint8,
+    ``numpy.packbits`` of the flat 0/1 mask), "shape.<name>" and "values.<name>" (the kept
+    weights, float32, in flat order), "param.<name>" for every other parameter and buffer};
+    read by :func:`load_sparse`."""
     model, data = read_run(folder)
-    state = read_pruned(Path(folder), model).state_dict()
+    state = read_pruned_state(Path(folder))
     blob: dict = {"format": SPARSE_FORMAT, "model": model, "mean": data["mean"],
-                  "std": data["std"], "input_shape": data["input_shape"]}
+                  "std": data["std"], "input_shape": data["input_shape"],
+                  "input_dtype": data.get("input_dtype", "uint8")}
+    masked = set(pruned_names(state))
+    for name in masked:
+        value, mask = state[f"{name}_orig"], state[f"{name}_mask"].flatten() != 0
+        blob[f"bits.{name}"] = torch.from_numpy(np.packbits(mask.numpy()))
+        blob[f"shape.{name}"] = list(value.shape)
+        blob[f"values.{name}"] = value.flatten()[mask].clone()
     for key, value in state.items():
-        if key.endswith("_orig"):
-            name = key.removesuffix("_orig")
-            mask = state[f"{name}_mask"].flatten() != 0
-            blob[f"bits.{name}"] = torch.from_numpy(np.packbits(mask.numpy()))
-            blob[f"shape.{name}"] = list(value.shape)
-            blob[f"values.{name}"] = value.flatten()[mask].clone()
-        elif not key.endswith("_mask"):
+        if key.removesuffix("_orig") not in masked and key.removesuffix("_mask") not in masked:
             blob[f"param.{key}"] = value
     runio.write_output(path, runio.checkpoint_bytes(blob))
 
 
-def load_sparse(path: str | Path) -> nn.Module:
+def load_sparse(path: str | Path, model: object = None) -> nn.Module:
     """The network of a :func:`save_sparse` file (``weights_only=True``), dense again, after its
-    test-time transform (:class:`Standardized`); in eval mode."""
+    test-time transform (:class:`Standardized`); in eval mode. A file of a user's network
+    names its import path; that code runs only when the caller passes ``model`` (the path, the
+    factory or a network): a file never chooses code to run."""
     blob = torch.load(path, map_location="cpu", weights_only=True)
     if not isinstance(blob, dict) or blob.get("format") != SPARSE_FORMAT:
         raise PBInputError(f"{path} is not a {SPARSE_FORMAT} file; write one with python -m "
                            "pbscale.export RUN --format sparse")
+    spec = blob.get("model")
+    if model is None and spec not in MODELS:
+        raise PBInputError(f"{path} holds the network {spec!r}, your own code; pass it: "
+                           f"load_sparse(path, model={spec!r}) (a file never chooses code to "
+                           "run)")
     state = {k.removeprefix("param."): v for k, v in blob.items() if k.startswith("param.")}
     for key in (k for k in blob if k.startswith("bits.")):
         name = key.removeprefix("bits.")
@@ -202,32 +274,38 @@ def load_sparse(path: str | Path) -> nn.Module:
         weight = torch.zeros(n, dtype=blob[f"values.{name}"].dtype)
         weight[mask] = blob[f"values.{name}"]
         state[name] = weight.reshape(shape)
-    net = MODELS[blob["model"]]()
+    net = network_source(str(spec), model).build(0, "model")
     net.load_state_dict(state)
-    return Standardized(net, blob["mean"], blob["std"], blob["input_shape"]).eval()
+    return Standardized(net, blob["mean"], blob["std"], blob["input_shape"],
+                        blob.get("input_dtype", "uint8")).eval()
 
 
-def export(folder: str | Path, fmt: str, out: str | Path) -> Path:
-    """Write the run's network to ``out`` in format ``fmt`` (:data:`FORMATS`); returns it."""
+def export(folder: str | Path, fmt: str, out: str | Path, model: object = None) -> Path:
+    """Write the run's network to ``out`` in format ``fmt`` (:data:`FORMATS`); returns it.
+    ``model``: the user's network when the run's recorded import path cannot be imported
+    (:func:`network_source`)."""
     out = Path(out)
     if fmt not in FORMATS:
         raise PBInputError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")
     runio.check_output_file(out)
-    net, x = plain_network(folder), example_input(folder)
-    try:
-        with torch.no_grad():
-            net(x)
-    except RuntimeError as exc:
-        raise PBInputError(f"damaged run folder {folder}: its network does not take data.json's "
-                           f"input_shape ({str(exc).splitlines()[0][:100]}); "
-                           f"{runio.DAMAGED_FIX}") from None
     if fmt == "sparse":
+        spec, _ = read_run(folder)
+        if model is not None or spec in MODELS or importable(spec):  # else: the bits alone
+            checked_network(folder, model)
         save_sparse(folder, out)
+        return out
+    net, x = checked_network(folder, model)
+    buf = io.BytesIO()
+    if fmt == "pt2":
+        batch = torch.export.Dim("batch", min=1)
+        with torch.no_grad():
+            program = torch.export.export(net, (x,), dynamic_shapes={"x": {0: batch}})
+        torch.export.save(program, buf)
+        runio.write_output(out, buf.getvalue())
         return out
     if fmt == "torchscript":
         with torch.no_grad():
             traced = torch.jit.trace(net, x)
-        buf = io.BytesIO()
         torch.jit.save(traced, buf)
         runio.write_output(out, buf.getvalue())
         return out
@@ -256,11 +334,15 @@ def export(folder: str | Path, fmt: str, out: str | Path) -> Path:
 
 def build_parser() -> ArgumentParser:
     p = ArgumentParser(prog="python -m pbscale.export",
-                       description="Export a finished pruning run's network (uint8 images in, "
-                                   "logits out; masks folded in) as TorchScript, ONNX or a "
+                       description="Export a finished pruning run's network (the run's raw "
+                                   "inputs in, e.g. uint8 images; outputs, e.g. logits, out; "
+                                   "masks folded in) as torch.export, TorchScript, ONNX or a "
                                    "compact sparse .pt (docs/export.md).")
     p.add_argument("run", help="run folder of python -m pbscale.prune (with pruned.pt)")
-    p.add_argument("--format", default="torchscript", choices=FORMATS)
+    p.add_argument("--format", default="pt2", choices=FORMATS,
+                   help="pt2: torch.export (read back with torch.export.load(FILE).module()); "
+                        "torchscript: torch.jit.trace (deprecated by torch); onnx; sparse: "
+                        "masks as bits and the kept weights only")
     p.add_argument("--out", required=True, help="file to write (required)")
     return p
 
@@ -281,5 +363,7 @@ if __name__ == "__main__":
     sys.exit(main())
 
 
-__all__ = ["FORMATS", "SPARSE_FORMAT", "Standardized", "build_parser", "example_input",
-           "export", "load_sparse", "main", "plain_network", "read_run", "save_sparse"]
+__all__ = ["FORMATS", "INPUT_DTYPES", "MAX_INPUT", "SPARSE_FORMAT", "Standardized", "build_parser",
+           "check_finished", "check_transform", "checked_network", "example_input", "export",
+           "load_sparse", "main", "network_source", "plain_network", "read_pruned",
+           "read_pruned_state", "read_run", "save_sparse"]

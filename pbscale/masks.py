@@ -57,6 +57,20 @@ def rescaled_weight(name: str, weight: torch.Tensor, mask: torch.Tensor) -> torc
     return weight * mask / scale
 
 
+def tied_names(model: nn.Module) -> dict[str, str]:
+    """{name: another name of the same ``nn.Parameter``} for every parameter the network holds
+    under two or more names (tied weights)."""
+    first: dict[int, str] = {}
+    out = {}
+    for name, p in model.named_parameters(remove_duplicate=False):
+        if id(p) in first:
+            out[name] = first[id(p)]
+            out.setdefault(first[id(p)], name)
+        else:
+            first[id(p)] = name
+    return out
+
+
 class MaskedModule:
     """Masks over chosen weight tensors of ``module``.
 
@@ -92,10 +106,13 @@ class MaskedModule:
             )
         if len(set(names)) != len(names):
             raise PBInputError("a weight tensor is listed twice in names; list each once")
-        if len(list(module.named_parameters(remove_duplicate=False))) != len(params):
-            raise PBInputError("the network uses one parameter in two places (a reused layer or "
-                               "tied weights), which masking does not support; give each "
-                               "place its own layer")
+        tied = tied_names(module)
+        if any(k in tied for k in names):
+            k = next(k for k in names if k in tied)
+            raise PBInputError(f"cannot mask {k}: the network uses it in two places ({k} and "
+                               f"{tied[k]}: a reused layer or tied weights), which masking "
+                               "does not support; leave it unmasked or give each place its own "
+                               "layer")
         self.module = module
         self.names = names
         self.train_weights = bool(train_weights)

@@ -237,13 +237,15 @@ INITS = ("kaiming_normal", "signed_constant")
 
 def init_weights(model: nn.Module, scheme: str = "kaiming_normal",
                  generator: torch.Generator | None = None) -> nn.Module:
-    """Initialize every Linear/Conv weight of ``model`` in place (biases to zero; BatchNorm to
-    weight 1, bias 0) from ``generator``; returns ``model``."""
+    """Initialize every Linear and convolution weight of ``model`` in place (fan-in:
+    ``weight[0].numel()``; biases to zero; BatchNorm to weight 1, bias 0) from ``generator``,
+    module by module in ``modules()`` order; other layers (e.g. embeddings) keep their own
+    initialization. Returns ``model``."""
     if scheme not in INITS:
         raise PBInputError(f"unknown init {scheme!r}; choose one of {', '.join(INITS)}")
     with torch.no_grad():
         for m in model.modules():
-            if isinstance(m, (nn.Linear, nn.Conv2d)):
+            if isinstance(m, (nn.Linear, nn.modules.conv._ConvNd)):
                 w = m.weight
                 fan_in = w[0].numel()
                 std = math.sqrt(2.0 / fan_in)
@@ -254,7 +256,7 @@ def init_weights(model: nn.Module, scheme: str = "kaiming_normal",
                     w.copy_(sign.to(w.dtype) * std)
                 if m.bias is not None:
                     m.bias.zero_()
-            elif isinstance(m, (nn.BatchNorm1d, nn.BatchNorm2d)):
+            elif isinstance(m, nn.modules.batchnorm._BatchNorm) and m.affine:
                 m.weight.fill_(1.0)
                 m.bias.zero_()
     return model

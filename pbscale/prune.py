@@ -59,6 +59,7 @@ from pbexact.provenance import code_provenance
 from pbscale import data as datamod
 from pbscale import distributed
 from pbscale import io as runio
+from pbscale import prune_setup as setup
 from pbscale import routes as gpu_routes
 from pbscale.captured_step import CapturedSteps
 from pbscale.jobs import Batching
@@ -67,7 +68,9 @@ from pbscale.loop import env_info, full_config, run_folder
 from pbscale.loop import run as loop_run
 from pbscale.loop_types import LoopConfig, RunHooks
 from pbscale.methods import REGISTRY, Plan
-from pbscale.models import INITS, MODELS
+from pbscale.models import MODELS
+from pbscale.network import NETWORK_INITS, NetworkSource, layer_counts
+from pbscale.network import argument as model_argument
 from pbscale.prune_config import (
     DEFAULT_PARAM,
     FREEZE_AT,
@@ -108,33 +111,30 @@ SYNTHETIC_COUNT = int_in_range(0, 60_000, "random images held in memory; MNIST's
 
 
 def prepare(cfg: PruneConfig, device: str = "cpu", download: bool = False,
-            download_url: str | None = None) -> tuple[PruneConfig, torch.device, datamod.Data]:
-    """Validate everything (config, device, data presence), then load the data."""
+            download_url: str | None = None, *, data: datamod.Data | None = None,
+            source: NetworkSource | None = None
+            ) -> tuple[PruneConfig, torch.device, datamod.Data]:
+    """Validate everything (config, device, data presence), load the data (unless ``data`` is
+    given: the Python API's arrays) and fit the network to it (:func:`pbscale.prune_setup.fit`:
+    a user's network or data probed; ``source``: the network when it is an object, not a
+    ``--model`` name)."""
     cfg = cfg.resolved().validate()
     dev = resolve_device(device)
-    if cfg.synthetic:
-        data = datamod.synthetic(cfg.dataset, n_train=cfg.synthetic, n_test=cfg.synthetic // 2,
-                                 seed=cfg.split_seed, device=dev,
-                                 val_size=min(cfg.val_size, cfg.synthetic // 2))
-        return cfg, dev, data
-    if not cfg.data_dir:
-        raise PBInputError("--data-dir is required (e.g. ../shared/data/mnist); add --download "
-                           "to fetch the data there")
-    if download:
-        datamod.download(cfg.dataset, cfg.data_dir, url=download_url)
-    datamod.check_data(cfg.dataset, cfg.data_dir)
-    data = datamod.load(cfg.dataset, cfg.data_dir, dev, cfg.val_size, cfg.split_seed)
+    if data is None:
+        data = setup.load_data(cfg, dev, download, download_url)
+    setup.fit(cfg, data, dev, source)
     return cfg, dev, data
 
 
 def build(cfg: PruneConfig, data: datamod.Data, dev: torch.device,
-          shard: distributed.Shard | None = None):
+          shard: distributed.Shard | None = None, source: NetworkSource | None = None):
     """(task, method, loop config, weight optimizer) of a validated, resolved config
-    (``shard``: this rank's share under torchrun). The method is its family's
+    (``shard``: this rank's share under torchrun; ``source``: the network when it is an object,
+    else ``cfg.model``'s). The method is its family's
     (:meth:`pbscale.methods.registry.Family.make`), built from the run's plan: epochs, steps,
     the steps in which masks train (the loop's phases: a joint run's dense warm-up and frozen
     epochs), the layers of the flat mask, the pruning settings and the weights' optimizer."""
-    task = PruneTask(cfg, data, dev, shard)
+    task = PruneTask(cfg, data, dev, shard, source)
     S, E = task.steps_per_epoch, cfg.epochs
     joint = task.trains_weights
     weight_opt = (torch.optim.SGD(task.weights(), lr=cfg.lr, momentum=WEIGHT_MOMENTUM,
@@ -159,7 +159,8 @@ def build(cfg: PruneConfig, data: datamod.Data, dev: torch.device,
 
 def run(cfg: PruneConfig, out: str | Path, device: str = "cpu", *, quiet: bool = False,
         download: bool = False, download_url: str | None = None, step_hook=None,
-        shard=None, given: Collection[str] = (), keep_checkpoint: bool = True) -> dict:
+        shard=None, given: Collection[str] = (), keep_checkpoint: bool = True,
+        data: datamod.Data | None = None, source: NetworkSource | None = None) -> dict:
     """Train (or resume, or read back) the run of ``cfg`` under ``out``; returns its summary
     with the run folder, both weight counts and the final metrics. ``shard``
     (:mod:`pbscale.distributed`, a torchrun launch): MC samples split over the ranks, CP, MP,
@@ -169,12 +170,13 @@ def run(cfg: PruneConfig, out: str | Path, device: str = "cpu", *, quiet: bool =
     on stderr (even when ``quiet``) and listed in config.json's "info" as "ignored". ``quiet``:
     nothing on stdout, no progress (``--quiet`` prints :func:`result_line`).
     ``keep_checkpoint=False``: ``checkpoint.pt``
-    deleted once the run has finished (``--drop-checkpoint``)."""
-    cfg, dev, data = prepare(cfg, device, download, download_url)
+    deleted once the run has finished (``--drop-checkpoint``). ``data`` and ``source``: the
+    data and the network when they are Python objects (:mod:`pbscale.prune_api`)."""
+    cfg, dev, data = prepare(cfg, device, download, download_url, data=data, source=source)
     ignored = [k for k in cfg.unused() if k in given]
     if ignored and (shard is None or shard.rank == 0):
         print(cfg.ignored_warning(ignored), file=sys.stderr)
-    task, method, loop, weight_opt = build(cfg, data, dev, shard)
+    task, method, loop, weight_opt = build(cfg, data, dev, shard, source)
     hooks: list[RunHooks] = [task.evaluation]  # the evaluation rule picks the frozen mask
     if cfg.lam_target:
         hooks.append(LamController(method, cfg.lam_target, loop))
@@ -190,23 +192,44 @@ def run(cfg: PruneConfig, out: str | Path, device: str = "cpu", *, quiet: bool =
     if shard is not None:  # every rank resumes from rank 0's checkpoint
         distributed.sync_resume_files(folder, shard, dev)
     if not quiet:
-        print(f"{folder.name}: {cfg.model} on {cfg.dataset}, {cfg.mode} {cfg.method}; "
-              f"{task.d:,} masked weights of {task.num_all:,} parameters; device {dev}",
-              file=sys.stderr)
-    info = {"data_dir": cfg.data_dir, "data": data.fingerprint,
-            "world_size": 1 if shard is None else shard.world, "unused": cfg.unused(),
+        print(f"{folder.name}: {cfg.model} on {cfg.data or cfg.dataset}, {cfg.mode} "
+              f"{cfg.method}; {task.d:,} masked weights of {task.num_all:,} parameters; "
+              f"device {dev}", file=sys.stderr)
+    info = {**run_info(cfg, data, task), "world_size": 1 if shard is None else shard.world,
             **({"ignored": ignored} if ignored else {}),
             **({"routes": str(asked)} if asked.on else {})}
     folder = loop_run(task, method, loop, out, weight_optimizer=weight_opt, device=dev,
                       progress=not quiet, info=info, step_hook=step_hook, hooks=hooks,
                       lr_flags=task.lr_flags, method_info=cfg.family.info(cfg.method_settings()),
                       keep_checkpoint=keep_checkpoint)
-    summary = runio.read_summary(folder / "summary.json", SUMMARY_KEYS)
+    summary = runio.read_summary(folder / "summary.json", summary_keys(task))
     runio.write_json(folder / "data.json", data.transform())
     summary.update({"folder": str(folder), "masked": task.d, "parameters": task.num_all})
     if not quiet:
         report(summary, task)
     return summary
+
+
+def summary_keys(task: PruneTask) -> tuple[str, ...]:
+    """The entries of a finished run's summary.json that :func:`run` and :func:`report` read:
+    :data:`SUMMARY_KEYS`, with the test loss in place of the accuracy where the run's loss has
+    none (float targets)."""
+    if task.objective.accuracy:
+        return SUMMARY_KEYS
+    return tuple(k.replace("test_acc", "test_loss") for k in SUMMARY_KEYS)
+
+
+def run_info(cfg: PruneConfig, data: datamod.Data, task: PruneTask) -> dict:
+    """What config.json's unhashed "info" records of a run's data and network: the data folder
+    (or the user's data file) and fingerprint, the settings it does not read, and for a user's
+    network or data the masked parameters with their sizes, the loss, the network's source and
+    the examples in each split."""
+    info = {"data_dir": cfg.data_dir, "data": data.fingerprint, "unused": cfg.unused()}
+    if cfg.data or not task.source.builtin or cfg.masked or cfg.loss:
+        info.update({"data_file": cfg.data, "masked_sizes": layer_counts(task.model, task.names),
+                     "loss": task.objective.name, "network": task.source.spec,
+                     "examples": {s: len(getattr(data, s)) for s in ("train", "val", "test")}})
+    return info
 
 
 def captures_steps(cfg: PruneConfig, dev: torch.device, routes: gpu_routes.Routes) -> bool:
@@ -218,14 +241,14 @@ def captures_steps(cfg: PruneConfig, dev: torch.device, routes: gpu_routes.Route
 
 
 def member(cfg: PruneConfig, data: datamod.Data, dev: torch.device, out: str | Path,
-           ignored: Sequence[str] = ()) -> Member:
+           source: NetworkSource | None = None, ignored: Sequence[str] = ()) -> Member:
     """The run of ``cfg`` (validated, resolved) as a member of a pruning group: built as
     :func:`run` builds it, with the folder and the config.json record :func:`run` gives it
     (``ignored``: the settings named that it does not read, as :func:`run` records them)."""
-    task, method, loop, weight_opt = build(cfg, data, dev)
+    task, method, loop, weight_opt = build(cfg, data, dev, source=source)
     config = full_config(task, method, loop)
-    info = {"data_dir": cfg.data_dir, "data": data.fingerprint, "world_size": 1,
-            "unused": cfg.unused(), **({"ignored": list(ignored)} if ignored else {})}
+    info = {**run_info(cfg, data, task), "world_size": 1,
+            **({"ignored": list(ignored)} if ignored else {})}
     env = env_info()
     sweep_ids = env.pop("sweep_ids", {})
     record = {**config, "info": {"device": str(dev), **info, **env, "code": code_provenance()},
@@ -250,24 +273,27 @@ def group_configs(cfg: PruneConfig, seeds: list[int], lams: list[float],
 
 def run_group(cfgs: list[PruneConfig], out: str | Path, device: str = "cpu", *,
               quiet: bool = False, download: bool = False, download_url: str | None = None,
-              step_hook=None, given: Collection[str] = (),
+              step_hook=None, data: datamod.Data | None = None,
+              source: NetworkSource | None = None, given: Collection[str] = (),
               keep_checkpoint: bool = True) -> tuple[int, int]:
     """Train the runs of ``cfgs`` (differing only in :data:`GROUP_FREE`) as one pruning group
     (:mod:`pbscale.prune_group`): each run's folder under ``out`` is the one :func:`run`
-    writes; runs already finished are skipped. One run alone is :func:`run`. ``given`` and
-    ``keep_checkpoint`` as :func:`run` takes them (the group's checkpoint is the one dropped).
-    Returns (runs already finished, runs trained); a run that diverged (now or before) is a
-    one-line :class:`PBInputError` naming it, once the others are trained."""
+    writes; runs already finished are skipped. One run alone is :func:`run`. ``data``,
+    ``source``, ``given`` and ``keep_checkpoint``: as :func:`run` takes them (the group's
+    checkpoint is the one dropped). Returns (runs already finished, runs trained); a run that
+    diverged (now or before) is a one-line :class:`PBInputError` naming it, once the others
+    are trained."""
     if len(cfgs) == 1:
         summary = run(cfgs[0], out, device, quiet=quiet, download=download,
-                      download_url=download_url, step_hook=step_hook, given=given,
-                      keep_checkpoint=keep_checkpoint)
+                      download_url=download_url, step_hook=step_hook, data=data,
+                      source=source, given=given, keep_checkpoint=keep_checkpoint)
         return 0, 1 if summary else 0
     if any(c.lam_target for c in cfgs):
         raise PBInputError("--lam-target steers each run's lam after its own epochs and does not "
                            "run in a pruning group; train these runs one at a time (one --seed, "
                            "one --lam, one --mask-lr)")
-    first, dev, data = prepare(cfgs[0], device, download, download_url)
+    first, dev, data = prepare(cfgs[0], device, download, download_url, data=data,
+                               source=source)
     resolved = [first] + [c.resolved().validate() for c in cfgs[1:]]
     shared = [{k: v for k, v in c.hashed().items() if k not in GROUP_FREE} for c in resolved]
     if any(s != shared[0] for s in shared):
@@ -276,15 +302,15 @@ def run_group(cfgs: list[PruneConfig], out: str | Path, device: str = "cpu", *,
     ignored = [k for k in first.unused() if k in given]
     if ignored:
         print(first.ignored_warning(ignored), file=sys.stderr)
-    members = [member(resolved[0], data, dev, out, ignored)]
+    members = [member(resolved[0], data, dev, out, source, ignored)]
     check_group_memory(members[0], len(resolved), dev)
-    members += [member(c, data, dev, out, ignored) for c in resolved[1:]]
+    members += [member(c, data, dev, out, source, ignored) for c in resolved[1:]]
     if len({m.folder for m in members}) != len(members):
         raise PBInputError("a run is listed twice in the group (same seed, --lam and "
                            "--mask-lr); list each once")
     if not quiet:
-        print(f"group of {len(members)} runs: {first.model} on {first.dataset}, {first.mode} "
-              f"{first.method}; device {dev}", file=sys.stderr)
+        print(f"group of {len(members)} runs: {first.model} on {first.data or first.dataset}, "
+              f"{first.mode} {first.method}; device {dev}", file=sys.stderr)
     result = train_group(members, out, dev, progress=not quiet, step_hook=step_hook,
                          keep_checkpoint=keep_checkpoint)
     if result.diverged:
@@ -306,11 +332,13 @@ def distribute(task: PruneTask, method, weight_opt: torch.optim.Optimizer | None
 
 
 def result_line(summary: dict) -> str:
-    """The one-line result of a finished run (:func:`run`'s summary): test accuracy and both
-    weight counts (what ``--quiet`` prints)."""
+    """The one-line result of a finished run (:func:`run`'s summary): test accuracy (test loss
+    where the run has no accuracy) and both weight counts (what ``--quiet`` prints)."""
     d, n_all = summary["masked"], summary["parameters"]
     rem, rem_all = summary["final_remaining"], summary["final_remaining_all"]
-    return (f"test_acc {summary['final_test_acc']:.4f}  remaining {round(rem * d):,} of {d:,} "
+    score = (f"test_acc {summary['final_test_acc']:.4f}" if "final_test_acc" in summary
+             else f"test_loss {summary['final_test_loss']:.4g}")
+    return (f"{score}  remaining {round(rem * d):,} of {d:,} "
             f"masked weights ({rem:.4%}), {round(rem_all * n_all):,} of {n_all:,} parameters "
             f"({rem_all:.4%})")
 
@@ -318,7 +346,7 @@ def result_line(summary: dict) -> str:
 def report(summary: dict, task: PruneTask) -> None:
     """Both weight counts of a finished run, overall (:func:`result_line`) and per layer."""
     print(result_line(summary))
-    sizes = task.model.layer_counts(task.names)
+    sizes = layer_counts(task.model, task.names)
     for k, size in sizes.items():
         layer = k.removesuffix(".weight")
         frac = summary[f"final_remaining_{layer}"]
@@ -365,9 +393,12 @@ def build_parser() -> ArgumentParser:
         description="Supermask / joint pruning with CP, MC estimators, MP, GMP or dense "
                     "training; writes a run folder (config.json, data.json, metrics.csv, "
                     "masks.pt, pruned.pt) under --out and resumes an interrupted run.")
-    p.add_argument("--model", default=d.model, choices=list(MODELS))
+    p.add_argument("--model", default=d.model, type=model_argument,
+                   help=f"{', '.join(MODELS)}, or your own network as package.module:factory "
+                        "(a function or class returning an nn.Module, imported from the current "
+                        "folder or PYTHONPATH; docs/own_network.md)")
     p.add_argument("--dataset", default="", choices=datamod.DATASETS,
-                   help="default: the model's")
+                   help="default: the model's (a built-in model), or --data's arrays")
     p.add_argument("--mode", default=d.mode, choices=MODES)
     p.add_argument("--method", default=d.method, choices=prune_methods())
     p.add_argument("--param", default=DEFAULT_PARAM, choices=list(PARAMETRIZATIONS),
@@ -393,9 +424,12 @@ def build_parser() -> ArgumentParser:
                    help="seeds of a pruning group, e.g. 0-7 or 0,3,5 (replaces --seed): the "
                         "runs seeds x --lam x --mask-lr train as one computation, each "
                         "writing its own run folder").id_when_changed = True
-    p.add_argument("--init", default=d.init, choices=list(INITS),
-                   help="weight initialization (signed_constant: +-Kaiming std, random signs)")
-    p.add_argument("--mask-head", action="store_true", help="mask the classifier layer too")
+    p.add_argument("--init", default=d.init, choices=list(NETWORK_INITS),
+                   help="weight initialization from the seed (signed_constant: +-Kaiming std, "
+                        "random signs; model: the weights your --model factory makes, e.g. "
+                        "trained ones)")
+    p.add_argument("--mask-head", action="store_true",
+                   help="mask the classifier (the last Linear) too")
     p.add_argument("--mask-shortcuts", action="store_true",
                    help="mask ResNet 1x1 projection shortcuts too")
     p.add_argument("--prune-at", type=nonneg_float, default=d.prune_at,
@@ -418,6 +452,20 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--eval-batches", type=positive_int, default=d.eval_batches,
                    help="training batches each evaluation mask is scored on")
     p.add_argument("--data-dir", default="", help="where the data set's files are")
+    p.add_argument("--data", default="",
+                   help="your own data: an .npz file with x_train y_train x_test y_test "
+                        "(optional x_val y_val); uint8 inputs are standardized images, float "
+                        "inputs are fed as they are; integer labels train with cross-entropy, "
+                        "float targets with MSE (docs/own_network.md)").id_when_changed = True
+    p.add_argument("--masked", default="",
+                   help="the parameters to mask, as comma-separated patterns of their names "
+                        "(e.g. 'features.*.weight,fc1.weight'; default: every Linear and "
+                        "convolution weight but the classifier, the paper's rule)"
+                   ).id_when_changed = True
+    p.add_argument("--loss", default="",
+                   help="ce, mse, or your own package.module:function mapping outputs "
+                        "(k, B, ...) and targets (B, ...) to (k,) losses (default: ce for "
+                        "integer labels, mse for float targets)").id_when_changed = True
     p.add_argument("--download", action="store_true",
                    help="fetch the official files into --data-dir first (needs a network)")
     p.add_argument("--download-url", default=None, help=argparse.SUPPRESS)

@@ -15,7 +15,10 @@ from pbexact.parametrizations import PARAMETRIZATIONS
 from pbscale import data as datamod
 from pbscale.methods import OPTIMIZERS, REGISTRY, Family, MethodConfig
 from pbscale.methods.registry import MC_START, PRUNE_SETTINGS
-from pbscale.models import INITS, MODELS
+from pbscale.models import MODELS
+from pbscale.network import NETWORK_INITS, check_spec, is_import_path
+from pbscale.objectives import LOSSES
+from pbscale.user_data import ARRAYS
 
 MODES = ("supermask", "joint")
 
@@ -33,7 +36,7 @@ PRUNE_METHODS = prune_methods()
 MASK_OPTIMIZERS = tuple(OPTIMIZERS)
 #: The parametrization of MC runs when --param is left out (a family's ``prune_param`` first).
 DEFAULT_PARAM = "escort"
-#: Default model -> data set.
+#: Default model -> data set (the user's own models have none: --dataset or --data).
 MODEL_DATA = {"lenet": "mnist", "conv6": "cifar10", "resnet20": "cifar10", "vgg19": "cifar10"}
 #: Weight optimizer of joint runs (`sec:app_joint_pruning_setup`): SGD, Nesterov momentum.
 WEIGHT_LR, WEIGHT_MOMENTUM, WEIGHT_DECAY = 0.1, 0.9, 1e-4
@@ -101,10 +104,19 @@ class PruneConfig:
     eval_batches: int = EVAL_BATCHES
     data_dir: str = field(default="", metadata={"hash": False})
     lam_target: float = field(default=0.0, metadata=CHANGED_ONLY)
+    #: the user's data file (``--data``, not hashed: its content is, as ``data_id``)
+    data: str = field(default="", metadata={"hash": False})
+    #: patterns of the masked parameters (comma-separated ``fnmatch``; "": the paper's rule)
+    masked: str = field(default="", metadata=CHANGED_ONLY)
+    #: ``--loss``: "" (cross-entropy for integer labels, MSE for float targets), "ce", "mse"
+    #: or ``package.module:function``
+    loss: str = field(default="", metadata=CHANGED_ONLY)
 
     def resolved(self) -> PruneConfig:
         """Defaults that depend on other fields filled in (data set, batch size)."""
         c = copy.copy(self)
+        if c.data:
+            c.dataset = c.dataset or ARRAYS
         if not c.dataset:
             c.dataset = MODEL_DATA.get(c.model, "")
         if not c.param:  # the method's default parametrization (escort for MC)
@@ -117,14 +129,28 @@ class PruneConfig:
         """Raise :class:`PBInputError` (one line: the problem and the fix) on the first bad
         setting; nothing is trained or loaded before this passes."""
         c = self
-        if c.model not in MODELS:
-            raise PBInputError(f"unknown model {c.model!r}; choose one of {', '.join(MODELS)}")
-        if c.dataset not in datamod.DATASETS:
+        check_spec(c.model)
+        if c.data and c.dataset != ARRAYS:
+            raise PBInputError(f"--data gives the data and --dataset {c.dataset} names another "
+                               "data set; give one of them")
+        if not c.dataset:
+            raise PBInputError(f"--model {c.model} has no data set of its own; give your data "
+                               "with --data FILE.npz, or --dataset mnist or cifar10 with "
+                               "--data-dir")
+        if c.dataset not in (*datamod.DATASETS, ARRAYS) or (c.dataset == ARRAYS
+                                                            and not c.data):
             raise PBInputError(f"unknown dataset {c.dataset!r}; choose one of "
-                               f"{', '.join(datamod.DATASETS)}")
-        if c.dataset != MODEL_DATA[c.model]:
+                               f"{', '.join(datamod.DATASETS)}, or give --data FILE.npz")
+        if c.model in MODEL_DATA and c.dataset in datamod.DATASETS \
+                and c.dataset != MODEL_DATA[c.model]:
             raise PBInputError(f"{c.model} takes {MODEL_DATA[c.model]} inputs, not {c.dataset}; "
                                f"use --dataset {MODEL_DATA[c.model]}")
+        if c.loss not in LOSSES and not is_import_path(c.loss):
+            raise PBInputError(f"unknown --loss {c.loss!r}; choose ce, mse, or your own "
+                               "function as package.module:function")
+        if c.data and c.synthetic:
+            raise PBInputError("--synthetic draws random images in place of --data; give one "
+                               "of them")
         if c.mode not in MODES:
             raise PBInputError(f"unknown mode {c.mode!r}; choose one of {', '.join(MODES)}")
         if c.method not in prune_methods():
@@ -156,8 +182,9 @@ class PruneConfig:
         if c.batch_size < 1:
             raise PBInputError(f"--batch-size must be positive, got {c.batch_size}; give 1 or "
                                "more (0: the default)")
-        if c.init not in INITS:
-            raise PBInputError(f"unknown init {c.init!r}; choose one of {', '.join(INITS)}")
+        if c.init not in NETWORK_INITS:
+            raise PBInputError(f"unknown init {c.init!r}; choose one of "
+                               f"{', '.join(NETWORK_INITS)}")
         for name in ("prune_at", "gmp_start", "gmp_end"):
             if not 0 <= getattr(c, name) <= 1:
                 raise PBInputError(f"--{name.replace('_', '-')} is a fraction of training in "
@@ -210,6 +237,7 @@ class PruneConfig:
         """The fields that define the run (not where its data lives)."""
         d = asdict(self)
         d.pop("data_dir")
+        d.pop("data")
         for f in fields(self):
             if f.metadata.get("hash") == "changed" and d[f.name] == f.default:
                 d.pop(f.name)
@@ -244,6 +272,8 @@ class PruneConfig:
         out += [k for k in PRUNE_SETTINGS if k not in family.uses]
         if self.mode == "supermask" and not family.dense_weights:
             out.append("lr")
-        if MODELS[self.model].shortcut_marker is None:
+        if self.masked or getattr(MODELS.get(self.model), "shortcut_marker", None) is None:
             out.append("mask_shortcuts")
+        if self.masked:
+            out.append("mask_head")
         return out

@@ -15,13 +15,12 @@ from collections.abc import Iterable
 
 import torch
 from torch import nn
-from torch.nn import functional as F
 
 from pbscale import data as datamod
 from pbscale import distributed
-from pbscale.batched import cross_entropy_per_mask
 from pbscale.loop_types import EvalContext, MaskMethod, RunHooks
 from pbscale.masks import MaskedModule
+from pbscale.objectives import CROSS_ENTROPY, Objective
 from pbscale.prune_config import PruneConfig
 
 
@@ -31,9 +30,10 @@ class MaskEvaluation(RunHooks):
     ``batches`` has ``selection(generator)``, the training batches masks are scored on."""
 
     def __init__(self, cfg: PruneConfig, data: datamod.Data, layout: MaskedModule,
-                 batches: object, shard: distributed.Shard | None = None) -> None:
+                 batches: object, shard: distributed.Shard | None = None,
+                 objective: Objective = CROSS_ENTROPY) -> None:
         self.cfg, self.data, self.layout, self.batches = cfg, data, layout, batches
-        self.shard = shard
+        self.shard, self.objective = shard, objective
         self.model = layout.module
         self.d = layout.d
         self.num_all = sum(p.numel() for p in self.model.parameters())
@@ -70,7 +70,7 @@ class MaskEvaluation(RunHooks):
             z = method.sample_masks(k)
             losses = torch.zeros(k, device=z.device)
             for x, y in self._mine(batches):
-                losses += self.layout.loss_fn(x, y, cross_entropy_per_mask)(z)
+                losses += self.layout.loss_fn(x, y, self.objective.per_mask)(z)
             if self.shard is not None:
                 losses = distributed.all_sum(losses.cpu(), self.shard).to(losses)
             # a mask whose loss is NaN (diverged weights) is never the best; with none finite
@@ -111,14 +111,16 @@ class MaskEvaluation(RunHooks):
 
     @torch.no_grad()
     def score(self, params: dict, batches: Iterable) -> tuple[float, float]:
-        """(mean cross-entropy, accuracy) of the network under ``params`` in eval mode (under
-        torchrun each rank scores every K-th batch and the sums are all-reduced)."""
+        """(mean loss, accuracy) of the network under ``params`` in eval mode (the run's
+        :class:`pbscale.objectives.Objective`; accuracy 0 where it has none; under torchrun
+        each rank scores every K-th batch and the sums are all-reduced)."""
         self.model.eval()
         loss, correct, count = 0.0, 0, 0
         for x, y in self._mine(batches):
             out = self.layout.forward_single(params, x)
-            loss += float(F.cross_entropy(out, y, reduction="sum"))
-            correct += int((out.argmax(1) == y).sum())
+            batch_loss, batch_correct = self.objective.score(out, y)
+            loss += batch_loss
+            correct += batch_correct
             count += len(y)
         if self.shard is not None:
             loss, correct, count = distributed.all_sum([loss, correct, count], self.shard).tolist()
@@ -136,13 +138,18 @@ class MaskEvaluation(RunHooks):
         z = ctx.mask if ctx.mask is not None else self.choose_mask(method, batches)
         self.mask = z.detach().clone()
         extra: dict[str, float] = {}
+        acc = self.objective.accuracy
+        # a metric of each evaluated mask: its accuracy, or its loss where it has none
+        metric, name = (1, "acc") if acc else (0, "loss")
         if method.also_sampled:  # the best sampled mask beside the deterministic one
             zs = self.choose_mask(method, batches, sampled=True)
             ps = self.eval_params(zs)
             if self.has_bn:
                 self.recalibrate_bn(ps, batches)
-            extra = {"sampled_val_acc": self.score(ps, self.data.batches("val", 1000))[1],
-                     "sampled_test_acc": self.score(ps, self.data.batches("test", 1000))[1],
+            extra = {f"sampled_val_{name}":
+                     self.score(ps, self.data.batches("val", 1000))[metric],
+                     f"sampled_test_{name}":
+                     self.score(ps, self.data.batches("test", 1000))[metric],
                      "sampled_remaining": int(zs.count_nonzero()) / self.d}
         params = self.eval_params(self.mask)
         if self.has_bn and method.recalibrate_bn:
@@ -150,11 +157,16 @@ class MaskEvaluation(RunHooks):
         val_loss, val_acc = self.score(params, self.data.batches("val", 1000))
         test_loss, test_acc = self.score(params, self.data.batches("test", 1000))
         kept = int(self.mask.count_nonzero())
-        # the loop's progress bar shows the first keys: accuracy and weights remaining
-        row: dict[str, float] = {"val_acc": val_acc, "remaining": kept / self.d,
-                                 "test_acc": test_acc,
-                                 "train_acc": self.score(params, batches)[1],
-                                 "val_loss": val_loss, "test_loss": test_loss}
+        # the loop's progress bar shows the first keys: accuracy (else loss) and weights
+        # remaining
+        row: dict[str, float]
+        if acc:
+            row = {"val_acc": val_acc, "remaining": kept / self.d, "test_acc": test_acc,
+                   "train_acc": self.score(params, batches)[1],
+                   "val_loss": val_loss, "test_loss": test_loss}
+        else:
+            row = {"val_loss": val_loss, "remaining": kept / self.d, "test_loss": test_loss,
+                   "train_eval_loss": self.score(params, batches)[0]}
         row["remaining_all"] = (self.num_all - self.d + kept) / self.num_all
         for k, m in self.layout.split(self.mask[None]).items():
             row[f"remaining_{k.removesuffix('.weight')}"] = int(m.count_nonzero()) / m.numel()

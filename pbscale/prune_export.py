@@ -14,7 +14,7 @@ from torch.nn.utils import prune as torch_prune
 
 from pbscale import io as runio
 from pbscale.loop_types import RunHooks
-from pbscale.models import MODELS
+from pbscale.network import NetworkSource, source_for
 from pbscale.prune_eval import MaskEvaluation
 
 
@@ -43,9 +43,9 @@ def export(folder: Path, evaluation: MaskEvaluation, rescale: bool) -> None:
     mods = dict(net.named_modules())
     with torch.no_grad():
         for k, m in masks.items():
-            mod = mods[k.removesuffix(".weight")]
-            mod.weight.copy_(used[k])
-            torch_prune.custom_from_mask(mod, "weight", m)
+            owner, _, name = k.rpartition(".")
+            getattr(mods[owner], name).copy_(used[k])
+            torch_prune.custom_from_mask(mods[owner], name, m)
     runio.save_checkpoint(folder / "pruned.pt", net.state_dict())
 
 
@@ -60,15 +60,25 @@ class Export(RunHooks):
             export(self.folder, self.evaluation, self.rescale)
 
 
-def load_pruned(model_name: str, path: str | Path) -> nn.Module:
-    """A network of :data:`pbscale.models.MODELS` with the pruned weights of ``pruned.pt``,
-    by plain PyTorch: ``prune.identity`` on the masked layers, then ``load_state_dict`` of
-    ``torch.load(path, weights_only=True)``; in eval mode."""
+def pruned_names(state: dict) -> list[str]:
+    """The masked parameters of a ``pruned.pt`` state dict: each name ``p`` stored as
+    ``p_orig`` and ``p_mask`` (``torch.nn.utils.prune`` form) and not as ``p`` itself."""
+    return [k.removesuffix("_mask") for k in state
+            if k.endswith("_mask") and k.removesuffix("_mask") + "_orig" in state
+            and k.removesuffix("_mask") not in state]
+
+
+def load_pruned(model: str | NetworkSource, path: str | Path) -> nn.Module:
+    """The run's network (a name of :data:`pbscale.models.MODELS`, the user's import path
+    ``module:factory``, or a :class:`pbscale.network.NetworkSource`) with the pruned weights of
+    ``pruned.pt``, by plain PyTorch: ``prune.identity`` on the masked parameters, then
+    ``load_state_dict`` of ``torch.load(path, weights_only=True)``; in eval mode."""
     state = torch.load(path, map_location="cpu", weights_only=True)
-    net = MODELS[model_name]()
+    source = model if isinstance(model, NetworkSource) else source_for(model)
+    net = source.build(0, "model")  # every weight comes from the file
     mods = dict(net.named_modules())
-    for key in state:
-        if key.endswith(".weight_mask"):
-            torch_prune.identity(mods[key.removesuffix(".weight_mask")], "weight")
+    for name in pruned_names(state):
+        owner, _, param = name.rpartition(".")
+        torch_prune.identity(mods[owner], param)
     net.load_state_dict(state)
     return net.eval()

@@ -14,12 +14,15 @@ from torch import nn
 
 from pbscale import data as datamod
 from pbscale import distributed
-from pbscale.batched import cross_entropy_per_mask
+from pbscale.batched import PerMaskLoss
 from pbscale.loop_types import BatchedLoss, EvalContext
 from pbscale.masks import MaskedModule, plain_weight, rescaled_weight
-from pbscale.models import build_model
+from pbscale.network import NetworkSource, masked_names, network_id, short_name, source_for
+from pbscale.objectives import Objective
 from pbscale.prune_config import PruneConfig
 from pbscale.prune_eval import MaskEvaluation
+from pbscale.prune_setup import objective, patterns
+from pbscale.user_data import ARRAYS
 
 
 class Batches:
@@ -35,9 +38,12 @@ class Batches:
 
     def __init__(self, cfg: PruneConfig, data: datamod.Data, layout: MaskedModule,
                  shard: distributed.Shard | None = None,
-                 averager: distributed.GradAverage | None = None) -> None:
+                 averager: distributed.GradAverage | None = None,
+                 loss: PerMaskLoss | None = None) -> None:
         self.cfg, self.data, self.layout = cfg, data, layout
         self.shard, self.averager = shard, averager
+        #: the per-mask loss of a batch (:attr:`pbscale.objectives.Objective.per_mask`)
+        self.per_mask = loss if loss is not None else objective(cfg, data).per_mask
         self.aug_gen = torch.Generator().manual_seed(cfg.seed)
         self.steps_per_epoch = math.ceil(len(data.train) / cfg.batch_size)
         if cfg.max_batches:
@@ -63,7 +69,7 @@ class Batches:
     def loss(self, order: torch.Tensor, i: int) -> BatchedLoss:
         """The batched loss of step i of the epoch whose order is ``order``."""
         if self.shard is None:
-            return self.layout.loss_fn(*self.batch(order, i), cross_entropy_per_mask)
+            return self.layout.loss_fn(*self.batch(order, i), self.per_mask)
         B, data, layout = self.cfg.batch_size, self.data, self.layout
         idx = order[i * B:(i + 1) * B].to(data.train.y.device)
         layout.module.train()
@@ -73,8 +79,7 @@ class Batches:
 
         def make(rows: slice) -> BatchedLoss:
             x = aug[rows] if aug is not None else data.train.x[idx[rows]]
-            return layout.loss_fn(data.prepare(x), data.train.y[idx[rows]],
-                                  cross_entropy_per_mask)
+            return layout.loss_fn(data.prepare(x), data.train.y[idx[rows]], self.per_mask)
 
         if self.averager is not None:
             self.averager.new_step()
@@ -95,10 +100,11 @@ class Batches:
 
 
 class PruneTask:
-    """One pruning run as a :class:`pbscale.loop_types.Task`: the network of ``cfg`` (built from
-    its seed and initialization), the masked layout over :attr:`names`
-    (model.masked_names(); masks are flat (d,) vectors, through dynamic weight rescaling for
-    methods that rescale), its :class:`Batches` and its :class:`MaskEvaluation`. Its state is
+    """One pruning run as a :class:`pbscale.loop_types.Task`: the network of ``cfg`` (built by
+    its :class:`pbscale.network.NetworkSource`, ``source``, from its seed and initialization),
+    the masked layout over :attr:`names` (:func:`pbscale.network.masked_names`; masks are flat
+    (d,) vectors, through dynamic weight rescaling for methods that rescale), its loss
+    (:attr:`objective`), its :class:`Batches` and its :class:`MaskEvaluation`. Its state is
     the network's, the augmentation generator's and the evaluation mask's.
 
     ``shard`` (torchrun): batches and evaluation split over the ranks; :meth:`share_gradients`
@@ -108,10 +114,16 @@ class PruneTask:
     lr_flags = {"masks": "--mask-lr", "optimizer": "--mask-opt", "weights": "--lr"}
 
     def __init__(self, cfg: PruneConfig, data: datamod.Data, device: torch.device,
-                 shard: distributed.Shard | None = None) -> None:
+                 shard: distributed.Shard | None = None,
+                 source: NetworkSource | None = None) -> None:
         self.cfg, self.data, self.device, self.shard = cfg, data, device, shard
-        self.model = build_model(cfg.model, cfg.seed, cfg.init).to(device)
-        self.names = self.model.masked_names(cfg.mask_head, cfg.mask_shortcuts)
+        self.source = source or source_for(cfg.model)
+        self.model = self.source.build(cfg.seed, cfg.init).to(device)
+        #: the identity of the user's network as built (None for a built-in model)
+        self.network_id = (None if self.source.builtin
+                           else network_id(self.model, self.source.spec, cfg.init))
+        self.names = masked_names(self.model, cfg.mask_head, cfg.mask_shortcuts, patterns(cfg))
+        self.objective: Objective = objective(cfg, data)
         family = cfg.family
         self.trains_weights = cfg.mode == "joint" or family.dense_weights
         for p in self.model.parameters():
@@ -119,17 +131,19 @@ class PruneTask:
         self.layout = MaskedModule(self.model, self.names, train_weights=self.trains_weights,
                                    weight_hook=rescaled_weight if family.rescale
                                    else plain_weight)
-        self.name = f"{cfg.model}-{cfg.mode}-{cfg.method}"
+        self.name = f"{short_name(cfg.model)}-{cfg.mode}-{cfg.method}"
         self.d = self.layout.d
         self.num_all = sum(p.numel() for p in self.model.parameters())
         #: the run's :class:`pbscale.distributed.GradAverage` under torchrun (its parameters
         #: come with :meth:`share_gradients`)
         self.averager = (distributed.GradAverage(shard, [], list(self.model.buffers()))
                          if shard is not None else None)
-        self.batches = Batches(cfg, data, self.layout, shard, self.averager)
+        self.batches = Batches(cfg, data, self.layout, shard, self.averager,
+                               self.objective.per_mask)
         self.steps_per_epoch = self.batches.steps_per_epoch
         self.total_steps = self.steps_per_epoch * cfg.epochs
-        self.evaluation = MaskEvaluation(cfg, data, self.layout, self.batches, shard)
+        self.evaluation = MaskEvaluation(cfg, data, self.layout, self.batches, shard,
+                                         self.objective)
 
     def share_gradients(self, params: list[torch.Tensor],
                         optimizers: list[torch.optim.Optimizer]) -> None:
@@ -142,7 +156,15 @@ class PruneTask:
     # ------------------------------------------------------------------ Task protocol
 
     def config(self) -> dict:
-        return self.cfg.hashed()
+        """The run's hashed configuration: the config's fields, and for the user's own network
+        or data their identity (:func:`pbscale.network.network_id`, the data's fingerprint),
+        so that a changed network or other data is another run folder."""
+        out = self.cfg.hashed()
+        if self.network_id is not None:
+            out["network_id"] = self.network_id
+        if self.cfg.dataset == ARRAYS:
+            out["data_id"] = self.data.fingerprint
+        return out
 
     def weights(self) -> list[nn.Parameter]:
         return list(self.model.parameters()) if self.trains_weights else []

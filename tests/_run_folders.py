@@ -38,3 +38,18 @@ def layers_for(remaining: float, big_share: float) -> dict[str, float]:
     small = LENET["fc2"] + LENET["fc3"]
     return {"fc1": big_share * total / LENET["fc1"],
             "fc2": (1 - big_share) * total / small, "fc3": (1 - big_share) * total / small}
+
+
+def write_diverged(root: Path, mode: str, method: str, seed: int, epoch: int = 3,
+                   step: int | None = 1301, **task) -> Path:
+    """A run folder as a diverged run leaves it: config.json and the record ``diverged.json``
+    (epoch, step, where, reason, last_metrics), no summary.json."""
+    from analysis.run_files import DIVERGED
+
+    folder = write_prune(root, mode, method, seed, 0.5, 0.5, {"fc1": 0.5, "fc2": 0.5,
+                                                              "fc3": 0.5}, **task)
+    (folder / "summary.json").unlink()
+    (folder / DIVERGED).write_text(json.dumps(
+        {"epoch": epoch, "step": step, "where": "mask logits", "reason": "NaN mask logits",
+         "last_metrics": {"test_acc": 0.9}}))
+    return folder

@@ -241,3 +241,52 @@ def test_empty_out_is_refused(tmp_path, capsys, monkeypatch):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "is empty; name a folder" in err[0]
     assert sorted(p.name for p in tmp_path.iterdir()) == before
+
+
+def test_seed_means_sds_and_diverged_runs_are_reported(tmp_path, capsys):
+    """Issue 41 point 7: three seeds of a setting give its mean +- s.d. and seed count in
+    runs.csv, runs.md and the console; a diverged run (diverged.json, no summary.json) is counted,
+    not averaged; a setting whose every seed diverged is named."""
+    from _run_folders import LENET, layers_for, write_diverged
+
+    root = tmp_path / "runs"
+    for seed, acc in enumerate((0.90, 0.92, 0.94)):
+        write_prune(root, "joint", "cp", seed, 0.1 + 0.01 * seed, acc, layers_for(0.1, 0.5),
+                    lam=1e-4)
+    write_diverged(root, "joint", "cp", 3, lam=1e-4)
+    write_diverged(root, "joint", "cp", 0, lam=1e-2)
+    out = tmp_path / "out"
+    assert run(pareto.main, [str(root), "--out", str(out)]) == 0
+    console = capsys.readouterr().out
+    rows = read_csv(out / "runs.csv")
+    assert len(rows) == 1 and rows[0]["seeds"] == 3 and rows[0]["diverged"] == 1
+    assert float(rows[0]["test_acc"]) == pytest.approx(0.92)
+    assert float(rows[0]["test_acc_sd"]) == pytest.approx(0.02)
+    assert float(rows[0]["remaining_sd"]) == pytest.approx(0.01)
+    assert "0.9200 +- 0.0200" in (out / "runs.md").read_text()
+    assert "5 runs (1 configurations), 2 of them diverged" in console
+    assert "test_acc 0.9200 +- 0.0200 (3 seeds)" in console
+    assert "every seed diverged: cp (1 seeds)" in console
+    assert LENET  # the layers above are LeNet's
+
+
+def test_a_folder_named_twice_counts_once_and_overlay_all_twice_is_all(runs, tmp_path, capsys):
+    """Issue 38: `pareto D D` counted every run twice; `--overlay all,all` said that all
+    matched no run."""
+    out = tmp_path / "o"
+    assert run(pareto.main, [str(runs), str(runs), "--out", str(out)]) == 0
+    assert capsys.readouterr().out.startswith("5 runs (5 configurations)")
+    assert all(r["seeds"] == 1 for r in read_csv(out / "runs.csv"))
+    assert pareto.parse_overlay("all,all") == [] == pareto.parse_overlay("supermask, all")
+    assert pareto.parse_overlay("joint,joint") == [("joint", None)]
+    assert run(pareto.main, [str(runs), "--out", str(out), "--overlay", "all,all"]) == 0
+    assert "overlays:" in capsys.readouterr().out
+
+
+def test_fronts_are_drawn_with_their_seed_spread():
+    points = [{"label": "cp", "legend": "CP", "method": "cp", "color": "C0", "remaining": r,
+               "test_acc": a, "remaining_sd": 0.001, "test_acc_sd": 0.01, "seeds": 3}
+              for r, a in ((0.05, 0.9), (0.1, 0.95))]
+    fig = pareto.plot_fronts(points, "t")
+    bars = [c for c in fig.axes[0].containers if c.__class__.__name__ == "ErrorbarContainer"]
+    assert len(bars) == 1 and "s.d." in fig.axes[0].get_ylabel()

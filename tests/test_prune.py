@@ -315,7 +315,7 @@ def test_every_model_mode_method_end_to_end(tmp_path, model, mode, method):
 
 
 @pytest.mark.parametrize("args,match", [
-    (["--model", "alexnet"], "--model: invalid choice: 'alexnet'"),
+    (["--model", "alexnet"], "--model: unknown model 'alexnet'.*package.module:factory"),
     (["--data-dir", "{tmp}/nothing"], "not found in"),
     (["--lam", "-1"], "lam"),
     (["--method", "arms", "--n", "1"], "n >= 2"),

@@ -25,7 +25,7 @@ from test_prune_data import MNIST_DIR
 from pbexact import cli
 from pbexact.errors import PBInputError, RunInterrupted
 from pbexact.parametrizations import PARAMETRIZATIONS, Direct, get_parametrization
-from pbscale import batched_seeds, data, io, regress, routes
+from pbscale import batched_seeds, data, io, network, regress, routes
 from pbscale import prune as P
 from pbscale.loop import PROVENANCE, config_hash, full_config
 from pbscale.loop import run as loop_run
@@ -205,9 +205,10 @@ def _exit_code(main, argv) -> int:
 SHARED_TYPES = {cli.positive_int, cli.nonneg_int, cli.positive_float, cli.nonneg_float,
                 cli.seed_list, cli.positive_int_list, cli.thread_count, cli.out_folder,
                 batched_seeds.group_seeds, batched_seeds.lr_list, P.SYNTHETIC_COUNT,
-                routes.argument}
-#: Flags whose values are free text by nature (paths, device names).
-FREE_TEXT = {"data_dir", "download_url", "out", "device"}
+                routes.argument, network.argument}
+#: Flags whose values are free text by nature (paths, device names, name patterns, import
+#: paths checked when the run starts).
+FREE_TEXT = {"data_dir", "download_url", "out", "device", "data", "masked", "loss"}
 
 
 @pytest.mark.parametrize("build", [P.build_parser, regress.build_parser,
@@ -241,12 +242,13 @@ def test_choices_come_from_the_registries():
         return list(next(a for a in parser._actions if a.dest == dest).choices)
 
     p = P.build_parser()
-    assert choices(p, "model") == list(MODELS)
+    model_help = next(a for a in p._actions if a.dest == "model").help
+    assert model_help.startswith(", ".join(MODELS) + ", or your own network")
     assert choices(p, "method") == list(P.PRUNE_METHODS)
     assert choices(p, "mode") == list(P.MODES)
     assert choices(p, "param") == list(PARAMETRIZATIONS)
     assert choices(p, "dataset") == list(data.DATASETS)
-    assert choices(p, "init") == list(INITS)
+    assert choices(p, "init") == [*INITS, "model"]
     assert choices(p, "mask_opt") == list(P.MASK_OPTIMIZERS)
     r = regress.build_parser()
     assert choices(r, "method") == list(METHODS)
@@ -254,7 +256,7 @@ def test_choices_come_from_the_registries():
     assert choices(r, "optimizer") == list(OPTIMIZERS)
     b = batched_seeds.build_parser()
     assert choices(b, "method") == list(names("batched"))
-    assert "--model {" in P.build_parser().format_help().replace("\n", " ")
+    assert "--init {" in P.build_parser().format_help().replace("\n", " ")
 
 
 # --------------------------------------------------------------------------- diverging runs

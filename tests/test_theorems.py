@@ -240,3 +240,14 @@ def test_bad_generalization_module_threshold_two_ways():
         assert got == pytest.approx(want, rel=1e-10)
         assert np.all(bg.alignment(bg.mc_bad_gen_table(d, z_star, want - 1e-3, 1.5, 2.0),
                                    theta, z_star) >= 0)
+
+
+def test_console_table_fits_the_terminal_and_cuts_nothing():
+    """Issue 42: the table was about 200 columns wide. At any width from 72 it fits, and every
+    word of each check's description is still there (wrapped, not cut)."""
+    long = th.CheckResult("eq:label", "a check whose description runs on " * 6, "d <= 6, "
+                          "instances 300, samples 20000, n <= 4", 1e-12, 1e-9, "error", True)
+    for width in (72, 100, 140):
+        text = theorems.format_table([long], width=width)
+        assert max(len(line) for line in text.splitlines()) <= width
+        assert " ".join(text.split()).count("runs on") == 6
