@@ -34,6 +34,9 @@ from functools import cache
 from pathlib import Path
 from typing import Any, TypeVar
 
+from pbexact.errors import PBInputError
+from pbscale import io as runio
+
 #: The colour of a method that neither the run nor the registry describes.
 NEUTRAL_COLOR = "0.45"
 #: The pruning settings that set what was trained and for how long: runs that differ in one of
@@ -48,9 +51,9 @@ REAL_TASK = ("lam", "mask_lr", "target", "lr")
 TEXT_TASK = ("model", "mode", "method", "dataset", "param", "mask_opt", "init")
 
 
-#: The record a diverged run leaves in its folder. pbscale.run_record writes it under the same
-#: name (its DIVERGED); this is the one place analysis names it, until analysis imports that.
-DIVERGED = "diverged.json"
+#: The record a diverged run leaves in its folder (:data:`pbscale.io.DIVERGED`, written by
+#: :func:`pbscale.io.write_diverged`).
+DIVERGED = runio.DIVERGED
 #: The keys of that record: epoch (int), step (int or null), where (text), reason (one line),
 #: last_metrics (the last finished epoch's metrics, possibly {}).
 DIVERGED_KEYS = ("epoch", "step", "where", "reason", "last_metrics")
@@ -318,8 +321,6 @@ def read_prune(folder: Path) -> PruneRun:
         metrics[key] = x
     layers = {k[len("final_remaining_"):]: number(v, k, low=0, high=1) for k, v in summ.items()
               if k.startswith("final_remaining_") and k != "final_remaining_all"}
-    from pbexact.errors import PBInputError
-
     recorded = cfg.get("info", {}).get("masked_sizes") if isinstance(cfg.get("info"),
                                                                        dict) else None
     try:
@@ -375,10 +376,12 @@ def read_diverged(folder: Path) -> dict | None:
     """The :data:`DIVERGED` record of a run folder (None when there is none);
     :class:`DamagedRun` when it is not an object of :data:`DIVERGED_KEYS` with values of their
     types."""
-    path = folder / DIVERGED
-    if not path.exists():
+    try:
+        rec = runio.read_diverged(folder)  # pbscale's reader: None, a dict, or one line
+    except PBInputError as exc:
+        raise DamagedRun(str(exc)) from None
+    if rec is None:
         return None
-    rec = read_object(path)
     missing = [k for k in DIVERGED_KEYS if k not in rec]
     if missing:
         raise DamagedRun(f"{DIVERGED} lacks '{missing[0]}'")
