@@ -43,8 +43,8 @@ def check_torch_method(method: str, n: int) -> None:
     if method not in TORCH_METHODS:
         raise PBInputError(f"unknown method {method!r}; choose one of {', '.join(TORCH_METHODS)}")
     family = get_family(method)
-    if family.min_samples is not None:
-        check_n(n, family.text, family.min_samples)
+    if family.caps.min_samples is not None:
+        check_n(n, family.text, family.caps.min_samples)
 
 
 def run_torch(
@@ -72,7 +72,7 @@ def run_torch(
     check_run(steps, seeds, log_every, lr)
     check_torch_method(method, n)
     family = get_family(method)
-    if family.deterministic:
+    if family.caps.deterministic:
         seeds = 1
     gen = torch.Generator().manual_seed(seed)
     r = torch.zeros((seeds, d), dtype=torch.float64)
@@ -80,7 +80,7 @@ def run_torch(
 
     def losses(r: torch.Tensor) -> np.ndarray:
         theta = family.run_theta(r).numpy()
-        if family.deterministic:  # the exact losses of the hard mask come from J, not from f
+        if family.caps.deterministic:  # the exact losses of the hard mask come from J, not from f
             return J[vertex_index(theta)]
         return expected_loss(J, theta)
 
@@ -98,5 +98,5 @@ def run_torch(
             log=lambda step, r: logger.wants(step) and logger.log(step, losses(r)))
     return logger.trajectory(
         losses(r), family.run_theta(r).numpy(), method=method,
-        n=n if family.min_samples is not None else 0, param="sigmoid", lr=lr, seeds=seeds,
+        n=n if family.caps.min_samples is not None else 0, param="sigmoid", lr=lr, seeds=seeds,
     )

@@ -159,12 +159,12 @@ def registry_settings(family: Any) -> frozenset[str]:
     """The run settings a registry family uses: ``param`` (any parametrization), ``n`` (it
     draws samples), ``lam``, ``mask_opt`` and ``mask_lr`` (it trains mask logits), and its
     cut schedule's settings (``target`` ...)."""
-    used = set(family.prune_settings)
-    if family.any_param:
+    used = set(family.caps.prune_settings)
+    if family.caps.any_param:
         used.add("param")
-    if family.min_samples is not None:
+    if family.caps.min_samples is not None:
         used.add("n")
-    if family.logits:
+    if family.caps.logits:
         used |= {"lam", "mask_opt", "mask_lr"}
     return frozenset(used)
 
@@ -200,7 +200,8 @@ def method_info(cfg: dict, name: str) -> MethodInfo:
     if fam is not None:
         return MethodInfo(name, fam.label or name, fam.text or name, _color(fam.color or
                                                                             NEUTRAL_COLOR),
-                          fam.samples, fam.deterministic, registry_settings(fam), "registry")
+                          fam.caps.samples, fam.caps.deterministic, registry_settings(fam),
+                          "registry")
     return MethodInfo(name, name, name, NEUTRAL_COLOR, False, False, None, "name")
 
 

@@ -59,7 +59,7 @@ def _worker(args: argparse.Namespace) -> None:
                           prob.d, args.steps + args.warmup, dev,
                           bytes_per_sample=prob.bytes_per_sample())
     if shard is not None:
-        trainer.distribute(shard)  # its samples split over the ranks
+        distributed.rank_strategy(trainer, shard)  # its samples split over the ranks
     gen = torch.Generator().manual_seed(1)
     batches = [torch.randint(0, prob.x_train.shape[0], (BATCH,), generator=gen).to(dev)
                for _ in range(args.steps + args.warmup)]

@@ -475,7 +475,7 @@ def piece_prune_epoch(ctx: Context) -> Outcome:
             with ctx.within():
                 folder = Path(P.run(cfg, tmp, str(ctx.dev), quiet=True)["folder"])
             row = io.read_csv(folder / "metrics.csv")[-1]
-            rows.append({"method": method, "n": n if cfg.family.samples else 0,
+            rows.append({"method": method, "n": n if cfg.family.caps.samples else 0,
                          "steps": batches, "batch": batch, "routes": str(routes.default()),
                          "captured": P.captures_steps(cfg, ctx.dev, routes.default()),
                          "train_s": row["train_seconds"],
@@ -581,7 +581,7 @@ def _job_kinds(ctx: Context) -> list[dict]:
         # masks evaluated per step, the cost measure unmeasured kinds are fitted in: n for a
         # method that draws samples, one mask for one that draws none (the registry's
         # min_samples is None: it ignores n)
-        draws = get_family(k["method"]).min_samples is not None
+        draws = get_family(k["method"]).caps.min_samples is not None
         k["masks_per_step"] = k["runs_per_job"] * (k["n"] if draws else 1)
     return list(kinds.values())
 

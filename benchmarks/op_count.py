@@ -222,7 +222,7 @@ class Setup:
         from benchmarks.check_gpu_sync import host_generators
         from pbscale.methods import MaskTrainer, MethodConfig, get_family
 
-        n = self.args.n if get_family(method).samples else 1
+        n = self.args.n if get_family(method).caps.samples else 1
         ctx = host_generators() if self.dev.type == "meta" else contextlib.nullcontext()
         with ctx:
             return MaskTrainer(MethodConfig(method=method, n=n, chunk=n), self.layout.d, 100,

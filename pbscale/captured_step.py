@@ -176,7 +176,7 @@ class CapturedSteps(RunHooks):
     flow, eagerly (how the CPU tests check it)."""
 
     def __init__(self, task: Any, trainer: Any, capture: bool = True) -> None:
-        if not trainer.family.captures_step:
+        if not trainer.family.caps.captures_step:
             raise PBInputError(f"{trainer.family.text} steps are not captured (its step reads "
                                f"back more than its sampled losses); run it without the "
                                f"cuda_graph route")

@@ -73,6 +73,7 @@ import os
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -227,13 +228,28 @@ class RankSync(RunHooks):
 
 class SampleParallel(RankSync):
     """The strategy of a method whose samples are split over the ranks (an MC
-    :class:`pbscale.methods.MaskTrainer`, from its ``distribute``): each rank's samples are
+    :class:`pbscale.methods.MaskTrainer`, :func:`rank_strategy`): each rank's samples are
     evaluated on the whole minibatch (:meth:`DataParallelLoss.whole`) while masks train; the
     fixed mask of warm-up and frozen epochs, which the loop evaluates itself, takes the
     data-parallel split."""
 
     def training_loss(self, f: Callable) -> Callable:
         return f.whole if isinstance(f, DataParallelLoss) else f
+
+
+def rank_strategy(method: Any, shard: Shard) -> tuple[list[RunHooks], list[torch.Tensor]]:
+    """How a run's method executes under torchrun, chosen here from its family's capabilities
+    (the method itself knows no ranks): a method whose samples split over the ranks
+    (``caps.split_samples``, the MC estimators) is given the shard, so that each step evaluates
+    this rank's rows (:class:`SampleParallel`); any other runs data-parallel
+    (:class:`RankSync`), the gradients of the parameters its optimizers step (a logits method's
+    r) averaged with the weights'. Returns (the run loop's hooks, the parameters whose gradients
+    data parallelism averages)."""
+    if method.family.caps.split_samples:
+        method.shard = shard
+        return [SampleParallel()], []
+    params = [p for opt in method.optimizers for g in opt.param_groups for p in g["params"]]
+    return [RankSync()], params
 
 
 class GradAverage:

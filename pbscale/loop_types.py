@@ -74,17 +74,12 @@ class MaskMethod(Method, Protocol):
     """What pruning reads of a method besides :class:`Method`: ``eval_sampled`` (evaluated by the
     best of sampled masks, else by its :meth:`mode_mask`), ``also_sampled`` (the best sampled
     mask is reported too), ``recalibrate_bn`` (BatchNorm statistics are recomputed for its
-    evaluation mask), ``distribute(shard)`` (its strategies under torchrun, a list of
-    :class:`RunHooks`), ``synced_params()`` (the parameters whose gradients data parallelism
-    averages) and ``info()`` (unhashed facts for config.json's "info")."""
+    evaluation mask) and ``info()`` (unhashed facts for config.json's "info"). How it runs
+    under torchrun is chosen outside it (:func:`pbscale.distributed.rank_strategy`)."""
 
     eval_sampled: bool
     also_sampled: bool
     recalibrate_bn: bool
-
-    def distribute(self, shard: object) -> list[RunHooks]: ...
-
-    def synced_params(self) -> list[torch.Tensor]: ...
 
     def info(self) -> dict: ...
 

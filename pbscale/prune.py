@@ -141,13 +141,13 @@ def build(cfg: PruneConfig, data: datamod.Data, dev: torch.device,
                                   nesterov=True, weight_decay=WEIGHT_DECAY) if joint else None)
     wm = WEIGHT_MILESTONES if joint else ()
     family = cfg.family
-    if not family.logits:  # one mask throughout: no mask schedule, warm-up or freezing
+    if not family.caps.logits:  # one mask throughout: no mask schedule, warm-up or freezing
         loop = LoopConfig(epochs=E, seed=cfg.seed, weight_milestones=wm,
                           weight_gamma=WEIGHT_GAMMA)
     else:
-        warmup = family.joint_warmup if cfg.mode == "joint" else 0.0
+        warmup = family.caps.joint_warmup if cfg.mode == "joint" else 0.0
         freeze = FREEZE_AT if cfg.mode == "joint" else None
-        milestones, gamma = family.mask_schedule
+        milestones, gamma = family.caps.mask_schedule
         loop = LoopConfig(epochs=E, seed=cfg.seed, mask_milestones=milestones,
                           mask_gamma=gamma, weight_milestones=wm,
                           weight_gamma=WEIGHT_GAMMA, mask_warmup=warmup, freeze_masks=freeze)
@@ -188,7 +188,7 @@ def run(cfg: PruneConfig, out: str | Path, device: str = "cpu", *, quiet: bool =
     if shard is None and captures_steps(cfg, dev, asked):
         hooks.append(CapturedSteps(task, method))
     folder = run_folder(out, task.name, full_config(task, method, loop))
-    hooks.append(Export(folder, task.evaluation, cfg.family.rescale))
+    hooks.append(Export(folder, task.evaluation, cfg.family.caps.rescale))
     if shard is not None:  # every rank resumes from rank 0's checkpoint
         distributed.sync_resume_files(folder, shard, dev)
     if not quiet:
@@ -237,7 +237,7 @@ def captures_steps(cfg: PruneConfig, dev: torch.device, routes: gpu_routes.Route
     CapturedSteps`): the ``cuda_graph`` route asked for, a CUDA device, supermask pruning (the
     weights fixed) and a method whose step is captured (the MC estimators)."""
     return (routes.cuda_graph and dev.type == "cuda" and cfg.mode == "supermask"
-            and cfg.family.captures_step and not cfg.family.dense_weights)
+            and cfg.family.caps.captures_step and not cfg.family.caps.dense_weights)
 
 
 def member(cfg: PruneConfig, data: datamod.Data, dev: torch.device, out: str | Path,
@@ -257,7 +257,7 @@ def member(cfg: PruneConfig, data: datamod.Data, dev: torch.device, out: str | P
     if key in sweep_ids:  # launched by a sweep: the run's own id, as a separate run records
         record["info"]["sweep_id"] = sweep_ids[key]
     return Member(task, method, loop, weight_opt, run_folder(out, task.name, config), record,
-                  cfg.family.rescale, data.transform())
+                  cfg.family.caps.rescale, data.transform())
 
 
 def group_configs(cfg: PruneConfig, seeds: list[int], lams: list[float],
@@ -325,9 +325,8 @@ def distribute(task: PruneTask, method, weight_opt: torch.optim.Optimizer | None
     of the weights (joint, dense) and of the logits a data-parallel method names averaged by
     one flat all-reduce per step, with the BatchNorm running statistics; batches and
     evaluation are split by the task (built with the shard)."""
-    hooks = method.distribute(shard)
-    task.share_gradients(method.synced_params(),
-                         [*method.optimizers, *([weight_opt] if weight_opt else [])])
+    hooks, params = distributed.rank_strategy(method, shard)
+    task.share_gradients(params, [*method.optimizers, *([weight_opt] if weight_opt else [])])
     return hooks
 
 
@@ -404,7 +403,7 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--param", default=DEFAULT_PARAM, choices=list(PARAMETRIZATIONS),
                    action=_Given,
                    help=f"parametrization (MC methods; default {DEFAULT_PARAM}, sigmoid for "
-                        f"{', '.join(n for n, f in REGISTRY.items() if f.prune_param)})")
+                        f"{', '.join(n for n, f in REGISTRY.items() if f.caps.prune_param)})")
     p.add_argument("--n", "--samples", dest="n", type=positive_int, default=d.n,
                    help="MC samples per step (under torchrun write --samples)")
     p.add_argument("--lam", type=float_list(nonneg_float), default=d.lam,

@@ -26,7 +26,7 @@ MODES = ("supermask", "joint")
 def prune_methods() -> tuple[str, ...]:
     """The methods of the registry that prune (in either mode), as registered now."""
     return tuple(n for n, f in REGISTRY.items()
-                 if {f"prune-{m}" for m in MODES} & set(f.commands))
+                 if {f"prune-{m}" for m in MODES} & set(f.caps.commands))
 
 
 #: The methods that prune when pbscale is imported (:func:`prune_methods` adds those
@@ -51,6 +51,10 @@ EVAL_MASKS, EVAL_BATCHES = 10, 10
 #: The fields of :class:`PruneConfig` whose use depends on the method (:meth:`PruneConfig.unused`).
 METHOD_DEPENDENT = ("n", "param", "lam", "lam_target", "mask_opt", "mask_lr", "target",
                     "prune_at", "gmp_start", "gmp_end", "gmp_every", "chunk", "eval_masks")
+#: The fields that hold a shared method setting (:data:`pbscale.methods.registry.SHARED`) other
+#: than n and the parametrization, with its name there: a run's method reads one when its
+#: family's ``caps.uses`` names it.
+SHARED_FIELDS = {"lam": "lam", "mask_opt": "optimizer", "mask_lr": "lr", "chunk": "chunk"}
 #: Why a flag a run does not read may have been given, and what to use instead.
 IGNORED_HINTS = {"target": "for a target fraction with an L0 method use --lam-target"}
 #: Entries of a finished run's summary.json that :func:`run` and :func:`report` read.
@@ -60,7 +64,7 @@ SUMMARY_KEYS = ("final_test_acc", "final_remaining", "final_remaining_all")
 def steers_lam(family: Family) -> bool:
     """Whether ``--lam-target`` can steer the family's L0 strength: it trains mask logits under
     the L0 penalty and keeps no fixed count (edge-popup's ``--target`` fixes its count)."""
-    return family.logits and "lam" in family.uses and "target" not in family.uses
+    return family.caps.logits and "lam" in family.caps.uses and "target" not in family.caps.uses
 
 
 #: Marks a field hashed only when it differs from its default (settings added later, so that
@@ -120,7 +124,8 @@ class PruneConfig:
         if not c.dataset:
             c.dataset = MODEL_DATA.get(c.model, "")
         if not c.param:  # the method's default parametrization (escort for MC)
-            c.param = getattr(REGISTRY.get(c.method), "prune_param", None) or DEFAULT_PARAM
+            family = REGISTRY.get(c.method)
+            c.param = (family.caps.prune_param if family is not None else None) or DEFAULT_PARAM
         if not c.batch_size:
             c.batch_size = 64 if (c.model == "vgg19" and c.mode == "joint") else 128
         return c
@@ -157,8 +162,8 @@ class PruneConfig:
             raise PBInputError(f"unknown method {c.method!r}; choose one of "
                                f"{', '.join(prune_methods())}")
         family = c.family
-        if f"prune-{c.mode}" not in family.commands:
-            modes = [m for m in MODES if f"prune-{m}" in family.commands]
+        if f"prune-{c.mode}" not in family.caps.commands:
+            modes = [m for m in MODES if f"prune-{m}" in family.caps.commands]
             raise PBInputError(f"{family.text} does not run in --mode {c.mode}; use --mode "
                                f"{' or '.join(modes)}")
         if c.param not in PARAMETRIZATIONS:
@@ -197,7 +202,7 @@ class PruneConfig:
         if c.gmp_every < 1 or c.chunk < 0 or c.max_batches < 0 or c.synthetic < 0:
             raise PBInputError("--gmp-every must be >= 1 and --chunk, --max-batches, "
                                "--synthetic >= 0; give such values (0: off)")
-        if family.logits:  # the method's own rules (n, parametrization), checked once
+        if family.caps.logits:  # the method's own rules (n, parametrization), checked once
             c.method_config()
         if not (isinstance(c.lam_target, (int, float)) and 0 <= c.lam_target <= 1):
             raise PBInputError(f"--lam-target is a fraction of masked weights in (0, 1] (0: "
@@ -222,8 +227,8 @@ class PruneConfig:
         parametrization; a method that does not sample takes n = 1, one that takes only the
         sigmoid gets it; validated as it is made)."""
         family = self.family
-        return MethodConfig(method=self.method, n=self.n if family.samples else 1,
-                            param=self.param if family.any_param else "sigmoid",
+        return MethodConfig(method=self.method, n=self.n if family.caps.samples else 1,
+                            param=self.param if family.caps.any_param else "sigmoid",
                             lr=self.mask_lr, optimizer=self.mask_opt, seed=self.seed,
                             chunk=self.chunk or None, lam=self.lam)
 
@@ -255,22 +260,21 @@ class PruneConfig:
         """The fields of :meth:`hashed` that this run's method, mode and model do not read
         (config.json's "info" lists them as "unused"; they stay in the hashed "task" so that
         run folders keep their names), from the settings its family uses
-        (:attr:`pbscale.methods.registry.Family.uses`): only methods that sample take --n
-        (config.json's "method" records the n and parametrization a method runs with); the
-        others' evaluation samples no masks unless they also report sampled masks; a method
-        without logits has no mask optimizer, learning rate, chunk or L0 weight; the cut
-        schedule is read by the methods that name it; supermask runs other than dense train
+        (:attr:`pbscale.methods.registry.Capabilities.uses`): only methods that sample take
+        --n (config.json's "method" records the n and parametrization a method runs with); the
+        others' evaluation samples no masks unless they also report sampled masks; the mask
+        optimizer, learning rate, chunk and L0 weight (:data:`SHARED_FIELDS`) and the cut
+        schedule are read by the methods that name them; supermask runs other than dense train
         no weights."""
-        family = REGISTRY[self.method]
-        out = [] if family.samples else ["n"]
-        if not family.any_param:
+        caps = REGISTRY[self.method].caps
+        out = [] if caps.samples else ["n"]
+        if not caps.any_param:
             out.append("param")
-        if not (family.eval_sampled or family.also_sampled):
+        if not (caps.eval_sampled or caps.also_sampled):
             out.append("eval_masks")
-        if not family.logits:
-            out += ["lam", "mask_opt", "mask_lr", "chunk"]
-        out += [k for k in PRUNE_SETTINGS if k not in family.uses]
-        if self.mode == "supermask" and not family.dense_weights:
+        out += [k for k, shared in SHARED_FIELDS.items() if shared not in caps.uses]
+        out += [k for k in PRUNE_SETTINGS if k not in caps.uses]
+        if self.mode == "supermask" and not caps.dense_weights:
             out.append("lr")
         if self.masked or getattr(MODELS.get(self.model), "shortcut_marker", None) is None:
             out.append("mask_shortcuts")

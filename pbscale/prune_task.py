@@ -125,11 +125,11 @@ class PruneTask:
         self.names = masked_names(self.model, cfg.mask_head, cfg.mask_shortcuts, patterns(cfg))
         self.objective: Objective = objective(cfg, data)
         family = cfg.family
-        self.trains_weights = cfg.mode == "joint" or family.dense_weights
+        self.trains_weights = cfg.mode == "joint" or family.caps.dense_weights
         for p in self.model.parameters():
             p.requires_grad_(self.trains_weights)
         self.layout = MaskedModule(self.model, self.names, train_weights=self.trains_weights,
-                                   weight_hook=rescaled_weight if family.rescale
+                                   weight_hook=rescaled_weight if family.caps.rescale
                                    else plain_weight)
         self.name = f"{short_name(cfg.model)}-{cfg.mode}-{cfg.method}"
         self.d = self.layout.d

@@ -91,11 +91,11 @@ def train(cfg: MethodConfig, epochs: int = 300, out: str | Path = DEFAULT_OUT,
     info = {"chunk": trainer.chunk, "torch_threads": torch.get_num_threads(), "world_size": 1}
     hooks = []
     if shard is not None:
-        if not cfg.family.split_samples:
+        if not cfg.family.caps.split_samples:
             raise PBInputError(f"{cfg.method} draws no MC samples to split over ranks; run it "
                                f"without torchrun (sample parallelism is for "
                                f"{', '.join(names('regress', split_samples=True))})")
-        hooks += trainer.distribute(shard)
+        hooks += distributed.rank_strategy(trainer, shard)[0]
         info["world_size"] = shard.world
         out = distributed.rank_out(out, shard)
         progress = progress and shard.rank == 0
@@ -148,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
             cfg = MethodConfig(method=args.method, n=args.n, param=args.param, lr=args.lr,
                                optimizer=args.optimizer, seed=args.seed, chunk=args.chunk,
                                lam=args.lam)
-            ignored = sorted(given_options(parser, argv) & set(SHARED) - set(cfg.family.uses))
+            ignored = sorted(given_options(parser, argv) & set(SHARED) - set(cfg.family.caps.uses))
             if ignored:  # e.g. --n with cp: one warning line, the run goes on
                 print(f"warning: {cfg.family.text} does not use "
                       f"{', '.join('--' + k for k in ignored)}: ignored", file=sys.stderr)

@@ -164,7 +164,7 @@ class RegressionTask:
     def evaluate(self, ctx) -> dict[str, float]:
         trainer, p = ctx.method, self.problem
         with torch.no_grad():
-            if trainer.family.deterministic:  # one mask (CP: 1[r > 0])
+            if trainer.family.caps.deterministic:  # one mask (CP: 1[r > 0])
                 masks = trainer.sample_masks(1)
                 val = p.valid_loss()(masks)
                 out = {"val_loss": float(val[0]), "val_loss_chosen": float(val[0])}

@@ -44,8 +44,8 @@ def main() -> None:
         task.name = method
         trainer = MaskTrainer(MethodConfig(method, n, "sigmoid", 0.1, chunk=chunk, seed=3),
                               task.d, 2 * task.steps_per_epoch)
-        # the samples split over the ranks (the trainer's own strategy); alone: no strategy
-        hooks = trainer.distribute(shard) if shard is not None else []
+        # the samples split over the ranks (its strategy); alone: no strategy
+        hooks = distributed.rank_strategy(trainer, shard)[0] if shard is not None else []
         trace = traces.setdefault(method, [])
         step = {"i": 0}
 

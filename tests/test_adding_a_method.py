@@ -20,7 +20,7 @@ from pbexact import estimators as E
 from pbexact.parametrizations import get_parametrization
 from pbscale import io, prune, regress, sweep
 from pbscale.methods import REGISTRY, MethodConfig, mc_gradient
-from pbscale.methods.magnitude import keep_count
+from pbscale.methods.schedules import keep_count
 from pbscale.models import build_model
 from pbscale.regression import make_problem
 

@@ -48,7 +48,7 @@ def tiny_problem():
 
 def configs(method: str) -> list[MethodConfig]:
     """Three runs of one setting: two seeds at one rate (RMSprop), one at another rate (SGD)."""
-    n = max(2, REGISTRY[method].min_samples or 1)
+    n = max(2, REGISTRY[method].caps.min_samples or 1)
     return [MethodConfig(method, n, "sigmoid", lr, opt, seed=seed)
             for lr, opt, seed in ((0.1, "rmsprop", 0), (0.1, "rmsprop", 1), (0.03, "sgd", 0))]
 

@@ -114,7 +114,7 @@ def test_which_runs_are_captured():
         assert not P.captures_steps(cfg, cpu, ALL)
         assert not P.captures_steps(cfg, cuda, NONE)
         assert not P.captures_steps(tiny_cfg(method=name, param="", mode="joint"), cuda, graph)
-    assert captured == [n for n in names("prune-supermask") if REGISTRY[n].samples]
+    assert captured == [n for n in names("prune-supermask") if REGISTRY[n].caps.samples]
     assert captured  # the MC estimators
 
 

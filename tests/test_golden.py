@@ -172,9 +172,9 @@ def recorded_margins(margins: list[float]) -> Iterator[None]:
     between the smallest kept and the largest newly pruned |w|. The run's numbers do not
     change (tests/golden/results.json holds them)."""
     from pbscale import prune_eval
-    from pbscale.methods import magnitude, samplers
+    from pbscale.methods import samplers, schedules
     saved = (prune_eval.MaskEvaluation.choose_mask, samplers.BernoulliSampler.next,
-             magnitude.global_magnitude_masks)
+             schedules.global_magnitude_masks)
     choose, draw, cut = saved
     inside = [False]
 
@@ -220,12 +220,12 @@ def recorded_margins(margins: list[float]) -> Iterator[None]:
 
     prune_eval.MaskEvaluation.choose_mask = choose_mask
     samplers.BernoulliSampler.next = next_masks
-    magnitude.global_magnitude_masks = magnitude_masks
+    schedules.global_magnitude_masks = magnitude_masks
     try:
         yield
     finally:
         (prune_eval.MaskEvaluation.choose_mask, samplers.BernoulliSampler.next,
-         magnitude.global_magnitude_masks) = saved
+         schedules.global_magnitude_masks) = saved
 
 
 def _mask_bits(m: torch.Tensor) -> dict:

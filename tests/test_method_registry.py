@@ -43,27 +43,27 @@ def quad(z: torch.Tensor) -> torch.Tensor:
 
 
 def cases(command: str) -> list[str]:
-    return [n for n, f in REGISTRY.items() if command in f.commands]
+    return [n for n, f in REGISTRY.items() if command in f.caps.commands]
 
 
 def others(command: str) -> list[str]:
-    return [n for n, f in REGISTRY.items() if command not in f.commands]
+    return [n for n, f in REGISTRY.items() if command not in f.caps.commands]
 
 
 def n_for(name: str) -> int:
     """An n every method takes (even, >= its minimum)."""
-    return max(2, REGISTRY[name].min_samples or 1) * 2
+    return max(2, REGISTRY[name].caps.min_samples or 1) * 2
 
 
 def test_every_family_is_complete():
     for name, f in REGISTRY.items():
         assert f.name == name and f.text and f.label and f.color, name
-        assert f.commands and set(f.commands) <= set(COMMANDS), name
-        assert not (f.samples and f.deterministic), name
+        assert f.caps.commands and set(f.caps.commands) <= set(COMMANDS), name
+        assert not (f.caps.samples and f.caps.deterministic), name
         info = f.info()
         assert set(info) == {"name", "label", "text", "color", "samples", "deterministic",
                              "settings"}
-        assert info["name"] == name and info["samples"] == f.samples, name
+        assert info["name"] == name and info["samples"] == f.caps.samples, name
         assert set(f.Settings.names()) <= set(info["settings"]), name
 
 
@@ -166,11 +166,11 @@ def test_prune_step(tmp_path, mode, name):
     s = prune.run(cfg, tmp_path, quiet=True)
     assert 0 < s["final_remaining"] <= 1 and np.isfinite(s["final_test_loss"])
     family = REGISTRY[name]
-    if isinstance(family, MagnitudeFamily) and "target" in family.uses:  # MP, GMP cut to it
+    if isinstance(family, MagnitudeFamily) and "target" in family.caps.uses:  # MP, GMP cut to it
         assert s["final_remaining"] * s["masked"] == round(0.5 * s["masked"])
     record = io.read_json(Path(s["folder"]) / "config.json")
     info = record["method_info"]
-    assert info["label"] == family.label and info["samples"] == family.samples
+    assert info["label"] == family.label and info["samples"] == family.caps.samples
     assert set(info["settings"]).isdisjoint(record["info"]["unused"])
 
 
@@ -187,7 +187,7 @@ def test_microworld_step(name):
     J = ((vertices(4) - C.numpy()) ** 2).sum(-1)
     t = microworld_hybrid.run_torch(quad, J, name, n=2, lr=0.1, steps=3, seeds=2, seed=0)
     assert t.final_theta.shape[-1] == 4 and np.isfinite(t.mean).all()
-    assert len(t.final) == (1 if REGISTRY[name].deterministic else 2)
+    assert len(t.final) == (1 if REGISTRY[name].caps.deterministic else 2)
 
 
 @pytest.mark.parametrize("name", others("microworld"))

@@ -25,10 +25,9 @@ from pbscale.methods.beyond import (
     hc_nonzero,
     hc_sample,
     hc_test_gate,
-    layer_counts,
     st_theta,
-    top_scores,
 )
+from pbscale.methods.schedules import kept_per_layer, top_scores
 from pbscale.models import MODELS, build_model
 
 NEW = ("st-theta", "hardconcrete", "edgepopup")
@@ -152,7 +151,7 @@ def test_hard_concrete_l0_gradient_is_lambda_times_expected_l0_derivative():
 
 def test_edge_popup_keeps_exact_counts_every_step_and_scores_get_gradient():
     layers, target = (10, 7, 3, 2), 0.3
-    counts = layer_counts(layers, target)
+    counts = kept_per_layer(layers, target)
     assert counts == [round(target * s) for s in layers] == [3, 2, 1, 1]
     cfg = MethodConfig(method="edgepopup", n=1, seed=2, lr=0.05)
     d = sum(layers)

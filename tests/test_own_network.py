@@ -468,7 +468,7 @@ def _family_runs() -> list[tuple[str, str]]:
     from pbscale.prune_config import MODES
 
     return [(name, mode) for name in P.prune_methods() for mode in MODES
-            if f"prune-{mode}" in REGISTRY[name].commands]
+            if f"prune-{mode}" in REGISTRY[name].caps.commands]
 
 
 @pytest.mark.parametrize("method,mode", _family_runs())

@@ -20,7 +20,7 @@ from pbscale.io import read_csv
 from pbscale.loop import EvalContext
 from pbscale.loop import run as loop_run
 from pbscale.masks import MaskedModule, rescaled_weight
-from pbscale.methods import magnitude, mc_gradient
+from pbscale.methods import mc_gradient, schedules
 from pbscale.models import MODELS
 
 
@@ -98,27 +98,27 @@ def test_global_magnitude_exact_counts_with_ties():
          "b": torch.randint(-3, 4, (5, 3, 3, 3), generator=g).float()}
     d = 37 * 11 + 135
     for frac in (1.0, 0.5, 0.1, 0.013, 1 / d):
-        m = magnitude.global_magnitude_masks(w, frac)
-        kept, total = magnitude.remaining(m)
+        m = schedules.global_magnitude_masks(w, frac)
+        kept, total = schedules.remaining(m)
         assert total == d and kept == max(1, round(frac * d))
         # every kept |w| >= every pruned |w|
         flat_w = torch.cat([w[k].abs().flatten() for k in w])
         flat_m = torch.cat([m[k].flatten() for k in w]).bool()
         assert flat_w[flat_m].min() >= flat_w[~flat_m].max() if kept < d else True
     # a pruned weight never comes back, even when it has grown
-    m1 = magnitude.global_magnitude_masks(w, 0.5)
+    m1 = schedules.global_magnitude_masks(w, 0.5)
     w2 = {k: v + 100 * (1 - m1[k]) for k, v in w.items()}
-    m2 = magnitude.global_magnitude_masks(w2, 0.25, m1)
+    m2 = schedules.global_magnitude_masks(w2, 0.25, m1)
     assert all(torch.all(m2[k] <= m1[k]) for k in w)
-    assert magnitude.remaining(m2)[0] == round(0.25 * d)
+    assert schedules.remaining(m2)[0] == round(0.25 * d)
 
 
 def test_gmp_schedule_cubic():
-    assert magnitude.gmp_fraction(0, 10, 110, 0.1) == 1.0
-    assert magnitude.gmp_fraction(110, 10, 110, 0.1) == pytest.approx(0.1)
+    assert schedules.gmp_fraction(0, 10, 110, 0.1) == 1.0
+    assert schedules.gmp_fraction(110, 10, 110, 0.1) == pytest.approx(0.1)
     # halfway: s = s_f (1 - 1/8) with s_f = 0.9
-    assert magnitude.gmp_fraction(60, 10, 110, 0.1) == pytest.approx(1 - 0.9 * (1 - 0.125))
-    vals = [magnitude.gmp_fraction(t, 10, 110, 0.02) for t in range(0, 130)]
+    assert schedules.gmp_fraction(60, 10, 110, 0.1) == pytest.approx(1 - 0.9 * (1 - 0.125))
+    vals = [schedules.gmp_fraction(t, 10, 110, 0.02) for t in range(0, 130)]
     assert all(a >= b for a, b in zip(vals, vals[1:]))
 
 

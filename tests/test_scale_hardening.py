@@ -40,7 +40,7 @@ def _one_line(err: str) -> str:
     return lines[0]
 
 
-JOINT = [m for m in prune_methods() if "prune-joint" in REGISTRY[m].commands]
+JOINT = [m for m in prune_methods() if "prune-joint" in REGISTRY[m].caps.commands]
 
 
 @pytest.mark.parametrize("method", JOINT)

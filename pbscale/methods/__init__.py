@@ -6,37 +6,47 @@ MC estimators it is only evaluated, for CP and the hybrid estimators it is diffe
 (soft masks in [0, 1]). Nothing here knows about ``nn.Module`` masking: :mod:`pbscale.masks`
 supplies f for a masked network, and the microworld (NNLoss) can supply its own.
 
-Modules, by concern:
+Modules, by concern. The contract, which a method is written against:
 
-* :mod:`~pbscale.methods.registry`: :class:`Family` (what a method is and how its run's method
-  is built, :meth:`Family.make`), :class:`Settings` (a family's own settings),
-  :class:`MethodConfig`, :data:`REGISTRY`, :func:`register`, :func:`get_family`, :func:`names`;
+* :mod:`~pbscale.methods.registry`: :class:`Family` (a method's identity, its
+  :class:`Capabilities` and how its run's method is built), :class:`Settings` (a family's own
+  settings) and :func:`setting`, :class:`MethodConfig`, :data:`REGISTRY`, :func:`register`,
+  :func:`get_family`, :func:`names`;
+* :mod:`~pbscale.methods.trainer`: :class:`LogitsFamily` (a method over mask logits: its
+  gradient with explicit arguments, :class:`StepArgs`, returning a :class:`Gradient`) and
+  :class:`MaskTrainer`, which holds a run's logits and calls it;
+* :mod:`~pbscale.methods.cuts`: :class:`MaskFamily` (a method without logits: a binary mask cut
+  on its :class:`CutSchedule`) and :class:`MagnitudeMethod`;
 * :mod:`~pbscale.methods.estimate`: :class:`Estimate`, the surrogate loss and the dense
-  regularizer;
-* :mod:`~pbscale.methods.trainer`: :class:`LogitsFamily` (the hooks of a method over mask
-  logits) and :class:`MaskTrainer`;
-* :mod:`~pbscale.methods.group`: :class:`MaskTrainerGroup` (G MC runs stepping together);
-* :mod:`~pbscale.methods.samplers`: the estimators' laws in torch (Bernoulli, Dirichlet copula,
-  antithetic pairs), per-run samplers and the chunk size;
+  regularizer; :mod:`~pbscale.methods.samplers`: the estimators' laws in torch, per-run
+  samplers and the chunk size; :mod:`~pbscale.methods.schedules`: the kept fraction, the
+  magnitude cut, GMP's schedule and the per-layer top-k, one definition each;
+* :mod:`~pbscale.methods.options`: every family's own settings as command-line options;
+* :mod:`~pbscale.methods.group`: G runs trained in one process (:class:`MemberBook`,
+  :class:`MaskTrainerGroup`).
+
+The families (:data:`FAMILY_MODULES`, imported in that order, the registration order of
+:data:`REGISTRY`, which every list of methods follows):
+
 * :mod:`~pbscale.methods.mc`: the chunked MC estimators (`ch:monte_carlo`) and their surrogate
   loss; one registered family per estimator of `pbexact.estimators.REGISTRY` that needs no J
   table (:func:`register_estimator` for one defined elsewhere);
 * :mod:`~pbscale.methods.cp`: CP (`sec:pb_application`) and its temperature schedule;
 * :mod:`~pbscale.methods.hybrids`: ST, REBAR and RELAX (`ch:other`) and their controls;
-* :mod:`~pbscale.methods.magnitude`: methods without logits (:class:`MaskFamily`): MP, GMP and
-  dense training (`sec:app_joint_pruning_setup`);
+* :mod:`~pbscale.methods.magnitude`: MP, GMP and dense training
+  (`sec:app_joint_pruning_setup`);
 * :mod:`~pbscale.methods.beyond`: ST-theta, hard-concrete L0 and edge-popup (outside the
   paper's comparison).
 
-The modules whose families make the registry are :data:`FAMILY_MODULES`, imported in that order
-(the registration order of :data:`REGISTRY`, which every list of methods follows); a new
-method's module is one more name there (docs/adding_a_method.md). Methods defined outside
-pbscale register when their module is imported; the modules named in ``$PBSCALE_METHODS``
-(comma-separated) are imported after pbscale's own, so that every tool, and every child a sweep
-launches, has them.
+Every name of the contract is bound here before the family modules are imported, so a family
+module in this package imports them as a plugin does (``from pbscale.methods import ...``);
+a new method's module is one more name in :data:`FAMILY_MODULES` (docs/adding_a_method.md).
+Methods defined outside pbscale register when their module is imported; the modules named in
+``$PBSCALE_METHODS`` (comma-separated) are imported after pbscale's own, so that every tool,
+and every child a sweep launches, has them.
 """
 
-# ruff: noqa: E402 (the family modules are imported, in order, before the names they define)
+# ruff: noqa: E402 (the contract is imported first, then the family modules, in order)
 from __future__ import annotations
 
 import os
@@ -47,38 +57,14 @@ FAMILY_MODULES = ("mc", "cp", "hybrids", "magnitude", "beyond")
 #: The environment variable naming modules outside pbscale that define methods.
 PLUGINS_ENV = "PBSCALE_METHODS"
 
-for _module in FAMILY_MODULES:
-    import_module(f".{_module}", __name__)
-from .cp import (
-    CPFamily,
-    CPSettings,
-    CPStep,
-    cp_hard_mask,
-    cp_relaxed_loss,
-    cp_step,
-    cp_temperature,
-)
+from .cuts import CutSchedule, MagnitudeMethod, MaskFamily
 from .estimate import Estimate, dense_regularizer, sample_mean, surrogate_loss
 from .group import MaskTrainerGroup
-from .hybrids import (
-    RELAX_HIDDEN,
-    RELAX_LR,
-    RELAX_WEIGHT_DECAY,
-    HybridControl,
-    HybridFamily,
-    PerSeedControl,
-    PerSeedMLP,
-    make_control,
-    rebar_relax,
-    rebar_relax_step,
-    straight_through,
-)
-from .magnitude import MagnitudeFamily, MagnitudeMethod, MaskFamily
-from .mc import MCFamily, mc_gradient, mc_surrogate, register_estimator
 from .registry import (
     COMMANDS,
     OPTIMIZERS,
     REGISTRY,
+    Capabilities,
     Family,
     MethodConfig,
     NoSettings,
@@ -87,6 +73,7 @@ from .registry import (
     get_family,
     names,
     register,
+    setting,
 )
 from .samplers import (
     SAMPLERS,
@@ -99,7 +86,36 @@ from .samplers import (
     standard_gamma,
     uniform_bits24,
 )
-from .trainer import LogitsFamily, MaskTrainer
+from .trainer import Gradient, LogitsFamily, MaskTrainer, StepArgs
+
+# the families, in registration order (FAMILY_MODULES), each importing the names above
+from .mc import MCFamily, mc_gradient, mc_surrogate, register_estimator  # isort: skip
+from .cp import (  # isort: skip
+    CPFamily,
+    CPSettings,
+    CPStep,
+    cp_hard_mask,
+    cp_relaxed_loss,
+    cp_step,
+    cp_temperature,
+)
+from .hybrids import (  # isort: skip
+    RELAX_HIDDEN,
+    RELAX_LR,
+    RELAX_WEIGHT_DECAY,
+    HybridControl,
+    HybridFamily,
+    PerSeedControl,
+    PerSeedMLP,
+    make_control,
+    rebar_relax,
+    rebar_relax_step,
+    straight_through,
+)
+from .magnitude import MagnitudeFamily  # isort: skip
+
+for _module in FAMILY_MODULES:  # beyond, and any module added to the tuple, in its order
+    import_module(f".{_module}", __name__)
 
 # the methods of modules outside pbscale, once every name above exists
 for _module in filter(None, (m.strip() for m in os.environ.get(PLUGINS_ENV, "").split(","))):
@@ -118,13 +134,14 @@ HYBRID_METHODS = tuple(n for n in METHODS if isinstance(REGISTRY[n], HybridFamil
 
 __all__ = [
     "AntitheticSampler", "BernoulliSampler", "COMMANDS", "CPFamily", "CPSettings", "CPStep",
-    "CopulaSampler", "Estimate", "Family", "FixedSampler", "HYBRID_METHODS", "HybridControl",
-    "HybridFamily", "LogitsFamily", "MCFamily", "MC_METHODS", "METHODS", "MagnitudeFamily",
-    "MagnitudeMethod", "MaskFamily", "MaskTrainer", "MaskTrainerGroup", "MethodConfig",
-    "NoSettings", "OPTIMIZERS", "PerRunSampler", "PerSeedControl", "PerSeedMLP", "Plan",
-    "REGISTRY", "RELAX_HIDDEN", "RELAX_LR", "RELAX_WEIGHT_DECAY", "SAMPLERS", "Settings",
-    "auto_chunk", "cp_hard_mask", "cp_relaxed_loss", "cp_step", "cp_temperature",
-    "dense_regularizer", "get_family", "make_control", "mc_gradient", "mc_surrogate", "names",
-    "rebar_relax", "rebar_relax_step", "register", "register_estimator", "sample_mean",
-    "standard_gamma", "straight_through", "surrogate_loss", "uniform_bits24",
+    "Capabilities", "CopulaSampler", "CutSchedule", "Estimate", "Family", "FixedSampler",
+    "Gradient", "HYBRID_METHODS", "HybridControl", "HybridFamily", "LogitsFamily", "MCFamily",
+    "MC_METHODS", "METHODS", "MagnitudeFamily", "MagnitudeMethod", "MaskFamily", "MaskTrainer",
+    "MaskTrainerGroup", "MethodConfig", "NoSettings", "OPTIMIZERS", "PerRunSampler",
+    "PerSeedControl", "PerSeedMLP", "Plan", "REGISTRY", "RELAX_HIDDEN", "RELAX_LR",
+    "RELAX_WEIGHT_DECAY", "SAMPLERS", "Settings", "StepArgs", "auto_chunk", "cp_hard_mask",
+    "cp_relaxed_loss", "cp_step", "cp_temperature", "dense_regularizer", "get_family",
+    "make_control", "mc_gradient", "mc_surrogate", "names", "rebar_relax", "rebar_relax_step",
+    "register", "register_estimator", "sample_mean", "setting", "standard_gamma",
+    "straight_through", "surrogate_loss", "uniform_bits24",
 ]

@@ -14,28 +14,33 @@ registered :class:`pbscale.methods.registry.Family` over logits r of shape (d,).
   P(g_i != 0) = lambda * sum_i sigmoid(log alpha_i - beta log(-gamma / zeta)) in closed form;
   at test time g = min(1, max(0, sigmoid(log alpha)(zeta - gamma) + gamma)), whose exact zeros
   are the pruned weights.
-* ``edgepopup``: r real scores; the forward keeps, in each layer of ``trainer.layers`` sizes, the
-  round(target d_layer) weights of largest score; the backward passes dJ/dz to every score.
-  Its count is fixed, so the L0 term is constant and adds no gradient.
+* ``edgepopup``: r real scores; the forward keeps, in each layer of the step's ``layers``
+  sizes, the round(target d_layer) weights of largest score; the backward passes dJ/dz to
+  every score. Its count is fixed, so it has no L0 term.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 
 from pbexact.errors import PBInputError
+from pbexact.moved import moved_names
 from pbexact.parametrizations import Parametrization
 from pbexact.relaxations import HC_BETA, HC_GAMMA, HC_ZETA, get_relaxation
 
 from ..loop_types import BatchedLoss
 from .estimate import Estimate, sample_mean
-from .magnitude import check_fraction
-from .registry import register
-from .trainer import LogitsFamily, MaskTrainer
+from .registry import Capabilities, register
+from .schedules import check_fraction, top_scores
+from .trainer import Gradient, LogitsFamily, StepArgs
+
+#: The per-layer rule this module held before :mod:`pbscale.methods.schedules` (an old import
+#: of it is told where it is; ``layer_counts`` is ``kept_per_layer`` there).
+__getattr__ = moved_names(__name__, {"top_scores": "pbscale.methods.schedules",
+                                     "layer_counts": "pbscale.methods.schedules"})
 
 #: The hard-concrete gate, one definition with the exact side (`pbexact.relaxations`).
 HARD_CONCRETE = get_relaxation("hardconcrete")
@@ -75,40 +80,17 @@ def hc_nonzero(log_alpha: torch.Tensor) -> torch.Tensor:
     return torch.sigmoid(log_alpha - HC_BETA * math.log(-HC_GAMMA / HC_ZETA))
 
 
-def layer_counts(layers: Sequence[int], target: float) -> list[int]:
-    """Weights kept per layer by edge-popup: round(target * d_layer) for each layer size."""
-    return [round(target * size) for size in layers]
-
-
-def top_scores(scores: torch.Tensor, layers: Sequence[int], target: float) -> torch.Tensor:
-    """0/1 mask (d,) keeping the round(target d_layer) largest scores of each layer (layers:
-    sizes summing to d, in the order of the flat vector); scores (G, d) give each row's."""
-    if scores.dim() > 1:
-        return torch.stack([top_scores(s, layers, target) for s in scores])
-    z = torch.zeros_like(scores)
-    start = 0
-    for size, k in zip(layers, layer_counts(layers, target)):
-        if k:
-            idx = torch.topk(scores[start:start + size], k, sorted=False).indices
-            z[start + idx] = 1.0
-        start += size
-    return z
-
-
-def _constant(r: torch.Tensor) -> torch.Tensor:
-    """A theta map with zero gradient (edge-popup's L0 term is a constant)."""
-    return r * 0
-
-
 class BeyondFamily(LogitsFamily):
-    """The shared part: the tools they run in; one mask per step trains the network weights
-    (joint) on its loss; no torchrun sample split (data parallel, gradient of the logits
-    averaged over ranks)."""
+    """The shared part: one mask per step trains the network weights (joint) on its loss; no
+    torchrun sample split (data parallel, gradient of the logits averaged over ranks)."""
 
-    commands = ("regress", "batched", "prune-supermask", "prune-joint")
+    def weight_loss(self, J: torch.Tensor, at: StepArgs) -> torch.Tensor | None:
+        """The loss the weights train on: the mean of the step's losses J, when asked for."""
+        return J.mean() if at.weights else None
 
-    def weight_loss(self, record: list[torch.Tensor], n: int) -> torch.Tensor:
-        return record[0].mean()
+
+#: The tools the methods beyond the paper run in.
+BEYOND_COMMANDS = ("regress", "batched", "prune-supermask", "prune-joint")
 
 
 @register
@@ -119,17 +101,13 @@ class STThetaFamily(BeyondFamily):
     masks (``sampled_*`` metrics)."""
 
     name, label, text, color = "st-theta", "ST-θ (Zhou)", "ST-theta", "navy"
-    uses = ("n", "param", *LogitsFamily.uses)
-    also_sampled = True
-    prune_param = "sigmoid"
+    caps = Capabilities(commands=BEYOND_COMMANDS,
+                        uses=("n", "param", "lr", "optimizer", "chunk", "lam"), min_samples=1,
+                        also_sampled=True, prune_param="sigmoid")
 
-    def gradient(self, trainer: MaskTrainer, f: BatchedLoss, record: list | None
-                 ) -> tuple[Estimate, Callable[[torch.Tensor], torch.Tensor]]:
-        est, J = st_theta(f, trainer.r, trainer.param, trainer.uniforms(trainer.config.n),
-                          keep_graph=record is not None)
-        if record is not None:
-            record.append(J)
-        return est, trainer.param.theta
+    def gradient(self, f: BatchedLoss, r: torch.Tensor, at: StepArgs) -> Gradient:
+        est, J = st_theta(f, r, at.param, at.uniforms(at.n), keep_graph=at.weights)
+        return Gradient(est, at.param.theta, self.weight_loss(J, at))
 
 
 @register
@@ -140,44 +118,40 @@ class HardConcreteFamily(BeyondFamily):
     gate (:func:`hc_test_gate`), whose non-zero entries count as remaining."""
 
     name, label, text, color = "hardconcrete", "Hard concrete L0", "hard-concrete", "goldenrod"
+    caps = Capabilities(commands=BEYOND_COMMANDS, uses=("lr", "optimizer", "lam"))
 
     def initial_logits(self, param: Parametrization, d: int,
                        generator: torch.Generator) -> torch.Tensor:
         return torch.zeros(d, dtype=torch.float64)
 
-    def theta(self, trainer: MaskTrainer) -> torch.Tensor:
-        return hc_nonzero(trainer.r)
+    def theta(self, r: torch.Tensor, at: StepArgs) -> torch.Tensor:
+        return hc_nonzero(r)
 
-    def eval_mask(self, trainer: MaskTrainer) -> torch.Tensor:
-        return hc_test_gate(trainer.r.detach())
+    def eval_mask(self, r: torch.Tensor, at: StepArgs) -> torch.Tensor:
+        return hc_test_gate(r.detach())
 
-    def sample_masks(self, trainer: MaskTrainer, k: int) -> torch.Tensor:
+    def sample_masks(self, r: torch.Tensor, k: int, at: StepArgs) -> torch.Tensor:
         """k masks of non-zero sampled gates (0/1)."""
-        u = torch.rand((k, trainer.d), generator=trainer.generator, dtype=trainer.r.dtype,
-                       device=trainer.device)
-        return (hc_sample(trainer.r.detach(), u) != 0).to(trainer.r.dtype)
+        return (hc_sample(r.detach(), at.uniforms(k)) != 0).to(r.dtype)
 
-    def gradient(self, trainer: MaskTrainer, f: BatchedLoss, record: list | None
-                 ) -> tuple[Estimate, Callable[[torch.Tensor], torch.Tensor]]:
-        rr = trainer.r.detach().requires_grad_(True)
-        J = f(hc_sample(rr, trainer.uniforms(1)))
-        (g,) = torch.autograd.grad(J.sum(), rr, retain_graph=record is not None)
-        if record is not None:
-            record.append(J)
-        return Estimate(g, sample_mean(J)), hc_nonzero
+    def gradient(self, f: BatchedLoss, r: torch.Tensor, at: StepArgs) -> Gradient:
+        rr = r.detach().requires_grad_(True)
+        J = f(hc_sample(rr, at.uniforms(1)))
+        (g,) = torch.autograd.grad(J.sum(), rr, retain_graph=at.weights)
+        return Gradient(Estimate(g, sample_mean(J)), hc_nonzero, self.weight_loss(J, at))
 
 
 @register
 class EdgePopupFamily(BeyondFamily):
     """Edge-popup (Ramanujan et al. 2020): real scores r, uniform on (0, 1) from the run's seed;
-    the forward keeps the top ``trainer.target`` fraction of scores per layer of
-    ``trainer.layers`` (:func:`top_scores`; regress: one layer, target 1); straight-through
-    gradient dJ/dz to every score. Supermask only (their method trains no weights)."""
+    the forward keeps the top ``at.target`` fraction of scores per layer of ``at.layers``
+    (:func:`pbscale.methods.schedules.top_scores`; regress: one layer, target 1);
+    straight-through gradient dJ/dz to every score. Supermask only (their method trains no
+    weights). Its count is fixed, so it has no L0 term (``lam`` is not among its uses)."""
 
     name, label, text, color = "edgepopup", "Edge-popup", "edge-popup", "teal"
-    commands = ("regress", "batched", "prune-supermask")
-    uses = (*LogitsFamily.uses, "target")
-    deterministic = True
+    caps = Capabilities(commands=("regress", "batched", "prune-supermask"),
+                        uses=("lr", "optimizer", "target"), deterministic=True)
 
     def initial_logits(self, param: Parametrization, d: int,
                        generator: torch.Generator) -> torch.Tensor:
@@ -191,19 +165,18 @@ class EdgePopupFamily(BeyondFamily):
                                f"must be in (0, 1], got {config.target}; e.g. --target 0.5"
                                ) from None
 
-    def theta(self, trainer: MaskTrainer) -> torch.Tensor:
-        return top_scores(trainer.r.detach(), trainer.layers, trainer.target)
+    def theta(self, r: torch.Tensor, at: StepArgs) -> torch.Tensor:
+        return top_scores(r.detach(), at.layers, at.target)
 
-    def eval_mask(self, trainer: MaskTrainer) -> torch.Tensor:
-        return self.theta(trainer)
+    def eval_mask(self, r: torch.Tensor, at: StepArgs) -> torch.Tensor:
+        return self.theta(r, at)
 
-    def sample_masks(self, trainer: MaskTrainer, k: int) -> torch.Tensor:
-        return self.theta(trainer).expand(k, trainer.d)
+    def sample_masks(self, r: torch.Tensor, k: int, at: StepArgs) -> torch.Tensor:
+        return self.theta(r, at).expand(k, at.d)
 
-    def gradient(self, trainer: MaskTrainer, f: BatchedLoss, record: list | None
-                 ) -> tuple[Estimate, Callable[[torch.Tensor], torch.Tensor]]:
-        rr = trainer.r.detach().requires_grad_(True)
-        z = top_scores(rr.detach(), trainer.layers, trainer.target)
+    def gradient(self, f: BatchedLoss, r: torch.Tensor, at: StepArgs) -> Gradient:
+        rr = r.detach().requires_grad_(True)
+        z = top_scores(rr.detach(), at.layers, at.target)
         J = f((z + rr - rr.detach())[None])  # value z, d(.)/dr = 1
         (g,) = torch.autograd.grad(J.sum(), rr)
-        return Estimate(g, sample_mean(J)), _constant
+        return Gradient(Estimate(g, sample_mean(J)), None)

@@ -5,7 +5,7 @@ annealed exponentially from 1 to 1/200, updated every 100 iterations
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -16,8 +16,8 @@ from pbexact.parametrizations import Parametrization
 
 from ..loop_types import BatchedLoss
 from .estimate import Estimate, sample_mean
-from .registry import CP_GAMMA, CP_MILESTONES, Settings, legacy, register
-from .trainer import LogitsFamily
+from .registry import CP_GAMMA, CP_MILESTONES, Capabilities, Settings, register, setting
+from .trainer import Gradient, LogitsFamily, StepArgs
 
 
 def cp_temperature(step: int, total_steps: int, final: float = CP_FINAL_TAU,
@@ -75,8 +75,10 @@ class CPSettings(Settings):
     updated every ``every`` mask-training steps (`sec:app_microworld_hypers`). Hashed under
     the keys they had before families owned their settings (``cp_final_tau``, ``cp_every``)."""
 
-    final_tau: float = field(default=CP_FINAL_TAU, metadata=legacy("cp_final_tau"))
-    every: int = field(default=CP_EVERY, metadata=legacy("cp_every"))
+    final_tau: float = setting(CP_FINAL_TAU, "the temperature tau falls to, from 1, in (0, 1]",
+                               legacy="cp_final_tau")
+    every: int = setting(CP_EVERY, "mask-training steps between temperature updates (>= 1)",
+                         legacy="cp_every")
 
     def check(self, text: str) -> None:
         if not (isinstance(self.final_tau, (int, float)) and 0 < self.final_tau <= 1) or \
@@ -89,46 +91,42 @@ class CPSettings(Settings):
 @register
 class CPFamily(LogitsFamily):
     """CP as a method: logits start at r = 0 (sigmoid(0 / tau) = 0.5); each step differentiates
-    the relaxed loss at the trainer's temperature (:func:`cp_temperature`, its
-    :class:`CPSettings`), reports the loss of 1[r > 0] and records the relaxed loss for the
+    the relaxed loss at the step's temperature (:func:`cp_temperature` of the step's position,
+    its :class:`CPSettings`), reports the loss of 1[r > 0] and gives the relaxed loss to the
     network weights; evaluated, sampled and frozen with 1[r > 0]; draws nothing (under torchrun
     its batches are split and the gradient of r averaged)."""
 
     name, label, text, color = "cp", "CP", "CP", "C4"
-    commands = ("regress", "batched", "prune-supermask", "prune-joint", "microworld")
-    deterministic = True
+    caps = Capabilities(commands=("regress", "batched", "prune-supermask", "prune-joint",
+                                  "microworld"),
+                        uses=("lr", "optimizer", "lam"), deterministic=True,
+                        mask_schedule=(CP_MILESTONES, CP_GAMMA))
     Settings = CPSettings
-    mask_schedule = (CP_MILESTONES, CP_GAMMA)
 
     def initial_logits(self, param: Parametrization, d: int,
                        generator: torch.Generator) -> torch.Tensor:
         return torch.zeros(d, dtype=torch.float64)
 
-    def theta(self, trainer: Any) -> torch.Tensor:
-        return cp_hard_mask(trainer.r)
+    def theta(self, r: torch.Tensor, at: StepArgs) -> torch.Tensor:
+        return cp_hard_mask(r)
 
-    def temperature(self, trainer: Any) -> float:
-        s = trainer.config.settings
-        return cp_temperature(trainer.step_count, trainer.total_steps, s.final_tau, s.every)
+    def temperature(self, at: StepArgs) -> float:
+        s = at.settings
+        return cp_temperature(at.index, at.total, s.final_tau, s.every)
 
-    def gradient(self, trainer: Any, f: BatchedLoss, record: list | None
-                 ) -> tuple[Estimate, Callable[[torch.Tensor], torch.Tensor]]:
-        tau = self.temperature(trainer)
-        cp = cp_step(f, trainer.r, tau, hard=True, keep_graph=record is not None)
-        if record is not None:
-            record.append(cp.relaxed)
+    def gradient(self, f: BatchedLoss, r: torch.Tensor, at: StepArgs) -> Gradient:
+        tau = self.temperature(at)
+        cp = cp_step(f, r, tau, hard=True, keep_graph=at.weights)
 
         def theta_fn(x: torch.Tensor) -> torch.Tensor:
             return torch.sigmoid(x / tau)
 
         # the training loss CP reports is that of 1[r > 0], as the paper does (one "sample")
-        return Estimate(cp.grad, sample_mean(cp.hard[None])), theta_fn
+        return Gradient(Estimate(cp.grad, sample_mean(cp.hard[None])), theta_fn,
+                        cp.relaxed if at.weights else None)
 
-    def weight_loss(self, record: list[torch.Tensor], n: int) -> torch.Tensor:
-        return record[0]
-
-    def sample_masks(self, trainer: Any, k: int) -> torch.Tensor:
-        return cp_hard_mask(trainer.r.detach()).expand(k, trainer.d)
+    def sample_masks(self, r: torch.Tensor, k: int, at: StepArgs) -> torch.Tensor:
+        return cp_hard_mask(r.detach()).expand(k, at.d)
 
     def vector_gradient(self, f: BatchedLoss, r: torch.Tensor,
                         uniforms: Callable[[], torch.Tensor], control: Any,

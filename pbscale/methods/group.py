@@ -162,7 +162,7 @@ class MaskTrainerGroup(MemberBook):
         if not configs:
             raise PBInputError("no runs to train; give at least one seed and learning rate")
         for c in configs:
-            if "batched" not in c.family.commands:
+            if "batched" not in c.family.caps.commands:
                 raise PBInputError(f"{c.family.text} runs do not train as a group; batched "
                                    f"runs are runs of {', '.join(names('batched'))}")
         seen = [repr(sorted(c.to_dict().items())) for c in configs]

@@ -15,8 +15,8 @@ from pbexact.errors import PBInputError
 
 from ..loop_types import BatchedLoss
 from .estimate import Estimate, sample_mean
-from .registry import register
-from .trainer import LogitsFamily
+from .registry import Capabilities, register
+from .trainer import Gradient, LogitsFamily, StepArgs
 
 #: Keeps log(u) and log(1 - u) finite in the logistic reparametrization of REBAR/RELAX.
 _UNIFORM_EPS = 1e-6
@@ -202,26 +202,28 @@ def rebar_relax_step(f: BatchedLoss, r: torch.Tensor, uniforms: Callable[[], tor
 
 class HybridFamily(LogitsFamily):
     """The hybrid estimators as methods: sigmoid parametrization only, n >= 1 uniforms per step,
-    the masks trained alone (no loss for network weights), dense regularizer through sigmoid."""
+    the masks trained alone (no loss for network weights), dense regularizer through sigmoid.
+    A member's estimate over sigmoid logits is :meth:`sigmoid_estimate`, shared by its runs and
+    the microworld's vectorized ones."""
 
-    commands = ("regress", "batched", "microworld")
-    uses = ("n", *LogitsFamily.uses)
+    caps = Capabilities(commands=("regress", "batched", "microworld"),
+                        uses=("n", "lr", "optimizer", "lam"), min_samples=1)
 
-    def gradient(self, trainer: Any, f: BatchedLoss, record: list | None
-                 ) -> tuple[Estimate, Callable[[torch.Tensor], torch.Tensor]]:
-        est = self.estimate(f, trainer.r, lambda: trainer.uniforms(trainer.config.n),
-                            trainer.control, trainer.control_opts)
-        return est, torch.sigmoid
+    def gradient(self, f: BatchedLoss, r: torch.Tensor, at: StepArgs) -> Gradient:
+        est = self.sigmoid_estimate(f, r, lambda: at.uniforms(at.n), at.control,
+                                    list(at.control_opts))
+        return Gradient(est, torch.sigmoid)
 
-    def estimate(self, f: BatchedLoss, r: torch.Tensor, uniforms: Callable[[], torch.Tensor],
-                 control: Any, control_opts: list[torch.optim.Optimizer]) -> Estimate:
+    def sigmoid_estimate(self, f: BatchedLoss, r: torch.Tensor,
+                         uniforms: Callable[[], torch.Tensor], control: Any,
+                         control_opts: list[torch.optim.Optimizer]) -> Estimate:
         """The estimate over sigmoid logits r (..., d), ``uniforms()`` giving (n, ..., d)."""
         raise NotImplementedError
 
     def vector_gradient(self, f: BatchedLoss, r: torch.Tensor,
                         uniforms: Callable[[], torch.Tensor], control: Any,
                         control_opts: list[torch.optim.Optimizer], tau: float) -> torch.Tensor:
-        return self.estimate(f, r, uniforms, control, control_opts).grad
+        return self.sigmoid_estimate(f, r, uniforms, control, control_opts).grad
 
 
 @register
@@ -230,8 +232,9 @@ class STFamily(HybridFamily):
 
     name, label, text, color = "st", "ST", "ST", "C5"
 
-    def estimate(self, f: BatchedLoss, r: torch.Tensor, uniforms: Callable[[], torch.Tensor],
-                 control: Any, control_opts: list[torch.optim.Optimizer]) -> Estimate:
+    def sigmoid_estimate(self, f: BatchedLoss, r: torch.Tensor,
+                         uniforms: Callable[[], torch.Tensor], control: Any,
+                         control_opts: list[torch.optim.Optimizer]) -> Estimate:
         return straight_through(f, r, uniforms())
 
 
@@ -245,8 +248,9 @@ class ControlledFamily(HybridFamily):
                      ) -> tuple[HybridControl, list[torch.optim.Optimizer]]:
         return make_control(self.name, d, lr, generator, seeds, device, dtype)
 
-    def estimate(self, f: BatchedLoss, r: torch.Tensor, uniforms: Callable[[], torch.Tensor],
-                 control: Any, control_opts: list[torch.optim.Optimizer]) -> Estimate:
+    def sigmoid_estimate(self, f: BatchedLoss, r: torch.Tensor,
+                         uniforms: Callable[[], torch.Tensor], control: Any,
+                         control_opts: list[torch.optim.Optimizer]) -> Estimate:
         return rebar_relax_step(f, r, uniforms, control, control_opts)
 
 

@@ -13,7 +13,7 @@ estimate as a surrogate loss for autograd; :func:`dense_regularizer` the closed-
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -26,9 +26,9 @@ from pbexact.parametrizations import Parametrization
 
 from ..loop_types import BatchedLoss
 from .estimate import Estimate, surrogate_loss
-from .registry import MC_GAMMA, MC_MILESTONES, MC_START, register
+from .registry import MC_GAMMA, MC_MILESTONES, MC_START, Capabilities, register
 from .samplers import SAMPLERS, PerRunSampler
-from .trainer import LogitsFamily
+from .trainer import Gradient, LogitsFamily, StepArgs
 
 
 def mc_gradient(f: BatchedLoss, r: torch.Tensor, param: Parametrization, estimator: str, n: int,
@@ -125,39 +125,40 @@ def mc_surrogate(f: BatchedLoss, r: torch.Tensor, param: Parametrization, estima
 class MCFamily(LogitsFamily):
     """An MC estimator of `pbexact.estimators.REGISTRY` as a method (one instance per estimator
     that needs no J table, registered below): the estimator's name, label, fewest samples and
-    law; every parametrization; its n samples per step split over torchrun ranks; the network
-    weights train on the mean of J over the samples."""
-
-    commands = ("regress", "batched", "prune-supermask", "prune-joint")
-    uses = ("n", "param", *LogitsFamily.uses)
-    samples = True
-    mask_schedule = (MC_MILESTONES, MC_GAMMA)
-    joint_warmup = MC_START
+    law; every parametrization; its n samples per step split over torchrun ranks and its
+    supermask step capturable as a CUDA graph; evaluated by the best of sampled masks, with
+    dynamic weight rescaling in pruning; the network weights train on the mean of J over the
+    samples."""
 
     def __init__(self, spec: EstimatorSpec) -> None:
         self.spec = spec
         self.name, self.label, self.text, self.color = spec.name, spec.label, spec.text, spec.color
-
-    @property
-    def min_samples(self) -> int:
-        return self.spec.min_samples
+        self.caps = Capabilities(
+            commands=("regress", "batched", "prune-supermask", "prune-joint"),
+            uses=("n", "param", "lr", "optimizer", "chunk", "lam"), samples=True,
+            min_samples=spec.min_samples, split_samples=True, captures_step=True,
+            eval_sampled=True, rescale=True, mask_schedule=(MC_MILESTONES, MC_GAMMA),
+            joint_warmup=MC_START)
 
     def check(self, config: Any) -> None:
         self.spec.check_n(config.n)
 
-    def gradient(self, trainer: Any, f: BatchedLoss, record: list | None
-                 ) -> tuple[Estimate, Callable[[torch.Tensor], torch.Tensor]]:
-        """The step's estimate from n samples drawn with the trainer's generator."""
+    def gradient(self, f: BatchedLoss, r: torch.Tensor, at: StepArgs) -> Gradient:
+        """The step's estimate from n samples drawn with the run's generator, evaluated in
+        chunks (this rank's rows under sample parallelism); for the weights, the mean of J
+        over the n samples."""
+        record: list[torch.Tensor] = []
         fn = f
-        if record is not None:
+        if at.weights:
             def fn(z: torch.Tensor) -> torch.Tensor:
                 with torch.enable_grad():
                     J = f(z)
                 record.append(J)
                 return J.detach()
-        est = mc_gradient(fn, trainer.r, trainer.param, self.name, trainer.config.n,
-                          trainer.generator, trainer.chunk, shard=trainer.shard)
-        return est, trainer.param.theta
+        est = mc_gradient(fn, r, at.param, self.name, at.n, at.generator, at.chunk,
+                          shard=at.shard)
+        weight_loss = sum(J.sum() for J in record) / at.n if record else None
+        return Gradient(est, at.param.theta, weight_loss)
 
 
 for _spec in ESTIMATOR_REGISTRY.values():

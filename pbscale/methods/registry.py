@@ -60,10 +60,10 @@ MC_START = 0.1
 OPTIMIZERS: dict[str, type[torch.optim.Optimizer]] = {
     "rmsprop": torch.optim.RMSprop, "sgd": torch.optim.SGD}
 #: The settings every method's run has (:class:`MethodConfig`); a family lists in
-#: :attr:`Family.uses` those it reads.
+#: :attr:`Capabilities.uses` those it reads.
 SHARED = ("n", "param", "lr", "optimizer", "chunk", "lam")
 #: The settings of pruning's cut schedule (:class:`pbscale.prune_config.PruneConfig`) a family
-#: may read (:attr:`Family.uses`): the kept fraction, MP's cut, GMP's schedule.
+#: may read (:attr:`Capabilities.uses`): the kept fraction, MP's cut, GMP's schedule.
 PRUNE_SETTINGS = ("target", "prune_at", "gmp_start", "gmp_end", "gmp_every")
 #: Keys of every run's hashed method section from before families owned their settings: CP's
 #: final temperature and update period, at CP's defaults (a CP run's own values); the CP
@@ -73,9 +73,13 @@ LEGACY_KEYS: dict[str, Any] = {"cp_final_tau": CP_FINAL_TAU, "cp_every": 100}
 HASHED = ("method", "n", "param", "lr", "optimizer", "seed", "chunk", "lam")
 
 
-def legacy(key: str) -> dict:
-    """Field metadata of a setting hashed under an old top-level key (:data:`LEGACY_KEYS`)."""
-    return {"legacy": key}
+def setting(default: Any, help: str, legacy: str | None = None) -> Any:
+    """A field of a :class:`Settings` dataclass: its default, the one line its command-line
+    option's help shows (``--<family>-<field>``, :mod:`pbscale.methods.options`) and, for a
+    setting that predates the rule of :meth:`Settings.changed`, the old top-level key it is
+    hashed under (:data:`LEGACY_KEYS`)."""
+    meta = {"help": help, **({"legacy": legacy} if legacy else {})}
+    return field(default=default, metadata=meta)
 
 
 @dataclass(frozen=True)
@@ -148,72 +152,68 @@ class Plan:
         return getattr(self.run, name, default)
 
 
-class Family:
-    """One method (or family member): what it is, what it reads, and how its run's method is
-    built (:meth:`make`).
+#: The capabilities a family once set as class attributes, each now a field of
+#: :class:`Capabilities` (a family that still sets one is refused in one line).
+OLD_ATTRIBUTES = ("commands", "uses", "samples", "deterministic", "min_samples",
+                  "split_samples", "eval_sampled", "rescale", "captures_step", "mask_schedule",
+                  "joint_warmup", "dense_weights", "also_sampled", "prune_param")
 
-    Attributes: ``name`` (CLI value), ``label`` (legend text), ``text`` (messages), ``color``
-    (matplotlib colour of its curves; no two methods share one), ``commands`` (a subset of
-    :data:`COMMANDS`), ``samples`` (draws masks from a distribution for its estimate: its runs
-    are described by n and the parametrization; in pruning only such methods take ``--n``),
-    ``deterministic`` (draws nothing: one mask, one microworld seed), ``uses`` (the settings of
-    :data:`SHARED` and :data:`PRUNE_SETTINGS` it reads; those it does not are listed as unused
-    in a run's config.json), ``Settings`` (its own settings, :class:`Settings`), ``min_samples``
-    (fewest samples per step; None: it ignores n).
 
-    Four behaviours default to ``samples`` and can be set apart: ``split_samples`` (torchrun
-    splits its samples over the ranks; else data parallelism), ``eval_sampled`` (evaluated by
-    the best of sampled masks; else its deterministic mask), ``rescale`` (pruning rescales
-    its weights dynamically, :func:`pbscale.masks.rescaled_weight`), ``captures_step`` (a
-    supermask step may be replayed from a CUDA graph, :class:`pbscale.captured_step.
-    CapturedSteps`: its step reads back one value, the sum of its n sampled losses, and its
-    Python state is the step count alone).
+@dataclass(frozen=True)
+class Capabilities:
+    """What a method is and reads, stated once, every field explicit (the family's ``caps``;
+    in the spirit of scikit-learn's estimator tags): no field's default depends on another.
 
-    Pruning (:mod:`pbscale.prune`): ``mask_schedule`` ((milestones, gamma) of its logits),
-    ``joint_warmup`` (fraction of a joint run's epochs trained dense first), ``dense_weights``
-    (trains the weights in supermask mode too), ``also_sampled`` (also reports the best of
-    ``--eval-masks`` sampled masks, ``sampled_*`` metrics) and ``prune_param`` (its
-    parametrization when ``--param`` is left out)."""
+    ``commands``: the tools it runs in (a subset of :data:`COMMANDS`). ``uses``: the settings
+    of :data:`SHARED` and :data:`PRUNE_SETTINGS` it reads; those it does not are listed as
+    unused in a run's config.json, and the trainer adds no L0 term without ``lam``.
+    ``samples``: draws masks from a distribution for its estimate (its runs are described by n
+    and the parametrization; in pruning only such methods take ``--n``). ``deterministic``:
+    draws nothing (one mask, one microworld seed). ``min_samples``: fewest samples per step
+    (given exactly when it uses ``n``).
 
-    name: str = ""
-    label: str = ""
-    text: str = ""
-    color: str = ""
+    How its runs may execute, each False unless stated: ``split_samples`` (torchrun splits its
+    samples over the ranks; else data parallelism), ``captures_step`` (a supermask step may be
+    replayed from a CUDA graph: the step reads back one value, the sum of its n sampled losses,
+    and its Python state is the step count alone).
+
+    Evaluation and pruning: ``eval_sampled`` (evaluated by the best of sampled masks; else its
+    deterministic mask), ``also_sampled`` (also reports the best of ``--eval-masks`` sampled
+    masks, ``sampled_*`` metrics), ``rescale`` (pruning rescales its weights dynamically,
+    :func:`pbscale.masks.rescaled_weight`), ``mask_schedule`` ((milestones, gamma) of its
+    logits' step decay), ``joint_warmup`` (fraction of a joint run's epochs trained dense
+    first), ``dense_weights`` (trains the weights in supermask mode too) and ``prune_param``
+    (its parametrization when ``--param`` is left out)."""
+
     commands: tuple[str, ...] = ()
+    uses: tuple[str, ...] = ()
     samples: bool = False
     deterministic: bool = False
-    uses: tuple[str, ...] = ()
-    Settings: ClassVar[type[Settings]] = NoSettings
+    min_samples: int | None = None
+    split_samples: bool = False
+    captures_step: bool = False
+    eval_sampled: bool = False
+    also_sampled: bool = False
+    rescale: bool = False
     mask_schedule: tuple[tuple[float, ...], float] = ((), 1.0)
     joint_warmup: float = 0.0
     dense_weights: bool = False
-    also_sampled: bool = False
     prune_param: str | None = None
 
-    def __repr__(self) -> str:
-        return f"<method {self.name}>"
-
-    # ------------------------------------------------------------------ what it reads
-
-    @property
-    def min_samples(self) -> int | None:
-        return 1 if "n" in self.uses else None
-
-    @property
-    def split_samples(self) -> bool:
-        return self.samples
-
-    @property
-    def eval_sampled(self) -> bool:
-        return self.samples
-
-    @property
-    def rescale(self) -> bool:
-        return self.samples
-
-    @property
-    def captures_step(self) -> bool:
-        return self.samples
+    def __post_init__(self) -> None:
+        unknown = set(self.commands) - set(COMMANDS)
+        if unknown:
+            raise ValueError(f"unknown commands {sorted(unknown)}; choose from {COMMANDS}")
+        unknown = set(self.uses) - set(SHARED) - set(PRUNE_SETTINGS)
+        if unknown:
+            raise ValueError(f"unknown settings in uses {sorted(unknown)}; choose from "
+                             f"{SHARED + PRUNE_SETTINGS}")
+        if ("n" in self.uses) != (self.min_samples is not None):
+            raise ValueError("min_samples is given exactly when uses names n")
+        if self.samples and self.deterministic:
+            raise ValueError("a method that samples is not deterministic")
+        if (self.split_samples or self.captures_step or self.eval_sampled) and not self.samples:
+            raise ValueError("split_samples, captures_step and eval_sampled need samples")
 
     @property
     def logits(self) -> bool:
@@ -235,26 +235,68 @@ class Family:
         """Whether its step also gives a loss for the network weights (joint pruning)."""
         return "prune-joint" in self.commands
 
+    def get(self, flag: str) -> Any:
+        """A field or property by name (what :func:`names` filters on)."""
+        if flag not in CAPABILITY_FLAGS:
+            raise AttributeError(f"no capability {flag!r}; choose from "
+                                 f"{', '.join(CAPABILITY_FLAGS)}")
+        return getattr(self, flag)
+
+
+#: The names :func:`names` filters on: the fields of :class:`Capabilities` and its properties.
+CAPABILITY_FLAGS = (*(f.name for f in dataclasses.fields(Capabilities)), "logits", "any_param",
+                    "prune_settings", "trains_weights")
+
+
+class Family:
+    """One method (or family member): its identity (``name``: CLI value, ``label``: legend
+    text, ``text``: messages, ``color``: matplotlib colour of its curves, at least
+    :data:`MIN_COLOR_DISTANCE` from every other method's as drawn), its capabilities (``caps``,
+    one :class:`Capabilities`), its own settings (``Settings``, a :class:`Settings` subclass)
+    and how its run's method is built (:meth:`make`; the bases
+    :class:`pbscale.methods.trainer.LogitsFamily` and :class:`pbscale.methods.magnitude.
+    MaskFamily` implement it over hooks that take explicit arguments)."""
+
+    name: str = ""
+    label: str = ""
+    text: str = ""
+    color: str = ""
+    caps: Capabilities = Capabilities()
+    Settings: ClassVar[type[Settings]] = NoSettings
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        old = [a for a in OLD_ATTRIBUTES if a in vars(cls)]
+        if old:
+            raise TypeError(
+                f"{cls.__name__} sets {', '.join(old)} as class attributes; a family states "
+                f"its capabilities in one frozen dataclass: caps = Capabilities({old[0]}=...) "
+                "(from pbscale.methods import Capabilities; docs/adding_a_method.md)")
+
+    def __repr__(self) -> str:
+        return f"<method {self.name}>"
+
     def info(self, settings: tuple[str, ...] | None = None) -> dict:
         """What a run's ``config.json`` records about its method ("method_info"), so that the
         run reads back without the registry: name, label, text, colour, whether it samples or
         is deterministic, and the names of the settings it uses (``settings``: the tool's
-        names for the shared ones, default :attr:`uses`; then its own settings)."""
-        used = list(self.uses if settings is None else settings) + list(self.Settings.names())
+        names for the shared ones, default ``caps.uses``; then its own settings)."""
+        used = list(self.caps.uses if settings is None else settings) + list(
+            self.Settings.names())
         return {"name": self.name, "label": self.label, "text": self.text, "color": self.color,
-                "samples": bool(self.samples), "deterministic": bool(self.deterministic),
-                "settings": list(used)}
+                "samples": bool(self.caps.samples),
+                "deterministic": bool(self.caps.deterministic), "settings": list(used)}
 
     # ------------------------------------------------------------------ checks
 
     def check(self, config: MethodConfig) -> None:
         """Refuse (:class:`PBInputError`) a parametrization or n this method does not take."""
-        if not self.any_param and config.param != "sigmoid":
+        if not self.caps.any_param and config.param != "sigmoid":
             raise PBInputError(
                 f"{self.text} is defined for the sigmoid parametrization only; use --param "
                 f"sigmoid (other parametrizations: {', '.join(names(any_param=True))})")
-        if self.min_samples is not None:
-            check_n(config.n, self.text, self.min_samples)
+        if self.caps.min_samples is not None:
+            check_n(config.n, self.text, self.caps.min_samples)
 
     def check_prune(self, config: Any) -> None:
         """Refuse (:class:`PBInputError`) a :class:`pbscale.prune_config.PruneConfig` setting
@@ -265,8 +307,9 @@ class Family:
     def make(self, config: MethodConfig, layout: Any, plan: Plan) -> Any:
         """The run loop's :class:`pbscale.loop_types.Method` of ``config`` over the flat mask
         of ``layout`` (:class:`pbscale.masks.MaskedModule`: d, device, dtype, sizes), fully
-        built: its random stream (``generator``, seeded with the run's seed), its capabilities
-        (distribution over torchrun ranks, evaluation, what pruning exports)."""
+        built: its random stream (``generator``, seeded with the run's seed) and its
+        evaluation (``eval_sampled``, ``mode_mask()``, ``sample_masks(k)``). How the run
+        executes (alone, in a group, captured, split over ranks) is decided outside it."""
         raise NotImplementedError(f"{self.name} builds no method")
 
     def make_group(self, configs: Sequence[MethodConfig], layout: Any, plan: Plan) -> Any:
@@ -282,34 +325,64 @@ class Family:
 REGISTRY: dict[str, Family] = {}
 
 
+#: The least distance, in CIELAB (CIE76 Delta E, D65), between two methods' colours as drawn:
+#: 20 is two colours no reader mixes up in a legend ("crimson" beside GMP's "C3", tab:red, is
+#: 12; the closest registered pair, RELAX's olive and hard-concrete's goldenrod, 26).
+MIN_COLOR_DISTANCE = 20.0
+
+
+def lab(color: str) -> tuple[float, float, float]:
+    """The CIELAB coordinates (L*, a*, b*; D65 white) of a matplotlib colour as drawn."""
+    from matplotlib.colors import to_rgb
+
+    linear = [((v + 0.055) / 1.055) ** 2.4 if v > 0.04045 else v / 12.92 for v in to_rgb(color)]
+    rows = ((0.4124, 0.3576, 0.1805), (0.2126, 0.7152, 0.0722), (0.0193, 0.1192, 0.9505))
+    xyz = [sum(m * v for m, v in zip(row, linear)) for row in rows]
+
+    def f(t: float) -> float:
+        return t ** (1 / 3) if t > 216 / 24389 else (24389 / 27 * t + 16) / 116
+
+    fx, fy, fz = (f(v / w) for v, w in zip(xyz, (0.95047, 1.0, 1.08883)))
+    return 116 * fy - 16, 500 * (fx - fy), 200 * (fy - fz)
+
+
+def color_distance(a: str, b: str) -> float:
+    """CIE76 Delta E between two matplotlib colours as drawn (0: the same colour)."""
+    return math.dist(lab(a), lab(b))
+
+
 def register(family: Family | type[Family]) -> Any:
     """Add a family (an instance, or a class instantiated without arguments) to
     :data:`REGISTRY`; returns its argument, so it works as a class decorator. A name that is
-    empty, taken, or the name of a shared setting, and a colour another method has, are
-    refused."""
+    empty, taken, or the name of a shared setting, a colour matplotlib cannot draw, and a
+    colour drawn within :data:`MIN_COLOR_DISTANCE` of another method's, are refused."""
+    from matplotlib.colors import is_color_like
+
     obj = family() if isinstance(family, type) else family
     if not obj.name or obj.name in REGISTRY or obj.name in MethodConfig.__dataclass_fields__:
         raise ValueError(f"method name {obj.name!r} is empty, registered twice or a setting's")
-    unknown = set(obj.commands) - set(COMMANDS)
-    if unknown:
-        raise ValueError(f"{obj.name}: unknown commands {sorted(unknown)}")
-    unknown = set(obj.uses) - set(SHARED) - set(PRUNE_SETTINGS)
-    if unknown:
-        raise ValueError(f"{obj.name}: unknown settings in uses {sorted(unknown)}")
-    taken = {f.color: f.name for f in REGISTRY.values()}
-    if obj.color in taken:
-        raise ValueError(f"{obj.name}: colour {obj.color!r} is {taken[obj.color]}'s; choose "
-                         "another")
+    if not isinstance(obj.caps, Capabilities):
+        raise ValueError(f"{obj.name}: caps must be a Capabilities, got {obj.caps!r}")
+    if not is_color_like(obj.color):
+        raise ValueError(f"{obj.name}: {obj.color!r} is no colour matplotlib draws; choose one "
+                         "such as 'C0' or 'teal'")
+    close = [(color_distance(obj.color, f.color), f) for f in REGISTRY.values()]
+    near = min(close, key=lambda t: t[0], default=None)
+    if near is not None and near[0] < MIN_COLOR_DISTANCE:
+        raise ValueError(f"{obj.name}: colour {obj.color!r} draws like {near[1].name}'s "
+                         f"{near[1].color!r} (Delta E {near[0]:.0f} < {MIN_COLOR_DISTANCE:.0f});"
+                         " choose another")
     REGISTRY[obj.name] = obj
     return family
 
 
 def names(command: str | None = None, **flags: Any) -> tuple[str, ...]:
-    """The registered names that run in ``command`` (None: any) and whose attributes equal
-    ``flags`` (e.g. ``names("prune-joint", samples=True)``), in registration order."""
+    """The registered names that run in ``command`` (None: any) and whose capabilities equal
+    ``flags`` (e.g. ``names("prune-joint", samples=True)``; :data:`CAPABILITY_FLAGS`), in
+    registration order."""
     return tuple(f.name for f in REGISTRY.values()
-                 if (command is None or command in f.commands)
-                 and all(getattr(f, k) == v for k, v in flags.items()))
+                 if (command is None or command in f.caps.commands)
+                 and all(f.caps.get(k) == v for k, v in flags.items()))
 
 
 def get_family(name: str, command: str | None = None) -> Family:

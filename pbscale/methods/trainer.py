@@ -1,11 +1,15 @@
 """The methods that train mask logits: :class:`LogitsFamily` (the hooks of one gradient step,
-which every such family fills in) and :class:`MaskTrainer`, the run loop's method over logits r
-of shape (P,) that calls them (one optimizer over r for every method of the registry)."""
+each with explicit arguments: the logits and a :class:`StepArgs`, returning a
+:class:`Gradient`) and :class:`MaskTrainer`, the run loop's method over logits r of shape (P,)
+that holds the run's state and calls them (one optimizer over r for every method of the
+registry)."""
 
 from __future__ import annotations
 
+import inspect
 import math
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -14,26 +18,88 @@ from torch import nn
 from pbexact.errors import PBInputError
 from pbexact.parametrizations import Parametrization, get_parametrization
 
-from ..distributed import RankSync, SampleParallel, Shard
-from ..loop_types import BatchedLoss, RunHooks
+from ..loop_types import BatchedLoss
 from .estimate import Estimate, dense_regularizer, surrogate_loss
 from .group import MaskTrainerGroup
-from .registry import OPTIMIZERS, Family, MethodConfig, Plan, names
+from .registry import OPTIMIZERS, Capabilities, Family, MethodConfig, Plan, Settings, names
 from .samplers import BernoulliSampler, auto_chunk, check_sample_memory
 
 
-class LogitsFamily(Family):
-    """A method that trains mask logits with :class:`MaskTrainer`. It reads the mask learning
-    rate, optimizer, chunk and L0 weight (add ``"n"`` and ``"param"`` to :attr:`uses` when it
-    draws n samples per step and takes any parametrization). Its hooks, each called by the
-    trainer with itself (whose fields its constructor set): how the logits start
-    (:meth:`initial_logits`), one step's estimate (:meth:`gradient`, and what it records for the
-    network weights, :meth:`weight_loss`), the probabilities and masks it is evaluated with
-    (:meth:`theta`, :meth:`eval_mask`, :meth:`sample_masks`), its temperature, a learned control
-    (:meth:`make_control`), and for the microworld's vectorized runs :meth:`vector_gradient` and
-    :meth:`run_theta`."""
+@dataclass(frozen=True)
+class StepArgs:
+    """What one step (or evaluation) of a method over mask logits is given besides the loss
+    and the logits: every argument explicit, built afresh by :class:`MaskTrainer` for each call
+    (a method reads no trainer state, in the spirit of optax's explicit state).
 
-    uses = ("lr", "optimizer", "chunk", "lam")
+    ``index``: the mask-training steps taken before this one, of ``total`` (>= 1; CP's
+    temperature schedule counts them). ``layers``: the sizes of the layers the flat logits
+    cover, summing to ``d``. ``n``: samples per step; ``param``: the parametrization;
+    ``settings``: the family's own :class:`pbscale.methods.registry.Settings`; ``target``: the
+    kept fraction of a per-layer method (edge-popup; 1 where the tool has none); ``chunk``:
+    samples evaluated at once. ``generator``: the run's random stream (``dtype`` and ``device``:
+    the logits'). ``weights``: the network weights train on this step's loss (joint pruning:
+    :attr:`Gradient.weight_loss` is wanted). ``shard``: this rank's rows under sample
+    parallelism (:class:`pbscale.distributed.Shard`, set by that strategy; None: all samples
+    here). ``control``, ``control_opts``: a learned control and its optimizers (REBAR/RELAX)."""
+
+    index: int
+    total: int
+    d: int
+    layers: tuple[int, ...]
+    n: int
+    param: Parametrization
+    settings: Settings
+    target: float
+    chunk: int
+    generator: torch.Generator
+    dtype: torch.dtype
+    device: torch.device
+    weights: bool = False
+    shard: Any = None
+    control: Any = None
+    control_opts: tuple[torch.optim.Optimizer, ...] = ()
+
+    def uniforms(self, n: int) -> torch.Tensor:
+        """(n, d) uniforms from the run's generator (the noise of ST, the hybrids, the
+        gates)."""
+        return torch.rand((n, self.d), generator=self.generator, dtype=self.dtype,
+                          device=self.device)
+
+
+@dataclass
+class Gradient:
+    """What one step of a method over logits returns: its estimate over the logits
+    (:class:`Estimate`), the map r -> theta of its dense L0 regularizer (None: it has no L0
+    term, so ``lam`` is not among its ``caps.uses``), and, when the step's
+    :attr:`StepArgs.weights` asks for it, the loss the network weights train on (with its
+    autograd graph; None: nothing for the weights)."""
+
+    estimate: Estimate
+    theta: Callable[[torch.Tensor], torch.Tensor] | None
+    weight_loss: torch.Tensor | None = None
+
+
+class LogitsFamily(Family):
+    """A method that trains mask logits with :class:`MaskTrainer`. Its hooks take explicit
+    arguments (the logits r and a :class:`StepArgs`): how the logits start
+    (:meth:`initial_logits`), one step's estimate (:meth:`gradient`, returning a
+    :class:`Gradient`), the probabilities and masks it is evaluated with (:meth:`theta`,
+    :meth:`eval_mask`, :meth:`sample_masks`), its temperature, a learned control
+    (:meth:`make_control`), and for the microworld's vectorized runs :meth:`vector_gradient`
+    and :meth:`run_theta`. Its capabilities name ``lr`` and ``optimizer`` (mask logits), and
+    ``lam`` when it has an L0 term."""
+
+    caps = Capabilities(uses=("lr", "optimizer", "lam"))
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        hook = vars(cls).get("gradient")
+        if hook is not None and "record" in inspect.signature(hook).parameters:
+            raise TypeError(
+                f"{cls.__name__}.gradient(trainer, f, record) is the hook before the narrow "
+                "method contract; write gradient(self, f, r, at) returning Gradient(estimate, "
+                "theta, weight_loss), reading at.n, at.settings, at.uniforms(n) (from "
+                "pbscale.methods import Gradient, StepArgs; docs/adding_a_method.md)")
 
     def make(self, config: MethodConfig, layout: Any, plan: Plan) -> MaskTrainer:
         return MaskTrainer(config, layout.d, plan.mask_steps, layout.device,
@@ -45,7 +111,7 @@ class LogitsFamily(Family):
         """A :class:`MaskTrainerGroup` of the runs (each member what :meth:`make` builds)."""
         return MaskTrainerGroup(configs, layout, plan)
 
-    # ------------------------------------------------------------------ MaskTrainer hooks
+    # ------------------------------------------------------------------ the method
 
     def initial_logits(self, param: Parametrization, d: int,
                        generator: torch.Generator) -> torch.Tensor:
@@ -60,32 +126,27 @@ class LogitsFamily(Family):
         """A learned control and its optimizers (REBAR/RELAX); (None, []) for the others."""
         return None, []
 
-    def theta(self, trainer: MaskTrainer) -> torch.Tensor:
-        """The mask probabilities (d,) of the trainer's logits."""
-        return trainer.param.theta(trainer.r)
-
-    def eval_mask(self, trainer: MaskTrainer) -> torch.Tensor:
-        """The deterministic evaluation mask (d,) (default 1[theta > 1/2]; a gate method's
-        values in [0, 1], its zeros pruned)."""
-        return (trainer.theta() > 0.5).to(trainer.r.dtype)
-
-    def temperature(self, trainer: MaskTrainer) -> float:
-        """The relaxation temperature the trainer is at (NaN: no relaxation)."""
-        return math.nan
-
-    def gradient(self, trainer: MaskTrainer, f: BatchedLoss, record: list | None
-                 ) -> tuple[Estimate, Callable[[torch.Tensor], torch.Tensor]]:
-        """One step's estimate over the logits and the map r -> theta of the dense regularizer;
-        with ``record``, the losses the weights train on are appended to it."""
+    def gradient(self, f: BatchedLoss, r: torch.Tensor, at: StepArgs) -> Gradient:
+        """One step's estimate over the logits r (d,) of the batched loss f (masks (k, d) ->
+        (k,)), from the step's arguments ``at`` (its draws from ``at.generator``)."""
         raise NotImplementedError
 
-    def weight_loss(self, record: list[torch.Tensor], n: int) -> torch.Tensor:
-        """The loss of the network weights from what :meth:`gradient` recorded."""
-        return sum(J.sum() for J in record) / n
+    def theta(self, r: torch.Tensor, at: StepArgs) -> torch.Tensor:
+        """The mask probabilities (d,) at logits r."""
+        return at.param.theta(r)
 
-    def sample_masks(self, trainer: MaskTrainer, k: int) -> torch.Tensor:
-        """k masks (k, d) from the trainer's current distribution."""
-        return BernoulliSampler(trainer.theta(), trainer.generator).next(k)
+    def eval_mask(self, r: torch.Tensor, at: StepArgs) -> torch.Tensor:
+        """The deterministic evaluation mask (d,) at logits r (default 1[theta > 1/2]; a gate
+        method's values in [0, 1], its zeros pruned)."""
+        return (self.theta(r, at) > 0.5).to(r.dtype)
+
+    def temperature(self, at: StepArgs) -> float:
+        """The relaxation temperature at the step ``at`` (NaN: no relaxation)."""
+        return math.nan
+
+    def sample_masks(self, r: torch.Tensor, k: int, at: StepArgs) -> torch.Tensor:
+        """k masks (k, d) from the distribution at logits r (drawn from ``at.generator``)."""
+        return BernoulliSampler(self.theta(r, at), at.generator).next(k)
 
     # ------------------------------------------------------------------ microworld hooks
 
@@ -103,14 +164,16 @@ class LogitsFamily(Family):
 
 class MaskTrainer:
     """Mask logits r of shape (P,) and one optimizer step per call of :meth:`step`; the run
-    loop's :class:`pbscale.loop_types.Method` of every :class:`LogitsFamily`.
+    loop's :class:`pbscale.loop_types.Method` of every :class:`LogitsFamily`, which it calls
+    with explicit arguments (:meth:`args`, a :class:`StepArgs` of the step it is at).
 
     theta starts at 0.5 for every weight (`sec:app_maskednnregression`): r = logits(0.5) of the
     parametrization, and r = 0 for CP (sigmoid(0 / tau) = 0.5). ``generator`` (on ``device``,
     seeded with the config's seed) is the run's random stream: the run loop draws the batch
     order and the evaluation from it too. ``layers``: the sizes of the layers the flat logits
     cover (None: one layer of d) and ``target`` the fraction a per-layer method keeps
-    (edge-popup); both fixed here.
+    (edge-popup); both fixed here. ``shard``: set by sample parallelism
+    (:func:`pbscale.distributed.rank_strategy`), passed to each step.
     """
 
     def __init__(self, config: MethodConfig, d: int, total_steps: int,
@@ -139,52 +202,50 @@ class MaskTrainer:
             d, config.lr, torch.Generator().manual_seed(config.seed), device=self.device,
             dtype=dtype)
         per_sample = bytes_per_sample or 16 * d
-        if config.chunk is not None:
+        if config.chunk is not None and "chunk" in family.caps.uses:
             self.chunk = min(config.chunk, config.n)
         else:
             self.chunk = auto_chunk(config.n, per_sample, self.device)
-        if family.samples:  # n masks of d entries per step: bounded by memory
+        if family.caps.samples:  # n masks of d entries per step: bounded by memory
             check_sample_memory(config.n, d, self.chunk, per_sample, self.device)
         self.step_count = 0
         #: the L0 strength per weight in force (``config.lam`` unless a controller steers it,
-        #: :class:`pbscale.lam_control.LamController`; checkpointed)
+        #: :class:`pbscale.lam_control.LamController`; checkpointed); acts only for a family
+        #: whose capabilities use ``lam``
         self.lam = float(config.lam)
-        #: this rank's :class:`pbscale.distributed.Shard` once :meth:`distribute` split the
+        #: this rank's :class:`pbscale.distributed.Shard` once sample parallelism split the
         #: samples over torchrun ranks (None: all samples here)
-        self.shard: Shard | None = None
+        self.shard: Any = None
 
     @property
     def method(self) -> str:
         return self.config.method
+
+    def args(self, weights: bool = False) -> StepArgs:
+        """The explicit arguments of the step the trainer is at (``weights``: the network
+        weights train on its loss)."""
+        return StepArgs(
+            index=self.step_count, total=self.total_steps, d=self.d, layers=self.layers,
+            n=self.config.n, param=self.param, settings=self.config.settings,
+            target=self.target, chunk=self.chunk, generator=self.generator,
+            dtype=self.r.dtype, device=self.device, weights=weights, shard=self.shard,
+            control=self.control, control_opts=tuple(self.control_opts))
 
     # ------------------------------------------------------------------ capabilities
 
     @property
     def eval_sampled(self) -> bool:
         """Evaluated by the best of sampled masks (else by :meth:`mode_mask`)."""
-        return self.family.eval_sampled
+        return self.family.caps.eval_sampled
 
     @property
     def also_sampled(self) -> bool:
         """Pruning also reports the best of its sampled masks."""
-        return self.family.also_sampled
+        return self.family.caps.also_sampled
 
     #: its evaluation mask differs from the masks training saw: pruning recomputes BatchNorm
     #: statistics for it
     recalibrate_bn = True
-
-    def distribute(self, shard: Shard) -> list[RunHooks]:
-        """The run-loop strategies of this method under torchrun: its samples split over the
-        ranks (:attr:`Family.split_samples`), or data parallelism (the gradient of r averaged
-        with the weights', :meth:`synced_params`); either way a SIGTERM stops every rank."""
-        if self.family.split_samples:
-            self.shard = shard
-            return [SampleParallel()]
-        return [RankSync()]
-
-    def synced_params(self) -> list[torch.Tensor]:
-        """The parameters whose gradients data parallelism averages over the ranks."""
-        return [] if self.family.split_samples else [self.r]
 
     def info(self) -> dict:
         """The unhashed facts of config.json's "info" (the chunk it evaluates at once)."""
@@ -195,33 +256,35 @@ class MaskTrainer:
     def theta(self) -> torch.Tensor:
         """Mask probabilities, shape (d,) (CP: its hard mask)."""
         with torch.no_grad():
-            return self.family.theta(self)
+            return self.family.theta(self.r, self.args())
 
     def temperature(self) -> float:
         """The method's relaxation temperature now (CP: its schedule; NaN for the others)."""
-        return self.family.temperature(self)
+        return self.family.temperature(self.args())
 
     def uniforms(self, n: int) -> torch.Tensor:
-        """(n, d) uniforms from the trainer's generator (the hybrid estimators' noise)."""
-        return torch.rand((n, self.d), generator=self.generator, dtype=self.r.dtype,
-                          device=self.device)
+        """(n, d) uniforms from the trainer's generator (:meth:`StepArgs.uniforms`)."""
+        return self.args().uniforms(n)
 
-    def gradient(self, f: BatchedLoss, record: list | None = None) -> Estimate:
-        """This step's gradient estimate over r (P,) and training loss, without updating r.
-
-        With ``record`` (a list), the losses the weights are trained on are appended to it with
-        their autograd graphs (MC: J of the n sampled masks, in chunks; CP: the relaxed loss);
-        the hybrid methods do not support it."""
-        if record is not None and not self.family.trains_weights:
+    def step_gradient(self, f: BatchedLoss, weights: bool = False) -> Gradient:
+        """The family's :class:`Gradient` of this step, its L0 term added to the estimate
+        (``weights``: with the loss the network weights train on; refused for a method that
+        trains none)."""
+        if weights and not self.family.caps.trains_weights:
             raise PBInputError(
                 f"{self.family.text} cannot train network weights; use one of "
                 f"{', '.join(names('prune-joint', logits=True))}"
             )
-        est, theta_fn = self.family.gradient(self, f, record)
-        if self.lam > 0:
-            _, reg_grad = dense_regularizer(self.r, theta_fn, self.lam)
-            est.grad = est.grad + reg_grad
-        return est
+        out = self.family.gradient(f, self.r, self.args(weights))
+        if self.lam > 0 and "lam" in self.family.caps.uses:
+            _, reg_grad = dense_regularizer(self.r, out.theta, self.lam)
+            out.estimate.grad = out.estimate.grad + reg_grad
+        return out
+
+    def gradient(self, f: BatchedLoss) -> Estimate:
+        """This step's gradient estimate over r (P,) and training loss (with the L0 term),
+        without updating r."""
+        return self.step_gradient(f).estimate
 
     def surrogate(self, f: BatchedLoss, weights: bool = False) -> tuple[torch.Tensor, float]:
         """This step's estimate as a surrogate loss (:func:`surrogate_loss`): a scalar whose
@@ -229,11 +292,9 @@ class MaskTrainer:
         and, with ``weights=True``, whose gradient in the network weights is that of the method's
         loss on the weights (MC: the mean of J over the n sampled masks; CP: the relaxed loss),
         so that one ``backward`` fills both. Returns (surrogate (), training loss)."""
-        record: list | None = [] if weights else None
-        est = self.gradient(f, record)
-        weight_loss: torch.Tensor | float = 0.0
-        if record:
-            weight_loss = self.family.weight_loss(record, self.config.n)
+        out = self.step_gradient(f, weights)
+        est = out.estimate
+        weight_loss = out.weight_loss if out.weight_loss is not None else 0.0
         return surrogate_loss(est.grad.to(self.r.dtype), self.r, weight_loss), est.loss
 
     @property
@@ -266,7 +327,7 @@ class MaskTrainer:
         """The family's deterministic mask (d,): the most probable mask 1[theta > 1/2] (CP:
         1[r > 0]; hard-concrete: its test-time gates)."""
         with torch.no_grad():
-            return self.family.eval_mask(self)
+            return self.family.eval_mask(self.r, self.args())
 
     @property
     def dtype(self) -> torch.dtype:
@@ -289,7 +350,8 @@ class MaskTrainer:
 
     def sample_masks(self, k: int) -> torch.Tensor:
         """k masks (k, d) from the current distribution (CP: its hard mask k times)."""
-        return self.family.sample_masks(self, k)
+        with torch.no_grad():
+            return self.family.sample_masks(self.r, k, self.args())
 
     def state_dict(self) -> dict:
         return {

@@ -1,0 +1,107 @@
+"""The mask schedules and top-k rules every mask method shares, one definition each: the kept
+fraction and its count (:func:`check_fraction`, :func:`keep_count`), the global magnitude cut
+of MP and GMP (:func:`global_magnitude_masks`; `sec:app_joint_pruning_setup`), GMP's cubic
+schedule (:func:`gmp_fraction`, Zhu and Gupta), the per-layer top-k of edge-popup
+(:func:`kept_per_layer`, :func:`top_scores`), and the bookkeeping of binary masks over weights
+(:func:`apply_masks_`, :func:`remaining`).
+
+Masks here are dicts {parameter name: 0/1 tensor of the weight's shape} or flat vectors (d,);
+"remaining" is counted over the masked tensors only. :func:`global_magnitude_masks` keeps
+exactly ``round(fraction * d)`` weights (ties broken by position), never bringing back a weight
+already pruned; the caller keeps pruned weights at zero with :func:`apply_masks_` after every
+optimizer step.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+
+import torch
+
+from pbexact.errors import PBInputError
+
+
+def check_fraction(fraction: float) -> float:
+    """A target fraction of remaining weights must lie in (0, 1]."""
+    if not (isinstance(fraction, (int, float)) and math.isfinite(fraction)
+            and 0 < fraction <= 1):
+        raise PBInputError(f"target fraction of remaining weights must be in (0, 1], got "
+                           f"{fraction}; e.g. --target 0.1 keeps 10%")
+    return float(fraction)
+
+
+def keep_count(fraction: float, d: int) -> int:
+    """Number of weights kept at ``fraction`` of d: round(fraction * d), at least 1."""
+    return max(1, min(d, int(round(check_fraction(fraction) * d))))
+
+
+def global_magnitude_masks(weights: Mapping[str, torch.Tensor], fraction: float,
+                           masks: Mapping[str, torch.Tensor] | None = None,
+                           ) -> dict[str, torch.Tensor]:
+    """Global magnitude masks keeping the ``keep_count(fraction, d)`` largest |w| over all
+    tensors (d = total size); weights pruned in ``masks`` rank below every unpruned weight, so
+    masks only shrink as long as the fraction does. Ties are broken towards the lower flat
+    position (a stable sort), so the count is exact."""
+    names = list(weights)
+    flat = torch.cat([weights[k].detach().reshape(-1).abs().float() for k in names])
+    if masks is not None:
+        alive = torch.cat([masks[k].reshape(-1).bool() for k in names])
+        flat = torch.where(alive, flat, torch.full_like(flat, -1.0))
+    k = keep_count(fraction, flat.numel())
+    order = torch.sort(flat, descending=True, stable=True).indices
+    keep = torch.zeros(flat.numel(), dtype=torch.bool, device=flat.device)
+    keep[order[:k]] = True
+    out, pos = {}, 0
+    for name in names:
+        n = weights[name].numel()
+        out[name] = keep[pos:pos + n].view_as(weights[name]).to(weights[name].dtype)
+        pos += n
+    return out
+
+
+def gmp_fraction(step: int, start: int, end: int, final: float, initial: float = 1.0) -> float:
+    """Fraction of weights remaining at ``step`` under Zhu and Gupta's cubic schedule: sparsity
+    s_t = s_f + (s_i - s_f) (1 - (t - t0) / (t_end - t0))^3 between ``start`` and ``end``
+    (s = 1 - fraction), ``initial`` before ``start`` and ``final`` from ``end`` on."""
+    check_fraction(final)
+    if step <= start:
+        return initial
+    if step >= end or end <= start:
+        return final
+    s_i, s_f = 1.0 - initial, 1.0 - final
+    s = s_f + (s_i - s_f) * (1.0 - (step - start) / (end - start)) ** 3
+    return 1.0 - s
+
+
+@torch.no_grad()
+def apply_masks_(params: Mapping[str, torch.Tensor], masks: Mapping[str, torch.Tensor]) -> None:
+    """Zero the pruned weights in place (after every optimizer step, so they stay zero)."""
+    for k, m in masks.items():
+        params[k].mul_(m)
+
+
+def remaining(masks: Mapping[str, torch.Tensor]) -> tuple[int, int]:
+    """(weights kept, weights masked) over all masked tensors."""
+    kept = sum(int(m.count_nonzero()) for m in masks.values())
+    return kept, sum(m.numel() for m in masks.values())
+
+
+def kept_per_layer(layers: Sequence[int], target: float) -> list[int]:
+    """Weights kept per layer by edge-popup: round(target * d_layer) for each layer size."""
+    return [round(target * size) for size in layers]
+
+
+def top_scores(scores: torch.Tensor, layers: Sequence[int], target: float) -> torch.Tensor:
+    """0/1 mask (d,) keeping the round(target d_layer) largest scores of each layer (layers:
+    sizes summing to d, in the order of the flat vector); scores (G, d) give each row's."""
+    if scores.dim() > 1:
+        return torch.stack([top_scores(s, layers, target) for s in scores])
+    z = torch.zeros_like(scores)
+    start = 0
+    for size, k in zip(layers, kept_per_layer(layers, target)):
+        if k:
+            idx = torch.topk(scores[start:start + size], k, sorted=False).indices
+            z[start + idx] = 1.0
+        start += size
+    return z
