@@ -155,16 +155,22 @@ class MethodInfo:
         return self.settings is None or setting in self.settings
 
 
-def registry_settings(family: Any) -> frozenset[str]:
-    """The run settings a registry family uses: ``param`` (any parametrization), ``n`` (it
-    draws samples), ``lam``, ``mask_opt`` and ``mask_lr`` (it trains mask logits), and its
-    cut schedule's settings (``target`` ...)."""
-    used = set(family.caps.prune_settings)
-    if family.caps.any_param:
+def legacy_settings(family: Any) -> frozenset[str]:
+    """The run settings analysis takes a registry family's run to use when the run recorded
+    none (no "method_info": runs made before it was recorded, e.g. most of figures/claims):
+    the listing of that time, so that those studies read as they always did. It differs from
+    what a run records now (:func:`pbscale.prune_config.method_reads`) where the capabilities
+    were stated later: edge-popup's lam (its L0 term was a constant) and ST-theta's n (pruning
+    runs it with n = 1) are listed here. ``param`` (any parametrization), ``n`` (it draws
+    samples), ``lam``, ``mask_opt`` and ``mask_lr`` (it trains mask logits), and its cut
+    schedule's settings (``target`` ...)."""
+    caps = family.caps
+    used = set(caps.prune_settings)
+    if caps.any_param:
         used.add("param")
-    if family.caps.min_samples is not None:
+    if caps.min_samples is not None:
         used.add("n")
-    if family.caps.logits:
+    if caps.logits:
         used |= {"lam", "mask_opt", "mask_lr"}
     return frozenset(used)
 
@@ -177,8 +183,9 @@ def _color(value: str) -> str:
 
 def method_info(cfg: dict, name: str) -> MethodInfo:
     """The :class:`MethodInfo` of a run of method ``name``: its config's ``method_info``, else
-    the registry's family, else the name itself (neutral colour, every setting shown). A
-    ``method_info`` of the wrong shape is a :class:`DamagedRun`."""
+    the registry's family (its settings by :func:`legacy_settings`), else the name itself
+    (neutral colour, every setting shown). A ``method_info`` of the wrong shape is a
+    :class:`DamagedRun`."""
     rec = cfg.get("method_info")
     if rec is not None:
         if not isinstance(rec, dict):
@@ -200,7 +207,7 @@ def method_info(cfg: dict, name: str) -> MethodInfo:
     if fam is not None:
         return MethodInfo(name, fam.label or name, fam.text or name, _color(fam.color or
                                                                             NEUTRAL_COLOR),
-                          fam.caps.samples, fam.caps.deterministic, registry_settings(fam),
+                          fam.caps.samples, fam.caps.deterministic, legacy_settings(fam),
                           "registry")
     return MethodInfo(name, name, name, NEUTRAL_COLOR, False, False, None, "name")
 

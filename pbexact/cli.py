@@ -197,6 +197,11 @@ def _parse_int(text: str) -> int:
     return value
 
 
+def integer(text: str) -> int:
+    """argparse type: any integer (within a signed 64-bit one)."""
+    return _parse_int(text)
+
+
 def positive_int(text: str) -> int:
     """argparse type: an integer >= 1."""
     value = _parse_int(text)
@@ -224,6 +229,21 @@ def _parse_float(text: str) -> float:
         raise _argparse_error(f"must be at most {MAX_FLOAT:.4g} in absolute value (the largest "
                               f"float32, torch's default dtype), got {text}")
     return value
+
+
+def finite_float(text: str) -> float:
+    """argparse type: any finite number (within float32's range)."""
+    return _parse_float(text)
+
+
+def boolean(text: str) -> bool:
+    """argparse type: true or false (also yes/no, on/off, 1/0; any case)."""
+    word = str(text).strip().lower()
+    if word in ("true", "yes", "on", "1"):
+        return True
+    if word in ("false", "no", "off", "0"):
+        return False
+    raise _argparse_error(f"expected true or false, got {text!r}")
 
 
 def positive_float(text: str) -> float:
@@ -325,6 +345,20 @@ def _parse_seeds(text: str, limit: int | None, what: str = "seeds") -> list[int]
 def _seed_too_large(text: str) -> Exception:
     return _argparse_error(f"seeds are at most 2**63 - 1 = {MAX_INT:,} (a signed 64-bit "
                            f"integer), got {text!r}")
+
+
+def one_or_list(kind: Any) -> Any:
+    """argparse type: ``kind`` (e.g. :func:`positive_float`) of one value, or of each value of
+    a comma list (then a list: e.g. the runs of a pruning group)."""
+
+    def parse(text: str) -> Any:
+        parts = [v.strip() for v in str(text).split(",")]
+        values = [kind(v) for v in parts]
+        return values if len(values) > 1 else values[0]
+
+    parse.__name__ = kind.__name__
+    parse.kind = kind  # the shared type of each value (tests/test_runtools.py)
+    return parse
 
 
 def seed_list(text: str) -> list[int]:

@@ -47,13 +47,15 @@ def install(moves: Mapping[str, str]) -> None:
 
 def moved_names(module: str, moves: Mapping[str, str]) -> Callable[[str], Any]:
     """A module ``__getattr__`` for ``module`` whose names ``moves`` lists ({name: the module
-    that holds it now}): ``from module import name`` then fails with one line naming the new
-    import; any other missing name is the usual :class:`AttributeError`."""
+    that holds it now, or ``module:new_name`` where it was renamed too}): ``from module import
+    name`` then fails with one line naming the new import; any other missing name is the
+    usual :class:`AttributeError`."""
 
     def __getattr__(name: str) -> Any:
         if name in moves:
-            raise ImportError(f"{name} moved from {module} to {moves[name]}; write "
-                              f"from {moves[name]} import {name}", name=module)
+            where, _, new = moves[name].partition(":")
+            raise ImportError(f"{name} moved from {module} to {where}; write "
+                              f"from {where} import {new or name}", name=module)
         raise AttributeError(f"module {module!r} has no attribute {name!r}")
 
     return __getattr__

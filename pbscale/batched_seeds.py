@@ -69,7 +69,8 @@ from .jobs import Batching
 from .loop import env_info, full_config, run, run_folder, write_summary
 from .loop_types import LoopConfig, RunHooks
 from .methods import OPTIMIZERS, MaskTrainerGroup, MethodConfig, Plan, names
-from .regress import DEFAULT_OUT, RUN_FILES, run_name
+from .methods.options import add_options, options, settings_of
+from .regress import DEFAULT_OUT, RUN_FILES, run_name, unused
 from .regress import run_folder as regress_folder
 from .regression import RegressionGroupTask, RegressionProblem, RegressionTask, make_problem
 from .run_record import GROUPS, groups_folder, lock_folder, open_folder
@@ -115,22 +116,30 @@ def member_key(seed: int, lr: float) -> str:
     return f"seed{int(seed)}-lr{float(lr)!r}"
 
 
-#: The ``pbscale.regress`` options a group takes once (the others, seed and lr, as lists).
+#: The ``pbscale.regress`` options a group takes once (the others, seed and lr, as lists; and
+#: the methods' own settings, :func:`own_options`).
 SHARED = ("method", "n", "param", "optimizer", "epochs", "data_seed", "lam", "device")
+#: The registry's command of this tool (a method claims it to train in regression groups).
+COMMANDS_HERE = ("batched",)
+
+
+def own_options() -> list[str]:
+    """The dests of the methods' own settings a group takes (:mod:`pbscale.methods.options`)."""
+    return [o.dest for o in options(COMMANDS_HERE)]
 
 
 def batchable(full: dict) -> bool:
     """Whether a ``pbscale.regress`` run (every option filled in) can train in a group: a
     method of ``names("batched")``, no chunk of its own, no option a group does not take."""
     return (full.get("method") in names("batched") and full.get("chunk") is None
-            and set(full) <= {*SHARED, "seed", "lr", "chunk"})
+            and set(full) <= {*SHARED, *own_options(), "seed", "lr", "chunk"})
 
 
 def group_argv(full: dict, values: Mapping[str, Sequence]) -> list[str]:
     """The options of the group of seeds x lrs (``values["seed"]``, ``values["lr"]``) whose
-    shared options are ``full``'s."""
+    shared options are ``full``'s (the methods' own settings among them where set)."""
     args: list[str] = []
-    for key in SHARED:
+    for key in [*SHARED, *(k for k in own_options() if k in full)]:
         args += ["--" + key.replace("_", "-"), str(full[key])]
     return [*args, "--lrs", ",".join(repr(float(v)) for v in values["lr"]),
             "--seeds", ",".join(str(int(v)) for v in values["seed"])]
@@ -162,7 +171,8 @@ class _GroupRun(RegressionGroupTask, RunHooks):
             self.records.append({**cfg, "info": {"device": str(device), "chunk": group.chunk,
                                                  "torch_threads": torch.get_num_threads(),
                                                  "batched_runs": len(group.members),
-                                                 "world_size": 1, **env},
+                                                 "world_size": 1, "unused": unused(m.config),
+                                                 **env},
                                  "method_info": m.family.info()})
             key = member_key(m.config.seed, m.config.lr)
             if key in sweep_ids:
@@ -260,6 +270,7 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--out", type=out_folder, default=DEFAULT_OUT,
                    help="parent folder of the run folders and the group folder")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_options(p, COMMANDS_HERE)
     return p
 
 
@@ -275,8 +286,10 @@ def main(argv: list[str] | None = None) -> int:
             raise PBInputError(f"{len(lrs) * len(args.seeds):,} runs (seeds x learning rates), "
                                f"more than the {MAX_RUNS:,} one group holds; split them over "
                                f"several commands")
+        own = settings_of(vars(args), args.method)
         configs = [MethodConfig(args.method, args.n, args.param, lr, args.optimizer, seed,
-                                chunk=None, lam=args.lam) for lr in lrs for seed in args.seeds]
+                                chunk=None, lam=args.lam, settings=own)
+                   for lr in lrs for seed in args.seeds]
         MaskTrainerGroup.check(configs)  # before drawing the data
         dev = resolve_device(args.device)
         problem = make_problem(args.data_seed, dev)

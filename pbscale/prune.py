@@ -46,6 +46,7 @@ from pbexact.cli import (
     int_in_range,
     nonneg_float,
     nonneg_int,
+    one_or_list,
     out_folder,
     positive_float,
     positive_int,
@@ -67,7 +68,8 @@ from pbscale.lam_control import LamController
 from pbscale.loop import env_info, full_config, run_folder
 from pbscale.loop import run as loop_run
 from pbscale.loop_types import LoopConfig, RunHooks
-from pbscale.methods import REGISTRY, Plan
+from pbscale.methods import Plan
+from pbscale.methods.options import add_options, families, listed, settings_of, users
 from pbscale.models import MODELS
 from pbscale.network import NETWORK_INITS, NetworkSource, layer_counts
 from pbscale.network import argument as model_argument
@@ -76,6 +78,7 @@ from pbscale.prune_config import (
     FREEZE_AT,
     MASK_OPTIMIZERS,
     MODES,
+    PRUNE_COMMANDS,
     PRUNE_METHODS,
     SUMMARY_KEYS,
     WEIGHT_DECAY,
@@ -84,6 +87,7 @@ from pbscale.prune_config import (
     WEIGHT_MOMENTUM,
     PruneConfig,
     prune_methods,
+    steers_lam,
 )
 from pbscale.prune_export import Export, load_pruned
 from pbscale.prune_group import Member, check_group_memory, train_group
@@ -173,7 +177,7 @@ def run(cfg: PruneConfig, out: str | Path, device: str = "cpu", *, quiet: bool =
     deleted once the run has finished (``--drop-checkpoint``). ``data`` and ``source``: the
     data and the network when they are Python objects (:mod:`pbscale.prune_api`)."""
     cfg, dev, data = prepare(cfg, device, download, download_url, data=data, source=source)
-    ignored = [k for k in cfg.unused() if k in given]
+    ignored = cfg.ignored(given)
     if ignored and (shard is None or shard.rank == 0):
         print(cfg.ignored_warning(ignored), file=sys.stderr)
     task, method, loop, weight_opt = build(cfg, data, dev, shard, source)
@@ -299,7 +303,7 @@ def run_group(cfgs: list[PruneConfig], out: str | Path, device: str = "cpu", *,
     if any(s != shared[0] for s in shared):
         raise PBInputError("the runs of a pruning group differ only in --seeds, --lam and "
                            "--mask-lr; train other settings as separate groups")
-    ignored = [k for k in first.unused() if k in given]
+    ignored = first.ignored(given)
     if ignored:
         print(first.ignored_warning(ignored), file=sys.stderr)
     members = [member(resolved[0], data, dev, out, source, ignored)]
@@ -352,20 +356,6 @@ def report(summary: dict, task: PruneTask) -> None:
         print(f"  {layer:<24} {round(frac * size):>10,} / {size:>10,}  ({frac:.4%})")
 
 
-def float_list(kind):
-    """argparse type: ``kind`` (e.g. :func:`pbexact.cli.positive_float`) of one value, or of
-    each value of a comma list (then a list: the runs of a pruning group)."""
-
-    def parse(text: str) -> float | list[float]:
-        parts = [v.strip() for v in str(text).split(",")]
-        values = [kind(v) for v in parts]
-        return values if len(values) > 1 else values[0]
-
-    parse.__name__ = kind.__name__
-    parse.kind = kind  # the shared type of each value (tests/test_runtools.py)
-    return parse
-
-
 def _listed(value: float | list[float]) -> list[float]:
     out = value if isinstance(value, list) else [value]
     if len(set(out)) != len(out):
@@ -387,11 +377,19 @@ class _Given(argparse.Action):
 
 def build_parser() -> ArgumentParser:
     d = PruneConfig()
+
+    def read_by(setting: str) -> str:  # the methods that read a shared setting, from the registry
+        return listed(users(setting, PRUNE_COMMANDS))
+
+    def texts(**flags: object) -> str:
+        return listed(f.text for f in families(PRUNE_COMMANDS)
+                      if all(f.caps.get(k) == v for k, v in flags.items()))
+
     p = ArgumentParser(
         prog="python -m pbscale.prune",
-        description="Supermask / joint pruning with CP, MC estimators, MP, GMP or dense "
-                    "training; writes a run folder (config.json, data.json, metrics.csv, "
-                    "masks.pt, pruned.pt) under --out and resumes an interrupted run.")
+        description=f"Supermask / joint pruning with one method ({texts()}); writes a run "
+                    "folder (config.json, data.json, metrics.csv, masks.pt, pruned.pt) under "
+                    "--out and resumes an interrupted run.")
     p.add_argument("--model", default=d.model, type=model_argument,
                    help=f"{', '.join(MODELS)}, or your own network as package.module:factory "
                         "(a function or class returning an nn.Module, imported from the current "
@@ -402,18 +400,22 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--method", default=d.method, choices=prune_methods())
     p.add_argument("--param", default=DEFAULT_PARAM, choices=list(PARAMETRIZATIONS),
                    action=_Given,
-                   help=f"parametrization (MC methods; default {DEFAULT_PARAM}, sigmoid for "
-                        f"{', '.join(n for n, f in REGISTRY.items() if f.caps.prune_param)})")
+                   help=f"parametrization ({read_by('param')}; default {DEFAULT_PARAM}, "
+                        f"sigmoid for {texts(prune_param='sigmoid')})")
     p.add_argument("--n", "--samples", dest="n", type=positive_int, default=d.n,
-                   help="MC samples per step (under torchrun write --samples)")
-    p.add_argument("--lam", type=float_list(nonneg_float), default=d.lam,
-                   help="L0 strength per weight (a comma list: one run of a group each)")
-    p.add_argument("--mask-opt", default=d.mask_opt, choices=MASK_OPTIMIZERS)
-    p.add_argument("--mask-lr", type=float_list(positive_float), default=d.mask_lr,
-                   help="mask learning rate (a comma list: one run of a group each)")
+                   help=f"samples per step ({texts(samples=True)}; under torchrun write "
+                        "--samples)")
+    p.add_argument("--lam", type=one_or_list(nonneg_float), default=d.lam,
+                   help=f"L0 strength per weight ({read_by('lam')}; a comma list: one run of a "
+                        "group each)")
+    p.add_argument("--mask-opt", default=d.mask_opt, choices=MASK_OPTIMIZERS,
+                   help=f"optimizer of the mask logits ({read_by('optimizer')})")
+    p.add_argument("--mask-lr", type=one_or_list(positive_float), default=d.mask_lr,
+                   help=f"mask learning rate ({read_by('lr')}; a comma list: one run of a "
+                        "group each)")
     p.add_argument("--target", type=positive_float, default=d.target,
-                   help="MP/GMP: final fraction of masked weights remaining; edge-popup: "
-                        "fraction kept in each layer; in (0, 1] (L0 methods: --lam-target)")
+                   help=f"fraction of the masked weights kept, in (0, 1], by the methods that "
+                        f"cut to it ({read_by('target')}; L0 methods: --lam-target)")
     p.add_argument("--epochs", type=positive_int, default=d.epochs)
     p.add_argument("--batch-size", type=nonneg_int, default=0,
                    help="0: 128 (64 for joint VGG)")
@@ -432,14 +434,18 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--mask-shortcuts", action="store_true",
                    help="mask ResNet 1x1 projection shortcuts too")
     p.add_argument("--prune-at", type=nonneg_float, default=d.prune_at,
-                   help="MP: fraction of epochs trained dense before the one-shot cut, in [0, 1]")
+                   help=f"{read_by('prune_at')}: fraction of epochs trained dense before the "
+                        "one-shot cut, in [0, 1]")
     p.add_argument("--gmp-start", type=nonneg_float, default=d.gmp_start,
-                   help="GMP: fraction of training when cutting starts, in [0, 1]")
+                   help=f"{read_by('gmp_start')}: fraction of training when cutting starts, "
+                        "in [0, 1]")
     p.add_argument("--gmp-end", type=nonneg_float, default=d.gmp_end,
-                   help="GMP: fraction of training when the target is reached, in [0, 1]")
+                   help=f"{read_by('gmp_end')}: fraction of training when the target is "
+                        "reached, in [0, 1]")
     p.add_argument("--gmp-every", type=positive_int, default=d.gmp_every,
-                   help="steps between GMP cuts")
-    p.add_argument("--chunk", type=nonneg_int, default=0, help="masks per forward (0: automatic)")
+                   help=f"{read_by('gmp_every')}: steps between cuts")
+    p.add_argument("--chunk", type=nonneg_int, default=0,
+                   help=f"masks per forward ({read_by('chunk')}; 0: automatic)")
     p.add_argument("--max-batches", type=nonneg_int, default=0,
                    help="training batches per epoch (0: all)")
     p.add_argument("--val-size", type=nonneg_int, default=d.val_size)
@@ -447,7 +453,8 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--synthetic", type=SYNTHETIC_COUNT, default=0,
                    help="random images instead of data (that many training images; tests)")
     p.add_argument("--eval-masks", type=positive_int, default=d.eval_masks,
-                   help="MC evaluation: masks sampled, the best kept")
+                   help=f"masks sampled for the evaluation, the best kept "
+                        f"({texts(eval_sampled=True)}; also {texts(also_sampled=True)})")
     p.add_argument("--eval-batches", type=positive_int, default=d.eval_batches,
                    help="training batches each evaluation mask is scored on")
     p.add_argument("--data-dir", default="", help="where the data set's files are")
@@ -479,16 +486,18 @@ def build_parser() -> ArgumentParser:
                    "function to float rounding, so not part of the run's name; none applies "
                    "off CUDA (default: $PBNN_ROUTES, else off)").id_when_changed = True
     # flags added after sweeps named their runs: in a sweep run's id only when set
+    steered = listed(f.text for f in families(PRUNE_COMMANDS) if steers_lam(f))
     p.add_argument("--lam-target", type=nonneg_float, default=0.0,
-                   help="L0 methods (CP, MC, ST-theta, hard-concrete): fraction of masked "
-                        "weights to reach by steering --lam after every epoch, then hold (0: "
-                        "off, --lam fixed; docs/pruning.md)").id_when_changed = True
+                   help=f"L0 methods ({steered}): fraction of masked weights to reach by "
+                        "steering --lam after every epoch, then hold (0: off, --lam fixed; "
+                        "docs/pruning.md)").id_when_changed = True
     p.add_argument("--drop-checkpoint", action="store_true",
                    help="delete checkpoint.pt once the run has finished (a finished run is "
                         "read from summary.json, masks.pt and pruned.pt)"
                    ).id_when_changed = True
     p.add_argument("--quiet", action="store_true",
                    help="no progress bars and no per-layer counts; the one-line result stays")
+    add_options(p, PRUNE_COMMANDS)
     p.set_defaults(given=frozenset())
     return p
 
@@ -540,6 +549,7 @@ def main(argv: list[str] | None = None) -> int:
     if isinstance(args, int):  # argparse's one-line error (2) or --help (0)
         return args
     fields = {k: v for k, v in vars(args).items() if k in PruneConfig.__dataclass_fields__}
+    fields["settings"] = settings_of(vars(args), args.method)
     if "param" not in args.given:  # left out: the method's own default (PruneConfig.resolved)
         fields["param"] = ""
     lams, lrs = fields.pop("lam"), fields.pop("mask_lr")

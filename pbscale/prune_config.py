@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import copy
 import math
+from collections.abc import Collection
 from dataclasses import asdict, dataclass, field, fields
 
 from pbexact.errors import PBInputError
 from pbexact.parametrizations import PARAMETRIZATIONS
 from pbscale import data as datamod
-from pbscale.methods import OPTIMIZERS, REGISTRY, Family, MethodConfig
+from pbscale.methods import OPTIMIZERS, REGISTRY, Family, MethodConfig, Settings
+from pbscale.methods.options import foreign
 from pbscale.methods.registry import MC_START, PRUNE_SETTINGS
 from pbscale.models import MODELS
 from pbscale.network import NETWORK_INITS, check_spec, is_import_path
@@ -21,12 +23,13 @@ from pbscale.objectives import LOSSES
 from pbscale.user_data import ARRAYS
 
 MODES = ("supermask", "joint")
+#: The registry's commands of pruning, one per mode.
+PRUNE_COMMANDS = tuple(f"prune-{m}" for m in MODES)
 
 
 def prune_methods() -> tuple[str, ...]:
     """The methods of the registry that prune (in either mode), as registered now."""
-    return tuple(n for n, f in REGISTRY.items()
-                 if {f"prune-{m}" for m in MODES} & set(f.caps.commands))
+    return tuple(n for n, f in REGISTRY.items() if set(PRUNE_COMMANDS) & set(f.caps.commands))
 
 
 #: The methods that prune when pbscale is imported (:func:`prune_methods` adds those
@@ -65,6 +68,20 @@ def steers_lam(family: Family) -> bool:
     """Whether ``--lam-target`` can steer the family's L0 strength: it trains mask logits under
     the L0 penalty and keeps no fixed count (edge-popup's ``--target`` fixes its count)."""
     return family.caps.logits and "lam" in family.caps.uses and "target" not in family.caps.uses
+
+
+def method_reads(family: Family) -> list[str]:
+    """The fields of :data:`METHOD_DEPENDENT` a pruning run of ``family`` reads, in that order
+    (config.json's "method_info" "settings"; the others are "unused"), from its capabilities:
+    n only where it samples (the others run with n = 1), the parametrization where it takes
+    any, the shared settings and the cut schedule its ``caps.uses`` names, ``lam_target`` where
+    it can steer its L0 strength, ``eval_masks`` where its evaluation samples masks."""
+    caps = family.caps
+    reads = {"n": caps.samples, "param": caps.any_param, "lam_target": steers_lam(family),
+             "eval_masks": caps.eval_sampled or caps.also_sampled,
+             **{k: shared in caps.uses for k, shared in SHARED_FIELDS.items()},
+             **{k: k in caps.uses for k in PRUNE_SETTINGS}}
+    return [k for k in METHOD_DEPENDENT if reads[k]]
 
 
 #: Marks a field hashed only when it differs from its default (settings added later, so that
@@ -115,6 +132,9 @@ class PruneConfig:
     #: ``--loss``: "" (cross-entropy for integer labels, MSE for float targets), "ce", "mse"
     #: or ``package.module:function``
     loss: str = field(default="", metadata=CHANGED_ONLY)
+    #: the method's own settings, {field: value} (``--<method>-<field>``,
+    #: :mod:`pbscale.methods.options`); hashed only those that differ from their defaults
+    settings: dict = field(default_factory=dict, metadata=CHANGED_ONLY)
 
     def resolved(self) -> PruneConfig:
         """Defaults that depend on other fields filled in (data set, batch size)."""
@@ -181,6 +201,7 @@ class PruneConfig:
                 raise PBInputError(f"--{name.replace('_', '-')} must be a positive number, "
                                    f"got {v}; give a finite rate > 0")
         family.check_prune(c)
+        c.own_settings().check(family.text)
         if not isinstance(c.epochs, int) or c.epochs < 1:
             raise PBInputError(f"--epochs must be a positive integer, got {c.epochs}; give 1 "
                                "or more")
@@ -222,6 +243,12 @@ class PruneConfig:
         """The method's family in the registry (:mod:`pbscale.methods.registry`)."""
         return REGISTRY[self.method]
 
+    def own_settings(self) -> Settings:
+        """The method's own settings (:class:`pbscale.methods.registry.Settings`) from
+        :attr:`settings`; an unknown one is a one-line :class:`PBInputError`."""
+        family = self.family
+        return family.Settings.build(dict(self.settings), family.text)
+
     def method_config(self) -> MethodConfig:
         """The :class:`MethodConfig` of the run's method (its logits' optimizer, samples and
         parametrization; a method that does not sample takes n = 1, one that takes only the
@@ -230,13 +257,12 @@ class PruneConfig:
         return MethodConfig(method=self.method, n=self.n if family.caps.samples else 1,
                             param=self.param if family.caps.any_param else "sigmoid",
                             lr=self.mask_lr, optimizer=self.mask_opt, seed=self.seed,
-                            chunk=self.chunk or None, lam=self.lam)
+                            chunk=self.chunk or None, lam=self.lam, settings=self.settings)
 
     def method_settings(self) -> list[str]:
         """The settings of :meth:`hashed` that depend on the method and that this run's method
-        reads (config.json's "method_info"), in field order."""
-        unused = set(self.unused()) | (set() if steers_lam(self.family) else {"lam_target"})
-        return [k for k in METHOD_DEPENDENT if k not in unused]
+        reads (config.json's "method_info"), in field order: :func:`method_reads`."""
+        return method_reads(self.family)
 
     def hashed(self) -> dict:
         """The fields that define the run (not where its data lives)."""
@@ -246,7 +272,18 @@ class PruneConfig:
         for f in fields(self):
             if f.metadata.get("hash") == "changed" and d[f.name] == f.default:
                 d.pop(f.name)
+        own = self.own_settings().differing()
+        d.pop("settings")
+        if own:
+            d["settings"] = own
         return d
+
+    def ignored(self, given: Collection[str]) -> list[str]:
+        """The options named on the command line (``given``: dests) that this run does not
+        read: fields of :meth:`unused`, and other methods' own settings
+        (:func:`pbscale.methods.options.foreign`)."""
+        return [k for k in self.unused() if k in given] + foreign(given, self.method,
+                                                                   PRUNE_COMMANDS)
 
     def ignored_warning(self, ignored: list[str]) -> str:
         """One ``warning:`` line naming the flags given for ``ignored`` (fields of
@@ -266,14 +303,10 @@ class PruneConfig:
         optimizer, learning rate, chunk and L0 weight (:data:`SHARED_FIELDS`) and the cut
         schedule are read by the methods that name them; supermask runs other than dense train
         no weights."""
-        caps = REGISTRY[self.method].caps
-        out = [] if caps.samples else ["n"]
-        if not caps.any_param:
-            out.append("param")
-        if not (caps.eval_sampled or caps.also_sampled):
-            out.append("eval_masks")
-        out += [k for k, shared in SHARED_FIELDS.items() if shared not in caps.uses]
-        out += [k for k in PRUNE_SETTINGS if k not in caps.uses]
+        family = REGISTRY[self.method]
+        reads = method_reads(family)
+        out = [k for k in METHOD_DEPENDENT if k not in reads and k != "lam_target"]
+        caps = family.caps
         if self.mode == "supermask" and not caps.dense_weights:
             out.append("lr")
         if self.masked or getattr(MODELS.get(self.model), "shortcut_marker", None) is None:

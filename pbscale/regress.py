@@ -38,13 +38,28 @@ from .loop import run
 from .loop import run_folder as loop_run_folder
 from .loop_types import LoopConfig
 from .methods import OPTIMIZERS, MethodConfig, Plan, get_family, names
+from .methods.options import add_options, foreign, listed, settings_of, users
 from .methods.registry import SHARED
 from .regression import RegressionProblem, RegressionTask, make_problem, task_config
 from .runtime import resolve_device, set_threads
 
 DEFAULT_OUT = "runs/regression"
+#: The registry's command of this tool.
+COMMANDS_HERE = ("regress",)
 #: The files of a run folder (see the module docstring).
 RUN_FILES = ("config.json", "history.csv", "checkpoint.pt", "summary.json")
+
+
+def unused(cfg: MethodConfig) -> list[str]:
+    """The shared settings (:data:`pbscale.methods.registry.SHARED`) the run's method does not
+    read (config.json's "info" lists them as "unused"; they stay in the hashed "method")."""
+    return [k for k in SHARED if k not in cfg.family.caps.uses]
+
+
+def ignored_options(cfg: MethodConfig, given: set[str]) -> list[str]:
+    """The options named on the command line (``given``: dests) that the run does not read:
+    shared settings its method does not use, and other methods' own settings."""
+    return sorted(given & set(unused(cfg))) + foreign(given, cfg.method, COMMANDS_HERE)
 
 
 def run_name(cfg: MethodConfig) -> str:
@@ -88,7 +103,8 @@ def train(cfg: MethodConfig, epochs: int = 300, out: str | Path = DEFAULT_OUT,
     its folder. ``shard`` (:mod:`pbscale.distributed`): MC samples split over ranks; rank i > 0
     writes its copy of the run under ``out/.rank<i>``."""
     dev, task, trainer, loop = _setup(cfg, epochs, device, data_seed, problem)
-    info = {"chunk": trainer.chunk, "torch_threads": torch.get_num_threads(), "world_size": 1}
+    info = {"chunk": trainer.chunk, "torch_threads": torch.get_num_threads(), "world_size": 1,
+            "unused": unused(cfg)}
     hooks = []
     if shard is not None:
         if not cfg.family.caps.split_samples:
@@ -104,6 +120,9 @@ def train(cfg: MethodConfig, epochs: int = 300, out: str | Path = DEFAULT_OUT,
 
 
 def build_parser() -> ArgumentParser:
+    def read_by(setting: str) -> str:  # the methods that read a shared setting, from the registry
+        return listed(users(setting, COMMANDS_HERE))
+
     p = ArgumentParser(
         prog="python -m pbscale.regress",
         description="Optimize a binary weight mask of the MaskedNNRegression backbone "
@@ -112,10 +131,11 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--method", default="loorf", choices=list(names("regress")),
                    help="(default loorf)")
     p.add_argument("--n", "--samples", dest="n", type=positive_int, default=10,
-                   help="samples per step (ignored by cp; default 10); under torchrun write "
+                   help=f"samples per step ({read_by('n')}; default 10); under torchrun write "
                    "--samples (torchrun reads --n as an abbreviation of its own options)")
     p.add_argument("--param", default="sigmoid", choices=list(PARAMETRIZATIONS),
-                   help="parametrization (default sigmoid)")
+                   help=f"parametrization ({read_by('param')}; the others take sigmoid; "
+                        "default sigmoid)")
     p.add_argument("--lr", type=positive_float, default=0.1, help="learning rate (default 0.1)")
     p.add_argument("--optimizer", default="rmsprop", choices=list(OPTIMIZERS),
                    help="(default rmsprop)")
@@ -126,14 +146,17 @@ def build_parser() -> ArgumentParser:
                    help="epochs of 100 steps (default 300)")
     p.add_argument("--device", default="auto", help="cpu, cuda or auto (default auto)")
     p.add_argument("--chunk", type=positive_int, default=None,
-                   help="samples evaluated at once (default: from free memory)")
-    p.add_argument("--lam", type=nonneg_float, default=0.0, help="dense-mask regularizer weight")
+                   help=f"samples evaluated at once ({read_by('chunk')}; default: from free "
+                        "memory)")
+    p.add_argument("--lam", type=nonneg_float, default=0.0,
+                   help=f"dense-mask regularizer weight ({read_by('lam')})")
     p.add_argument("--out", type=out_folder, default=DEFAULT_OUT,
                    help=f"parent folder of runs ({DEFAULT_OUT})")
     p.add_argument("--threads", type=thread_count, default=None,
                    help="torch CPU threads (default: torch's choice; 1 is fastest on a shared "
                    "2-core machine, see docs/pbscale.md)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_options(p, COMMANDS_HERE)
     return p
 
 
@@ -147,11 +170,13 @@ def main(argv: list[str] | None = None) -> int:
         try:
             cfg = MethodConfig(method=args.method, n=args.n, param=args.param, lr=args.lr,
                                optimizer=args.optimizer, seed=args.seed, chunk=args.chunk,
-                               lam=args.lam)
-            ignored = sorted(given_options(parser, argv) & set(SHARED) - set(cfg.family.caps.uses))
+                               lam=args.lam, settings=settings_of(vars(args), args.method))
+            given = given_options(parser, argv)
+            ignored = ignored_options(cfg, given)
             if ignored:  # e.g. --n with cp: one warning line, the run goes on
                 print(f"warning: {cfg.family.text} does not use "
-                      f"{', '.join('--' + k for k in ignored)}: ignored", file=sys.stderr)
+                      f"{', '.join('--' + k.replace('_', '-') for k in ignored)}: ignored",
+                      file=sys.stderr)
             set_threads(args.threads)
             shard = distributed.from_env(resolve_device(args.device))  # torchrun: split samples
             folder = train(cfg, epochs=args.epochs, out=args.out, device=args.device,

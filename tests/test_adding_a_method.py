@@ -1,14 +1,25 @@
-"""docs/adding_a_method.md is executed: each ``python`` block of the page is copied into a module
-of a temporary package (its ``# file:`` line names it), imported (which registers the method),
-and each method trains one synthetic epoch through ``python -m pbscale.prune`` (and
+"""docs/adding_a_method.md is executed, from both places a method can live.
+
+As a plugin outside the package: each ``python`` block of the page is copied into a module of
+a temporary package (its ``# file:`` line names it), imported (which registers the method), and
+each method trains one synthetic epoch through ``python -m pbscale.prune`` (and
 ``pbscale.regress`` where it runs there), ``analysis.pareto`` and a sweep, whose children find
-the methods through ``$PBSCALE_METHODS``. Each block is one file with one registration line."""
+the methods through ``$PBSCALE_METHODS``. As files inside ``pbscale/methods/``: a copy of the
+package gets each block as a module and its name in ``FAMILY_MODULES`` (the one registration
+line), and its commands run in a fresh process. The page's ``bash`` and ``toml`` blocks set the
+concrete family's own temperature from the command line and from a sweep, in both places. A
+family written against the contract before it was narrowed is refused in one line that names
+the new import."""
 
 from __future__ import annotations
 
 import csv
 import importlib
+import json
 import re
+import shlex
+import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -18,8 +29,8 @@ import torch
 from analysis import pareto
 from pbexact import estimators as E
 from pbexact.parametrizations import get_parametrization
-from pbscale import io, prune, regress, sweep
-from pbscale.methods import REGISTRY, MethodConfig, mc_gradient
+from pbscale import batched_seeds, io, prune, regress, sweep
+from pbscale.methods import FAMILY_MODULES, REGISTRY, MethodConfig, mc_gradient
 from pbscale.methods.schedules import keep_count
 from pbscale.models import build_model
 from pbscale.regression import make_problem
@@ -40,6 +51,20 @@ def doc_blocks(text: str) -> dict[str, str]:
         assert match, f"a python block of {DOC.name} does not start with '# file: NAME.py'"
         out[match.group(1)] = rest
     return out
+
+
+def doc_command() -> list[str]:
+    """The arguments of the page's ``bash`` block (one ``python -m pbscale.prune`` line)."""
+    (block,) = re.findall(r"```bash\n(.*?)```", DOC.read_text(), re.S)
+    words = shlex.split(block)
+    assert words[:3] == ["python", "-m", "pbscale.prune"], words
+    return words[3:]
+
+
+def doc_sweep() -> str:
+    """The page's ``toml`` block (a sweep file)."""
+    (block,) = re.findall(r"```toml\n(.*?)```", DOC.read_text(), re.S)
+    return block
 
 
 @pytest.fixture(scope="module")
@@ -130,6 +155,28 @@ def test_the_doc_methods_regress(doc_methods, tmp_path):
     assert "concrete" not in MethodConfig(method="concrete").to_dict()
 
 
+def test_a_group_keeps_the_family_settings_by_construction(doc_methods, tmp_path):
+    """Concrete claims ``batched``: each member of a regression group is its separate run,
+    temperature included (the group copies nothing: each member is built from its own
+    configuration), and another temperature gives other numbers."""
+    problem = make_problem(0, n_train=200, n_valid=100, backbone_hidden=(6, 6),
+                           target_hidden=(12, 12))
+
+    def config(seed: int, tau: float) -> MethodConfig:
+        return MethodConfig(method="concrete", n=4, lr=0.05, seed=seed, settings={"tau": tau})
+
+    grouped = batched_seeds.train_batched([config(0, 0.3), config(1, 0.3)], 1, problem,
+                                          out=tmp_path / "group")
+    for g, seed in enumerate((0, 1)):
+        folder = regress.train(config(seed, 0.3), epochs=1, out=tmp_path / "alone",
+                               device="cpu", progress=False, problem=problem)
+        alone = [{k: v for k, v in row.items() if k not in batched_seeds.TIMING}
+                 for row in io.read_csv(folder / "history.csv")]
+        assert json.dumps(grouped[g]) == json.dumps(alone)  # bit for bit (NaN cells too)
+    other = batched_seeds.train_batched([config(0, 1.0), config(1, 1.0)], 1, problem)
+    assert other[0][-1]["train_loss"] != grouped[0][-1]["train_loss"]
+
+
 def test_reinforce_pairs_is_unbiased(doc_methods):
     """The new estimator against the exact gradient of E[sum (z - c)^2] = sum theta (1 - 2c)
     + const at sigmoid logits r: (1 - 2c) theta (1 - theta), within 5 standard errors."""
@@ -146,11 +193,15 @@ def test_reinforce_pairs_is_unbiased(doc_methods):
     assert bool(((draws.mean(0) - exact).abs() < 5 * se).all()), (draws.mean(0), exact)
 
 
-def test_a_sweep_runs_the_doc_methods_in_its_children(doc_methods, tmp_path, monkeypatch):
-    root, _ = doc_methods
+def _plugin_env(monkeypatch, root: Path) -> None:
     monkeypatch.setenv("PBSCALE_METHODS", ",".join(f"{PACKAGE}.{m}" for m in DEFINED))
     monkeypatch.setenv("PYTHONPATH", f"{root}:{ROOT}")
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
+
+
+def test_a_sweep_runs_the_doc_methods_in_its_children(doc_methods, tmp_path, monkeypatch):
+    root, _ = doc_methods
+    _plugin_env(monkeypatch, root)
     path = tmp_path / "doc.toml"
     path.write_text(f"""[sweep]
 command = "prune"
@@ -177,3 +228,135 @@ method = {list(DEFINED.values())!r}
     for r in rows:
         info = io.read_json(Path(r["folder"]) / "config.json")["method_info"]
         assert info["name"] == r["method"]
+
+
+def _taus(out: Path) -> dict[float, dict]:
+    """{concrete temperature: config.json} of the concrete run folders under ``out``, the
+    temperature read from the run's hashed method section (absent: the default, 0.5)."""
+    found = {}
+    for cfg in out.glob("lenet-supermask-concrete-*/config.json"):
+        record = json.loads(cfg.read_text())
+        found[record["method"].get("concrete", {}).get("tau", 0.5)] = record
+    return found
+
+
+def test_the_concrete_setting_from_the_command_line_and_a_sweep(doc_methods, tmp_path,
+                                                               monkeypatch, capsys):
+    """The page's command sets --concrete-tau (shown in --help with its default); the page's
+    sweep sets concrete_tau per run; each temperature is its own run folder, recorded in the
+    hashed task and method sections; a bad temperature is one line."""
+    root, _ = doc_methods
+    assert prune.main(["--help"]) == 0
+    shown = " ".join(capsys.readouterr().out.split())
+    assert "--concrete-tau X binary concrete: the relaxation temperature, in (0, 10] " \
+           "(default: 0.5)" in shown
+    monkeypatch.chdir(tmp_path)
+    assert prune.main([*doc_command(), "--quiet"]) == 0
+    runs = _taus(tmp_path / "runs" / "concrete")
+    assert set(runs) == {0.3}
+    assert runs[0.3]["task"]["settings"] == {"tau": 0.3}
+    assert "tau" in runs[0.3]["method_info"]["settings"]
+    assert prune.main([*doc_command(), "--concrete-tau", "0", "--quiet"]) == 2
+    assert "0 < tau <= 10" in capsys.readouterr().err
+    _plugin_env(monkeypatch, root)
+    path = tmp_path / "doc.toml"
+    path.write_text(doc_sweep())
+    assert sweep.main(["run", str(path), "--jobs", "1"]) == 0
+    swept = _taus(tmp_path / "runs" / "concrete-sweep")
+    assert set(swept) == {0.3, 1.0}
+    # the sweep's 0.3 run is the command line's run: the same settings, the same folder name
+    alone = {p.name for p in (tmp_path / "runs" / "concrete").glob("lenet-*")}
+    assert alone and alone <= {p.name for p in (tmp_path / "runs" / "concrete-sweep").iterdir()}
+
+
+def test_the_doc_methods_as_files_inside_the_package(tmp_path):
+    """The page's blocks as modules of a copy of ``pbscale/methods/``, each named in
+    ``FAMILY_MODULES`` (one edited line): registered in that order after pbscale's own, each
+    importing the contract from ``pbscale.methods``; the concrete temperature then reaches
+    the command line (--help, a run) and a sweep of a fresh process."""
+    copy = tmp_path / "src"
+    shutil.copytree(ROOT / "pbscale", copy / "pbscale",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    methods = copy / "pbscale" / "methods"
+    blocks = doc_blocks(DOC.read_text())
+    for name, code in blocks.items():
+        (methods / f"{name}.py").write_text(code)
+    init = methods / "__init__.py"
+    text = init.read_text()
+    (line,) = [x for x in text.splitlines() if x.startswith("FAMILY_MODULES = (")]
+    assert eval(line.partition("=")[2]) == FAMILY_MODULES  # noqa: S307 - a tuple of names
+    new = line[:-1] + "".join(f', "{name}"' for name in blocks) + ")"
+    init.write_text(text.replace(line, new))
+    changed = [a for a, b in zip(text.splitlines(), init.read_text().splitlines()) if a != b]
+    assert changed == [line]  # the one registration line
+    env = {"PYTHONPATH": f"{copy}:{ROOT}", "OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin",
+           "HOME": str(tmp_path)}
+
+    def python(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, *args], cwd=tmp_path, env=env,
+                              capture_output=True, text=True, timeout=600)
+
+    done = python("-c", "import pbscale.methods as m; print(m.__file__); "
+                        "print(','.join(m.names()))")
+    assert done.returncode == 0, done.stderr
+    where, names = done.stdout.split()
+    assert Path(where).is_relative_to(copy)
+    assert names.split(",")[-3:] == list(DEFINED.values())
+    shown = python("-m", "pbscale.prune", "--help")
+    assert shown.returncode == 0 and "--concrete-tau" in shown.stdout, shown.stderr
+    ran = python("-m", "pbscale.prune", *doc_command(), "--quiet")
+    assert ran.returncode == 0, ran.stderr
+    assert set(_taus(tmp_path / "runs" / "concrete")) == {0.3}
+    (tmp_path / "doc.toml").write_text(doc_sweep())
+    swept = python("-m", "pbscale.sweep", "run", "doc.toml", "--jobs", "1")
+    assert swept.returncode == 0, swept.stdout + swept.stderr
+    assert set(_taus(tmp_path / "runs" / "concrete-sweep")) == {0.3, 1.0}
+
+
+#: The concrete family as the page wrote it before the contract was narrowed.
+OLD_FAMILY = '''
+import torch
+from pbscale.methods import Estimate, LogitsFamily, register
+
+
+@register
+class OldConcrete(LogitsFamily):
+    name, label, text, color = "old-concrete", "Old", "old", "purple"
+    commands = ("regress", "prune-supermask", "prune-joint")
+    uses = ("n", *LogitsFamily.uses)
+
+    def gradient(self, trainer, f, record):
+        return Estimate(trainer.r * 0, 0.0), torch.sigmoid
+'''
+
+
+def test_a_family_written_for_an_older_pbnn_is_told_what_to_write(tmp_path):
+    """Old class attributes, the old hook and a moved name each fail in one line naming the
+    new import; under a command, a $PBSCALE_METHODS module that fails is ``error:`` in one
+    line and exit code 2."""
+    with pytest.raises(AttributeError) as got:
+        exec(OLD_FAMILY, {})  # noqa: S102 - the old page's code, run as a plugin would be
+    message = str(got.value)
+    assert "\n" not in message and "from pbscale.methods import Capabilities" in message
+    with pytest.raises(TypeError, match="from pbscale.methods import Capabilities"):
+        exec(OLD_FAMILY.replace("*LogitsFamily.uses", '"lr"'), {})  # noqa: S102
+    old_hook = OLD_FAMILY.replace('    commands = ("regress", "prune-supermask", "prune-joint")\n'
+                                  '    uses = ("n", *LogitsFamily.uses)\n', "")
+    with pytest.raises(TypeError, match=r"write gradient\(self, f, r, at\).*from "
+                                        r"pbscale.methods import Gradient, StepArgs"):
+        exec(old_hook, {})  # noqa: S102
+    with pytest.raises(ImportError, match="from pbscale.methods.schedules import keep_count"):
+        exec("from pbscale.methods.magnitude import keep_count", {})  # noqa: S102
+    with pytest.raises(ImportError, match="from pbscale.methods.schedules import "
+                                          "kept_per_layer"):
+        exec("from pbscale.methods.beyond import layer_counts", {})  # noqa: S102
+    (tmp_path / "old_concrete.py").write_text(OLD_FAMILY)
+    env = {"PYTHONPATH": f"{tmp_path}:{ROOT}", "PBSCALE_METHODS": "old_concrete",
+           "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
+    done = subprocess.run([sys.executable, "-m", "pbscale.prune", "--help"], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: $PBSCALE_METHODS names "
+                                                   "'old_concrete'"), done.stderr
+    assert "from pbscale.methods import Capabilities" in lines[0]

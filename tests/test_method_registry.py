@@ -32,6 +32,7 @@ from pbscale.methods import (
     names,
 )
 from pbscale.methods.group import MemberLosses
+from pbscale.methods.registry import MIN_COLOR_DISTANCE, color_distance, register
 
 ROOT = Path(__file__).resolve().parents[1]
 C = torch.tensor([0.2, 0.7, 0.4, 0.9], dtype=torch.float64)
@@ -68,14 +69,40 @@ def test_every_family_is_complete():
 
 
 def test_no_two_methods_share_a_colour():
-    """Colours compared as matplotlib draws them ("C3" is "tab:red"); also within the
-    microworld's legends, where pbexact's estimators meet the torch methods."""
+    """Colours compared as matplotlib draws them ("C3" is "tab:red"), at least
+    MIN_COLOR_DISTANCE apart in CIELAB; also within the microworld's legends, where pbexact's
+    estimators meet the torch methods."""
     from matplotlib.colors import to_hex
 
     drawn = {name: to_hex(f.color) for name, f in REGISTRY.items()}
     assert len(set(drawn.values())) == len(drawn), drawn
+    fams = list(REGISTRY.values())
+    for i, a in enumerate(fams):
+        for b in fams[i + 1:]:
+            assert color_distance(a.color, b.color) >= MIN_COLOR_DISTANCE, (a.name, b.name)
     world = {k: to_hex(c) for k, c in microworld.COLORS.items() if c}
     assert len(set(world.values())) == len(world), world
+
+
+def test_register_refuses_a_colour_drawn_like_another():
+    """"crimson" is no string of the registry, but it draws like GMP's "C3" (tab:red): refused,
+    naming GMP; a colour matplotlib cannot draw is refused too; a distinct one is taken."""
+    assert color_distance("crimson", "C3") < MIN_COLOR_DISTANCE <= color_distance("C3", "C0")
+
+    class Crimson(MagnitudeFamily):
+        name, label, text, color = "crimson-test", "X", "X", "crimson"
+
+    with pytest.raises(ValueError, match="draws like gmp's 'C3'"):
+        register(Crimson)
+    Crimson.color = "not-a-colour"
+    with pytest.raises(ValueError, match="no colour matplotlib draws"):
+        register(Crimson)
+    Crimson.color = "#00ffff"
+    try:
+        register(Crimson)
+        assert "crimson-test" in REGISTRY
+    finally:
+        REGISTRY.pop("crimson-test", None)
 
 
 def test_a_prune_only_method_has_a_config_and_regress_refuses_it(tmp_path):

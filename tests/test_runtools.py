@@ -203,7 +203,7 @@ def _exit_code(main, argv) -> int:
 
 
 SHARED_TYPES = {cli.positive_int, cli.nonneg_int, cli.positive_float, cli.nonneg_float,
-                cli.seed_list, cli.positive_int_list, cli.thread_count, cli.out_folder,
+                cli.integer, cli.finite_float, cli.boolean, cli.seed_list, cli.positive_int_list, cli.thread_count, cli.out_folder,
                 batched_seeds.group_seeds, batched_seeds.lr_list, P.SYNTHETIC_COUNT,
                 routes.argument, network.argument}
 #: Flags whose values are free text by nature (paths, device names, name patterns, import

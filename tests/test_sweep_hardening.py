@@ -245,9 +245,9 @@ def test_record_under_the_spelled_id_is_still_found(tmp_path):
     path = _write(tmp_path, HEAD + "[[grid]]\nlam = 0\nseed = [0, 1]\n")
     s = sweep.load(path)
     first = s.runs[0]
-    spelled = sweep_file.run_id("regress", {**{k: a.default for k, a in sweep_file
-                                               .command_actions("pbscale.regress").items()
-                                               if k not in sweep.RESERVED}, "lam": 0, "seed": 0})
+    actions = sweep_file.command_actions("pbscale.regress")
+    spelled = sweep_file.run_id("regress", sweep_file.in_run_id(
+        actions, {**{k: a.default for k, a in actions.items()}, "lam": 0, "seed": 0}))
     assert first.spelled_id == spelled != first.id
     s.record_dir.mkdir(parents=True)
     io.write_json(s.record_dir / f"{spelled}.json", {"id": spelled, "state": "failed"})

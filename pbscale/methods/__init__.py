@@ -50,6 +50,7 @@ and every child a sweep launches, has them.
 from __future__ import annotations
 
 import os
+import sys
 from importlib import import_module
 
 #: The modules that define the registered families, in registration order.
@@ -117,13 +118,31 @@ from .magnitude import MagnitudeFamily  # isort: skip
 for _module in FAMILY_MODULES:  # beyond, and any module added to the tuple, in its order
     import_module(f".{_module}", __name__)
 
+
+
+def load_plugins(value: str) -> None:
+    """Import the modules ``value`` names (comma-separated; ``$PBSCALE_METHODS``). One that
+    fails (it cannot be found, or its family breaks the contract: e.g. a family written for
+    an older pbnn, which is told what to change) is one line: under a command of this project
+    (``python -m pbscale.prune`` ...) ``error: ...`` on stderr and exit code 2, else an
+    :class:`ImportError` with that line."""
+    for module in filter(None, (m.strip() for m in value.split(","))):
+        try:
+            import_module(module)
+        except Exception as exc:  # noqa: BLE001 - any failure of the user's module is one line
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            message = (f"${PLUGINS_ENV} names {module!r}, which cannot be imported: {first}; "
+                       f"fix the module, {PLUGINS_ENV} or PYTHONPATH")
+            spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+            if spec is not None and spec.name.partition(".")[0] in ("pbscale", "analysis",
+                                                                    "benchmarks"):
+                print(f"error: {message}", file=sys.stderr)
+                raise SystemExit(2) from None
+            raise ImportError(message) from None
+
+
 # the methods of modules outside pbscale, once every name above exists
-for _module in filter(None, (m.strip() for m in os.environ.get(PLUGINS_ENV, "").split(","))):
-    try:
-        import_module(_module)
-    except ImportError as _exc:
-        raise ImportError(f"${PLUGINS_ENV} names {_module!r}, which cannot be imported "
-                          f"({_exc}); fix {PLUGINS_ENV} or PYTHONPATH") from None
+load_plugins(os.environ.get(PLUGINS_ENV, ""))
 
 #: The methods :class:`MaskTrainer` trains (``pbscale.regress --method``).
 METHODS = names("regress")
@@ -141,7 +160,7 @@ __all__ = [
     "PerSeedControl", "PerSeedMLP", "Plan", "REGISTRY", "RELAX_HIDDEN", "RELAX_LR",
     "RELAX_WEIGHT_DECAY", "SAMPLERS", "Settings", "StepArgs", "auto_chunk", "cp_hard_mask",
     "cp_relaxed_loss", "cp_step", "cp_temperature", "dense_regularizer", "get_family",
-    "make_control", "mc_gradient", "mc_surrogate", "names", "rebar_relax", "rebar_relax_step",
-    "register", "register_estimator", "sample_mean", "setting", "standard_gamma",
-    "straight_through", "surrogate_loss", "uniform_bits24",
+    "load_plugins", "make_control", "mc_gradient", "mc_surrogate", "names", "rebar_relax",
+    "rebar_relax_step", "register", "register_estimator", "sample_mean", "setting",
+    "standard_gamma", "straight_through", "surrogate_loss", "uniform_bits24",
 ]

@@ -37,10 +37,9 @@ from .registry import Capabilities, register
 from .schedules import check_fraction, top_scores
 from .trainer import Gradient, LogitsFamily, StepArgs
 
-#: The per-layer rule this module held before :mod:`pbscale.methods.schedules` (an old import
-#: of it is told where it is; ``layer_counts`` is ``kept_per_layer`` there).
-__getattr__ = moved_names(__name__, {"top_scores": "pbscale.methods.schedules",
-                                     "layer_counts": "pbscale.methods.schedules"})
+#: The per-layer count this module held before :mod:`pbscale.methods.schedules` (an old import
+#: of it is told where it is; ``top_scores`` is imported from there below).
+__getattr__ = moved_names(__name__, {"layer_counts": "pbscale.methods.schedules:kept_per_layer"})
 
 #: The hard-concrete gate, one definition with the exact side (`pbexact.relaxations`).
 HARD_CONCRETE = get_relaxation("hardconcrete")

@@ -91,11 +91,16 @@ class Settings:
     def check(self, text: str) -> None:
         """Refuse (:class:`PBInputError`) a bad value; ``text`` names the method."""
 
-    def changed(self) -> dict[str, Any]:
-        """{field: value} of the fields that differ from their defaults (and have no legacy
-        key)."""
+    def differing(self) -> dict[str, Any]:
+        """{field: value} of the fields that differ from their defaults."""
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
-                if "legacy" not in f.metadata and getattr(self, f.name) != f.default}
+                if getattr(self, f.name) != f.default}
+
+    def changed(self) -> dict[str, Any]:
+        """{field: value} of the fields that differ from their defaults and have no legacy
+        key (those are hashed under it, :meth:`legacy_entries`)."""
+        return {k: v for k, v in self.differing().items()
+                if "legacy" not in self.__dataclass_fields__[k].metadata}
 
     def legacy_entries(self) -> dict[str, Any]:
         """{old key: value} of the fields hashed under a key of :data:`LEGACY_KEYS`."""
@@ -248,7 +253,24 @@ CAPABILITY_FLAGS = (*(f.name for f in dataclasses.fields(Capabilities)), "logits
                     "prune_settings", "trains_weights")
 
 
-class Family:
+def _moved_attribute(owner: str, name: str) -> AttributeError:
+    return AttributeError(
+        f"{owner}.{name} is {owner}.caps.{name} now: a family states its capabilities in one "
+        f"frozen dataclass, caps = Capabilities({name}=...) (from pbscale.methods import "
+        "Capabilities; docs/adding_a_method.md)")
+
+
+class FamilyType(type):
+    """The type of every family class: an old capability attribute read from a class
+    (``LogitsFamily.uses``) is told where it is now."""
+
+    def __getattr__(cls, name: str) -> Any:
+        if name in OLD_ATTRIBUTES:
+            raise _moved_attribute(cls.__name__, name)
+        raise AttributeError(f"type object {cls.__name__!r} has no attribute {name!r}")
+
+
+class Family(metaclass=FamilyType):
     """One method (or family member): its identity (``name``: CLI value, ``label``: legend
     text, ``text``: messages, ``color``: matplotlib colour of its curves, at least
     :data:`MIN_COLOR_DISTANCE` from every other method's as drawn), its capabilities (``caps``,
@@ -272,6 +294,11 @@ class Family:
                 f"{cls.__name__} sets {', '.join(old)} as class attributes; a family states "
                 f"its capabilities in one frozen dataclass: caps = Capabilities({old[0]}=...) "
                 "(from pbscale.methods import Capabilities; docs/adding_a_method.md)")
+
+    def __getattr__(self, name: str) -> Any:
+        if name in OLD_ATTRIBUTES:
+            raise _moved_attribute(f"<method {self.name}>", name)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     def __repr__(self) -> str:
         return f"<method {self.name}>"

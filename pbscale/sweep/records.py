@@ -331,8 +331,23 @@ def status(sweep: Sweep) -> dict[str, list[Run]]:
     return groups
 
 
+def unread_options(folder: Path) -> set[str]:
+    """The options a run did not read, as its config.json "info" lists them ("unused": the
+    settings its method, mode and model do not read; "ignored": those given that it ignored),
+    or none where it lists none."""
+    try:
+        info = io.read_json(folder / "config.json").get("info", {})
+    except (OSError, ValueError, AttributeError):
+        return set()
+    if not isinstance(info, dict):
+        return set()
+    names = [*info.get("unused", []), *info.get("ignored", [])]
+    return {k for k in names if isinstance(k, str)}
+
+
 def results(sweep: Sweep, damaged: list[Path] | None = None) -> list[dict]:
-    """One row per finished run: its options, then ``folder`` and the run's summary.json
+    """One row per finished run: its options (those the run read: an option its config.json
+    lists as unused or ignored is left empty), then ``folder`` and the run's summary.json
     (``final_*`` metrics, seconds). A run's folder is the one under ``out`` whose config.json
     "info" holds the run's sweep id (the sweep passes it to the child in $PBSCALE_RUN_INFO).
     Run folders whose config.json or summary.json is damaged or not a JSON object are left out
@@ -348,7 +363,9 @@ def results(sweep: Sweep, damaged: list[Path] | None = None) -> list[dict]:
         if summary is None:
             bad.append(folder / "summary.json")
             continue
-        rows.append({**r.options, "folder": str(folder), **summary})
+        unread = unread_options(folder)
+        rows.append({**{k: v for k, v in r.options.items() if k not in unread},
+                     "folder": str(folder), **summary})
     if damaged is not None:
         damaged.extend(bad)
     return rows
