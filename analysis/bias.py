@@ -37,7 +37,6 @@ import torch
 from tqdm import tqdm
 
 from analysis.cli import atomic_write_text, output_folders, run, save_figure, write_csv
-from pbexact.benchmarks import BENCHMARKS, NNLoss, exponential_tabular_loss
 from pbexact.bias import (
     BiasSummary,
     Moments,
@@ -60,6 +59,7 @@ from pbexact.cli import (
 from pbexact.continuation import CP_EVERY, CP_FINAL_TAU
 from pbexact.errors import PBInputError, check_d, check_learning_rate
 from pbexact.estimators import get_estimator
+from pbexact.instances import BENCHMARKS, NNLoss, exponential_tabular_loss
 from pbexact.parametrizations import PARAMETRIZATIONS, Parametrization, get_parametrization
 from pbexact.polynomial import entropy, expected_loss, true_gradient, vertex_probabilities
 from pbexact.relaxations import (
@@ -83,7 +83,7 @@ from pbscale.methods import (
     straight_through,
 )
 from pbscale.methods.beyond import st_theta
-from pbscale.runtime import set_threads
+from pbscale.runs.runtime import set_threads
 
 #: Largest d: the exact rows enumerate the 2^d vertices (the issue's d <= 12).
 MAX_BIAS_D = 12

@@ -61,10 +61,10 @@ from analysis.microworld_runs import (
     found_optimum,
     run_exact,
 )
-from pbexact.benchmarks import BENCHMARKS, NNLoss, benchmark_table
 from pbexact.cli import ArgumentParser, nonneg_int, positive_float, positive_int, step_count
 from pbexact.errors import PBInputError, check_d
 from pbexact.estimators import REGISTRY
+from pbexact.instances import BENCHMARKS, NNLoss, benchmark_table
 from pbscale.methods import REGISTRY as METHOD_REGISTRY
 
 EXPERIMENTS = ("estimators", "params", "approaches")

@@ -5,7 +5,7 @@ registry that run in the microworld (CP, ST, REBAR and RELAX; `sec:microworld_ex
 The estimators are pbscale's, reached through each method's
 :class:`pbscale.methods.registry.Family` (``make_control``, ``vector_gradient``, ``run_theta``)
 with a leading seeds dimension: logits r of shape (seeds, d), uniforms of shape (n, seeds, d), and
-a differentiable batched loss f: (..., d) -> (...) such as :class:`pbexact.benchmarks.NNLoss`.
+a differentiable batched loss f: (..., d) -> (...) such as :class:`pbexact.instances.NNLoss`.
 REBAR/RELAX use a control of separate weights per seed (:class:`pbscale.methods.PerSeedControl`,
 from ``make_control``), so that the seeds stay independent runs. The loop is
 :func:`pbexact.sgd.sgd`; this module only wires them to the J table and the logger.

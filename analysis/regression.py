@@ -26,11 +26,11 @@ import numpy as np
 from pbexact.cli import ArgumentParser, positive_int, positive_int_list, thread_count
 from pbexact.errors import PBInputError
 from pbexact.io import check_out_dir
-from pbscale import io
 from pbscale.methods import MethodConfig
 from pbscale.regress import run_folder, run_name, train
-from pbscale.regression import make_problem
-from pbscale.runtime import resolve_device, set_threads
+from pbscale.regression.problem import make_problem
+from pbscale.runs import io
+from pbscale.runs.runtime import resolve_device, set_threads
 
 FIGURES = ("est", "param", "approaches")
 

@@ -51,8 +51,8 @@ import numpy as np
 from analysis.claims import ConfigResult, UnitResult
 from analysis.cli import write_json
 from analysis.microworld_hybrid import DETERMINISTIC_TORCH
-from pbexact.benchmarks import BENCHMARKS
 from pbexact.errors import PBInputError
+from pbexact.instances import BENCHMARKS
 from pbexact.io import NO_SPACE, WriteError, new_partial_folder, replace_folder
 from pbexact.processes import die_with_parent
 
@@ -385,7 +385,7 @@ def run_units(units: Sequence[ReportUnit], settings: Any, results: Path, jobs: i
 
 def instance_table(benchmark: str, d: int, instance: int) -> np.ndarray:
     """The 2^d J table of an instance, exactly as the microworld builds it."""
-    from pbexact.benchmarks import NNLoss, benchmark_table
+    from pbexact.instances import NNLoss, benchmark_table
 
     if benchmark == "nnloss":
         return NNLoss(d, instance).table()

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from pbexact.errors import PBInputError
-from pbscale import io as runio
+from pbscale.runs import io as runio
 
 #: The colour of a method that neither the run nor the registry describes.
 NEUTRAL_COLOR = "0.45"
@@ -51,8 +51,8 @@ REAL_TASK = ("lam", "mask_lr", "target", "lr")
 TEXT_TASK = ("model", "mode", "method", "dataset", "param", "mask_opt", "init")
 
 
-#: The record a diverged run leaves in its folder (:data:`pbscale.io.DIVERGED`, written by
-#: :func:`pbscale.io.write_diverged`).
+#: The record a diverged run leaves in its folder (:data:`pbscale.runs.io.DIVERGED`, written by
+#: :func:`pbscale.runs.io.write_diverged`).
 DIVERGED = runio.DIVERGED
 #: The keys of that record: epoch (int), step (int or null), where (text), reason (one line),
 #: last_metrics (the last finished epoch's metrics, possibly {}).
@@ -159,7 +159,7 @@ def legacy_settings(family: Any) -> frozenset[str]:
     """The run settings analysis takes a registry family's run to use when the run recorded
     none (no "method_info": runs made before it was recorded, e.g. most of figures/claims):
     the listing of that time, so that those studies read as they always did. It differs from
-    what a run records now (:func:`pbscale.prune_config.method_reads`) where the capabilities
+    what a run records now (:func:`pbscale.pruning.config.method_reads`) where the capabilities
     were stated later: edge-popup's lam (its L0 term was a constant) and ST-theta's n (pruning
     runs it with n = 1) are listed here. ``param`` (any parametrization), ``n`` (it draws
     samples), ``lam``, ``mask_opt`` and ``mask_lr`` (it trains mask logits), and its cut
@@ -238,7 +238,7 @@ def budget_text(budget: Sequence[tuple[str, Any]], among: Iterable[Sequence] = (
 def layer_sizes(model: str, mask_head: bool, mask_shortcuts: bool) -> dict[str, int]:
     """{layer: dense weights} of the masked tensors of a pruning run, keyed as its summary's
     ``final_remaining_<layer>`` and its metrics' ``remaining_<layer>``."""
-    from pbscale.models import build_model
+    from pbscale.nets.models import build_model
 
     net = build_model(model)
     counts = net.layer_counts(net.masked_names(mask_head, mask_shortcuts))
@@ -332,7 +332,7 @@ def read_prune(folder: Path) -> PruneRun:
     recorded = cfg.get("info", {}).get("masked_sizes") if isinstance(cfg.get("info"),
                                                                        dict) else None
     try:
-        # a user's network (pbscale.network) records its masked sizes; a built-in one is built
+        # a user's network (pbscale.nets.network) records its masked sizes; a built-in one is built
         sizes = ({k.removesuffix(".weight"): int(v) for k, v in recorded.items()}
                  if isinstance(recorded, dict) else
                  layer_sizes(task["model"], bool(task.get("mask_head")),

@@ -761,8 +761,8 @@ def check_st_bias(
     `pbexact.bias.st_quadratic_bias`, A_kk (2 theta_k - 1)) times d theta / d r, and its
     variance the closed form S diag(theta (1 - theta)) S (S = A + A^T). ``moments``: the
     estimator's exact moments (f, J, r, param) -> `pbexact.bias.Moments`."""
-    from pbexact.benchmarks import NNLoss
     from pbexact.bias import MultilinearExtension, QuadraticLoss, st_quadratic_bias
+    from pbexact.instances import NNLoss
 
     closed_form = closed_form or st_quadratic_bias
     names = list(PARAMETRIZATIONS)

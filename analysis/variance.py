@@ -38,7 +38,6 @@ from analysis.cli import (
     write_csv,
     write_json,
 )
-from pbexact.benchmarks import BENCHMARKS, TABLES, benchmark_table
 from pbexact.cli import ArgumentParser, nonneg_int, positive_float, positive_int, step_count
 from pbexact.closed_form import MAX_CLOSED_FORM_D, check_closed_form_size, closed_form_moments
 from pbexact.errors import (
@@ -50,6 +49,7 @@ from pbexact.errors import (
     multiset_count,
 )
 from pbexact.estimators import ESTIMATORS, check_estimator, estimators_for, get_estimator
+from pbexact.instances import BENCHMARKS, TABLES, benchmark_table
 from pbexact.io import csv_text
 from pbexact.parametrizations import Sigmoid
 from pbexact.polynomial import entropy, expected_loss, true_gradient

@@ -36,11 +36,11 @@ from analysis.variance import (
     table_digest,
     variance_trajectory,
 )
-from pbexact.benchmarks import BENCHMARKS, TABLES, benchmark_table
 from pbexact.cli import ArgumentParser, nonneg_int, positive_float, positive_int, step_count
 from pbexact.closed_form import MAX_CLOSED_FORM_D
 from pbexact.errors import check_d
 from pbexact.estimators import ESTIMATORS, get_estimator
+from pbexact.instances import BENCHMARKS, TABLES, benchmark_table
 
 
 def compare_rows(

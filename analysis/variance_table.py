@@ -22,10 +22,10 @@ import numpy as np
 
 from analysis.cli import check_out_dir, read_table, run, write_csv
 from analysis.variance import check_log_memory, table_name, variance_trajectory
-from pbexact.benchmarks import BENCHMARKS, TABLES, benchmark_table
 from pbexact.cli import ArgumentParser, nonneg_int, positive_int, step_count
 from pbexact.errors import PBInputError, check_d
 from pbexact.estimators import ESTIMATORS, check_estimator
+from pbexact.instances import BENCHMARKS, TABLES, benchmark_table
 
 
 def compare(rows: list[dict], estimator: str, other: str) -> dict[str, float]:

@@ -23,8 +23,8 @@ from pbexact.cli import (
     thread_count,
 )
 from pbscale.methods import BernoulliSampler, CopulaSampler, MaskTrainer, MethodConfig
-from pbscale.regression import BATCH, RegressionProblem, make_problem
-from pbscale.runtime import resolve_device
+from pbscale.regression.problem import BATCH, RegressionProblem, make_problem
+from pbscale.runs.runtime import resolve_device
 
 
 def step_ratio(n: int, repeats: int, dev: torch.device, problem: RegressionProblem | None = None

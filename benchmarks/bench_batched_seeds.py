@@ -1,5 +1,6 @@
 """Runs per hour of MaskedNNRegression runs (one setting of a method, several seeds and learning
-rates): batched (:mod:`pbscale.batched_seeds`, all runs one computation) against one at a time
+rates): as one regression group (mode ``batched``, named after :mod:`pbscale.batched_seeds`: all
+runs one computation) against one at a time
 (the loop, in one process) and against parallel processes (``python -m pbscale.regress``
 children, ``--procs`` at once), measured in the same run on the same runs; each method of
 ``--method`` (comma-separated: any method that batches, e.g. ``cp,rebar``) in turn, in this
@@ -13,7 +14,7 @@ Each mode writes to its own temporary folder (deleted afterwards); the times inc
 mode really pays (process start-up and data set-up for the parallel processes). Wall-clock
 runs per hour, and the CPU seconds (this process's, plus the children's for the parallel
 processes), whose ratios hold on a machine shared with other jobs; on a GPU only wall time
-counts. The batched mode runs through the run loop (:func:`pbscale.loop.run`: checkpoints and
+counts. The batched mode runs through the run loop (:func:`pbscale.runs.loop.run`: checkpoints and
 run folders every epoch).
 """
 
@@ -34,11 +35,13 @@ import torch
 from analysis.cli import run
 from pbexact.cli import ArgumentParser, int_in_range, positive_int, thread_count
 from pbexact.errors import PBInputError
-from pbscale import io, regress
-from pbscale.batched_seeds import MAX_RUNS, lr_list, train_batched
-from pbscale.methods import MaskTrainerGroup, MethodConfig, names
-from pbscale.regression import RegressionProblem, make_problem
-from pbscale.runtime import resolve_device
+from pbscale import regress
+from pbscale.batched_seeds import lr_list
+from pbscale.methods import MethodConfig, names
+from pbscale.regression.group import MAX_RUNS, MaskTrainerGroup, train_group
+from pbscale.regression.problem import RegressionProblem, make_problem
+from pbscale.runs import io
+from pbscale.runs.runtime import resolve_device
 
 #: The modes :func:`time_modes` can time, by name.
 MODES = ("batched", "serial", "parallel")
@@ -51,7 +54,7 @@ def time_modes(configs: list[MethodConfig], epochs: int, dev: torch.device,
                problem: RegressionProblem | None = None, tmp_dir: str | Path | None = None
                ) -> dict[str, tuple[float, float]]:
     """Train the runs ``configs`` for ``epochs`` epochs in each mode of ``modes`` (batched:
-    :func:`pbscale.batched_seeds.train_batched`, all runs one group; serial:
+    :func:`pbscale.regression.group.train_group`, all runs one group; serial:
     :func:`pbscale.regress.train` one run after another; parallel: ``procs`` children
     ``python -m pbscale.regress`` at once, each with ``threads`` torch threads, the paper's
     problem); each mode in its own temporary folder (under ``tmp_dir``; default the system's).
@@ -70,7 +73,7 @@ def time_modes(configs: list[MethodConfig], epochs: int, dev: torch.device,
 
     with tempfile.TemporaryDirectory(dir=tmp_dir) as tmp:
         def batched() -> None:
-            train_batched(configs, epochs, get_problem(), out=f"{tmp}/batched", device=dev)
+            train_group(configs, epochs, get_problem(), out=f"{tmp}/batched", device=dev)
 
         def serial() -> None:
             prob = get_problem()
@@ -118,7 +121,8 @@ def choice_list(choices: tuple[str, ...], what: str) -> object:
 def main(argv: list[str] | None = None) -> None:
     ap = ArgumentParser(prog="python -m benchmarks.bench_batched_seeds",
                         description=__doc__.splitlines()[0])
-    ap.add_argument("--method", type=choice_list(names("batched"), "methods"), default="loorf",
+    ap.add_argument("--method", type=choice_list(names("regress-group"), "methods"),
+                    default="loorf",
                     help="comma-separated methods that run batched, each timed in turn "
                     "(default loorf)")
     ap.add_argument("--n", type=positive_int, default=10)

@@ -18,9 +18,9 @@ import numpy as np
 
 from analysis.cli import run
 from benchmarks.timing import best_time
-from pbexact.benchmarks import BENCHMARKS, benchmark_table
 from pbexact.cli import ArgumentParser
 from pbexact.closed_form import closed_form_moments
+from pbexact.instances import BENCHMARKS, benchmark_table
 from pbexact.variance import mc_moments, sample_estimates
 
 #: The paper's four estimators: every timing below does the same work as before DisARM joined

@@ -1,6 +1,6 @@
 """Time per step with K = 1 and K = 2 processes (``torch.distributed``,
-:mod:`pbscale.distributed`), measured in the same run, printed as milliseconds per step and the
-K = 1 / K = 2 ratio, for
+:mod:`pbscale.execution.distributed`), measured in the same run, printed as milliseconds per step
+and the K = 1 / K = 2 ratio, for
 
 * sample parallelism: an MC step on MaskedNNRegression (d = 8,050, batch 100, n = 100 by
   default), the n samples split over the ranks;
@@ -42,10 +42,10 @@ from pbexact.cli import (
     thread_count,
 )
 from pbexact.errors import PBInputError
-from pbscale import distributed
+from pbscale.execution import distributed
 from pbscale.methods import MC_METHODS, MaskTrainer, MethodConfig
-from pbscale.regression import BATCH, make_problem
-from pbscale.runtime import resolve_device
+from pbscale.regression.problem import BATCH, make_problem
+from pbscale.runs.runtime import resolve_device
 
 
 def _worker(args: argparse.Namespace) -> None:

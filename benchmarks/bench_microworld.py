@@ -20,9 +20,9 @@ from analysis.cli import run, write_json
 from analysis.microworld_hybrid import run_torch
 from analysis.microworld_runs import check_run_memory, run_exact
 from benchmarks.timing import best_time
-from pbexact.benchmarks import NNLoss
 from pbexact.cli import ArgumentParser, positive_int, step_count
 from pbexact.errors import check_d
+from pbexact.instances import NNLoss
 from pbexact.io import check_out_dir
 
 CASES = (

@@ -4,11 +4,11 @@ plain ``torch.func.vmap`` over ``functional_call``, on one MC pruning step (ARMS
 
 Three ways to hold the same network and the same weights:
 
-* ``mlp``: the built-in ``pbscale.models.LeNet300100``, an ``nn.Sequential`` the MLP path runs
-  (:class:`pbscale.backends.MlpInplace`: batched products in place);
+* ``mlp``: the built-in ``pbscale.nets.models.LeNet300100``, an ``nn.Sequential`` the MLP path runs
+  (:class:`pbscale.forward.backends.MlpInplace`: batched products in place);
 * ``generic``: the same layers in a user's own ``nn.Module`` with its own ``forward``
   (:class:`UserLeNet`), as ``--model package.module:factory`` would bring it: pbnn sees no
-  ``nn.Sequential`` and takes its generic backend (:meth:`pbscale.backends.BackendChoice.
+  ``nn.Sequential`` and takes its generic backend (:meth:`pbscale.forward.backends.BackendChoice.
   choose`: vmap here);
 * ``plain_vmap``: the baseline a user would write without pbnn's backends: the same MC step
   (:class:`pbscale.methods.MaskTrainer`) whose batched loss is ``torch.func.vmap`` over
@@ -35,12 +35,12 @@ from torch.func import functional_call, vmap
 
 from pbexact.cli import ArgumentParser, positive_int, positive_int_list, run_main
 from pbexact.io import check_out_dir
-from pbscale import io
-from pbscale.batched import cross_entropy_per_mask
-from pbscale.masks import MaskedModule
+from pbscale.forward.folded import cross_entropy_per_mask
+from pbscale.forward.masks import MaskedModule
 from pbscale.methods import MaskTrainer, MethodConfig
-from pbscale.models import build_model
-from pbscale.network import masked_names
+from pbscale.nets.models import build_model
+from pbscale.nets.network import masked_names
+from pbscale.runs import io
 
 
 class UserLeNet(nn.Module):

@@ -23,12 +23,12 @@ import torch
 from analysis.cli import run
 from pbexact.cli import ArgumentParser, positive_int_list
 from pbexact.io import check_out_dir
-from pbscale import io
-from pbscale.masks import mean_absolute_error
-from pbscale.memory import peak_memory
+from pbscale.forward.masks import mean_absolute_error
 from pbscale.methods import MC_METHODS, MaskTrainer, MethodConfig
-from pbscale.regression import BATCH, make_problem
-from pbscale.runtime import resolve_device
+from pbscale.regression.problem import BATCH, make_problem
+from pbscale.runs import io
+from pbscale.runs.memory import peak_memory
+from pbscale.runs.runtime import resolve_device
 
 REPEATS = {10: 30, 100: 10, 1000: 3}
 

@@ -1,24 +1,24 @@
 """Cost of one MC pruning step (ARMS, escort; `alg:iter_arms`) at n = 1, 10, 100 against a dense
 training step and a dense forward pass of the same network, measured in the same run, for
 LeNet-300-100 (MNIST-shaped batches) and ResNet-20 (CIFAR-shaped batches), synthetic data; plus
-the k-mask forward alone by :func:`pbscale.batched.forward_masked` (grouped convolutions) against
-``torch.func.vmap`` over ``functional_call`` and the same code one mask at a time (the loop
+the k-mask forward alone by :func:`pbscale.forward.folded.forward_masked` (grouped convolutions)
+against ``torch.func.vmap`` over ``functional_call`` and the same code one mask at a time (the loop
 backend), and the peak memory of
 each step.
 
     python -m benchmarks.bench_prune [--device cpu|cuda] [--amp none,bf16] [--ns 1,10,100]
         [--models lenet,resnet20] [--batch 128] [--chunk K] [--repeats R]
-        [--layouts nchw,channels_last] [--groups 1,10] [--out figures]
+        [--layouts nchw,channels_last] [--per-call 1,10] [--out figures]
 
 Goals: on a CPU an MC step at n costs at most 1.2 n dense forward passes and its
 peak memory is flat in n (n samples evaluated k = chunk at a time); on a GPU an n = 100 step of
 ResNet-20 at batch 128 costs at most 3 dense training steps. n = 1 uses REINFORCE (ARMS needs
 n >= 2). The MC step is :meth:`pbscale.methods.MaskTrainer.step` (sampling, the chunked forward
 passes, the iterative accumulator and the RMSprop update of the mask logits) on the loss pruning
-evaluates, :meth:`pbscale.masks.MaskedModule.loss_fn` with the backend MaskedModule picks for
-the device (printed; the ``backend`` column: ResNet-20 "loop" on a CPU, "folded" on a GPU; LeNet
+evaluates, :meth:`pbscale.forward.masks.MaskedModule.loss_fn` with the backend MaskedModule picks
+for the device (printed; the ``backend`` column: ResNet-20 "loop" on a CPU, "folded" on a GPU; LeNet
 "folded"). Masked tensors: the
-models' rule (:meth:`pbscale.models.PrunableNet.masked_names`), for ResNet-20 with the 1x1
+models' rule (:meth:`pbscale.nets.models.PrunableNet.masked_names`), for ResNet-20 with the 1x1
 shortcuts (270,256 weights). Writes ``OUT/bench_prune_<device>.csv``
 (one row per measurement; the ``amp`` column tells float32 from bf16).
 """
@@ -43,12 +43,12 @@ from analysis.cli import run
 from pbexact.cli import ArgumentParser, int_at_least, positive_int
 from pbexact.errors import PBInputError
 from pbexact.io import check_out_dir
-from pbscale import io
-from pbscale.batched import cross_entropy_per_mask, forward_masked
-from pbscale.masks import MaskedModule
-from pbscale.memory import peak_memory
+from pbscale.forward.folded import cross_entropy_per_mask, forward_masked
+from pbscale.forward.masks import MaskedModule
 from pbscale.methods import MaskTrainer, MethodConfig
-from pbscale.models import INPUT_SHAPES, MODELS, build_model
+from pbscale.nets.models import INPUT_SHAPES, MODELS, build_model
+from pbscale.runs import io
+from pbscale.runs.memory import peak_memory
 
 BENCH_MODELS = ("lenet", "resnet20")
 
@@ -72,9 +72,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--layouts", default="nchw",
                    help="memory layouts of the convolutional model's activations: nchw, "
                    "channels_last or both (nchw,channels_last); default nchw")
-    p.add_argument("--groups", default="",
-                   help="also time the k-mask forward with forward_masked(group=g) for these g "
-                   "(masks per folded call; 1 = a loop), comma-separated; default none")
+    p.add_argument("--per-call", "--groups", dest="per_call", default="",
+                   help="also time the k-mask forward with forward_masked(per_call=g) for these g "
+                   "(masks per folded call; 1 = a loop), comma-separated (--groups: its name in "
+                   "the dated commands of docs/measurements.md); default none")
     p.add_argument("--estimator", default="arms", help="MC estimator for n >= 2 (default arms)")
     p.add_argument("--param", default="escort", help="parametrization (default escort)")
     p.add_argument("--no-memory", action="store_true", help="skip the peak-memory runs")
@@ -113,7 +114,8 @@ def check_args(args: argparse.Namespace) -> argparse.Namespace:
                            "give --layouts nchw, channels_last or nchw,channels_last")
     args.channels_last = args.layout_list[0] == "channels_last"
     args.ns = _positive_ints(args.ns, "--ns")
-    args.group_list = _positive_ints(args.groups, "--groups") if args.groups.strip() else []
+    args.per_call_list = (_positive_ints(args.per_call, "--per-call") if args.per_call.strip()
+                       else [])
     args.models = [m.strip() for m in args.models.split(",") if m.strip()]
     bad = [m for m in args.models if m not in BENCH_MODELS]
     if bad or not args.models:
@@ -273,7 +275,7 @@ def forward_rows(setup: Setup, args: argparse.Namespace, model: str, base: dict,
         "fwd_fast": lambda: forward_masked(setup.net, masks, x, amp=setup.amp,
                                            channels_last=setup.channels_last),
         "fwd_vmap": lambda: vlayout.forward_vmap(z, x_default),
-        "fwd_loop": lambda: forward_masked(setup.net, masks, x, group=1),
+        "fwd_loop": lambda: forward_masked(setup.net, masks, x, per_call=1),
     }
     if setup.amp is not None:
         def autocast(fn):
@@ -284,9 +286,9 @@ def forward_rows(setup: Setup, args: argparse.Namespace, model: str, base: dict,
         fns["fwd_vmap"] = autocast(fns["fwd_vmap"])
         fns["fwd_loop"] = autocast(fns["fwd_loop"])
     fns["fwd_module"] = lambda: setup.layout.forward(z, x)  # what pruning runs (its backend)
-    for g in args.group_list:
+    for g in args.per_call_list:
         fns[f"fwd_group{g}"] = lambda g=g: forward_masked(
-            setup.net, masks, x, amp=setup.amp, channels_last=setup.channels_last, group=g)
+            setup.net, masks, x, amp=setup.amp, channels_last=setup.channels_last, per_call=g)
     if type(setup.net) is nn.Sequential or isinstance(setup.net, nn.Sequential):
         fns["fwd_mlp_fast"] = lambda: setup.layout.forward(z, x)  # MaskedModule's own fast path
     with torch.no_grad():

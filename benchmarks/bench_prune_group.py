@@ -1,4 +1,4 @@
-"""Runs per hour of a pruning group (:mod:`pbscale.prune_group`) against the same runs one at a
+"""Runs per hour of a pruning group (:mod:`pbscale.pruning.group`) against the same runs one at a
 time, in one process:
 
     python -m benchmarks.bench_prune_group --data-dir ../shared/data/mnist --methods cp,arms \\
@@ -24,8 +24,9 @@ import torch
 
 from pbexact.cli import ArgumentParser, nonneg_int, positive_int, run_main
 from pbexact.errors import PBInputError
-from pbscale import io, prune
-from pbscale.runtime import resolve_device, set_threads
+from pbscale import prune
+from pbscale.runs import io
+from pbscale.runs.runtime import resolve_device, set_threads
 
 
 def configs(method: str, G: int, n: int, epochs: int, max_batches: int, data_dir: str,

@@ -1,4 +1,4 @@
-"""Each GPU route (`pbscale.routes`) against the reference path it replaces, in one process:
+"""Each GPU route (`pbscale.forward.routes`) against the reference path it replaces, in one process:
 time and largest relative difference.
 
     python -m benchmarks.bench_routes [--device cuda|cpu] [--batch 128] [--n 100]
@@ -9,12 +9,12 @@ Jobs, in order (:func:`jobs`):
 * ``forward``: ResNet-20's forward of n masks (folded, training-mode BatchNorm, no autograd),
   fp32 and bf16 autocast, with each folded route alone (``channels_last``,
   ``shortcut_einsum``, ``fused_bn``, ``cudnn_benchmark``), all four, and the ones
-  :meth:`pbscale.backends.BackendChoice.effective_routes` takes for the setting; the first
+  :meth:`pbscale.forward.backends.BackendChoice.effective_routes` takes for the setting; the first
   call's time apart (``first_call_s``: compilation of the fused tail, cuDNN autotuning).
 * ``graphed_forward``: LeNet-300-100's forward of n masks through the CUDA-graph route
-  (:class:`pbscale.backends.Graphed`) against the MLP path it replays.
+  (:class:`pbscale.forward.backends.Graphed`) against the MLP path it replays.
 * ``mc_step``: the ARMS step (`alg:iter_arms`, n samples) eager and through
-  :class:`pbscale.captured_step.CapturedStep`, beside a dense training step of the same
+  :class:`pbscale.execution.captured.CapturedStep`, beside a dense training step of the same
   network and batch (``per_dense_train`` = step / dense step, the goals' measure), for LeNet
   (fp32) and ResNet-20 (fp32 and bf16 autocast) with the routes BackendChoice takes; and the
   largest difference of the mask logits after ``--steps`` steps of the two.
@@ -43,8 +43,8 @@ from analysis.cli import run
 from pbexact.cli import ArgumentParser, positive_int
 from pbexact.errors import PBInputError
 from pbexact.io import check_out_dir
-from pbscale import io
-from pbscale.routes import ALL, NONE, Routes
+from pbscale.forward.routes import ALL, NONE, Routes
+from pbscale.runs import io
 
 #: The folded routes timed alone and together.
 FOLDED = {"off": NONE, "channels_last": Routes(channels_last=True),
@@ -81,8 +81,8 @@ def _rel(a: torch.Tensor, ref: torch.Tensor) -> float:
 
 
 def _resnet(dev: torch.device, amp: torch.dtype | None, asked: Routes | str | None = NONE):
-    from pbscale.masks import MaskedModule
-    from pbscale.models import build_model
+    from pbscale.forward.masks import MaskedModule
+    from pbscale.nets.models import build_model
 
     net = build_model("resnet20", seed=0).to(dev).train()
     return net, MaskedModule(net, net.masked_names(mask_shortcuts=True), amp=amp, routes=asked)
@@ -91,7 +91,7 @@ def _resnet(dev: torch.device, amp: torch.dtype | None, asked: Routes | str | No
 def forward_rows(dev: torch.device, amp_name: str, batch: int, n: int, repeats: int
                  ) -> list[dict]:
     """ResNet-20's forward of n masks with each folded route (module docstring)."""
-    from pbscale.backends import Folded
+    from pbscale.forward.backends import Folded
 
     amp = torch.bfloat16 if amp_name == "bf16" else None
     net, layout = _resnet(dev, amp)
@@ -121,8 +121,8 @@ def forward_rows(dev: torch.device, amp_name: str, batch: int, n: int, repeats: 
 
 def graphed_forward_rows(dev: torch.device, batch: int, n: int, repeats: int) -> list[dict]:
     """LeNet's forward of n masks: the MLP path, and replayed from a CUDA graph."""
-    from pbscale.masks import MaskedModule
-    from pbscale.models import build_model
+    from pbscale.forward.masks import MaskedModule
+    from pbscale.nets.models import build_model
 
     net = build_model("lenet", seed=0).to(dev).train()
     layout = MaskedModule(net, net.masked_names())
@@ -148,11 +148,11 @@ def step_rows(dev: torch.device, model: str, amp_name: str, batch: int, n: int, 
               steps: int) -> list[dict]:
     """The ARMS step, eager and captured, with the routes BackendChoice takes, beside a dense
     training step (module docstring)."""
-    from pbscale.batched import cross_entropy_per_mask
-    from pbscale.captured_step import CapturedStep
-    from pbscale.masks import MaskedModule
+    from pbscale.execution.captured import CapturedStep
+    from pbscale.forward.folded import cross_entropy_per_mask
+    from pbscale.forward.masks import MaskedModule
     from pbscale.methods import MaskTrainer, MethodConfig
-    from pbscale.models import INPUT_SHAPES, build_model
+    from pbscale.nets.models import INPUT_SHAPES, build_model
 
     amp = torch.bfloat16 if amp_name == "bf16" else None
     net = build_model(model, seed=0).to(dev).train()

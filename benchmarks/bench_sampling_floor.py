@@ -21,11 +21,11 @@ import torch
 from analysis.cli import run
 from pbexact.cli import ArgumentParser, positive_int, thread_count
 from pbscale.methods import BernoulliSampler, CopulaSampler, uniform_bits24
-from pbscale.models import INPUT_SHAPES, MODELS, build_model
+from pbscale.nets.models import INPUT_SHAPES, MODELS, build_model
 
 
 def model_list(text: str) -> list[str]:
-    """argparse type: comma-separated model names of ``pbscale.models``."""
+    """argparse type: comma-separated model names of ``pbscale.nets.models``."""
     names = [m.strip() for m in text.split(",")]
     if not text.strip() or not all(names):
         raise argparse.ArgumentTypeError(f"expected comma-separated models like lenet,resnet20, "

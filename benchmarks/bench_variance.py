@@ -22,9 +22,9 @@ import numpy as np
 
 from analysis.cli import run
 from benchmarks.timing import best_time
-from pbexact.benchmarks import exponential_tabular_loss
 from pbexact.cli import ArgumentParser
 from pbexact.copula import arms_correlation, pattern_probabilities
+from pbexact.instances import exponential_tabular_loss
 from pbexact.polynomial import flipped_expectation, true_gradient
 from pbexact.variance import exact_moments
 

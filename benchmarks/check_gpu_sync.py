@@ -6,7 +6,7 @@ the first other synchronizing call (file:line). Pieces: the copula (ARMS), Berno
 REINFORCE) and antithetic (DisARM) samplers over a step's chunks, the batched loss, a whole
 optimizer step (``MaskTrainer.surrogate`` + backward + ``apply``) for each MC estimator with
 the sigmoid and escort parametrizations, a batched ``MaskTrainerGroup`` step, a CP step, and
-an ARMS step of joint training (masks and the backbone's weights, ``pbscale.loop``'s step).
+an ARMS step of joint training (masks and the backbone's weights, ``pbscale.runs.loop``'s step).
 
     python -m benchmarks.check_gpu_sync [--n 100] [--chunk 25] [--steps 3] [--emulate]
 
@@ -23,7 +23,7 @@ and a blocking copy from the host. A known read-back is let through with a stand
 What the emulation cannot see: syncs inside CUDA kernels' host code that have no such
 signature (e.g. cuBLAS or allocator behaviour), and code under ``device.type == "cuda"``
 tests takes its other branch (in the pieces' step code there is none: such tests sit in set-up
-(``auto_chunk``), per epoch (``pbscale.loop``) and the conv-net backend choice of
+(``auto_chunk``), per epoch (``pbscale.runs.loop``) and the conv-net backend choice of
 ``MaskedModule``, which the MLP here does not reach); the GPU mode covers those. An operation
 that needs the data in another way (e.g. ``.numpy()``) fails on meta and is reported too. The
 optimizers are switched to the multi-tensor (foreach) path torch takes on CUDA by default.
@@ -53,7 +53,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from pbexact.cli import ArgumentParser, positive_int
 
 if TYPE_CHECKING:
-    from pbscale.regression import RegressionProblem
+    from pbscale.regression.problem import RegressionProblem
 
 #: The device the emulated check puts a step's tensors on: shapes without data, not "cpu", so
 #: the code takes the branches a CUDA device takes.
@@ -400,18 +400,18 @@ def make_pieces(dev: torch.device, n: int, chunk: int, steps: int,
     """The samplers, the batched loss and whole steps on the MaskedNNRegression problem on
     ``dev`` (built outside any check; ``problem``: one made on ``dev`` with smaller data, default
     the paper's); each run does ``steps`` steps."""
-    from pbscale.loop import train_step as loop_step
-    from pbscale.masks import MaskedModule, mean_absolute_error
+    from pbscale.execution.group import MemberLosses
+    from pbscale.forward.masks import MaskedModule, mean_absolute_error
     from pbscale.methods import (
         AntitheticSampler,
         BernoulliSampler,
         CopulaSampler,
         MaskTrainer,
-        MaskTrainerGroup,
         MethodConfig,
     )
-    from pbscale.methods.group import MemberLosses
-    from pbscale.regression import BATCH, make_problem
+    from pbscale.regression.group import MaskTrainerGroup
+    from pbscale.regression.problem import BATCH, make_problem
+    from pbscale.runs.loop import train_step as loop_step
 
     emulated = dev.type == EMULATED.type
     gen_dev = "cpu" if emulated else dev
@@ -475,7 +475,7 @@ def make_pieces(dev: torch.device, n: int, chunk: int, steps: int,
         cp = MaskTrainer(MethodConfig(method="cp", n=n), prob.d, 1000, dev)
         like_cuda(cp.optimizers)
         pieces.append(Piece("CP step", stepper(cp, f), {CP_READBACK: 1}))
-        # joint training (masks and weights, `pbscale.loop`'s step) on a copy of the backbone
+        # joint training (masks and weights, `pbscale.runs.loop`'s step) on a copy of the backbone
         net = copy.deepcopy(prob.backbone).requires_grad_(True)
         joint_f = MaskedModule(net, train_weights=True).loss_fn(
             prob.x_train[idx], prob.y_train[idx], mean_absolute_error)

@@ -21,7 +21,7 @@ TF32 flags, commit, hostname, date). The pieces, in order:
 * ``prune_epoch``: LeNet-300-100 supermask runs of ``pbscale.prune`` as a user runs them (one
   epoch of 100 steps, MNIST from ``$PBNN_MNIST`` or synthetic images), ARMS n = 100 and the
   dense network: training ms per step and their ratio, with the suite's routes (``cuda_graph``:
-  each MC step replayed from a CUDA graph, :class:`pbscale.captured_step.CapturedSteps`).
+  each MC step replayed from a CUDA graph, :class:`pbscale.execution.captured.CapturedSteps`).
 * ``arms_loorf``: :func:`benchmarks.bench_arms_step.step_ratio`, the ARMS over the LOORF step
   on MaskedNNRegression at n = 10 and 100.
 * ``pbscale``: :mod:`benchmarks.bench_pbscale`, chunked-batched evaluation against a loop over
@@ -38,16 +38,16 @@ TF32 flags, commit, hostname, date). The pieces, in order:
   only where a setting has one run): each kind of job
   trained for 2 epochs, and the projected wall time of the whole sweep (280 runs, 300 epochs)
   with its jobs one after another on this device.
-* ``routes``: :mod:`benchmarks.bench_routes`, each GPU route of :mod:`pbscale.routes` against
-  the reference path it replaces (time, largest difference), the MC step captured as a CUDA
+* ``routes``: :mod:`benchmarks.bench_routes`, each GPU route of :mod:`pbscale.forward.routes`
+  against the reference path it replaces (time, largest difference), the MC step captured as a CUDA
   graph against the eager step and a dense training step; then :mod:`benchmarks.op_count` of
   the steps with the routes off and on (``op_count_<device>.csv``: kernels and launches on CUDA,
   the CUDA code paths on the meta device elsewhere).
 
 ``--routes`` sets the GPU routes every piece's masked forward takes (the process default of
-:mod:`pbscale.routes`, recorded in environment.json beside ``torch.backends.cudnn.benchmark``);
-``benchmarks/gpu_session.sh`` runs the suite with the routes off and then on, each folder
-labelled (``--label``).
+:mod:`pbscale.forward.routes`, recorded in environment.json beside
+``torch.backends.cudnn.benchmark``); ``benchmarks/gpu_session.sh`` runs the suite with the routes
+off and then on, each folder labelled (``--label``).
 
 Each piece runs in this process, under its share of the budget (what earlier pieces left
 unspent is shared out again); a piece that raises, or runs past its share (SIGALRM), is
@@ -86,7 +86,8 @@ from analysis.cli import run
 from pbexact.cli import ArgumentParser, positive_float
 from pbexact.errors import PBInputError
 from pbexact.io import atomic_write_text, check_out_dir, write_json
-from pbscale import io, routes
+from pbscale.forward import routes
+from pbscale.runs import io
 
 ROOT = Path(__file__).resolve().parents[1]
 #: The paper-scale sweep the ``regression`` piece projects (`sec:app_maskednnregression`).
@@ -228,7 +229,7 @@ class Piece:
 def piece_sync(ctx: Context) -> Outcome:
     """check_gpu_sync on the CUDA device, or emulated on the meta device (CPU, smoke)."""
     from benchmarks import check_gpu_sync as cgs
-    from pbscale.regression import make_problem
+    from pbscale.regression.problem import make_problem
 
     emulate = ctx.smoke or ctx.dev.type != "cuda"
     dev = cgs.EMULATED if emulate else ctx.dev
@@ -314,7 +315,7 @@ def piece_prune(ctx: Context) -> Outcome:
 def piece_arms_loorf(ctx: Context) -> Outcome:
     """The ARMS over the LOORF step (bench_arms_step.step_ratio) at each n."""
     from benchmarks.bench_arms_step import step_ratio
-    from pbscale.regression import make_problem
+    from pbscale.regression.problem import make_problem
 
     if ctx.smoke:
         ns, repeats = (4,), 2
@@ -363,7 +364,7 @@ def piece_batched_seeds(ctx: Context) -> Outcome:
     """Runs per hour, batched groups against one at a time (bench_batched_seeds.time_modes)."""
     from benchmarks.bench_batched_seeds import time_modes
     from pbscale.methods import MethodConfig
-    from pbscale.regression import make_problem
+    from pbscale.regression.problem import make_problem
 
     if ctx.smoke:
         method, n, seeds, lrs, epochs, serial_runs = "loorf", 2, (2, 4), (0.1,), 1, 2
@@ -456,10 +457,11 @@ def piece_prune_group(ctx: Context) -> Outcome:
 
 def piece_prune_epoch(ctx: Context) -> Outcome:
     """LeNet-300-100 supermask runs of ``pbscale.prune`` (the run loop as a user runs it, with
-    the suite's routes: ``cuda_graph`` replays the MC steps, :class:`pbscale.captured_step.
+    the suite's routes: ``cuda_graph`` replays the MC steps, :class:`pbscale.execution.captured.
     CapturedSteps`): training milliseconds per step of ARMS n = 100 and of the dense network
     (one epoch of ``batches`` steps, evaluation not counted), and their ratio."""
     from pbscale import prune as P
+    from pbscale.pruning.run import captures_steps
 
     if ctx.smoke:
         n, batches, batch, synthetic = 2, 2, 8, 64
@@ -477,7 +479,7 @@ def piece_prune_epoch(ctx: Context) -> Outcome:
             row = io.read_csv(folder / "metrics.csv")[-1]
             rows.append({"method": method, "n": n if cfg.family.caps.samples else 0,
                          "steps": batches, "batch": batch, "routes": str(routes.default()),
-                         "captured": P.captures_steps(cfg, ctx.dev, routes.default()),
+                         "captured": captures_steps(cfg, ctx.dev, routes.default()),
                          "train_s": row["train_seconds"],
                          "ms_per_step": 1e3 * row["train_seconds"] / batches})
             ctx.save(rows)
@@ -591,10 +593,11 @@ def _train_job(kind: dict, epochs: int, problem: Any, out: Path, dev: torch.devi
     """Train one job of a kind for ``epochs`` epochs under ``out``; its per-epoch history rows
     (train_seconds, val_seconds) as the run loop records them."""
     from pbscale import regress
-    from pbscale.batched_seeds import GROUPS, train_batched
+    from pbscale.regression.group import train_group
+    from pbscale.runs.records import GROUPS
 
     if kind["group"]:
-        train_batched(kind["configs"], epochs, problem, out=out, device=dev)
+        train_group(kind["configs"], epochs, problem, out=out, device=dev)
         (metrics,) = (out / GROUPS).glob("*/metrics.csv")
         return io.read_csv(metrics)
     folder = regress.train(kind["configs"][0], epochs, out, device=str(dev), problem=problem,
@@ -616,7 +619,7 @@ def _fit(points: list[tuple[float, float]]) -> tuple[float, float]:
 
 def piece_regression(ctx: Context) -> Outcome:
     """A slice of the regression sweep: kinds of jobs trained a few epochs; the projection."""
-    from pbscale.regression import make_problem
+    from pbscale.regression.problem import make_problem
 
     kinds = _job_kinds(ctx)
     if ctx.smoke:
@@ -909,8 +912,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"comma-separated pieces to run, or all (default all: "
                    f"{', '.join(PIECES)})")
     p.add_argument("--routes", default=None,
-                   help="GPU routes the pieces' masked forwards take (pbscale.routes): off, all "
-                   "or names, comma-separated (default: PBNN_ROUTES, else off)")
+                   help="GPU routes the pieces' masked forwards take (pbscale.forward.routes): "
+                   "off, all or names, comma-separated (default: PBNN_ROUTES, else off)")
     p.add_argument("--label", default="",
                    help="added to the results folder's name, e.g. routes-off (default none)")
     return p

@@ -1,7 +1,7 @@
 """Operations per step, counted by torch.profiler: one MC step (ARMS, `alg:iter_arms`), one CP
 step, the forward of n masks and the copula sampler, for LeNet-300-100 and ResNet-20, with the
-GPU routes off and on (`pbscale.routes`), side by side in one process. Launches, not time, are
-what a host-bound GPU step pays for (LeNet on an H100: 130 launches, 3.7 ms of wall time for
+GPU routes off and on (`pbscale.forward.routes`), side by side in one process. Launches, not time,
+are what a host-bound GPU step pays for (LeNet on an H100: 130 launches, 3.7 ms of wall time for
 1.4 ms of kernels), and the count needs no GPU.
 
     python -m benchmarks.op_count [--device meta|cpu|cuda] [--models lenet,resnet20]
@@ -16,7 +16,7 @@ path); masked tensors as `benchmarks.bench_prune` (ResNet-20 with its 1x1 shortc
 step's chunk is n, as on a GPU; supermask (the weights fixed).
 
 Steps: ``mc`` (``MaskTrainer.step``, ARMS), ``loorf`` (the same with LOORF), ``captured`` (the
-ARMS step through :class:`pbscale.captured_step.CapturedStep`: replayed from a CUDA graph on
+ARMS step through :class:`pbscale.execution.captured.CapturedStep`: replayed from a CUDA graph on
 cuda, its eager data flow elsewhere), ``cp``, ``forward`` (n masks, no autograd) and
 ``sampler`` (n copula draws). Models: LeNet-300-100, ResNet-20 and ``regression``
 (MaskedNNRegression, d = 8,050, batch 100: the ARMS/LOORF goal's problem).
@@ -52,8 +52,9 @@ from analysis.cli import run
 from pbexact.cli import ArgumentParser
 from pbexact.errors import PBInputError
 from pbexact.io import check_out_dir, write_json
-from pbscale import io, route_ops, routes
-from pbscale.graphs import SCOPE as GRAPH_SCOPE
+from pbscale.forward import route_ops, routes
+from pbscale.forward.graphs import SCOPE as GRAPH_SCOPE
+from pbscale.runs import io
 
 MODELS = ("lenet", "resnet20", "regression")
 STEPS = ("mc", "loorf", "captured", "cp", "forward", "sampler")
@@ -190,16 +191,16 @@ class Setup:
     asked for; the steps to count."""
 
     def __init__(self, model: str, args: argparse.Namespace, asked: routes.Routes) -> None:
-        from pbscale.batched import cross_entropy_per_mask
-        from pbscale.masks import MaskedModule
-        from pbscale.models import INPUT_SHAPES, build_model
+        from pbscale.forward.folded import cross_entropy_per_mask
+        from pbscale.forward.masks import MaskedModule
+        from pbscale.nets.models import INPUT_SHAPES, build_model
 
         self.dev = torch.device(args.device)
         self.args = args
         gen = torch.Generator().manual_seed(0)
         if model == "regression":  # the paper's MaskedNNRegression (`sec:app_maskednnregression`)
-            from pbscale.masks import mean_absolute_error
-            from pbscale.regression import BATCH, make_problem
+            from pbscale.forward.masks import mean_absolute_error
+            from pbscale.regression.problem import BATCH, make_problem
 
             prob = make_problem(0, self.dev)
             self.layout = MaskedModule(prob.backbone, routes=asked)
@@ -235,7 +236,7 @@ class Setup:
             tr = self.trainer(TRAINED[what])
             return lambda: tr.step(self.f)
         if what == "captured":
-            from pbscale.captured_step import CapturedStep
+            from pbscale.execution.captured import CapturedStep
 
             step = CapturedStep(self.trainer("arms"), self.layout, self.x, self.y, self.loss,
                                 capture=self.dev.type == "cuda")
@@ -263,7 +264,7 @@ def profiled(fn: Callable[[], object], dev: torch.device) -> dict[str, Any]:
     if dev.type == "meta":
         # the step's loss read-back, also where a captured step records it
         allowed = {cgs.LOSS_READBACK: 1, cgs.CP_READBACK: 1,
-                   ("pbscale/captured_step.py", "__torch_dispatch__"): 1}
+                   ("pbscale/execution/captured.py", "__torch_dispatch__"): 1}
 
         def call() -> None:
             verdict = cgs.emulated_check(fn, allowed, 1)

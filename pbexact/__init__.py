@@ -4,11 +4,17 @@ Modules: ``vertices`` (zeta_h, multisets), ``polynomial`` (P_J, exact gradient, 
 ``parametrizations`` (`tab:alternative_param`), ``estimators`` (the registry: REINFORCE, LOORF,
 ARMS, beta*, DisARM; shared with pbscale), ``copula`` (the ARMS Dirichlet copula, antithetic
 pairs), ``sampling``, ``variance`` and ``closed_form`` (exact estimator variances),
-``bad_generalization`` (`thm:mc_bad_gen_2`, `cor:mc_bad_gen_2`), ``benchmarks``
-(ExponentialTabularLoss, NNLoss), ``relaxations`` (concrete and hard-concrete samples at
-temperature beta, their quadrature) and ``bias`` (the exact bias and MSE of biased estimators).
+``bad_generalization`` (`thm:mc_bad_gen_2`, `cor:mc_bad_gen_2`), ``instances`` (the microworld's
+problem instances: ExponentialTabularLoss, NNLoss, a random table), ``relaxations`` (concrete
+and hard-concrete samples at temperature beta, their quadrature) and ``bias`` (the exact bias and
+MSE of biased estimators); plumbing: ``cli``, ``errors``, ``io``, ``processes``,
+``provenance`` and ``moved`` (old import paths told their new place).
 """
 
 from .errors import PBInputError
+from .moved import install
 
 __all__ = ["PBInputError"]
+
+#: The modules of pbexact that were renamed, old name -> new.
+install({"pbexact.benchmarks": "pbexact.instances"})

@@ -1,6 +1,6 @@
 """What every command-line tool shares: the parser whose usage errors are one line, the argparse
 ``type=`` functions, and :func:`run_main`, which maps how a tool ends to its exit code (the
-torch tools' device and threads: :mod:`pbscale.runtime`).
+torch tools' device and threads: :mod:`pbscale.runs.runtime`).
 
 A bad value given to one of these types becomes argparse's one-line
 ``error: argument --x: ...; see PROG --help`` and exit code 2, like a

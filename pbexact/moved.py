@@ -16,8 +16,9 @@ __all__ = ["MovedModules", "install", "moved_names"]
 
 
 class MovedModules(importlib.abc.MetaPathFinder):
-    """A finder, last on ``sys.meta_path``, that answers an import of a moved module (one no
-    other finder found) with a one-line :class:`ModuleNotFoundError` naming its new place."""
+    """A finder, first on ``sys.meta_path``, that answers an import of a moved module with a
+    one-line :class:`ModuleNotFoundError` naming its new place (first: an editable install's
+    finder would otherwise find the old file in another checkout)."""
 
     def __init__(self) -> None:
         self.moves: dict[str, str] = {}
@@ -35,7 +36,7 @@ def _finder() -> MovedModules:
         if isinstance(f, MovedModules):
             return f
     f = MovedModules()
-    sys.meta_path.append(f)
+    sys.meta_path.insert(0, f)
     return f
 
 

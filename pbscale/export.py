@@ -41,10 +41,10 @@ from torch.nn.utils import prune as torch_prune
 from pbexact.cli import ArgumentParser, run_main
 from pbexact.errors import PBInputError
 from pbexact.io import path_problem
-from pbscale import io as runio
-from pbscale.models import MODELS
-from pbscale.network import IMPORT_PATH, NetworkSource, importable, source_for
-from pbscale.prune_export import load_pruned, pruned_names
+from pbscale.nets.models import MODELS
+from pbscale.nets.network import IMPORT_PATH, NetworkSource, importable, source_for
+from pbscale.pruning.outputs import load_pruned, pruned_names
+from pbscale.runs import io as runio
 
 FORMATS = ("pt2", "torchscript", "onnx", "sparse")
 #: What the exported network takes, by ``data.json``'s "input_dtype" (runs written before it
@@ -75,7 +75,7 @@ class Standardized(nn.Module):
 
 
 def read_run(folder: str | Path) -> tuple[str, dict]:
-    """(model: a name of :data:`pbscale.models.MODELS` or the user's import path, data.json) of
+    """(model: a name of :data:`pbscale.nets.models.MODELS` or the user's import path, data.json) of
     a finished pruning run folder; a folder that is not one is a one-line
     :class:`PBInputError`."""
     folder = Path(folder)
@@ -161,7 +161,7 @@ def read_pruned_state(folder: Path) -> dict:
 
 
 def read_pruned(folder: Path, source: NetworkSource) -> nn.Module:
-    """:func:`pbscale.prune_export.load_pruned` of the run's pruned.pt (checked by
+    """:func:`pbscale.pruning.outputs.load_pruned` of the run's pruned.pt (checked by
     :func:`read_pruned_state`), refused in one line when its keys or shapes are not the
     network's."""
     read_pruned_state(folder)

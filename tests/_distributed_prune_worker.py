@@ -21,8 +21,8 @@ from pathlib import Path
 import torch
 
 from pbexact.errors import RunInterrupted
-from pbscale import distributed
 from pbscale import prune as P
+from pbscale.execution import distributed
 
 #: Epochs whose checkpoints are kept whole (ckpt<epoch>.pt beside checkpoint.pt): the MC run's
 #: trajectories are equal in law only once a round-off difference in theta flips a sampled bit,

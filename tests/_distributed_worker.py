@@ -1,6 +1,6 @@
 """Run by tests/test_distributed.py under ``torch.distributed.run`` (gloo, K ranks) or alone
 (K = 1, no process group): tiny MaskedNNRegression runs of several MC estimators through
-pbscale.loop with the samples split over the ranks; writes each rank's run folder and the
+pbscale.runs.loop with the samples split over the ranks; writes each rank's run folder and the
 logits r before every step (``trace<rank>.pt``). argv: OUT [interrupt_at_step]."""
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ import sys
 
 import torch
 
-from pbscale import distributed
-from pbscale.loop import LoopConfig, run
+from pbscale.execution import distributed
 from pbscale.methods import MaskTrainer, MethodConfig, mc_gradient
-from pbscale.regression import RegressionTask, make_problem
+from pbscale.regression.problem import RegressionTask, make_problem
+from pbscale.runs.loop import LoopConfig, run
 
 #: (estimator, n, chunk): chunks of uneven size across ranks, pairs for DisARM
 CASES = [("loorf", 7, 3), ("arms", 5, 5), ("disarm", 6, 4), ("reinforce", 4, 1)]

@@ -9,14 +9,14 @@ import torch
 from torch import nn
 from torch.func import functional_call
 
-from pbscale.batched import (
+from pbscale.forward.folded import (
     PerMaskLoss,
     WeightHook,
     cross_entropy_per_mask,
     forward_masked,
     plain_weight,
 )
-from pbscale.masks import MaskedModule
+from pbscale.forward.masks import MaskedModule
 
 
 def forward_one(layout: MaskedModule, z: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
@@ -27,7 +27,7 @@ def forward_one(layout: MaskedModule, z: torch.Tensor, x: torch.Tensor) -> torch
 
 def forward_masked_loop(module: nn.Module, masks: Mapping[str, torch.Tensor],
                         x: torch.Tensor, weight_hook: WeightHook = plain_weight) -> torch.Tensor:
-    """:func:`pbscale.batched.forward_masked` by a loop over the k masks, one
+    """:func:`pbscale.forward.folded.forward_masked` by a loop over the k masks, one
     ``functional_call`` each (running statistics are not updated): masks {name: (k, *shape)},
     x (B, ...) -> (k, B, ...)."""
     params = dict(module.named_parameters())
@@ -45,9 +45,9 @@ def masked_loss(module: nn.Module, x: torch.Tensor, y: torch.Tensor,
                 names: Sequence[str] | None = None, loss: PerMaskLoss = cross_entropy_per_mask,
                 *, amp: torch.dtype | None = None, channels_last: bool = False,
                 weight_hook: WeightHook = plain_weight) -> Callable[[torch.Tensor], torch.Tensor]:
-    """J(z) on the batch (x, y) by :func:`pbscale.batched.forward_masked` as a batched function
-    f(z (..., d)) -> (...,); z laid out as in :class:`pbscale.masks.MaskedModule` over ``names``
-    (default: every weight with >= 2 dimensions)."""
+    """J(z) on the batch (x, y) by :func:`pbscale.forward.folded.forward_masked` as a batched
+    function f(z (..., d)) -> (...,); z laid out as in :class:`pbscale.forward.masks.MaskedModule`
+    over ``names`` (default: every weight with >= 2 dimensions)."""
     layout = MaskedModule(module, names)
 
     def f(z: torch.Tensor) -> torch.Tensor:

@@ -29,11 +29,13 @@ import torch
 from analysis import pareto
 from pbexact import estimators as E
 from pbexact.parametrizations import get_parametrization
-from pbscale import batched_seeds, io, prune, regress, sweep
+from pbscale import prune, regress, sweep
 from pbscale.methods import FAMILY_MODULES, REGISTRY, MethodConfig, mc_gradient
 from pbscale.methods.schedules import keep_count
-from pbscale.models import build_model
-from pbscale.regression import make_problem
+from pbscale.nets.models import build_model
+from pbscale.regression.group import TIMING, train_group
+from pbscale.regression.problem import make_problem
+from pbscale.runs import io
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "adding_a_method.md"
@@ -165,15 +167,15 @@ def test_a_group_keeps_the_family_settings_by_construction(doc_methods, tmp_path
     def config(seed: int, tau: float) -> MethodConfig:
         return MethodConfig(method="concrete", n=4, lr=0.05, seed=seed, settings={"tau": tau})
 
-    grouped = batched_seeds.train_batched([config(0, 0.3), config(1, 0.3)], 1, problem,
+    grouped = train_group([config(0, 0.3), config(1, 0.3)], 1, problem,
                                           out=tmp_path / "group")
     for g, seed in enumerate((0, 1)):
         folder = regress.train(config(seed, 0.3), epochs=1, out=tmp_path / "alone",
                                device="cpu", progress=False, problem=problem)
-        alone = [{k: v for k, v in row.items() if k not in batched_seeds.TIMING}
+        alone = [{k: v for k, v in row.items() if k not in TIMING}
                  for row in io.read_csv(folder / "history.csv")]
         assert json.dumps(grouped[g]) == json.dumps(alone)  # bit for bit (NaN cells too)
-    other = batched_seeds.train_batched([config(0, 1.0), config(1, 1.0)], 1, problem)
+    other = train_group([config(0, 1.0), config(1, 1.0)], 1, problem)
     assert other[0][-1]["train_loss"] != grouped[0][-1]["train_loss"]
 
 

@@ -1,18 +1,34 @@
-"""The project's import structure, read from the source with ``ast`` (imports inside functions
-included): no import cycle, no upward import against the layering
-benchmarks -> analysis -> pbscale -> pbexact, no private name (leading underscore) taken from
-another project module, and no library module in pbexact or pbscale over ``MAX_LINES`` lines.
+"""The project's structure, read from the source with ``ast`` (imports inside functions
+included), and the rules it keeps:
+
+* imports: no cycle, no upward import against the layering benchmarks -> analysis -> pbscale ->
+  pbexact, no private name (leading underscore) taken from another project module, and no
+  library module in pbexact or pbscale over ``MAX_LINES`` lines;
+* layout (:data:`LAYOUTS`): the top level of pbscale and analysis holds the commands (the
+  modules ``python -m`` names) and sub-packages named for what they hold, in layers: a module of
+  a sub-package imports its own package and those of lower layers, never a command; the sweep
+  package sits on the job interface and the files of a run;
+* the method contract: a family's capabilities are one frozen :class:`Capabilities` and its
+  hooks take explicit arguments (no trainer state);
+* single definitions: the mask schedules and top-k rules, the MLP plan and its interpreter, and
+  the words "batched" (k masks in one call) and "group" (G runs in one process) each have one
+  home and one meaning.
 
 Each check is a function of an explicit import graph (or source text), so the tests also feed it
-a graph with an injected defect (a cycle, an upward edge, a private import) and require that it
-is reported.
+a graph with an injected defect (a cycle, an upward edge, a private import, a sub-package that
+imports upward or a command) and require that it is reported.
 """
 
 from __future__ import annotations
 
 import ast
+import dataclasses
+import inspect
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -196,7 +212,7 @@ def test_the_walk_sees_the_project():
     graph = graph_of(INFOS)
     for pkg in LAYERS:
         assert sum(m.partition(".")[0] == pkg for m in graph) >= 3, pkg
-    assert "pbexact.errors" in graph["pbscale.masks"]
+    assert "pbexact.errors" in graph["pbscale.forward.masks"]
     assert "pbexact.estimators" in graph["pbexact.variance"]
     lazy = [m for m, info in INFOS.items() if info.lazy]
     assert lazy, "no module with an import inside a function: the lazy case is not exercised"
@@ -233,10 +249,10 @@ def test_cycle_check_reports_an_injected_cycle():
 
 def test_layer_check_reports_an_injected_upward_edge():
     graph = graph_of(INFOS)
-    graph["pbexact.variance"] = graph["pbexact.variance"] | {"pbscale.masks"}
-    graph["pbscale.loop"] = graph["pbscale.loop"] | {"analysis.cli"}
-    assert upward_edges(graph) == [("pbexact.variance", "pbscale.masks"),
-                                   ("pbscale.loop", "analysis.cli")]
+    graph["pbexact.variance"] = graph["pbexact.variance"] | {"pbscale.forward.masks"}
+    graph["pbscale.runs.loop"] = graph["pbscale.runs.loop"] | {"analysis.cli"}
+    assert upward_edges(graph) == [("pbexact.variance", "pbscale.forward.masks"),
+                                   ("pbscale.runs.loop", "analysis.cli")]
     # downward and same-package edges are fine
     assert upward_edges({"benchmarks.b": {"pbexact.errors", "analysis.cli"},
                          "pbscale.a": {"pbscale.b"}}) == []
@@ -275,7 +291,7 @@ def test_length_check_reports_an_injected_long_module():
 # -- the sweep package sits on a job interface -------------------------------------------------
 
 #: What the sweep machinery may import from pbscale: its own modules, the job interface, io.
-SWEEP_ALLOWED = ("pbscale.sweep", "pbscale.jobs", "pbscale.io")
+SWEEP_ALLOWED = ("pbscale.sweep", "pbscale.sweep.jobs", "pbscale.runs.io")
 
 
 def sweep_dependencies(graph: dict[str, set[str]]) -> set[str]:
@@ -291,9 +307,240 @@ def test_the_sweep_package_depends_on_the_job_interface_only():
     assert {"pbscale.sweep", "pbscale.sweep.cli", "pbscale.sweep.file",
             "pbscale.sweep.records", "pbscale.sweep.engines"} <= set(sweep)
     assert sweep_dependencies(graph) == set()
-    assert any("pbscale.jobs" in graph[m] for m in sweep)
+    assert any("pbscale.sweep.jobs" in graph[m] for m in sweep)
     # the job interface itself knows no command
-    assert {b for b in graph["pbscale.jobs"] if b.startswith("pbscale.")} == set()
+    assert {b for b in graph["pbscale.sweep.jobs"] if b.startswith("pbscale.")} == set()
     # and the check sees an injected dependency on regression internals
     graph["pbscale.sweep.file"] = graph["pbscale.sweep.file"] | {"pbscale.batched_seeds"}
     assert sweep_dependencies(graph) == {"pbscale.batched_seeds"}
+
+
+# -- the layout: commands at the top, sub-packages in layers -----------------------------------
+
+@dataclass(frozen=True)
+class Layout:
+    """The rule of one package's top level: ``commands`` (the modules and command packages
+    ``python -m`` names; a command may import anything below its package's layering),
+    ``plumbing`` (top-level modules that are neither: shared helpers of the commands) and
+    ``layers`` (the sub-packages, lowest first: a module of one imports modules of its own
+    sub-package and of lower layers only, never a command nor a sibling of its layer)."""
+
+    package: str
+    commands: tuple[str, ...]
+    plumbing: tuple[str, ...]
+    layers: tuple[tuple[str, ...], ...]
+
+    def layer(self, module: str) -> int | None:
+        """The layer of a module of this package (None: a command, plumbing, the package)."""
+        parts = module.split(".")
+        if len(parts) < 2 or parts[0] != self.package:
+            return None
+        for i, names in enumerate(self.layers):
+            if parts[1] in names:
+                return i
+        return None
+
+    def command(self, module: str) -> bool:
+        parts = module.split(".")
+        return len(parts) >= 2 and parts[0] == self.package and parts[1] in self.commands
+
+
+#: The layouts of the packages with commands.
+LAYOUTS = {
+    "pbscale": Layout(
+        "pbscale",
+        commands=("prune", "regress", "batched_seeds", "export", "sweep"),
+        plumbing=(),
+        layers=(("runs", "forward"), ("methods", "nets"), ("execution",),
+                ("pruning", "regression"))),
+}
+
+
+def top_level(package: str, root: Path = ROOT) -> set[str]:
+    """The names directly in a package: its modules (without .py) and sub-packages."""
+    base = root / package
+    return ({p.stem for p in base.glob("*.py") if p.name != "__init__.py"}
+            | {p.name for p in base.iterdir() if (p / "__init__.py").exists()})
+
+
+def layout_violations(graph: dict[str, set[str]], layout: Layout) -> list[tuple[str, str]]:
+    """(importer, imported) of every import a sub-package module of ``layout`` makes that its
+    layering forbids: a command of its package, a module of a sibling of its layer or of a
+    higher layer."""
+    out = []
+    for a, targets in graph.items():
+        la = layout.layer(a)
+        if la is None:
+            continue
+        own = ".".join(a.split(".")[:2])
+        for b in targets:
+            if b.partition(".")[0] != layout.package or b == own or b.startswith(own + "."):
+                continue
+            lb = layout.layer(b)
+            if layout.command(b) or b == layout.package or lb is None or lb >= la:
+                out.append((a, b))
+    return sorted(out)
+
+
+@pytest.mark.parametrize("package", list(LAYOUTS))
+def test_the_top_level_holds_the_commands_and_the_layers(package):
+    layout = LAYOUTS[package]
+    names = top_level(package)
+    expected = {*layout.commands, *layout.plumbing, *(n for ns in layout.layers for n in ns)}
+    assert names == expected, (sorted(names - expected), sorted(expected - names))
+    for name in layout.commands:
+        path = ROOT / package / f"{name}.py"
+        text = (path.read_text() if path.exists()
+                else (ROOT / package / name / "cli.py").read_text())
+        assert "def main(" in text and "def build_parser(" in text, name
+        if not path.exists():
+            assert (ROOT / package / name / "__main__.py").exists(), name
+
+
+@pytest.mark.parametrize("package", list(LAYOUTS))
+def test_sub_packages_import_downward_only(package):
+    assert layout_violations(graph_of(INFOS), LAYOUTS[package]) == []
+
+
+def test_the_layout_check_reports_injected_violations():
+    layout = LAYOUTS["pbscale"]
+    graph = graph_of(INFOS)
+    graph["pbscale.methods.trainer"] = graph["pbscale.methods.trainer"] | {
+        "pbscale.execution.group",       # a higher layer
+        "pbscale.nets.models",           # a sibling of its layer
+        "pbscale.prune",                 # a command
+        "pbscale.methods.registry",      # its own package: fine
+        "pbscale.runs.contracts"}        # a lower layer: fine
+    assert [v for v in layout_violations(graph, layout)
+            if v[0] == "pbscale.methods.trainer"] == [
+        ("pbscale.methods.trainer", "pbscale.execution.group"),
+        ("pbscale.methods.trainer", "pbscale.nets.models"),
+        ("pbscale.methods.trainer", "pbscale.prune")]
+    assert layout.layer("pbscale.runs.loop") == 0 and layout.command("pbscale.sweep.cli")
+
+
+# -- the method contract ------------------------------------------------------------------------
+
+#: The class attributes a family used to set for its capabilities (now fields of Capabilities).
+OLD_CAPABILITY_ATTRIBUTES = ("commands", "uses", "samples", "deterministic", "split_samples",
+                             "eval_sampled", "rescale", "captures_step", "mask_schedule",
+                             "joint_warmup", "dense_weights", "also_sampled", "prune_param",
+                             "min_samples")
+
+
+def test_every_family_states_its_capabilities_in_one_frozen_dataclass():
+    from pbscale.methods import REGISTRY, Capabilities
+    from pbscale.methods.registry import OLD_ATTRIBUTES
+
+    assert set(OLD_ATTRIBUTES) == set(OLD_CAPABILITY_ATTRIBUTES)
+    assert Capabilities.__dataclass_params__.frozen
+    for name, family in REGISTRY.items():
+        assert isinstance(family.caps, Capabilities), name
+        for cls in type(family).__mro__:
+            assert not set(vars(cls)) & set(OLD_CAPABILITY_ATTRIBUTES), (name, cls)
+    # no field's default depends on another: every default is a constant of its own
+    assert all(f.default is not dataclasses.MISSING for f in dataclasses.fields(Capabilities))
+
+
+#: The hooks of a method over mask logits and their explicit arguments.
+LOGITS_HOOKS = {"gradient": ["self", "f", "r", "at"], "theta": ["self", "r", "at"],
+                "eval_mask": ["self", "r", "at"], "sample_masks": ["self", "r", "k", "at"],
+                "temperature": ["self", "at"]}
+#: The hooks of a method without logits and their explicit arguments.
+MASK_HOOKS = {"initial_mask": ["self", "cuts", "generator"],
+              "fraction_at": ["self", "step", "cuts"]}
+
+
+def test_the_hooks_take_explicit_arguments_and_read_no_trainer_state():
+    """Every registered family's hooks have the contract's signature (LogitsFamily: the logits
+    and a frozen StepArgs; MaskFamily: its CutSchedule); no family module reads a trainer's
+    attributes; the method never builds its own execution strategy."""
+    from pbscale.methods import REGISTRY, CutSchedule, LogitsFamily, MaskFamily, StepArgs
+
+    assert StepArgs.__dataclass_params__.frozen and CutSchedule.__dataclass_params__.frozen
+    for name, family in REGISTRY.items():
+        hooks = (LOGITS_HOOKS if isinstance(family, LogitsFamily)
+                 else MASK_HOOKS if isinstance(family, MaskFamily) else {})
+        assert hooks, name
+        for hook, params in hooks.items():
+            assert list(inspect.signature(getattr(type(family), hook)).parameters) == params, (
+                name, hook)
+    for path in sorted((ROOT / "pbscale" / "methods").glob("*.py")):
+        tree = ast.parse(path.read_text())
+        reads = [n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)
+                 and isinstance(n.value, ast.Name) and n.value.id == "trainer"]
+        assert reads == [], (path.name, reads)
+    strategies = [(m, b) for m, info in INFOS.items() if m.startswith("pbscale.methods")
+                  for b in info.imports if b.startswith("pbscale.execution")]
+    assert strategies == []
+
+
+# -- one definition each ------------------------------------------------------------------------
+
+#: Concepts with one home: the module that defines each name (the mask schedules and top-k
+#: rules, the MLP plan and its interpreter, the colour rule, the group of G runs).
+HOMES = {
+    "keep_count": "pbscale.methods.schedules", "check_fraction": "pbscale.methods.schedules",
+    "global_magnitude_masks": "pbscale.methods.schedules",
+    "gmp_fraction": "pbscale.methods.schedules", "top_scores": "pbscale.methods.schedules",
+    "kept_per_layer": "pbscale.methods.schedules", "mlp_plan": "pbscale.forward.mlp",
+    "MlpBackend": "pbscale.forward.mlp", "MemberBook": "pbscale.execution.group",
+    "color_distance": "pbscale.methods.registry", "method_reads": "pbscale.pruning.config",
+}
+
+
+def definitions(packages: tuple[str, ...] = LAYERS, root: Path = ROOT) -> dict[str, list[str]]:
+    """{top-level name: the modules that define it (def or class)} over the project."""
+    out: dict[str, list[str]] = {}
+    for pkg in packages:
+        for p in sorted((root / pkg).rglob("*.py")):
+            for node in ast.parse(p.read_text()).body:
+                if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+                    out.setdefault(node.name, []).append(module_name(p, root))
+    return out
+
+
+def test_each_shared_concept_is_defined_once_in_its_home():
+    found = definitions()
+    for name, home in HOMES.items():
+        assert found.get(name) == [home], (name, found.get(name))
+
+
+def test_the_mlp_plan_is_interpreted_once():
+    """Only pbscale.forward.mlp reads plan steps (typed: Linear, Norm, Act); no module indexes
+    a plan step as a tuple any more."""
+    for path in sorted((ROOT / "pbscale").rglob("*.py")):
+        text = path.read_text()
+        if module_name(path) == "pbscale.forward.mlp":
+            assert "class MlpBackend" in text and text.count("for i, step in enumerate(") == 1
+            continue
+        assert not re.search(r"\bplan\b.*step\[[0-9]\]|step\[[0-9]\].*\bplan\b", text), path
+        assert not re.search(r"isinstance\(\w+, (Linear|Norm|Act)\)", text), path
+
+
+#: The only names in pbscale and analysis that keep "batched" for G runs: the command's name
+#: and the names frozen by recorded files and commands (see docs/developing.md).
+BATCHED_NAMES = {"pbscale.batched_seeds"}
+
+
+def test_batched_and_group_have_one_meaning_each():
+    """"batched": k masks in one call (BatchedLoss, the masked forward); "group": G runs in one
+    process (the regression and pruning groups, on one MemberBook). No module but the command
+    is named for batches of runs; the registry's command of regression groups is
+    "regress-group"; the folded forward's masks per call are ``per_call``, not a group."""
+    from pbscale.methods import COMMANDS
+
+    batched = {m for m in INFOS if m.partition(".")[0] in ("pbscale", "analysis")
+               and "batch" in m.rpartition(".")[2]}
+    assert batched == BATCHED_NAMES
+    assert "regress-group" in COMMANDS and not [c for c in COMMANDS if "batch" in c]
+    groups = {m for m in INFOS if m.startswith("pbscale.") and "group" in m.rpartition(".")[2]}
+    assert groups == {"pbscale.execution.group", "pbscale.pruning.group",
+                      "pbscale.regression.group"}
+    for m in groups - {"pbscale.execution.group"}:
+        assert "pbscale.execution.group" in INFOS[m].imports, m  # one MemberBook for both
+    for path in sorted((ROOT / "pbscale" / "forward").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                args = [a.arg for a in (*node.args.args, *node.args.kwonlyargs)]
+                assert "group" not in args, (path, node.name)  # masks per call are per_call

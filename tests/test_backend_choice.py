@@ -1,4 +1,4 @@
-"""The one rule that picks a masked-forward backend (pbscale.backends.BackendChoice): which
+"""The one rule that picks a masked-forward backend (pbscale.forward.backends.BackendChoice): which
 backend each kind of network, input, device and autograd need gets, that MaskedModule.forward
 runs exactly the chosen one, and that every backend states its contract."""
 
@@ -8,9 +8,9 @@ import pytest
 import torch
 from torch import nn
 
-from pbscale import backends as B
-from pbscale.masks import MaskedModule
-from pbscale.models import INPUT_SHAPES, build_model
+from pbscale.forward import backends as B
+from pbscale.forward.masks import MaskedModule
+from pbscale.nets.models import INPUT_SHAPES, build_model
 
 
 def mlp(bn_running: bool = False) -> nn.Sequential:
@@ -25,7 +25,7 @@ def conv() -> nn.Sequential:
 
 
 class Gate(nn.Module):
-    """A custom forward that pbscale.batched.foldable does not vouch for."""
+    """A custom forward that pbscale.forward.folded.foldable does not vouch for."""
 
     def __init__(self) -> None:
         super().__init__()

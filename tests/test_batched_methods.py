@@ -28,11 +28,13 @@ import pytest
 import torch
 
 from pbexact.errors import RunInterrupted
-from pbscale import io, regress
-from pbscale.batched_seeds import GROUPS, train_batched
-from pbscale.masks import MaskedModule
+from pbscale import regress
+from pbscale.forward.masks import MaskedModule
 from pbscale.methods import REGISTRY, MethodConfig, names
-from pbscale.regression import make_problem, mlp
+from pbscale.regression.group import train_group
+from pbscale.regression.problem import make_problem, mlp
+from pbscale.runs import io
+from pbscale.runs.records import GROUPS
 
 REL, ABS = 1e-5, 1e-6
 TIMING = ("train_seconds", "val_seconds")
@@ -60,14 +62,14 @@ def _close(a: float, b: float) -> bool:
 
 
 def test_every_regress_method_batches():
-    assert set(names("regress")) <= set(names("batched"))
+    assert set(names("regress")) <= set(names("regress-group"))
 
 
 @pytest.mark.parametrize("method", names("regress"))
 def test_group_members_equal_separate_runs(tmp_path, method):
     p = tiny_problem()
     cfgs = configs(method)
-    batched = train_batched(cfgs, 2, p, out=tmp_path / "b")
+    batched = train_group(cfgs, 2, p, out=tmp_path / "b")
     refs = []
     for cfg, hist in zip(cfgs, batched):
         folder = regress.train(cfg, epochs=2, out=tmp_path / "s", device="cpu", problem=p,
@@ -86,7 +88,7 @@ def test_group_members_equal_separate_runs(tmp_path, method):
         got, want = (io.read_json(f / "config.json") for f in (twin, folder))
         assert {k: got[k] for k in HASHED} == {k: want[k] for k in HASHED}
         assert got["method_info"] == want["method_info"]
-        assert got["info"]["batched_runs"] == len(cfgs)
+        assert got["info"]["grouped_runs"] == len(cfgs)
         assert _close(io.read_json(twin / "summary.json")["final_val_loss_chosen"],
                       io.read_json(folder / "summary.json")["final_val_loss_chosen"])
     # the members are as different as the separate runs (all three for every method but
@@ -107,19 +109,19 @@ def test_relax_group_cut_by_sigterm_resumes_to_the_same_numbers(tmp_path):
     group's checkpoint; a group cut mid-epoch and rerun equals the uninterrupted one exactly."""
     p = tiny_problem()
     cfgs = configs("relax")[:2]
-    whole = train_batched(cfgs, 3, p, out=tmp_path / "whole")
+    whole = train_group(cfgs, 3, p, out=tmp_path / "whole")
 
     def cut(epoch, i):
         if (epoch, i) == (1, 0):  # mid-epoch: after the first of its two steps
             os.kill(os.getpid(), signal.SIGTERM)
 
     with pytest.raises(RunInterrupted) as exc:
-        train_batched(cfgs, 3, p, out=tmp_path / "cut", step_hook=cut)
+        train_group(cfgs, 3, p, out=tmp_path / "cut", step_hook=cut)
     assert exc.value.code == 143
     (group,) = (tmp_path / "cut" / GROUPS).iterdir()
     state = torch.load(group / "checkpoint.pt", weights_only=True)
     assert state["epoch"] == 1 and state["position"] is not None
-    again = train_batched(cfgs, 3, p, out=tmp_path / "cut")
+    again = train_group(cfgs, 3, p, out=tmp_path / "cut")
     assert str(again) == str(whole)
     for f in (tmp_path / "whole").iterdir():
         if f.name != GROUPS:

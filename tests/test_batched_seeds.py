@@ -16,9 +16,9 @@ from torch import nn
 
 from pbexact.errors import PBInputError, RunInterrupted
 from pbexact.parametrizations import get_parametrization
-from pbscale import io, regress
-from pbscale.batched_seeds import GROUPS, main, train_batched, train_unfinished
-from pbscale.masks import MaskedModule, rescaled_weight
+from pbscale import regress
+from pbscale.batched_seeds import main
+from pbscale.forward.masks import MaskedModule, rescaled_weight
 from pbscale.methods import (
     MC_METHODS,
     FixedSampler,
@@ -27,7 +27,10 @@ from pbscale.methods import (
     mc_surrogate,
     names,
 )
-from pbscale.regression import make_problem, mlp
+from pbscale.regression.group import train_group, train_unfinished
+from pbscale.regression.problem import make_problem, mlp
+from pbscale.runs import io
+from pbscale.runs.records import GROUPS
 
 TIMING = ("train_seconds", "val_seconds")
 
@@ -42,7 +45,7 @@ def test_batched_runs_equal_separate_runs(tmp_path, method, n):
     p = tiny_problem()
     configs = [MethodConfig(method, n, "sigmoid", lr, seed=seed)
                for lr in (0.1, 0.01) for seed in (0, 1)]
-    batched = train_batched(configs, 2, p, out=tmp_path / "b")
+    batched = train_group(configs, 2, p, out=tmp_path / "b")
     for cfg, hist in zip(configs, batched):
         folder = regress.train(cfg, epochs=2, out=tmp_path / "s", device="cpu", problem=p,
                                progress=False)
@@ -68,12 +71,13 @@ def test_batched_runs_equal_separate_runs(tmp_path, method, n):
 def test_batched_refuses_mixed_n_settings_and_unbatched_methods():
     p = tiny_problem()
     with pytest.raises(PBInputError, match="share n"):
-        train_batched([MethodConfig("loorf", 2), MethodConfig("loorf", 4)], 1, p)
+        train_group([MethodConfig("loorf", 2), MethodConfig("loorf", 4)], 1, p)
     with pytest.raises(PBInputError, match="share settings"):
-        train_batched([MethodConfig("cp", settings={"final_tau": 0.01}),
+        train_group([MethodConfig("cp", settings={"final_tau": 0.01}),
                        MethodConfig("cp", seed=1)], 1, p)
-    with pytest.raises(PBInputError, match="do not train as a group; batched runs are runs"):
-        train_batched([MethodConfig(next(m for m in names() if m not in names("batched")))],
+    with pytest.raises(PBInputError, match="do not train as a group; the runs of a regression "
+                                           "group are runs of reinforce, loorf"):
+        train_group([MethodConfig(next(m for m in names() if m not in names("regress-group")))],
                       1, p)
 
 
@@ -179,7 +183,7 @@ def test_group_interrupted_then_rerun_equals_uninterrupted(tmp_path, how):
     (nothing saved since the last epoch) and rerun gives each member the uninterrupted group's
     history; the cut group left each member's progress in its run folder."""
     p = tiny_problem()
-    whole = train_batched(_configs(), 3, p, out=tmp_path / "whole")
+    whole = train_group(_configs(), 3, p, out=tmp_path / "whole")
 
     def cut(epoch, i):
         if (epoch, i) == (1, 1):
@@ -189,7 +193,7 @@ def test_group_interrupted_then_rerun_equals_uninterrupted(tmp_path, how):
                 raise KeyboardInterrupt
 
     with pytest.raises(RunInterrupted if how == "sigterm" else KeyboardInterrupt) as exc:
-        train_batched(_configs(), 3, p, out=tmp_path / "cut", step_hook=cut)
+        train_group(_configs(), 3, p, out=tmp_path / "cut", step_hook=cut)
     if how == "sigterm":
         assert exc.value.code == 143
     (group,) = (tmp_path / "cut" / GROUPS).iterdir()
@@ -200,7 +204,7 @@ def test_group_interrupted_then_rerun_equals_uninterrupted(tmp_path, how):
     for f in members:  # progress: epoch 0 and 1, not finished
         assert [r["epoch"] for r in _rows(f)] == [0, 1]
         assert not (f / "summary.json").exists()
-    again = train_batched(_configs(), 3, p, out=tmp_path / "cut")
+    again = train_group(_configs(), 3, p, out=tmp_path / "cut")
     assert str(again) == str(whole)
     for f in members:
         assert (f / "summary.json").exists()
@@ -227,14 +231,14 @@ def test_finished_members_are_skipped_and_runs_read_like_regress_runs(tmp_path):
         assert regress.train(c, epochs=2, out=tmp_path, device="cpu", problem=p,
                              progress=False) == folder
         assert (folder / "summary.json").stat().st_mtime_ns == stamp  # not trained again
-        assert io.read_json(folder / "summary.json")["batched_runs"] == 3
+        assert io.read_json(folder / "summary.json")["grouped_runs"] == 3
         assert io.read_json(folder / "config.json")["info"]["group"] == f"{GROUPS}/{group.name}"
     assert train_unfinished(configs, 2, p, out=tmp_path) == (4, 0)
 
 
 def test_group_nan_check_names_the_member():
     """The loop's NaN check (the method's check_finite) names the member that diverged."""
-    from pbscale.methods import MaskTrainerGroup
+    from pbscale.regression.group import MaskTrainerGroup
 
     configs = [MethodConfig("loorf", 2, "sigmoid", 0.1, seed=0),
                MethodConfig("loorf", 2, "sigmoid", 30.0, seed=1)]

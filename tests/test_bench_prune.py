@@ -8,7 +8,7 @@ import pytest
 
 from analysis.cli import run
 from benchmarks import bench_prune
-from pbscale import io
+from pbscale.runs import io
 
 
 @pytest.mark.parametrize("argv,match", [
@@ -20,7 +20,7 @@ from pbscale import io
     (["--batch", "1"], "--batch: must be an integer >= 2"),
     (["--chunk", "0"], "--chunk: must be a positive integer"),
     (["--layouts", "nhwc"], "--layouts 'nhwc' is not nchw"),
-    (["--groups", "0"], "--groups must be positive"),
+    (["--groups", "0"], "--per-call must be positive"),
     (["--param", "nope"], "unknown parametrization"),
 ])
 def test_bad_arguments_exit_2(argv, match, capsys, tmp_path):

@@ -17,7 +17,6 @@ from test_docs_links import agrees_to_printed_digits, table_after
 
 from analysis import bias as B
 from analysis.cli import run
-from pbexact.benchmarks import NNLoss, exponential_tabular_loss
 from pbexact.bias import (
     BiasSummary,
     Moments,
@@ -36,6 +35,7 @@ from pbexact.bias import (
 )
 from pbexact.closed_form import closed_form_moments
 from pbexact.errors import PBInputError
+from pbexact.instances import NNLoss, exponential_tabular_loss
 from pbexact.parametrizations import PARAMETRIZATIONS, get_parametrization
 from pbexact.polynomial import expected_loss, true_gradient, vertex_probabilities
 from pbexact.relaxations import (

@@ -1,8 +1,8 @@
 """The captured MC step in the run loop (``python -m pbscale.prune --routes cuda_graph``): the
 loop's ``masks_step`` hook, the steps' losses read once per epoch, the choice of runs that are
 captured and the ``--routes`` flag. On the CPU the hook runs the captured step's data flow
-eagerly (:class:`pbscale.captured_step.CapturedStep` captures on CUDA only), which must give the
-plain run's numbers; tests/test_gpu_routes.py checks the replayed run on a GPU."""
+eagerly (:class:`pbscale.execution.captured.CapturedStep` captures on CUDA only), which must give
+the plain run's numbers; tests/test_gpu_routes.py checks the replayed run on a GPU."""
 
 from __future__ import annotations
 
@@ -17,12 +17,13 @@ import torch
 
 from pbexact.errors import PBInputError, RunInterrupted
 from pbscale import prune as P
-from pbscale.captured_step import CapturedSteps
-from pbscale.io import read_csv
-from pbscale.loop import run as loop_run
-from pbscale.loop_types import RunHooks
+from pbscale.execution.captured import CapturedSteps
+from pbscale.forward.routes import ALL, NONE, Routes
 from pbscale.methods.registry import REGISTRY, names
-from pbscale.routes import ALL, NONE, Routes
+from pbscale.pruning import run as prune_run
+from pbscale.runs.contracts import RunHooks
+from pbscale.runs.io import read_csv
+from pbscale.runs.loop import run as loop_run
 
 
 def tiny_cfg(**kw) -> P.PruneConfig:
@@ -33,7 +34,7 @@ def tiny_cfg(**kw) -> P.PruneConfig:
 
 
 def _run(tmp: Path, captured: bool, monkeypatch, **kw) -> Path:
-    monkeypatch.setattr(P, "captures_steps", lambda *a: captured)
+    monkeypatch.setattr(prune_run, "captures_steps", lambda *a: captured)
     return Path(P.run(tiny_cfg(**kw), tmp, quiet=True)["folder"])
 
 
@@ -64,7 +65,7 @@ def test_a_captured_run_cut_by_sigterm_resumes_to_the_same_numbers(tmp_path, mon
     checkpoint as floats; the resumed run ends with the uninterrupted run's metrics."""
     whole = _run(tmp_path / "whole", True, monkeypatch)
     out = tmp_path / "cut"
-    monkeypatch.setattr(P, "captures_steps", lambda *a: True)
+    monkeypatch.setattr(prune_run, "captures_steps", lambda *a: True)
 
     def hook(epoch: int, i: int) -> None:
         if (epoch, i) == (1, 1):  # seen before step 2
@@ -109,11 +110,12 @@ def test_which_runs_are_captured():
     captured = []
     for name in names("prune-supermask"):
         cfg = tiny_cfg(method=name, param="")
-        if P.captures_steps(cfg, cuda, graph):
+        if prune_run.captures_steps(cfg, cuda, graph):
             captured.append(name)
-        assert not P.captures_steps(cfg, cpu, ALL)
-        assert not P.captures_steps(cfg, cuda, NONE)
-        assert not P.captures_steps(tiny_cfg(method=name, param="", mode="joint"), cuda, graph)
+        assert not prune_run.captures_steps(cfg, cpu, ALL)
+        assert not prune_run.captures_steps(cfg, cuda, NONE)
+        joint = tiny_cfg(method=name, param="", mode="joint")
+        assert not prune_run.captures_steps(joint, cuda, graph)
     assert captured == [n for n in names("prune-supermask") if REGISTRY[n].caps.samples]
     assert captured  # the MC estimators
 

@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 from _reference import D1_TABLE, D1_VARIANCES
 
-from pbexact.benchmarks import benchmark_table
 from pbexact.closed_form import closed_form_moments, pair_kernels, subset_patterns
 from pbexact.copula import pattern_probabilities
 from pbexact.errors import PBInputError
 from pbexact.estimators import ESTIMATORS, estimators_for
+from pbexact.instances import benchmark_table
 from pbexact.parametrizations import PARAMETRIZATIONS, get_parametrization
 from pbexact.variance import exact_moments, sample_estimates
 

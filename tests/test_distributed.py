@@ -1,5 +1,5 @@
 """Sample parallelism with torch.distributed (gloo, K = 2 ranks on this CPU): one step's
-estimate and whole runs (LOORF, ARMS, DisARM, REINFORCE through pbscale.loop) equal the
+estimate and whole runs (LOORF, ARMS, DisARM, REINFORCE through pbscale.runs.loop) equal the
 single-process ones to float round-off, every rank holds identical logits before every step, and
 a distributed run interrupted mid-epoch (SIGTERM on every rank) resumes."""
 
@@ -13,8 +13,8 @@ from pathlib import Path
 import torch
 from _launch import free_port, worker_env
 
-from pbscale import io
-from pbscale.distributed import Shard
+from pbscale.execution.distributed import Shard
+from pbscale.runs import io
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKER = str(ROOT / "tests" / "_distributed_worker.py")

@@ -30,7 +30,7 @@ import pytest
 import torch
 from _launch import free_port, worker_env
 
-from pbscale import io
+from pbscale.runs import io
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKER = str(ROOT / "tests" / "_distributed_prune_worker.py")

@@ -1,4 +1,4 @@
-"""A diverged run leaves a record (``diverged.json``, :mod:`pbscale.run_record`): the separate
+"""A diverged run leaves a record (``diverged.json``, :mod:`pbscale.runs.records`): the separate
 run exits 2 with its one line and writes it; a pruning group records a diverging member, stops
 training it and finishes the others, then exits 2 naming it; a rerun reports the recorded
 divergence (exit 2, nothing trained) until the record is deleted; sweeps count diverged runs
@@ -16,10 +16,10 @@ import pytest
 
 from analysis.cli import run
 from pbexact.errors import PBInputError, RunInterrupted
-from pbscale import io as runio
 from pbscale import prune
-from pbscale.prune_task import PruneTask
-from pbscale.run_record import DIVERGED, read_diverged, write_diverged
+from pbscale.pruning.task import PruneTask
+from pbscale.runs import io as runio
+from pbscale.runs.records import DIVERGED, read_diverged, write_diverged
 
 TINY = dict(model="lenet", synthetic=48, epochs=3, max_batches=2, batch_size=8, n=2,
             eval_masks=2, eval_batches=1, method="arms")

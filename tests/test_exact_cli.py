@@ -14,9 +14,9 @@ import torch
 from _reference import D1_TABLE, D1_VARIANCES
 
 from analysis import arms_table, variance
-from pbexact.benchmarks import NNLoss, benchmark_table, exponential_tabular_loss
 from pbexact.errors import PBInputError
 from pbexact.estimators import REGISTRY
+from pbexact.instances import NNLoss, benchmark_table, exponential_tabular_loss
 from pbexact.vertices import vertices
 
 

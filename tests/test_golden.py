@@ -123,7 +123,7 @@ def _clean(row: dict) -> dict:
 
 
 def _tiny_problem():
-    from pbscale.regression import make_problem
+    from pbscale.regression.problem import make_problem
     return make_problem(0, n_train=300, n_valid=100, backbone_hidden=(6, 6),
                         target_hidden=(12, 12))
 
@@ -136,9 +136,10 @@ def _regress_cases() -> list[tuple[str, str, int]]:
 
 
 def regress_results(tmp: Path) -> dict:
-    from pbscale import io, regress
-    from pbscale.loop import read_state
+    from pbscale import regress
     from pbscale.methods import MethodConfig
+    from pbscale.runs import io
+    from pbscale.runs.loop import read_state
     problem = _tiny_problem()
     out = {}
     for method, param, n in _regress_cases():
@@ -171,8 +172,8 @@ def recorded_margins(margins: list[float]) -> Iterator[None]:
     was, and checked to give z), CP's 1[r > 0] min |r|, a magnitude cut the relative gap
     between the smallest kept and the largest newly pruned |w|. The run's numbers do not
     change (tests/golden/results.json holds them)."""
-    from pbscale import prune_eval
     from pbscale.methods import samplers, schedules
+    from pbscale.pruning import evaluation as prune_eval
     saved = (prune_eval.MaskEvaluation.choose_mask, samplers.BernoulliSampler.next,
              schedules.global_magnitude_masks)
     choose, draw, cut = saved
@@ -257,11 +258,11 @@ def prune_results(tmp: Path) -> dict:
 
 
 def batched_results(tmp: Path) -> dict:
-    from pbscale.batched_seeds import train_batched
     from pbscale.methods import MethodConfig
+    from pbscale.regression.group import train_group
     configs = [MethodConfig("loorf", 4, "sigmoid", lr, seed=s) for lr in (0.1, 0.03)
                for s in (0, 1)]
-    hist = train_batched(configs, 2, _tiny_problem(), out=tmp / "batched")
+    hist = train_group(configs, 2, _tiny_problem(), out=tmp / "batched")
     return {"histories": [[_clean(r) for r in h] for h in hist],
             "folders": sorted(p.name for p in (tmp / "batched").iterdir()
                               if not p.name.startswith("."))}

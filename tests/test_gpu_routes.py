@@ -23,14 +23,14 @@ if not torch.cuda.is_available():
     pytest.skip("needs a CUDA GPU", allow_module_level=True)
 
 from benchmarks import check_gpu_sync as cgs  # noqa: E402
-from pbscale import route_ops  # noqa: E402
-from pbscale.backends import Folded, Graphed  # noqa: E402
-from pbscale.batched import cross_entropy_per_mask  # noqa: E402
-from pbscale.captured_step import CapturedStep  # noqa: E402
-from pbscale.masks import MaskedModule  # noqa: E402
+from pbscale.execution.captured import CapturedStep  # noqa: E402
+from pbscale.forward import route_ops  # noqa: E402
+from pbscale.forward.backends import Folded, Graphed  # noqa: E402
+from pbscale.forward.folded import cross_entropy_per_mask  # noqa: E402
+from pbscale.forward.masks import MaskedModule  # noqa: E402
+from pbscale.forward.routes import Routes  # noqa: E402
 from pbscale.methods import CopulaSampler, MaskTrainer, MethodConfig  # noqa: E402
-from pbscale.models import build_model  # noqa: E402
-from pbscale.routes import Routes  # noqa: E402
+from pbscale.nets.models import build_model  # noqa: E402
 
 DEV = torch.device("cuda")
 FOLDED = {"shortcut_einsum": Routes(shortcut_einsum=True), "fused_bn": Routes(fused_bn=True),
@@ -199,7 +199,7 @@ def test_a_prune_run_with_the_captured_step_equals_the_plain_run(tmp_path):
     import warnings
 
     from pbscale import prune as P
-    from pbscale.io import read_csv
+    from pbscale.runs.io import read_csv
 
     args = ["--method", "arms", "--n", "10", "--synthetic", "256", "--epochs", "2",
             "--max-batches", "8", "--batch-size", "32", "--val-size", "64", "--device", "cuda",

@@ -16,7 +16,7 @@ import torch
 
 from analysis.cli import run
 from benchmarks import gpu_suite as gs
-from pbscale import io
+from pbscale.runs import io
 
 ENV_KEYS = {"device", "device_name", "driver", "torch", "cuda", "cudnn", "tf32_matmul",
             "tf32_cudnn", "commit", "hostname", "date", "smoke", "budget_s"}

@@ -1,14 +1,14 @@
 """A run's numbers do not depend on its group: a member of a group is its separate run, bit for
 bit, at the scale users meet it.
 
-* Pruning groups (:mod:`pbscale.prune_group`) on real MNIST, LeNet-300-100, 2 epochs x 50
+* Pruning groups (:mod:`pbscale.pruning.group`) on real MNIST, LeNet-300-100, 2 epochs x 50
   batches of 128, every family of ``names("prune-supermask")`` and ``names("prune-joint")``:
   member seed 1 of a group of two (seeds 0 and 1) writes the run folder the separate run
   ``--seed 1`` writes: the same names, masks.pt and pruned.pt byte for byte, metrics.csv and
   summary.json equal in every value but the seconds.
 * Regression groups (:mod:`pbscale.batched_seeds`) on the paper's MaskedNNRegression problem
   (d = 8,050, 10,000 training points, batches of 100), 2 epochs, every method of
-  ``names("batched")``: member seed 1 (with its own learning rate) of a group of two has the
+  ``names("regress-group")``: member seed 1 (with its own learning rate) of a group of two has the
   history of ``python -m pbscale.regress --seed 1``, every value but the seconds equal.
 
 The evaluation settings are small (2 evaluation masks scored on 1 batch) and MC methods draw
@@ -20,13 +20,13 @@ from pathlib import Path
 
 import pytest
 
-from pbscale import data as datamod
-from pbscale import io as runio
 from pbscale import prune
-from pbscale.batched_seeds import train_batched
 from pbscale.methods import MethodConfig, names
+from pbscale.nets import data as datamod
 from pbscale.regress import train
-from pbscale.regression import make_problem
+from pbscale.regression.group import train_group
+from pbscale.regression.problem import make_problem
+from pbscale.runs import io as runio
 
 MNIST_DIR = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "mnist"
 if not MNIST_DIR.exists():  # worktrees sit one level deeper than the project root
@@ -96,11 +96,11 @@ def problem():
     return make_problem(0, "cpu")
 
 
-@pytest.mark.parametrize("method", names("batched"))
+@pytest.mark.parametrize("method", names("regress-group"))
 def test_regression_member_is_its_separate_run(tmp_path: Path, problem, method: str) -> None:
     cfgs = [MethodConfig(method, 2, "sigmoid", lr, "rmsprop", seed)
             for seed, lr in ((0, 0.1), (1, 0.01))]
-    group = train_batched(cfgs, 2, problem, out=tmp_path / "grp")
+    group = train_group(cfgs, 2, problem, out=tmp_path / "grp")
     folder = train(cfgs[1], 2, tmp_path / "sep", device="cpu", progress=False, problem=problem)
     alone = untimed(runio.read_csv(folder / "history.csv"))
     assert len(alone) == 3

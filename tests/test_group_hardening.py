@@ -18,10 +18,12 @@ import pytest
 
 from analysis.cli import run
 from pbexact.errors import PBInputError
-from pbscale import batched_seeds, prune, prune_group, regress
+from pbscale import batched_seeds, prune, regress
 from pbscale import export as X
-from pbscale import io as runio
-from pbscale.run_record import lock_folder
+from pbscale.pruning import group as prune_group
+from pbscale.regression import group as regression_group
+from pbscale.runs import io as runio
+from pbscale.runs.records import lock_folder
 
 TINY = dict(model="lenet", synthetic=48, epochs=2, max_batches=2, batch_size=8, n=2,
             eval_masks=2, eval_batches=1, method="cp")
@@ -197,21 +199,21 @@ def test_regression_groups_take_the_same_care(tmp_path) -> None:
     line before training."""
     from pbscale.methods import MethodConfig
     from pbscale.regress import run_folder as regress_folder
-    from pbscale.regression import make_problem
+    from pbscale.regression.problem import make_problem
 
     p = make_problem(0, n_train=300, n_valid=100, backbone_hidden=(6, 6), target_hidden=(12, 12))
     cfgs = [MethodConfig("loorf", 2, "sigmoid", 0.1, seed=s) for s in (0, 1)]
-    assert batched_seeds.train_unfinished(cfgs, 1, p, out=tmp_path) == (0, 2)
+    assert regression_group.train_unfinished(cfgs, 1, p, out=tmp_path) == (0, 2)
     summary = regress_folder(cfgs[0], 1, tmp_path, 0, p) / "summary.json"
     summary.write_text("{}")
     with pytest.raises(PBInputError, match="damaged run file .*summary.json"):
-        batched_seeds.train_unfinished(cfgs, 1, p, out=tmp_path)
+        regression_group.train_unfinished(cfgs, 1, p, out=tmp_path)
     out = tmp_path / "two"
     folder = regress_folder(cfgs[1], 1, out, 0, p)
     with lock_folder(folder):
         with pytest.raises(PBInputError, match="being trained by another process"):
-            batched_seeds.train_unfinished(cfgs, 1, p, out=out)
+            regression_group.train_unfinished(cfgs, 1, p, out=out)
     (folder / "history.csv").mkdir()
     with pytest.raises(PBInputError, match="history.csv is a folder"):
-        batched_seeds.train_unfinished(cfgs, 1, p, out=out)
+        regression_group.train_unfinished(cfgs, 1, p, out=out)
     assert not list(out.glob(".groups/*/checkpoint.pt"))

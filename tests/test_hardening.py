@@ -18,9 +18,11 @@ from test_refusals import FORMAT
 
 from pbexact import io as pio
 from pbexact.errors import PBInputError
-from pbscale import io, regress
 from pbscale import methods as M
-from pbscale.regression import make_problem
+from pbscale import regress
+from pbscale.regression import run as regression_run
+from pbscale.regression.problem import make_problem
+from pbscale.runs import io
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -111,7 +113,7 @@ def test_damaged_checkpoint_is_a_one_line_error(tmp_path, damage, capsys):
 @pytest.mark.parametrize("damage", ["truncated", "folder", "binary"])
 def test_damaged_json_run_files_exit_2(tmp_path, name, damage, capsys, monkeypatch):
     prob = tiny_problem()
-    monkeypatch.setattr(regress, "make_problem", lambda *a, **k: prob)
+    monkeypatch.setattr(regression_run, "make_problem", lambda *a, **k: prob)
     args = ["--method", "loorf", "--n", "2", "--epochs", "1", "--out", str(tmp_path),
             "--device", "cpu", "--quiet"]
     assert regress.main(args) == 0
@@ -467,7 +469,7 @@ def _cor_only(th):
 def test_runaway_learning_rate_names_its_cause(tmp_path, capsys):
     from analysis.microworld_runs import run_exact
     from analysis.variance import variance_trajectory
-    from pbexact.benchmarks import benchmark_table
+    from pbexact.instances import benchmark_table
 
     # past float32 the command line refuses a rate up front (torch could not take a step)
     argv = ["params", "--d", "3", "--seeds", "2", "--steps", "3", "--lrs", "1e308", "--out",

@@ -18,10 +18,11 @@ import torch
 from torch import nn
 
 from pbscale import export as X
-from pbscale import io as runio
-from pbscale import models, prune
-from pbscale.lam_control import BAND, LamController, next_lam
-from pbscale.loop_types import LoopConfig
+from pbscale import prune
+from pbscale.nets import models
+from pbscale.pruning.lam_control import BAND, LamController, next_lam
+from pbscale.runs import io as runio
+from pbscale.runs.contracts import LoopConfig
 
 
 def test_member_seconds_are_the_groups_over_g(tmp_path) -> None:

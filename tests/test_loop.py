@@ -1,6 +1,6 @@
-"""The run loop (pbscale.loop) and masks on trainable networks (pbscale.masks): joint gradients
-through the surrogate loss, BatchNorm running statistics and dropout under k masks, dynamic
-weight rescaling, schedules, warm-up, freezing, SIGTERM and resume."""
+"""The run loop (pbscale.runs.loop) and masks on trainable networks (pbscale.forward.masks): joint
+gradients through the surrogate loss, BatchNorm running statistics and dropout under k masks,
+dynamic weight rescaling, schedules, warm-up, freezing, SIGTERM and resume."""
 
 from __future__ import annotations
 
@@ -14,10 +14,10 @@ from _masked_reference import forward_one
 from torch import nn
 
 from pbexact.errors import PBInputError, RunInterrupted
-from pbscale import io
 from pbscale import methods as M
-from pbscale.loop import EvalContext, LoopConfig, Method, Task, run, run_folder
-from pbscale.masks import MaskedModule, rescaled_weight
+from pbscale.forward.masks import MaskedModule, rescaled_weight
+from pbscale.runs import io
+from pbscale.runs.loop import EvalContext, LoopConfig, Method, Task, run, run_folder
 
 
 def conv_net(seed: int = 0, dropout: float = 0.0) -> nn.Sequential:
@@ -308,7 +308,7 @@ def test_microworld_sgd_loop_numpy_and_torch():
 
 @pytest.mark.parametrize("hook", [None, rescaled_weight])
 def test_mlp_fast_path_trains_weights_like_the_vmap_path(hook):
-    from pbscale.regression import mlp
+    from pbscale.regression.problem import mlp
 
     torch.manual_seed(0)
     net = mlp((3, 5, 4, 1)).double()
@@ -372,7 +372,7 @@ def test_joint_surrogate_in_chunks_equals_one_chunk(method):
 def test_flush_denormals_only_while_the_loop_runs():
     """Subnormal floats are flushed to zero inside the block (CPU, where supported) and not
     after it, so nothing outside a run (the exact core's tail tests) sees the setting."""
-    from pbscale.loop import flush_denormals
+    from pbscale.runs.loop import flush_denormals
 
     supported = torch.set_flush_denormal(True)
     torch.set_flush_denormal(False)

@@ -1,6 +1,6 @@
 """MaskedModule's backends for conv nets: the folded network of grouped convolutions
-(pbscale.batched.forward_masked) and the loop over masks equal the vmap path on every model of
-pbscale.models (VGG-19 with PBNN_SLOW_TESTS=1): outputs, gradients to soft masks and to the
+(pbscale.forward.folded.forward_masked) and the loop over masks equal the vmap path on every model
+of pbscale.nets.models (VGG-19 with PBNN_SLOW_TESTS=1): outputs, gradients to soft masks and to the
 weights, BatchNorm running statistics after the call, training and eval mode, with and without
 dynamic weight rescaling; the backend choice per device; networks only vmap can run; bf16
 autocast and channels-last against float32."""
@@ -16,9 +16,9 @@ from _masked_reference import forward_one, randomize_bn
 from torch import nn
 
 from pbexact.errors import PBInputError
-from pbscale.batched import foldable, forward_masked
-from pbscale.masks import MaskedModule, rescaled_weight
-from pbscale.models import INPUT_SHAPES, MODELS, build_model
+from pbscale.forward.folded import foldable, forward_masked
+from pbscale.forward.masks import MaskedModule, rescaled_weight
+from pbscale.nets.models import INPUT_SHAPES, MODELS, build_model
 
 SLOW = os.environ.get("PBNN_SLOW_TESTS") == "1"
 
@@ -122,7 +122,7 @@ def test_networks_only_vmap_runs(make, xshape):
 def test_foldable_needs_the_forward_vouched_by_its_own_class():
     """A subclass overriding a vouched forward is not trusted until it vouches itself; an
     nn.Sequential subclass keeping Sequential's forward is."""
-    from pbscale.models import BasicBlock
+    from pbscale.nets.models import BasicBlock
 
     class Mixer(BasicBlock):
         def forward(self, x: torch.Tensor) -> torch.Tensor:  # mixes channels: roll
@@ -159,7 +159,7 @@ def test_backend_choice_and_bad_backend():
 
 def test_named_backend_or_amp_bypasses_the_mlp_fast_path():
     """An MLP the fast path takes under "auto" runs the named backend instead (same values)."""
-    from pbscale.regression import mlp
+    from pbscale.regression.problem import mlp
 
     torch.manual_seed(0)
     net = mlp((3, 5, 4, 1)).double()
@@ -224,15 +224,15 @@ def test_running_statistics_over_calls_and_groups_equal_per_mask_copies():
         z = (torch.rand(5, 4 * 2 * 9 + 3 * 100, generator=gen) < 0.7).double()
         ref = _per_mask_copies(nets["ref"], MaskedModule(nets["ref"]).split(z), x)
         for g in (2, 5, 1):
-            out = MaskedModule(nets[g]).forward_folded(z, x, group=g)
+            out = MaskedModule(nets[g]).forward_folded(z, x, per_call=g)
             torch.testing.assert_close(out, ref, rtol=1e-10, atol=1e-10)
     for g in (2, 5, 1):
         for (name, a), b in zip(nets[g].named_buffers(), nets["ref"].buffers()):
             torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12, msg=name)
     assert int(nets[1].bn.num_batches_tracked) == 3
     assert not torch.equal(nets[1].bn.running_mean, net.bn.running_mean)
-    with pytest.raises(PBInputError, match="group must be"):
-        forward_masked(net, MaskedModule(net).split(z), x, group=0)
+    with pytest.raises(PBInputError, match="per_call must be"):
+        forward_masked(net, MaskedModule(net).split(z), x, per_call=0)
 
 
 @pytest.mark.parametrize("backend", ["folded", "loop"])

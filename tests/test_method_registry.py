@@ -17,7 +17,8 @@ from analysis import microworld, microworld_hybrid, microworld_runs, pareto
 from pbexact import estimators as E
 from pbexact.errors import PBInputError
 from pbexact.vertices import vertices
-from pbscale import io, prune, regress
+from pbscale import prune, regress
+from pbscale.execution.group import MemberLosses
 from pbscale.methods import (
     COMMANDS,
     MC_METHODS,
@@ -26,13 +27,13 @@ from pbscale.methods import (
     CPSettings,
     MagnitudeFamily,
     MaskTrainer,
-    MaskTrainerGroup,
     MCFamily,
     MethodConfig,
     names,
 )
-from pbscale.methods.group import MemberLosses
 from pbscale.methods.registry import MIN_COLOR_DISTANCE, color_distance, register
+from pbscale.regression.group import MaskTrainerGroup
+from pbscale.runs import io
 
 ROOT = Path(__file__).resolve().parents[1]
 C = torch.tensor([0.2, 0.7, 0.4, 0.9], dtype=torch.float64)
@@ -164,7 +165,7 @@ def test_regress_refuses_the_others(name, tmp_path):
         regress.train(MethodConfig(method=name, n=1), epochs=1, out=tmp_path)
 
 
-@pytest.mark.parametrize("name", cases("batched"))
+@pytest.mark.parametrize("name", cases("regress-group"))
 def test_batched_step(name):
     configs = [MethodConfig(method=name, n=n_for(name), lr=0.1, seed=s) for s in (0, 1)]
     group = MaskTrainerGroup.flat(configs, 4, total_steps=10)
@@ -176,7 +177,7 @@ def test_batched_step(name):
     assert np.isfinite(loss) and not torch.equal(group.r, r0)
 
 
-@pytest.mark.parametrize("name", others("batched"))
+@pytest.mark.parametrize("name", others("regress-group"))
 def test_batched_refuses_the_others(name):
     with pytest.raises(PBInputError, match="do not train as a group"):
         MaskTrainerGroup.check([MethodConfig(method=name, n=n_for(name))])

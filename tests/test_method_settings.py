@@ -14,16 +14,17 @@ from pathlib import Path
 import pytest
 
 from analysis import pareto
-from pbscale import batched_seeds, io, prune, regress, sweep
+from pbscale import batched_seeds, prune, regress, sweep
 from pbscale.methods import REGISTRY, Capabilities, MaskFamily, Settings, setting
 from pbscale.methods.options import option, options
-from pbscale.prune_config import PRUNE_COMMANDS, PruneConfig, method_reads
+from pbscale.pruning.config import PRUNE_COMMANDS, PruneConfig, method_reads
+from pbscale.runs import io
 from pbscale.sweep.file import load
 
 ROOT = Path(__file__).resolve().parents[1]
 #: Each tool that takes the methods' own settings, with the registry's commands it serves.
 TOOLS = {"pbscale.prune": (prune, PRUNE_COMMANDS), "pbscale.regress": (regress, ("regress",)),
-         "pbscale.batched_seeds": (batched_seeds, ("batched",))}
+         "pbscale.batched_seeds": (batched_seeds, ("regress-group",))}
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,6 @@ from torch import nn
 
 from pbexact.errors import RunInterrupted
 from pbscale import prune as P
-from pbscale.io import read_csv
 from pbscale.methods import REGISTRY, MaskTrainer, MethodConfig, straight_through
 from pbscale.methods.beyond import (
     HC_BETA,
@@ -28,7 +27,8 @@ from pbscale.methods.beyond import (
     st_theta,
 )
 from pbscale.methods.schedules import kept_per_layer, top_scores
-from pbscale.models import MODELS, build_model
+from pbscale.nets.models import MODELS, build_model
+from pbscale.runs.io import read_csv
 
 NEW = ("st-theta", "hardconcrete", "edgepopup")
 #: (mode, method) pairs the new methods run in.
@@ -192,7 +192,7 @@ def test_edge_popup_prune_run_keeps_round_target_per_layer_at_every_step(tmp_pat
         assert [int(p.sum()) for p in parts] == [round(0.37 * s) for s in sizes]
         checks.append((epoch, i))
 
-    from pbscale.loop import run as loop_run
+    from pbscale.runs.loop import run as loop_run
 
     r0, z0 = meth.r.detach().clone(), meth.mode_mask()
     folder = loop_run(task, meth, loop, tmp_path, progress=False, step_hook=hook)

@@ -30,8 +30,9 @@ from torch import nn
 
 from pbscale import export as X
 from pbscale import prune as P
-from pbscale.data import read_mnist
-from pbscale.prune_api import prune_model
+from pbscale.nets.data import read_mnist
+from pbscale.pruning.api import prune_model
+from pbscale.runs import io as runio
 
 TESTS = Path(__file__).parent
 MNIST = TESTS.parent.parent / "shared" / "data" / "mnist"
@@ -43,7 +44,7 @@ import _zoo  # noqa: E402  (tests/ is on sys.path: the zoo imports as a user's m
 
 
 def _rows(folder: Path) -> list[dict]:
-    return [r for r in P.runio.read_csv(folder / "metrics.csv")]
+    return [r for r in runio.read_csv(folder / "metrics.csv")]
 
 
 def _masks(folder: Path) -> dict[str, torch.Tensor]:
@@ -87,11 +88,11 @@ EQUAL_RUNS = {
 @needs_mnist
 @pytest.mark.parametrize("name", list(EQUAL_RUNS))
 def test_lenet_by_import_path_on_arrays_is_the_builtin_run(name, mnist_npz, tmp_path):
-    """Real MNIST: --model pbscale.models:LeNet300100 --data mnist.npz trains the run of
+    """Real MNIST: --model pbscale.nets.models:LeNet300100 --data mnist.npz trains the run of
     --model lenet --data-dir MNIST, mask bit for mask bit."""
     args = [*EQUAL_RUNS[name], "--threads", "1", "--quiet"]
     assert P.main([*args, "--data-dir", str(MNIST), "--out", str(tmp_path / "a")]) == 0
-    assert P.main([*args, "--model", "pbscale.models:LeNet300100", "--data", str(mnist_npz),
+    assert P.main([*args, "--model", "pbscale.nets.models:LeNet300100", "--data", str(mnist_npz),
                    "--out", str(tmp_path / "b")]) == 0
     a = sorted(p for p in (tmp_path / "a").iterdir() if p.name.startswith("lenet-"))
     b = sorted(p for p in (tmp_path / "b").iterdir() if p.name.startswith("LeNet300100-"))
@@ -103,7 +104,7 @@ def test_lenet_by_import_path_on_arrays_is_the_builtin_run(name, mnist_npz, tmp_
     for fa, fb in zip(sorted(a, key=key), sorted(b, key=key)):
         _same_run(fa, fb)
         task = json.loads((fb / "config.json").read_text())["task"]
-        assert task["model"] == "pbscale.models:LeNet300100" and task["dataset"] == "arrays"
+        assert task["model"] == "pbscale.nets.models:LeNet300100" and task["dataset"] == "arrays"
         assert len(task["network_id"]) == len(task["data_id"]) == 16
 
 
@@ -111,7 +112,7 @@ def test_lenet_by_import_path_on_arrays_is_the_builtin_run(name, mnist_npz, tmp_
 def test_the_python_api_is_the_same_run(tmp_path):
     """prune_model on MNIST arrays (the LeNet class as the factory) equals the command line."""
     xtr, ytr, xte, yte = read_mnist(MNIST)
-    from pbscale.models import LeNet300100
+    from pbscale.nets.models import LeNet300100
 
     args = EQUAL_RUNS["supermask-arms"]
     assert P.main([*args, "--threads", "1", "--quiet", "--data-dir", str(MNIST), "--out",
@@ -189,7 +190,7 @@ def _sparse(folder: Path, tmp: Path) -> Path:
 def test_zoo_masks_follow_the_rule(zoo_data, tmp_path):
     """The paper's rule masks every Linear and convolution weight but the classifier, leaves
     tied weights dense, and --masked masks what it names (the embedding too)."""
-    from pbscale.network import masked_names, source_for
+    from pbscale.nets.network import masked_names, source_for
 
     def names(factory: str, patterns=()) -> list[str]:
         return masked_names(source_for(f"_zoo:{factory}").build(0), patterns=patterns)
@@ -204,7 +205,7 @@ def test_zoo_masks_follow_the_rule(zoo_data, tmp_path):
 def test_factory_init_model_keeps_its_weights_and_names_them(tmp_path, zoo_data):
     """init="model" keeps the factory's weights (drawn under the run's seed) and hashes them
     into the run's identity; the Kaiming init draws from the seed alone."""
-    from pbscale.network import network_id, source_for
+    from pbscale.nets.network import network_id, source_for
 
     src = source_for("_zoo:MLP")
     a, b = src.build(3, "model"), src.build(3, "model")
@@ -408,7 +409,7 @@ KILLED = '''
 import sys, numpy as np, torch
 sys.path.insert(0, {tests!r})
 import _zoo
-from pbscale.prune_api import prune_model
+from pbscale.pruning.api import prune_model
 a = _zoo.arrays("gray", n_train=2000)
 r = prune_model(_zoo.MLP(), (a["x_train"], a["y_train"]), (a["x_test"], a["y_test"]),
                 method="arms", n=2, epochs=6, batch_size=16, out={out!r}, progress=False,
@@ -436,7 +437,7 @@ def test_api_run_killed_resumes_to_the_same_numbers(tmp_path):
     while time.time() < deadline:
         ckpt = list((tmp_path / "cut").glob("*/checkpoint.pt"))
         rows = list((tmp_path / "cut").glob("*/metrics.csv"))
-        if ckpt and rows and len(P.runio.read_csv(rows[0])) >= 3:
+        if ckpt and rows and len(runio.read_csv(rows[0])) >= 3:
             break
         time.sleep(0.05)
     proc.send_signal(signal.SIGKILL)
@@ -465,7 +466,7 @@ def test_api_tied_weights_stay_dense_and_train(tmp_path):
 
 def _family_runs() -> list[tuple[str, str]]:
     from pbscale.methods import REGISTRY
-    from pbscale.prune_config import MODES
+    from pbscale.pruning.config import MODES
 
     return [(name, mode) for name in P.prune_methods() for mode in MODES
             if f"prune-{mode}" in REGISTRY[name].caps.commands]

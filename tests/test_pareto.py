@@ -11,7 +11,7 @@ from _run_folders import write_prune
 from analysis import pareto
 from analysis.cli import run
 from pbscale import prune as P
-from pbscale.io import read_csv
+from pbscale.runs.io import read_csv
 
 
 def tiny_cfg(**kw):

@@ -1,4 +1,4 @@
-"""pbscale.batched: k masked copies of a conv net as one network equal the per-mask loop
+"""pbscale.forward.folded: k masked copies of a conv net as one network equal the per-mask loop
 (functional_call per mask), forward and gradients (to masks and to weights), BatchNorm in
 training and eval mode, residual blocks, unmasked layers; the batched loss feeds mc_gradient."""
 
@@ -12,10 +12,10 @@ from torch.nn import functional as F
 
 from pbexact.errors import PBInputError
 from pbexact.parametrizations import get_parametrization
-from pbscale.batched import cross_entropy_per_mask, forward_masked
-from pbscale.masks import MaskedModule, rescaled_weight
+from pbscale.forward.folded import cross_entropy_per_mask, forward_masked
+from pbscale.forward.masks import MaskedModule, rescaled_weight
 from pbscale.methods import FixedSampler, mc_gradient
-from pbscale.models import INPUT_SHAPES, MODELS, build_model
+from pbscale.nets.models import INPUT_SHAPES, MODELS, build_model
 
 
 class Block(nn.Module):
@@ -257,8 +257,8 @@ def test_repository_models_equal_loop(name):
 
 
 def test_weight_hook_dynamic_rescaling_equals_loop():
-    """forward_masked with pbscale.masks.rescaled_weight (dynamic weight rescaling) equals the
-    loop with the same hook, values and gradients to soft masks and weights."""
+    """forward_masked with pbscale.forward.masks.rescaled_weight (dynamic weight rescaling) equals
+    the loop with the same hook, values and gradients to soft masks and weights."""
     net, x, gen = _setup("tiny_resnet", 3, True, seed=13)
     masks = {n: m.requires_grad_(True) for n, m in weight_masks(net, 3, True, gen).items()}
     fast = forward_masked(net, masks, x, weight_hook=rescaled_weight)

@@ -13,7 +13,7 @@ from pbexact.errors import PBInputError
 from pbexact.parametrizations import get_parametrization
 from pbexact.polynomial import true_gradient
 from pbexact.sampling import sample_arms, sample_bernoulli
-from pbscale.masks import MaskedModule
+from pbscale.forward.masks import MaskedModule
 from pbscale.methods import (
     MC_METHODS,
     SAMPLERS,
@@ -27,7 +27,7 @@ from pbscale.methods import (
     standard_gamma,
     straight_through,
 )
-from pbscale.regression import mlp
+from pbscale.regression.problem import mlp
 
 PARAMS = ("sigmoid", "cosine", "direct", "escort")
 

@@ -12,10 +12,11 @@ import torch
 from _masked_reference import forward_one
 
 from pbexact.errors import PBInputError
-from pbscale import io, regress
 from pbscale import methods as M
-from pbscale.masks import MaskedModule
-from pbscale.regression import BACKBONE_HIDDEN, make_problem, mlp
+from pbscale import regress
+from pbscale.forward.masks import MaskedModule
+from pbscale.regression.problem import BACKBONE_HIDDEN, make_problem, mlp
+from pbscale.runs import io
 
 
 def tiny_problem():
@@ -150,8 +151,8 @@ _PEAK_SCRIPT = """
 import json, torch
 from pbexact.parametrizations import get_parametrization
 from pbscale import methods as M
-from pbscale.memory import peak_memory
-from pbscale.regression import make_problem
+from pbscale.runs.memory import peak_memory
+from pbscale.regression.problem import make_problem
 prob = make_problem(0, n_train=200, n_valid=10, target_hidden=(8, 8))  # d = 8,050
 f = prob.batch_loss(torch.arange(100))
 param = get_parametrization("sigmoid")
@@ -304,8 +305,8 @@ def test_run_folder_is_found_without_training_and_matches_train(tmp_path):
     assert regress.run_folder(cfg, 1, tmp_path, problem=prob) == folder
     full = regress.run_folder(cfg, 1, tmp_path)
     assert full != folder and full.name.startswith(regress.run_name(cfg))
-    from pbscale.loop import config_hash
-    from pbscale.regression import task_config
+    from pbscale.regression.problem import task_config
+    from pbscale.runs.loop import config_hash
 
     assert full.name.endswith(config_hash({
         "task": task_config(0), "method": cfg.to_dict(),
@@ -318,7 +319,7 @@ def test_fast_path_takes_sequential_subclasses_but_not_reused_layers():
     """LeNet-300-100 (an nn.Sequential subclass keeping Sequential's forward) runs on the MLP
     fast path and matches vmap; a network that reuses one Linear twice is refused with one line
     (the fast path would list it once, vmap's functional_call leaks its tensors)."""
-    from pbscale.models import build_model
+    from pbscale.nets.models import build_model
 
     net = build_model("lenet").double()
     masked = MaskedModule(net)

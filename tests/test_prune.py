@@ -15,13 +15,13 @@ from torch import nn
 from pbexact.errors import RunInterrupted
 from pbexact.parametrizations import get_parametrization
 from pbscale import prune as P
-from pbscale.batched import cross_entropy_per_mask
-from pbscale.io import read_csv
-from pbscale.loop import EvalContext
-from pbscale.loop import run as loop_run
-from pbscale.masks import MaskedModule, rescaled_weight
+from pbscale.forward.folded import cross_entropy_per_mask
+from pbscale.forward.masks import MaskedModule, rescaled_weight
 from pbscale.methods import mc_gradient, schedules
-from pbscale.models import MODELS
+from pbscale.nets.models import MODELS
+from pbscale.runs.io import read_csv
+from pbscale.runs.loop import EvalContext
+from pbscale.runs.loop import run as loop_run
 
 
 def tiny_cfg(**kw):

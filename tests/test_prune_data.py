@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from pbexact.errors import PBInputError
-from pbscale import data
+from pbscale.nets import data
 
 MNIST_DIR = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "mnist"
 if not MNIST_DIR.exists():  # worktrees sit one level deeper than the project root

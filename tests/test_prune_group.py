@@ -1,4 +1,4 @@
-"""Pruning groups (:mod:`pbscale.prune_group`): every pruning family of the registry, supermask
+"""Pruning groups (:mod:`pbscale.pruning.group`): every pruning family of the registry, supermask
 and joint, trained as a group of runs equals the same runs trained one at a time, bit for bit
 (the same run folders, names and files; masks.pt and pruned.pt byte for byte; every metric but
 the seconds; at MNIST scale in ``tests/test_group_equality.py``), and an interrupted group
@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from pbexact.errors import RunInterrupted
-from pbscale import io as runio
 from pbscale import prune
 from pbscale.methods import names
+from pbscale.runs import io as runio
 
 BASE = dict(model="lenet", synthetic=48, epochs=2, max_batches=2, batch_size=8, n=2,
             gmp_every=1, eval_masks=2, eval_batches=1)

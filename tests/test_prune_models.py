@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from pbexact.errors import PBInputError
-from pbscale.models import INPUT_SHAPES, MODELS, build_model, masked_count
+from pbscale.nets.models import INPUT_SHAPES, MODELS, build_model, masked_count
 
 
 def conv(c_in, c_out, k=3):

@@ -16,11 +16,11 @@ import pytest
 from analysis.pareto import find_runs
 from pbexact.errors import RunInterrupted
 from pbexact.provenance import code_provenance, version_text
-from pbscale import loop as loopmod
 from pbscale import prune as P
 from pbscale import sweep
-from pbscale.io import read_csv
-from pbscale.lam_control import BAND, STEP, next_lam
+from pbscale.pruning.lam_control import BAND, STEP, next_lam
+from pbscale.runs import loop as loopmod
+from pbscale.runs.io import read_csv
 from pbscale.sweep.records import finished_folders
 
 TINY = ["--synthetic", "48", "--epochs", "2", "--max-batches", "2", "--batch-size", "8",

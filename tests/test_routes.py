@@ -1,10 +1,11 @@
-"""The GPU routes of the masked forward (`pbscale/routes.py`, `pbscale/route_ops.py`,
-`pbscale/graphs.py`) against the reference path on the CPU, where they are applied explicitly:
-outputs, gradients to soft masks and to the weights, and BatchNorm running statistics, in
-float64 (tolerances of float rounding: rtol 1e-9) and float32 channels-last (rtol 1e-5); the
-models' plain forward through ``bn_act`` bit for bit the old one; the CUDA-graph route's
-static-buffer data flow; and the copula sampler's fewer-kernel stick-breaking bit for bit the
-earlier form on every CPU path and on its GPU branch (one cumprod) run on CPU tensors."""
+"""The GPU routes of the masked forward (`pbscale/forward/routes.py`,
+`pbscale/forward/route_ops.py`, `pbscale/forward/graphs.py`) against the reference path on the CPU,
+where they are applied explicitly: outputs, gradients to soft masks and to the weights, and
+BatchNorm running statistics, in float64 (tolerances of float rounding: rtol 1e-9) and float32
+channels-last (rtol 1e-5); the models' plain forward through ``bn_act`` bit for bit the old one; the
+CUDA-graph route's static-buffer data flow; and the copula sampler's fewer-kernel stick-breaking bit
+for bit the earlier form on every CPU path and on its GPU branch (one cumprod) run on CPU
+tensors."""
 
 from __future__ import annotations
 
@@ -20,13 +21,13 @@ from torch import nn
 from torch.nn import functional as F
 
 from pbexact.errors import PBInputError
-from pbscale import route_ops, routes
-from pbscale.backends import BackendChoice, Folded, Graphed, MlpInplace
-from pbscale.batched import forward_masked
-from pbscale.masks import MaskedModule
+from pbscale.forward import route_ops, routes
+from pbscale.forward.backends import BackendChoice, Folded, Graphed, MlpInplace
+from pbscale.forward.folded import forward_masked
+from pbscale.forward.masks import MaskedModule
+from pbscale.forward.routes import ALL, NONE, ROUTES, Routes
 from pbscale.methods import CopulaSampler, samplers, uniform_bits24
-from pbscale.models import INPUT_SHAPES, build_model
-from pbscale.routes import ALL, NONE, ROUTES, Routes
+from pbscale.nets.models import INPUT_SHAPES, build_model
 
 FOLDED_ROUTES = {"shortcut_einsum": Routes(shortcut_einsum=True),
                  "fused_bn": Routes(fused_bn=True),
@@ -106,7 +107,7 @@ def test_channels_last_route_keeps_every_activation_and_kernel_channels_last(mon
             kernels.append(w.is_contiguous(memory_format=torch.channels_last))
         return conv2d(x, w, *args)
 
-    import pbscale.batched as batched
+    import pbscale.forward.folded as batched
     monkeypatch.setitem(batched._CONV_FN, 2, spy)
     with torch.no_grad():
         Folded(layout, routes=Routes(channels_last=True))(z, x)
@@ -177,7 +178,7 @@ def test_batch_norm_act_equals_batch_norm_add_relu(train: bool):
 def test_bn_act_outside_a_fused_call_is_the_old_forward_bit_for_bit():
     """ResNet-20's plain forward through bn_act equals the forward it replaced (relu(bn(conv))
     and relu(bn(conv) + shortcut)), bit for bit, in training and eval mode."""
-    from pbscale.models import BasicBlock
+    from pbscale.nets.models import BasicBlock
 
     def old_block(m: BasicBlock, x: torch.Tensor) -> torch.Tensor:
         h = torch.relu(m.bn1(m.conv1(x)))
@@ -383,8 +384,8 @@ def test_captured_step_static_flow_equals_the_plain_step():
     the loss built once on them, the trainer's own step; the logits after three steps equal a
     twin trainer's plain steps bit for bit, and each call returns the step's read-back (the sum
     of the n sampled losses: the plain step's loss times n)."""
-    from pbscale.batched import cross_entropy_per_mask
-    from pbscale.captured_step import CapturedStep
+    from pbscale.execution.captured import CapturedStep
+    from pbscale.forward.folded import cross_entropy_per_mask
 
     layout, tr = _lenet_step()
     twin_layout, twin = _lenet_step()
@@ -406,7 +407,7 @@ def test_captured_step_captures_at_the_second_call_and_again_after_a_change(monk
     eager step: eager at the first call, captured at the second and replayed after (the step
     counter advanced on the host), eager again once the learning rate changes, then a new
     graph."""
-    from pbscale.captured_step import CapturedStep
+    from pbscale.execution.captured import CapturedStep
 
     layout, tr = _lenet_step()
     step = CapturedStep(tr, layout, *_batches(1)[0])
@@ -446,7 +447,7 @@ def test_captured_step_captures_at_the_second_call_and_again_after_a_change(monk
 
 
 def test_read_backs_are_recorded_and_stood_in():
-    from pbscale.captured_step import ReadBacks
+    from pbscale.execution.captured import ReadBacks
 
     t = torch.tensor(2.5)
     with ReadBacks(torch.device("cpu"), stand_in=True) as mode:

@@ -1,7 +1,7 @@
 """The thin run assembly: one mapping from how a tool ends to its exit code
 (:func:`pbexact.cli.run_main`) used by every CLI, an interruption that is an exception (no
-``sys.exit`` in the run loop), the torch set-up in :mod:`pbscale.runtime` (devices pbscale cannot
-use refused in one line), and a pruning run assembled from its parts."""
+``sys.exit`` in the run loop), the torch set-up in :mod:`pbscale.runs.runtime` (devices pbscale
+cannot use refused in one line), and a pruning run assembled from its parts."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from analysis.cli import run as analysis_run
 from pbexact.cli import run_main
 from pbexact.errors import PBInputError, RunInterrupted
 from pbscale import batched_seeds, prune, regress
-from pbscale.runtime import available_devices, resolve_device
+from pbscale.runs.runtime import available_devices, resolve_device
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -85,7 +85,7 @@ def _calls(path: Path) -> set[str]:
 
 
 def test_the_run_loop_raises_instead_of_exiting_and_one_run_main_serves_every_cli():
-    assert "sys.exit" not in _calls(ROOT / "pbscale" / "loop.py")
+    assert "sys.exit" not in _calls(ROOT / "pbscale" / "runs" / "loop.py")
     defined = [p.relative_to(ROOT).as_posix() for pkg in ("pbexact", "pbscale", "analysis")
                for p in (ROOT / pkg).rglob("*.py")
                if re.search(r"^def run_main\(", p.read_text(), re.M)]
@@ -99,8 +99,8 @@ def test_the_run_loop_raises_instead_of_exiting_and_one_run_main_serves_every_cl
 def test_a_pruning_run_is_assembled_from_its_parts():
     """The task holds the network and its batches; evaluation and export are strategies of
     the loop (the evaluation picks the frozen mask); the method is the family's."""
-    from pbscale.loop_types import RunHooks, Task
-    from pbscale.prune_eval import MaskEvaluation
+    from pbscale.pruning.evaluation import MaskEvaluation
+    from pbscale.runs.contracts import RunHooks, Task
 
     cfg = prune.PruneConfig(model="lenet", synthetic=16, epochs=1, max_batches=1, batch_size=4,
                             val_size=4, method="cp")

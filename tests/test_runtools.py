@@ -25,13 +25,17 @@ from test_prune_data import MNIST_DIR
 from pbexact import cli
 from pbexact.errors import PBInputError, RunInterrupted
 from pbexact.parametrizations import PARAMETRIZATIONS, Direct, get_parametrization
-from pbscale import batched_seeds, data, io, network, regress, routes
+from pbscale import batched_seeds, regress
 from pbscale import prune as P
-from pbscale.loop import PROVENANCE, config_hash, full_config
-from pbscale.loop import run as loop_run
+from pbscale.forward import routes
 from pbscale.methods import METHODS, OPTIMIZERS, MaskTrainer, MethodConfig, names
-from pbscale.models import INITS, MODELS
-from pbscale.regression import make_problem
+from pbscale.nets import data, network
+from pbscale.nets.models import INITS, MODELS
+from pbscale.regression.group import MAX_RUNS, GroupRun
+from pbscale.regression.problem import make_problem
+from pbscale.runs import io
+from pbscale.runs.loop import PROVENANCE, config_hash, full_config
+from pbscale.runs.loop import run as loop_run
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = ["--synthetic", "48", "--epochs", "2", "--max-batches", "2", "--batch-size", "8",
@@ -178,14 +182,14 @@ def test_huge_seed_list_is_refused_up_front(tmp_path, capsys):
                                            str(tmp_path)]) == 2
     assert time.perf_counter() - t0 < 5  # refused before the list is built
     line = one_line_error(capsys.readouterr().err)
-    assert "100,000,001 seeds" in line and f"{batched_seeds.MAX_RUNS:,}" in line
+    assert "100,000,001 seeds" in line and f"{MAX_RUNS:,}" in line
     assert batched_seeds.group_seeds("0-3,7") == [0, 1, 2, 3, 7]
-    assert len(batched_seeds.group_seeds(f"0-{batched_seeds.MAX_RUNS - 1}")) \
-        == batched_seeds.MAX_RUNS
+    assert len(batched_seeds.group_seeds(f"0-{MAX_RUNS - 1}")) \
+        == MAX_RUNS
     with pytest.raises(argparse.ArgumentTypeError):
-        batched_seeds.group_seeds(f"0-{batched_seeds.MAX_RUNS}")
+        batched_seeds.group_seeds(f"0-{MAX_RUNS}")
     # seeds x learning rates beyond what a group holds
-    half = batched_seeds.MAX_RUNS // 2
+    half = MAX_RUNS // 2
     assert _exit_code(batched_seeds.main, ["--seeds", f"0-{half}", "--lrs", "0.1,0.2,0.3",
                                            "--out", str(tmp_path)]) == 2
     assert "runs (seeds x learning rates)" in one_line_error(capsys.readouterr().err)
@@ -203,7 +207,8 @@ def _exit_code(main, argv) -> int:
 
 
 SHARED_TYPES = {cli.positive_int, cli.nonneg_int, cli.positive_float, cli.nonneg_float,
-                cli.integer, cli.finite_float, cli.boolean, cli.seed_list, cli.positive_int_list, cli.thread_count, cli.out_folder,
+                cli.integer, cli.finite_float, cli.boolean, cli.seed_list, cli.positive_int_list,
+                cli.thread_count, cli.out_folder,
                 batched_seeds.group_seeds, batched_seeds.lr_list, P.SYNTHETIC_COUNT,
                 routes.argument, network.argument}
 #: Flags whose values are free text by nature (paths, device names, name patterns, import
@@ -255,7 +260,7 @@ def test_choices_come_from_the_registries():
     assert choices(r, "param") == list(PARAMETRIZATIONS)
     assert choices(r, "optimizer") == list(OPTIMIZERS)
     b = batched_seeds.build_parser()
-    assert choices(b, "method") == list(names("batched"))
+    assert choices(b, "method") == list(names("regress-group"))
     assert "--init {" in P.build_parser().format_help().replace("\n", " ")
 
 
@@ -298,7 +303,7 @@ def test_a_non_finite_training_loss_names_the_step(tmp_path):
 def test_each_tool_names_its_own_learning_rate_flag():
     """The divergence message names the flag of the tool that ran: pbscale.prune's mask flags
     are --mask-lr / --mask-opt, pbscale.regress's --lr / --optimizer, batched seeds' --lrs."""
-    from pbscale.loop import LR_FLAGS, check_finite
+    from pbscale.runs.loop import LR_FLAGS, check_finite
 
     def flags(task) -> dict:
         return {**LR_FLAGS, **getattr(task, "lr_flags", {})}
@@ -318,7 +323,7 @@ def test_each_tool_names_its_own_learning_rate_flag():
         check_finite(trainer, 2, flags(P.PruneTask), [weight])
     step = (7, 3, None)  # a finite state with a non-finite loss: the mask flag, or both
     with pytest.raises(PBInputError, match=r"at step 7 \(epoch 3, batch 3\).*lower --lrs$"):
-        check_finite(trainer, 2, flags(batched_seeds._GroupRun), [], step=step)
+        check_finite(trainer, 2, flags(GroupRun), [], step=step)
     with pytest.raises(PBInputError, match="lower --mask-lr or --lr$"):
         check_finite(trainer, 2, flags(P.PruneTask), [torch.nn.Parameter(torch.ones(1))],
                       step=step)

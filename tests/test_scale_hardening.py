@@ -18,10 +18,11 @@ import pytest
 from analysis.cli import run
 from pbexact.errors import PBInputError
 from pbscale import prune
-from pbscale.methods import REGISTRY, MaskTrainer, MaskTrainerGroup, MethodConfig
+from pbscale.methods import REGISTRY, MaskTrainer, MethodConfig
 from pbscale.methods.samplers import check_sample_memory, free_memory
-from pbscale.prune_config import prune_methods
-from pbscale.run_record import env_info, run_folder
+from pbscale.pruning.config import prune_methods
+from pbscale.regression.group import MaskTrainerGroup
+from pbscale.runs.records import env_info, run_folder
 from pbscale.sweep import load, records
 
 TINY = ["--synthetic", "48", "--epochs", "2", "--max-batches", "1", "--quiet",

@@ -15,7 +15,7 @@ from analysis.scale_runs import READINGS
 from pbscale import prune as P
 from pbscale import regress
 from pbscale.methods import MethodConfig
-from pbscale.regression import make_problem
+from pbscale.regression.problem import make_problem
 
 
 def test_reads_real_prune_and_regress_run_folders(tmp_path):

@@ -15,7 +15,8 @@ import pytest
 from _launch import sigterm_when
 
 from pbexact.errors import PBInputError
-from pbscale import io, sweep
+from pbscale import sweep
+from pbscale.runs import io
 
 ROOT = Path(__file__).resolve().parents[1]
 TIMING = ("train_seconds", "val_seconds")

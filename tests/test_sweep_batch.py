@@ -16,8 +16,9 @@ from _launch import sigterm_when
 from test_sweep import _env, _histories, _starts, _sweep_cli, _write
 
 from pbexact.errors import PBInputError
-from pbscale import io, sweep
-from pbscale.batched_seeds import GROUPS
+from pbscale import sweep
+from pbscale.runs import io
+from pbscale.runs.records import GROUPS
 from pbscale.sweep import engines as sweep_engines
 
 PLAN = """
@@ -234,7 +235,7 @@ def test_killed_batched_sweep_resumes_per_run(batched_killed_and_resumed):
     f = batched_killed_and_resumed
     s, out = f["sweep"], f["out"]
     method = {r.id: r.options["method"] for r in s.runs}
-    assert "(2 batched groups, 3 children)" in f["first_stderr"]
+    assert "(2 groups, 3 children)" in f["first_stderr"]
     assert f["killed"], "the arms group never reached a checkpoint"
     assert f["code"] == 143
     assert f["after_kill"] == {i: {"loorf": "finished", "arms": "interrupted", "st": "pending"}[m]
@@ -246,7 +247,7 @@ def test_killed_batched_sweep_resumes_per_run(batched_killed_and_resumed):
 
     assert f["rerun"].returncode == 0, f["rerun"].stderr
     assert "4 of 7 runs already finished" in f["rerun"].stderr
-    assert "(1 batched groups, 2 children)" in f["rerun"].stderr
+    assert "(1 groups, 2 children)" in f["rerun"].stderr
     assert all(sweep.state_of(s, r) == "finished" for r in s.runs)
     recs = {r.id: sweep.read_record(s, r) for r in s.runs}
     logs = {i: Path(rec["log"]) for i, rec in recs.items()}
@@ -266,7 +267,7 @@ def test_killed_batched_sweep_resumes_per_run(batched_killed_and_resumed):
 def test_batched_sweep_results_equal_unbatched_sweep(batched_killed_and_resumed):
     f = batched_killed_and_resumed
     assert f["rerun"].returncode == 0 and f["ref"].returncode == 0, f["ref"].stderr
-    assert "batched groups" not in f["ref"].stderr  # no groups without batch
+    assert "groups, " not in f["ref"].stderr  # no groups without batch
     batched, single = _histories(f["out"]), _histories(f["tmp"] / "single")
     assert len(batched) == 7
     _close(batched, single)
@@ -286,4 +287,4 @@ def test_batched_sweep_results_equal_unbatched_sweep(batched_killed_and_resumed)
         assert Path(a["folder"]).name == Path(b["folder"]).name
         assert math.isclose(a["final_val_loss_chosen"], b["final_val_loss_chosen"],
                             rel_tol=1e-5, abs_tol=1e-6)
-        assert (a.get("batched_runs") or 0) == {"loorf": 4, "arms": 2, "st": 0}[a["method"]]
+        assert (a.get("grouped_runs") or 0) == {"loorf": 4, "arms": 2, "st": 0}[a["method"]]

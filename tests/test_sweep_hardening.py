@@ -22,7 +22,8 @@ import pytest
 from _launch import worker_env
 
 from pbexact.errors import PBInputError
-from pbscale import io, sweep
+from pbscale import sweep
+from pbscale.runs import io
 from pbscale.sweep import file as sweep_file
 from pbscale.sweep import records as sweep_records
 

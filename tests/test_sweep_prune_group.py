@@ -12,7 +12,8 @@ from test_prune_group import same_folder
 from test_sweep import _sweep_cli, _write
 
 from analysis import pareto, scale_report
-from pbscale import io, prune, sweep
+from pbscale import prune, sweep
+from pbscale.runs import io
 
 OPTS = dict(model="lenet", synthetic=48, epochs=1, max_batches=1, batch_size=8, n=2,
             eval_masks=2, eval_batches=1, method="arms")
@@ -86,7 +87,7 @@ def test_prune_sweep_of_8_runs_is_one_group(tmp_path):
     s = sweep.load(path)
     first = _sweep_cli("run", str(path), "--jobs", "1")
     assert first.returncode == 0, first.stderr
-    assert "(1 batched groups, 1 children)" in first.stderr
+    assert "(1 groups, 1 children)" in first.stderr
     assert all(sweep.state_of(s, r) == "finished" for r in s.runs)
     assert "finished 8, running 0, failed 0, diverged 0, interrupted 0, pending 0" in \
         _sweep_cli("status", str(path)).stdout

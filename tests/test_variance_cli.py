@@ -160,7 +160,7 @@ def test_results_of_other_settings_are_refused_before_anything_is_written(tmp_pa
 
 
 def test_a_random_instance_and_table_names_without_a_repeated_d(tmp_path, capsys):
-    from pbexact.benchmarks import random_table
+    from pbexact.instances import random_table
 
     out = tmp_path / "out"
     argv = ["--benchmark", "random", "--d", "3", "--seed", "3", "--steps", "0", "--out",

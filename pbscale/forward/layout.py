@@ -1,6 +1,6 @@
 """What every backend of the masked forward reads of its layout (:class:`MaskLayout`) and what
-a backend is (:class:`Backend`): the contract between :class:`pbscale.masks.MaskedModule` and
-the ways it evaluates k masks (:mod:`pbscale.backends`, :mod:`pbscale.forward.mlp`)."""
+a backend is (:class:`Backend`): the contract between :class:`pbscale.forward.masks.MaskedModule`
+and the ways it evaluates k masks (:mod:`pbscale.forward.backends`, :mod:`pbscale.forward.mlp`)."""
 
 from __future__ import annotations
 
@@ -9,14 +9,14 @@ from typing import ClassVar, Protocol
 import torch
 from torch import nn
 
-from pbscale.batched import WeightHook
+from pbscale.forward.folded import WeightHook
 
 
 class MaskLayout(Protocol):
-    """What a backend reads from its layout (:class:`pbscale.masks.MaskedModule`): the network,
-    the masked parameter names with their shapes and sizes (d = sum of sizes), the parameters
-    as the forward uses them (``base``: detached unless ``train_weights``), the buffers, the
-    weight hook (None: w * z), autocast dtype and channels-last flag, and the split of flat
+    """What a backend reads from its layout (:class:`pbscale.forward.masks.MaskedModule`): the
+    network, the masked parameter names with their shapes and sizes (d = sum of sizes), the
+    parameters as the forward uses them (``base``: detached unless ``train_weights``), the buffers,
+    the weight hook (None: w * z), autocast dtype and channels-last flag, and the split of flat
     masks (..., d) into per-tensor masks."""
 
     module: nn.Module
@@ -41,7 +41,8 @@ class MaskLayout(Protocol):
 class Backend:
     """One way to evaluate k masks: ``backend(z, x)``, masks z (k, d), inputs x (B, ...) ->
     outputs (k, B, ...). ``takes_groups``: whether it also takes z (G, k, d) with x (G, B, ...)
-    in one call (otherwise :class:`pbscale.masks.MaskedModule` runs the groups one by one)."""
+    in one call (otherwise :class:`pbscale.forward.masks.MaskedModule` runs the groups one by
+    one)."""
 
     name: ClassVar[str]
     takes_groups: ClassVar[bool] = False

@@ -3,7 +3,7 @@ method registry (:mod:`pbscale.methods.registry`).
 
 The loss is a batched function ``f(z)`` of masks z of shape (..., d) returning (...); for the
 MC estimators it is only evaluated, for CP and the hybrid estimators it is differentiated
-(soft masks in [0, 1]). Nothing here knows about ``nn.Module`` masking: :mod:`pbscale.masks`
+(soft masks in [0, 1]). Nothing here knows about ``nn.Module`` masking: :mod:`pbscale.forward.masks`
 supplies f for a masked network, and the microworld (NNLoss) can supply its own.
 
 Modules, by concern. The contract, which a method is written against:
@@ -21,9 +21,8 @@ Modules, by concern. The contract, which a method is written against:
   regularizer; :mod:`~pbscale.methods.samplers`: the estimators' laws in torch, per-run
   samplers and the chunk size; :mod:`~pbscale.methods.schedules`: the kept fraction, the
   magnitude cut, GMP's schedule and the per-layer top-k, one definition each;
-* :mod:`~pbscale.methods.options`: every family's own settings as command-line options;
-* :mod:`~pbscale.methods.group`: G runs trained in one process (:class:`MemberBook`,
-  :class:`MaskTrainerGroup`).
+* :mod:`~pbscale.methods.options`: every family's own settings as command-line options, and
+  the help texts that name methods.
 
 The families (:data:`FAMILY_MODULES`, imported in that order, the registration order of
 :data:`REGISTRY`, which every list of methods follows):
@@ -58,9 +57,9 @@ FAMILY_MODULES = ("mc", "cp", "hybrids", "magnitude", "beyond")
 #: The environment variable naming modules outside pbscale that define methods.
 PLUGINS_ENV = "PBSCALE_METHODS"
 
+
 from .cuts import CutSchedule, MagnitudeMethod, MaskFamily
 from .estimate import Estimate, dense_regularizer, sample_mean, surrogate_loss
-from .group import MaskTrainerGroup
 from .registry import (
     COMMANDS,
     OPTIMIZERS,
@@ -156,11 +155,11 @@ __all__ = [
     "Capabilities", "CopulaSampler", "CutSchedule", "Estimate", "Family", "FixedSampler",
     "Gradient", "HYBRID_METHODS", "HybridControl", "HybridFamily", "LogitsFamily", "MCFamily",
     "MC_METHODS", "METHODS", "MagnitudeFamily", "MagnitudeMethod", "MaskFamily", "MaskTrainer",
-    "MaskTrainerGroup", "MethodConfig", "NoSettings", "OPTIMIZERS", "PerRunSampler",
-    "PerSeedControl", "PerSeedMLP", "Plan", "REGISTRY", "RELAX_HIDDEN", "RELAX_LR",
-    "RELAX_WEIGHT_DECAY", "SAMPLERS", "Settings", "StepArgs", "auto_chunk", "cp_hard_mask",
-    "cp_relaxed_loss", "cp_step", "cp_temperature", "dense_regularizer", "get_family",
-    "load_plugins", "make_control", "mc_gradient", "mc_surrogate", "names", "rebar_relax",
-    "rebar_relax_step", "register", "register_estimator", "sample_mean", "setting",
-    "standard_gamma", "straight_through", "surrogate_loss", "uniform_bits24",
+    "MethodConfig", "NoSettings", "OPTIMIZERS", "PerRunSampler", "PerSeedControl", "PerSeedMLP",
+    "Plan", "REGISTRY", "RELAX_HIDDEN", "RELAX_LR", "RELAX_WEIGHT_DECAY", "SAMPLERS", "Settings",
+    "StepArgs", "auto_chunk", "cp_hard_mask", "cp_relaxed_loss", "cp_step", "cp_temperature",
+    "dense_regularizer", "get_family", "load_plugins", "make_control", "mc_gradient",
+    "mc_surrogate", "names", "rebar_relax", "rebar_relax_step", "register", "register_estimator",
+    "sample_mean", "setting", "standard_gamma", "straight_through", "surrogate_loss",
+    "uniform_bits24",
 ]

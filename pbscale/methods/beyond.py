@@ -30,8 +30,8 @@ from pbexact.errors import PBInputError
 from pbexact.moved import moved_names
 from pbexact.parametrizations import Parametrization
 from pbexact.relaxations import HC_BETA, HC_GAMMA, HC_ZETA, get_relaxation
+from pbscale.runs.contracts import BatchedLoss
 
-from ..loop_types import BatchedLoss
 from .estimate import Estimate, sample_mean
 from .registry import Capabilities, register
 from .schedules import check_fraction, top_scores
@@ -89,7 +89,7 @@ class BeyondFamily(LogitsFamily):
 
 
 #: The tools the methods beyond the paper run in.
-BEYOND_COMMANDS = ("regress", "batched", "prune-supermask", "prune-joint")
+BEYOND_COMMANDS = ("regress", "regress-group", "prune-supermask", "prune-joint")
 
 
 @register
@@ -149,7 +149,7 @@ class EdgePopupFamily(BeyondFamily):
     weights). Its count is fixed, so it has no L0 term (``lam`` is not among its uses)."""
 
     name, label, text, color = "edgepopup", "Edge-popup", "edge-popup", "teal"
-    caps = Capabilities(commands=("regress", "batched", "prune-supermask"),
+    caps = Capabilities(commands=("regress", "regress-group", "prune-supermask"),
                         uses=("lr", "optimizer", "target"), deterministic=True)
 
     def initial_logits(self, param: Parametrization, d: int,

@@ -13,8 +13,8 @@ import torch
 from pbexact.continuation import CP_EVERY, CP_FINAL_TAU, exponential_temperature
 from pbexact.errors import PBInputError
 from pbexact.parametrizations import Parametrization
+from pbscale.runs.contracts import BatchedLoss
 
-from ..loop_types import BatchedLoss
 from .estimate import Estimate, sample_mean
 from .registry import CP_GAMMA, CP_MILESTONES, Capabilities, Settings, register, setting
 from .trainer import Gradient, LogitsFamily, StepArgs
@@ -97,7 +97,7 @@ class CPFamily(LogitsFamily):
     its batches are split and the gradient of r averaged)."""
 
     name, label, text, color = "cp", "CP", "CP", "C4"
-    caps = Capabilities(commands=("regress", "batched", "prune-supermask", "prune-joint",
+    caps = Capabilities(commands=("regress", "regress-group", "prune-supermask", "prune-joint",
                                   "microworld"),
                         uses=("lr", "optimizer", "lam"), deterministic=True,
                         mask_schedule=(CP_MILESTONES, CP_GAMMA))

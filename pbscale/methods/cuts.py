@@ -12,7 +12,8 @@ from typing import Any
 
 import torch
 
-from ..loop_types import BatchedLoss
+from pbscale.runs.contracts import BatchedLoss
+
 from . import schedules
 from .registry import Family, MethodConfig, Plan, Settings
 from .schedules import check_fraction
@@ -69,7 +70,7 @@ class MaskFamily(Family):
 
 
 class MagnitudeMethod:
-    """MP, GMP or dense training as a :class:`pbscale.loop_types.Method`: one binary mask (d,)
+    """MP, GMP or dense training as a :class:`pbscale.runs.contracts.Method`: one binary mask (d,)
     over the masked weights of ``layout`` (all ones for dense), no logits. ``apply`` (called by
     the loop after the backward pass and before the weight step) makes the cuts: at step ``cut``
     for MP, every ``every`` steps from ``start`` to ``end`` on :func:`gmp_fraction` for GMP. A

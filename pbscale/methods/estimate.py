@@ -21,7 +21,7 @@ class Estimate:
 def sample_mean(J: torch.Tensor) -> float | torch.Tensor:
     """The training loss a step reports from the losses J (n, ...) of its n masks, their mean
     over the masks: a float for one run (J (n,)), else a CPU tensor (...), one per run (the
-    leading run dimension of a group, :class:`pbscale.methods.MaskTrainerGroup`)."""
+    leading run dimension of a group, :class:`pbscale.regression.group.MaskTrainerGroup`)."""
     J = J.detach()
     return float(J.mean()) if J.dim() <= 1 else J.mean(0).cpu()
 

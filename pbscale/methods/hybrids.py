@@ -12,8 +12,8 @@ import torch
 from torch import nn
 
 from pbexact.errors import PBInputError
+from pbscale.runs.contracts import BatchedLoss
 
-from ..loop_types import BatchedLoss
 from .estimate import Estimate, sample_mean
 from .registry import Capabilities, register
 from .trainer import Gradient, LogitsFamily, StepArgs
@@ -206,7 +206,7 @@ class HybridFamily(LogitsFamily):
     A member's estimate over sigmoid logits is :meth:`sigmoid_estimate`, shared by its runs and
     the microworld's vectorized ones."""
 
-    caps = Capabilities(commands=("regress", "batched", "microworld"),
+    caps = Capabilities(commands=("regress", "regress-group", "microworld"),
                         uses=("n", "lr", "optimizer", "lam"), min_samples=1)
 
     def gradient(self, f: BatchedLoss, r: torch.Tensor, at: StepArgs) -> Gradient:

@@ -23,8 +23,8 @@ from pbexact.estimators import MC_ESTIMATORS, EstimatorSpec, SampleSums, get_est
 from pbexact.estimators import REGISTRY as ESTIMATOR_REGISTRY
 from pbexact.estimators import register as add_estimator
 from pbexact.parametrizations import Parametrization
+from pbscale.runs.contracts import BatchedLoss
 
-from ..loop_types import BatchedLoss
 from .estimate import Estimate, surrogate_loss
 from .registry import MC_GAMMA, MC_MILESTONES, MC_START, Capabilities, register
 from .samplers import SAMPLERS, PerRunSampler
@@ -48,8 +48,8 @@ def mc_gradient(f: BatchedLoss, r: torch.Tensor, param: Parametrization, estimat
 
     ``sampler`` (an object with ``next(k) -> (k, ..., d)``) replaces the default sampler of the
     estimator's law, e.g. to replay given samples. ``shard`` (a
-    :class:`pbscale.distributed.Shard`): every chunk is drawn in full but f is evaluated on
-    this rank's rows only, and the sums are combined over the ranks by one all-reduce.
+    :class:`pbscale.execution.distributed.Shard`): every chunk is drawn in full but f is evaluated
+    on this rank's rows only, and the sums are combined over the ranks by one all-reduce.
     """
     spec = get_estimator(estimator)
     if spec.needs_table:
@@ -134,7 +134,7 @@ class MCFamily(LogitsFamily):
         self.spec = spec
         self.name, self.label, self.text, self.color = spec.name, spec.label, spec.text, spec.color
         self.caps = Capabilities(
-            commands=("regress", "batched", "prune-supermask", "prune-joint"),
+            commands=("regress", "regress-group", "prune-supermask", "prune-joint"),
             uses=("n", "param", "lr", "optimizer", "chunk", "lam"), samples=True,
             min_samples=spec.min_samples, split_samples=True, captures_step=True,
             eval_sampled=True, rescale=True, mask_schedule=(MC_MILESTONES, MC_GAMMA),

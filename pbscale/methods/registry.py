@@ -4,7 +4,7 @@ by name, in :data:`REGISTRY`, and :class:`MethodConfig`, the settings of one met
 A family says what a method is (name, legend label, colour, the tools it runs in, whether it
 samples, which shared settings it reads), owns the settings no other method has (a frozen
 :class:`Settings` dataclass, e.g. CP's final temperature) and builds the run loop's
-:class:`pbscale.loop_types.Method` with :meth:`Family.make`, fully: nothing outside the family
+:class:`pbscale.runs.contracts.Method` with :meth:`Family.make`, fully: nothing outside the family
 writes into what it returns (in the spirit of ``torch.nn.utils.prune.BasePruningMethod``, whose
 subclasses own their arguments and one hook). The families are registered where they are
 defined:
@@ -22,7 +22,7 @@ methods (CLI choices, sweeps, the microworld's torch methods) is a query of the 
 (:func:`names`). A run's ``config.json`` records what analysis needs to know about its method
 (:meth:`Family.info`), so a run reads back after its method is renamed or removed.
 
-The hash of a run folder (:mod:`pbscale.loop`) is taken over :meth:`MethodConfig.to_dict`: the
+The hash of a run folder (:mod:`pbscale.runs.loop`) is taken over :meth:`MethodConfig.to_dict`: the
 shared settings, then a family's own settings under the family's name, only those that differ
 from their defaults (``{"cp": {"final_tau": 0.01}}``, ``method.cp.final_tau`` in the run's
 configuration), so adding a method or a setting renames no existing run. The two settings of CP
@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -44,11 +43,13 @@ from pbexact.continuation import CP_FINAL_TAU
 from pbexact.errors import PBInputError, check_n
 from pbexact.parametrizations import PARAMETRIZATIONS
 
-#: The tools a family can run in: ``regress`` (:mod:`pbscale.regress`), ``batched``
-#: (:mod:`pbscale.batched_seeds`), ``prune-supermask`` and ``prune-joint`` (:mod:`pbscale.prune`
-#: ``--mode``) and ``microworld`` (the vectorized torch runs of
-#: :mod:`analysis.microworld_hybrid`; the MC estimators run there on the exact core).
-COMMANDS = ("regress", "batched", "prune-supermask", "prune-joint", "microworld")
+#: The tools a family can run in: ``regress`` (:mod:`pbscale.regress`), ``regress-group``
+#: (regression groups, :mod:`pbscale.batched_seeds`), ``prune-supermask`` and ``prune-joint``
+#: (:mod:`pbscale.prune` ``--mode``) and ``microworld`` (the vectorized torch runs of
+#: :mod:`analysis.microworld.hybrid`; the MC estimators run there on the exact core).
+COMMANDS = ("regress", "regress-group", "prune-supermask", "prune-joint", "microworld")
+#: Commands renamed since families first named them (a family that names one is told).
+OLD_COMMANDS = {"batched": "regress-group"}
 #: Mask step decays of the pruning experiments (`tab:app_supermask_hypers`,
 #: `tab:app_pruning_broad`; fractions of the epochs, multiplier): CP's logits x0.1 at 40% and
 #: 60%, MC logits x0.5 at 60%.
@@ -62,7 +63,7 @@ OPTIMIZERS: dict[str, type[torch.optim.Optimizer]] = {
 #: The settings every method's run has (:class:`MethodConfig`); a family lists in
 #: :attr:`Capabilities.uses` those it reads.
 SHARED = ("n", "param", "lr", "optimizer", "chunk", "lam")
-#: The settings of pruning's cut schedule (:class:`pbscale.prune_config.PruneConfig`) a family
+#: The settings of pruning's cut schedule (:class:`pbscale.pruning.config.PruneConfig`) a family
 #: may read (:attr:`Capabilities.uses`): the kept fraction, MP's cut, GMP's schedule.
 PRUNE_SETTINGS = ("target", "prune_at", "gmp_start", "gmp_end", "gmp_every")
 #: Keys of every run's hashed method section from before families owned their settings: CP's
@@ -140,7 +141,7 @@ class Plan:
     """What a tool tells :meth:`Family.make` about the run: the epochs and training steps per
     epoch, the steps in which the masks train (CP's temperature schedule counts them), the
     sizes of the layers the flat mask covers (None: one layer of d), the tool's own settings
-    (``run``: e.g. :class:`pbscale.prune_config.PruneConfig`, read by the names of
+    (``run``: e.g. :class:`pbscale.pruning.config.PruneConfig`, read by the names of
     :data:`PRUNE_SETTINGS` a family uses), the weights' optimizer of a joint run and the memory
     of one mask in a chunk (None: 16 d bytes)."""
 
@@ -185,7 +186,7 @@ class Capabilities:
     Evaluation and pruning: ``eval_sampled`` (evaluated by the best of sampled masks; else its
     deterministic mask), ``also_sampled`` (also reports the best of ``--eval-masks`` sampled
     masks, ``sampled_*`` metrics), ``rescale`` (pruning rescales its weights dynamically,
-    :func:`pbscale.masks.rescaled_weight`), ``mask_schedule`` ((milestones, gamma) of its
+    :func:`pbscale.forward.masks.rescaled_weight`), ``mask_schedule`` ((milestones, gamma) of its
     logits' step decay), ``joint_warmup`` (fraction of a joint run's epochs trained dense
     first), ``dense_weights`` (trains the weights in supermask mode too) and ``prune_param``
     (its parametrization when ``--param`` is left out)."""
@@ -207,6 +208,10 @@ class Capabilities:
 
     def __post_init__(self) -> None:
         unknown = set(self.commands) - set(COMMANDS)
+        old = sorted(unknown & set(OLD_COMMANDS))
+        if old:
+            raise ValueError(f"the command {old[0]!r} is {OLD_COMMANDS[old[0]]!r} now; write "
+                             f"commands=(..., {OLD_COMMANDS[old[0]]!r}, ...)")
         if unknown:
             raise ValueError(f"unknown commands {sorted(unknown)}; choose from {COMMANDS}")
         unknown = set(self.uses) - set(SHARED) - set(PRUNE_SETTINGS)
@@ -326,26 +331,18 @@ class Family(metaclass=FamilyType):
             check_n(config.n, self.text, self.caps.min_samples)
 
     def check_prune(self, config: Any) -> None:
-        """Refuse (:class:`PBInputError`) a :class:`pbscale.prune_config.PruneConfig` setting
+        """Refuse (:class:`PBInputError`) a :class:`pbscale.pruning.config.PruneConfig` setting
         this method does not take (e.g. a --target outside (0, 1])."""
 
     # ------------------------------------------------------------------ the run's method
 
     def make(self, config: MethodConfig, layout: Any, plan: Plan) -> Any:
-        """The run loop's :class:`pbscale.loop_types.Method` of ``config`` over the flat mask
-        of ``layout`` (:class:`pbscale.masks.MaskedModule`: d, device, dtype, sizes), fully
+        """The run loop's :class:`pbscale.runs.contracts.Method` of ``config`` over the flat mask
+        of ``layout`` (:class:`pbscale.forward.masks.MaskedModule`: d, device, dtype, sizes), fully
         built: its random stream (``generator``, seeded with the run's seed) and its
         evaluation (``eval_sampled``, ``mode_mask()``, ``sample_masks(k)``). How the run
         executes (alone, in a group, captured, split over ranks) is decided outside it."""
         raise NotImplementedError(f"{self.name} builds no method")
-
-    def make_group(self, configs: Sequence[MethodConfig], layout: Any, plan: Plan) -> Any:
-        """The run loop's :class:`pbscale.loop_types.Method` of the G runs ``configs`` of this
-        method (different seeds, learning rates, optimizers, lam) trained in one process over
-        the flat mask of ``layout``: each step is each run's own step, so that run g's numbers
-        are those of the method :meth:`make` builds for ``configs[g]``, bit for bit. A family
-        that does not batch refuses (:class:`PBInputError`)."""
-        raise PBInputError(f"{self.text} runs do not train as a group; run them one at a time")
 
 
 #: Every method, by name, in registration order (MC estimators, CP, hybrids, magnitude, beyond).

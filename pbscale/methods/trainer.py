@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import inspect
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,10 +17,9 @@ from torch import nn
 
 from pbexact.errors import PBInputError
 from pbexact.parametrizations import Parametrization, get_parametrization
+from pbscale.runs.contracts import BatchedLoss
 
-from ..loop_types import BatchedLoss
 from .estimate import Estimate, dense_regularizer, surrogate_loss
-from .group import MaskTrainerGroup
 from .registry import OPTIMIZERS, Capabilities, Family, MethodConfig, Plan, Settings, names
 from .samplers import BernoulliSampler, auto_chunk, check_sample_memory
 
@@ -39,8 +38,9 @@ class StepArgs:
     samples evaluated at once. ``generator``: the run's random stream (``dtype`` and ``device``:
     the logits'). ``weights``: the network weights train on this step's loss (joint pruning:
     :attr:`Gradient.weight_loss` is wanted). ``shard``: this rank's rows under sample
-    parallelism (:class:`pbscale.distributed.Shard`, set by that strategy; None: all samples
-    here). ``control``, ``control_opts``: a learned control and its optimizers (REBAR/RELAX)."""
+    parallelism (:class:`pbscale.execution.distributed.Shard`, set by that strategy; None: all
+    samples here). ``control``, ``control_opts``: a learned control and its optimizers
+    (REBAR/RELAX)."""
 
     index: int
     total: int
@@ -106,11 +106,6 @@ class LogitsFamily(Family):
                            bytes_per_sample=plan.bytes_per_sample, layers=plan.layers,
                            target=plan.setting("target", 1.0))
 
-    def make_group(self, configs: Sequence[MethodConfig], layout: Any, plan: Plan
-                   ) -> MaskTrainerGroup:
-        """A :class:`MaskTrainerGroup` of the runs (each member what :meth:`make` builds)."""
-        return MaskTrainerGroup(configs, layout, plan)
-
     # ------------------------------------------------------------------ the method
 
     def initial_logits(self, param: Parametrization, d: int,
@@ -164,7 +159,7 @@ class LogitsFamily(Family):
 
 class MaskTrainer:
     """Mask logits r of shape (P,) and one optimizer step per call of :meth:`step`; the run
-    loop's :class:`pbscale.loop_types.Method` of every :class:`LogitsFamily`, which it calls
+    loop's :class:`pbscale.runs.contracts.Method` of every :class:`LogitsFamily`, which it calls
     with explicit arguments (:meth:`args`, a :class:`StepArgs` of the step it is at).
 
     theta starts at 0.5 for every weight (`sec:app_maskednnregression`): r = logits(0.5) of the
@@ -173,7 +168,7 @@ class MaskTrainer:
     order and the evaluation from it too. ``layers``: the sizes of the layers the flat logits
     cover (None: one layer of d) and ``target`` the fraction a per-layer method keeps
     (edge-popup); both fixed here. ``shard``: set by sample parallelism
-    (:func:`pbscale.distributed.rank_strategy`), passed to each step.
+    (:func:`pbscale.execution.distributed.rank_strategy`), passed to each step.
     """
 
     def __init__(self, config: MethodConfig, d: int, total_steps: int,
@@ -210,11 +205,11 @@ class MaskTrainer:
             check_sample_memory(config.n, d, self.chunk, per_sample, self.device)
         self.step_count = 0
         #: the L0 strength per weight in force (``config.lam`` unless a controller steers it,
-        #: :class:`pbscale.lam_control.LamController`; checkpointed); acts only for a family
+        #: :class:`pbscale.pruning.lam_control.LamController`; checkpointed); acts only for a family
         #: whose capabilities use ``lam``
         self.lam = float(config.lam)
-        #: this rank's :class:`pbscale.distributed.Shard` once sample parallelism split the
-        #: samples over torchrun ranks (None: all samples here)
+        #: this rank's :class:`pbscale.execution.distributed.Shard` once sample parallelism split
+        #: the samples over torchrun ranks (None: all samples here)
         self.shard: Any = None
 
     @property
@@ -299,7 +294,7 @@ class MaskTrainer:
 
     @property
     def optimizers(self) -> list[torch.optim.Optimizer]:
-        """The optimizers over r (the learning-rate schedules of :mod:`pbscale.loop` act on
+        """The optimizers over r (the learning-rate schedules of :mod:`pbscale.runs.loop` act on
         these; the REBAR/RELAX control optimizers keep their own rates)."""
         return [self.opt]
 

@@ -4,7 +4,7 @@ TOML sweep file, on a local process pool or on Ray.
 A sweep file (read with the standard library's ``tomllib``)::
 
     [sweep]
-    command = "regress"        # pbscale.regress or pbscale.prune (pbscale.jobs.COMMANDS)
+    command = "regress"        # pbscale.regress or pbscale.prune (pbscale.sweep.jobs.COMMANDS)
     out = "runs/regression/epochs300"   # parent folder of the run folders, relative to this
                                         # file's folder (--out overrides, relative to the cwd)
     threads = 1                # torch CPU threads per run (passed as --threads)
@@ -24,13 +24,13 @@ checked with the command's own parser before anything starts (:mod:`pbscale.swee
 switch takes ``true``/``false``, any other flag a value of its type. A run listed twice, in any
 spelling or with a default spelled out, is one run. Every run is the command's own CLI (``python
 -m pbscale.regress ... --out OUT``) in a child process, so it lands in its own hash-named run
-folder (:mod:`pbscale.loop`): a finished run is never redone and an interrupted one resumes from
-its last checkpoint. The sweep keeps one record and one log per run in ``OUT/sweep-<file
+folder (:mod:`pbscale.runs.loop`): a finished run is never redone and an interrupted one resumes
+from its last checkpoint. The sweep keeps one record and one log per run in ``OUT/sweep-<file
 stem>/`` (``<id>.json``, ``<id>.log``; the id is a hash of the command and its options; the run
 folder's name is the command's own hash, shown by ``status -v`` and ``results``): state (running,
 finished, failed, interrupted), process id and start time, return code, times. A failed run keeps
 its log and does not stop the others; a run whose folder holds ``diverged.json``
-(:mod:`pbscale.run_record`) is "diverged" in ``status`` and ``results`` and is not launched
+(:mod:`pbscale.runs.records`) is "diverged" in ``status`` and ``results`` and is not launched
 again (its rerun would repeat the refusal; the user lowers the rate or deletes the record).
 One ``sweep run`` at a time holds a sweep folder (a lock in ``OUT/sweep-<stem>/.lock``; a second
 one is refused with the first one's process id; ``status`` works meanwhile). SIGTERM or Ctrl-C
@@ -47,9 +47,11 @@ num_gpus=gpus``, so small runs share a GPU; ``--address`` joins an existing clus
 otherwise a local Ray is started with ``--jobs`` CPUs. Both engines run the same child command,
 so their results are identical (docs/sweeps.md says what a cluster needs).
 
-Batched seeds (``batch = true`` under ``[sweep]``, or ``sweep run --batch``): the ``regress``
-runs (of every method that batches, ``pbscale.methods.names("batched")``: all of ``regress``'s)
-that differ only in ``seed`` and ``lr`` form groups (:func:`pbscale.sweep.file.plan`), each one
+Groups (``batch = true`` under ``[sweep]``, or ``sweep run --batch``; the key and the flag keep
+the names they had before "group" became the one word for G runs in one process): the
+``regress`` runs (of every method of a regression group, ``pbscale.methods.names(
+"regress-group")``) that differ only in ``seed`` and ``lr`` form groups
+(:func:`pbscale.sweep.file.plan`), each one
 child ``python -m pbscale.batched_seeds --lrs ... --seeds ...`` that trains its members in one
 process (each member's step its separate run's) and writes each member's run folder where
 ``pbscale.regress`` would, with the same numbers. A group's seeds x learning rates is a full product
@@ -57,16 +59,16 @@ process (each member's step its separate run's) and writes each member's run fol
 single runs. ``prune`` runs that differ only in ``seed``, ``lam`` and ``mask_lr`` form pruning
 groups the same way (a full product of the three, else split along the last axes:
 :func:`pbscale.sweep.file.product_parts`; one ``python -m pbscale.prune --seeds ... --lam ...
---mask-lr ...`` child each, :mod:`pbscale.prune_group`). Records stay per run (the members'
+--mask-lr ...`` child each, :mod:`pbscale.pruning.group`). Records stay per run (the members'
 records name the group and share its log ``group-<id>.log``), so status, results and
-skipping finished runs are as without batching; a group interrupted and launched again
+skipping finished runs are as without groups; a group interrupted and launched again
 resumes from its checkpoint under ``OUT/.groups``. A group occupies the resources of one run
 (``cpus``, ``gpus``).
 
 The package: :mod:`~pbscale.sweep.cli` (the command line), :mod:`~pbscale.sweep.file` (file
-format, values, run ids, the batched plan), :mod:`~pbscale.sweep.records` (records, lock,
+format, values, run ids, the plan of groups), :mod:`~pbscale.sweep.records` (records, lock,
 launching a child, run folders) and :mod:`~pbscale.sweep.engines` (local pool, Ray), over the job
-interface :mod:`pbscale.jobs` (what a command is, how its runs batch).
+interface :mod:`pbscale.sweep.jobs` (what a command is, how its runs group).
 """
 
 from __future__ import annotations
@@ -79,9 +81,9 @@ from .file import (
     Group,
     Run,
     Sweep,
-    batchable,
     command_actions,
     expand,
+    groupable,
     label,
     load,
     members,
@@ -101,7 +103,7 @@ from .records import (
 )
 
 __all__ = ["COMMANDS", "ENGINES", "MAX_JOBS", "RESERVED", "STATES", "Group", "Interrupted",
-           "Progress", "Run", "Sweep", "SweepLock", "batchable", "build_parser",
+           "Progress", "Run", "Sweep", "SweepLock", "groupable", "build_parser",
            "command_actions", "default_jobs", "expand", "folder_index", "label", "launch", "load",
            "main", "members", "plan", "print_status", "read_record", "results", "run_id",
            "run_local", "run_ray", "state_of", "status", "todo", "write_results"]

@@ -12,8 +12,8 @@ from pathlib import Path
 
 from pbexact.cli import ArgumentParser, nonneg_int, out_folder, run_main
 from pbexact.errors import PBInputError
+from pbscale.runs import io
 
-from .. import io
 from .engines import (
     MAX_JOBS,
     Interrupted,
@@ -98,7 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "%(default)s)")
     r.add_argument("--dry-run", action="store_true", help="print the command lines only "
                    "(default: %(default)s)")
-    r.add_argument("--batch", action="store_true", help="batched runs: runs differing only in "
+    r.add_argument("--batch", action="store_true", help="groups: runs differing only in "
                    "seed and lr (regress) or seed, lam and mask lr (prune) train together in "
                    "one child, python -m pbscale.batched_seeds or pbscale.prune (also [sweep] "
                    "batch = true; default: %(default)s)")
@@ -220,7 +220,7 @@ def run_sweep(args: argparse.Namespace, argv: list[str]) -> int:
             return 0
         jobs = args.jobs or default_jobs(sweep)
         n_groups = sum(isinstance(c, Group) for c in children)
-        how = (f" ({n_groups} batched groups, {len(children)} children)"
+        how = (f" ({n_groups} groups, {len(children)} children)"
                if args.batch or sweep.batch else "")
         elsewhere = f" ({len(running)} still running)" if running else ""
         print(f"{len(sweep.runs) - len(runs) - len(running)} of {len(sweep.runs)} runs already "

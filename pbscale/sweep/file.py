@@ -1,6 +1,6 @@
-"""Sweep files: parsing and checking a TOML sweep, its runs and their ids, and the batched plan
-(the file format is described in :mod:`pbscale.sweep`; the commands and how their runs batch:
-the job interface, :mod:`pbscale.jobs`).
+"""Sweep files: parsing and checking a TOML sweep, its runs and their ids, and the plan of groups
+(the file format is described in :mod:`pbscale.sweep`; the commands and how their runs group:
+the job interface, :mod:`pbscale.sweep.jobs`).
 
 Every value of ``[base]`` and ``[[grid]]`` is checked with the command's own argparse parser
 before anything is launched: a switch (``action="store_true"``) takes ``true`` or ``false``, a
@@ -25,9 +25,8 @@ from typing import Any
 
 from pbexact.errors import PBInputError
 from pbexact.io import inside, path_problem
-
-from .. import jobs
-from ..jobs import COMMANDS, Batching
+from pbscale.sweep import jobs
+from pbscale.sweep.jobs import COMMANDS, Grouping
 
 #: Keys a sweep may not set per run: the sweep sets them.
 RESERVED = ("out", "threads", "quiet")
@@ -57,9 +56,9 @@ class Run:
 
 @dataclass
 class Group:
-    """Runs that differ only in their command's batching axes (:attr:`pbscale.jobs.Batching.
+    """Runs that differ only in their command's grouping axes (:attr:`pbscale.sweep.jobs.Grouping.
     axes`: regress seed and lr; prune seed, lam and mask lr), trained as one child of its
-    batching module (``python -m pbscale.batched_seeds``, ``python -m pbscale.prune``):
+    grouping module (``python -m pbscale.batched_seeds``, ``python -m pbscale.prune``):
     ``values`` maps each axis to its sorted values, whose product is exactly the members'.
     Id ``g`` + hash."""
 
@@ -94,9 +93,9 @@ class Sweep:
         return COMMANDS[self.command].module
 
     @property
-    def batching(self) -> Batching | None:
-        """How the command's runs batch (:func:`pbscale.jobs.batching`), or None."""
-        return jobs.batching(self.command)
+    def grouping(self) -> Grouping | None:
+        """How the command's runs group (:func:`pbscale.sweep.jobs.grouping`), or None."""
+        return jobs.grouping(self.command)
 
     @property
     def record_dir(self) -> Path:
@@ -118,9 +117,9 @@ class Sweep:
         """``-m MODULE ARGS`` of a run's or a group's child (after the Python executable)."""
         if isinstance(job, Run):
             return ["-m", self.module, *self.argv(job)]
-        batching = self.batching
-        args = batching.argv(job.runs[0].full, job.values)
-        return ["-m", batching.module, *args, "--out", str(self.out), "--threads",
+        grouping = self.grouping
+        args = grouping.argv(job.runs[0].full, job.values)
+        return ["-m", grouping.module, *args, "--out", str(self.out), "--threads",
                 str(self.threads), "--quiet"]
 
 
@@ -373,14 +372,14 @@ def load(path: str | Path, out: str | Path | None = None) -> Sweep:
                  extra={"description": head.get("description", "")}, batch=batch, notes=notes)
 
 
-# ---------------------------------------------------------------------- batched seeds
+# ---------------------------------------------------------------------- groups
 
 
-def batchable(sweep: Sweep, run: Run) -> bool:
-    """Whether a run can train in a group: its command batches and accepts it (regress: a
-    method that batches, whose options batched_seeds takes, no own chunk)."""
-    batching = sweep.batching
-    return batching is not None and batching.batchable(run.full)
+def groupable(sweep: Sweep, run: Run) -> bool:
+    """Whether a run can train in a group: its command groups runs and accepts it (regress: a
+    method of a regression group, whose options batched_seeds takes, no own chunk)."""
+    grouping = sweep.grouping
+    return grouping is not None and grouping.groupable(run.full)
 
 
 def make_group(runs: list[Run], values: dict[str, list]) -> Group:
@@ -404,8 +403,8 @@ def product_parts(cells: dict[tuple, Run], axes: tuple[str, ...]) -> list[dict[s
 
 
 def plan(sweep: Sweep, runs: list[Run]) -> list[Run | Group]:
-    """The children that run ``runs``: batchable runs (:func:`batchable`) that differ only in
-    the command's batching axes (regress: seed, lr; prune: seed, lam, mask lr) form
+    """The children that run ``runs``: groupable runs (:func:`groupable`) that differ only in
+    the command's grouping axes (regress: seed, lr; prune: seed, lam, mask lr) form
     :class:`Group` s, one per setting whose values are a full product over the axes, else
     split into products along the last axes (:func:`product_parts`); groups of one and other
     runs stay single :class:`Run` s. Groups come first, in order of their first run; each
@@ -413,9 +412,9 @@ def plan(sweep: Sweep, runs: list[Run]) -> list[Run | Group]:
     again resumes its checkpoint)."""
     settings: dict[str, list[Run]] = {}
     singles: list[Run | Group] = []
-    axes = sweep.batching.axes if sweep.batching is not None else ()
+    axes = sweep.grouping.axes if sweep.grouping is not None else ()
     for r in runs:
-        if batchable(sweep, r):
+        if groupable(sweep, r):
             key = json.dumps({k: v for k, v in r.full.items() if k not in axes},
                              sort_keys=True, default=str)
             settings.setdefault(key, []).append(r)

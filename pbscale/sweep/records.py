@@ -25,8 +25,8 @@ from typing import IO, Any
 
 from pbexact.errors import PBInputError
 from pbexact.processes import die_with_parent
+from pbscale.runs import io
 
-from .. import io
 from .file import Group, Run, Sweep, members
 
 STATES = ("finished", "running", "failed", "diverged", "interrupted", "pending")
@@ -198,9 +198,9 @@ class SweepLock:
 
 def launch(sweep: Sweep, job: Run | Group, env: dict | None = None,
            procs: dict | None = None) -> int:
-    """Run one child (a run, or a :class:`Group` of batched runs) to its end, output appended
-    to ``<id>.log`` (a group: ``group-<id>.log``); writes each run's record before and after;
-    returns the child's exit code. ``procs`` (id -> Popen) lets the caller signal children.
+    """Run one child (a run, or a :class:`Group` of runs trained together) to its end, output
+    appended to ``<id>.log`` (a group: ``group-<id>.log``); writes each run's record before and
+    after; returns the child's exit code. ``procs`` (id -> Popen) lets the caller signal children.
     A child stopped by SIGTERM is interrupted, unless its run wrote ``summary.json`` first
     (then finished). An exception here (e.g. a cancelled Ray task) stops the child with
     SIGTERM, records it as interrupted and is raised again. A child killed by a signal
@@ -210,7 +210,7 @@ def launch(sweep: Sweep, job: Run | Group, env: dict | None = None,
     log = sweep.record_dir / (f"group-{job.id}.log" if grouped else f"{job.id}.log")
     cmd = [sys.executable, *sweep.command_line(job)]
     if grouped:
-        key = sweep.batching.member_key
+        key = sweep.grouping.member_key
         info = {"sweep": sweep.path.stem, "sweep_ids": {key(r.full): r.id for r in job.runs}}
     else:
         info = {"sweep": sweep.path.stem, "sweep_id": job.id}
@@ -295,7 +295,7 @@ def finished_folders(sweep: Sweep) -> dict[str, Path]:
 
 def diverged_folders(sweep: Sweep) -> dict[str, Path]:
     """{run id: run folder} of the sweep's runs whose folder holds ``diverged.json`` (the
-    record :mod:`pbscale.run_record` writes when a run diverges) and no readable summary."""
+    record :mod:`pbscale.runs.records` writes when a run diverges) and no readable summary."""
     return {k: v for k, v in folder_index(sweep.out).items()
             if (v / io.DIVERGED).exists() and readable_summary(v) is None}
 

@@ -1,0 +1,316 @@
+"""The settings of one :mod:`pbscale.prune` run: :class:`PruneConfig` (every field but the data
+folder goes into the run folder's hash), its defaults that depend on other fields, its checks,
+the settings its method does not read, and the pruning experiments' constants (modes, methods,
+schedules of `tab:app_supermask_hypers` and `tab:app_pruning_broad`, the evaluation rule).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Collection
+from dataclasses import asdict, dataclass, field, fields
+
+from pbexact.errors import PBInputError
+from pbexact.parametrizations import PARAMETRIZATIONS
+from pbscale.methods import OPTIMIZERS, REGISTRY, Family, MethodConfig, Settings
+from pbscale.methods.options import foreign
+from pbscale.methods.registry import MC_START, PRUNE_SETTINGS
+from pbscale.nets import data as datamod
+from pbscale.nets.models import MODELS
+from pbscale.nets.network import NETWORK_INITS, check_spec, is_import_path
+from pbscale.nets.objectives import LOSSES
+from pbscale.nets.user_data import ARRAYS
+
+MODES = ("supermask", "joint")
+#: The registry's commands of pruning, one per mode.
+PRUNE_COMMANDS = tuple(f"prune-{m}" for m in MODES)
+
+
+def prune_methods() -> tuple[str, ...]:
+    """The methods of the registry that prune (in either mode), as registered now."""
+    return tuple(n for n, f in REGISTRY.items() if set(PRUNE_COMMANDS) & set(f.caps.commands))
+
+
+#: The methods that prune when pbscale is imported (:func:`prune_methods` adds those
+#: registered since).
+PRUNE_METHODS = prune_methods()
+#: The optimizers of the mask logits (``--mask-opt``): the registry's table.
+MASK_OPTIMIZERS = tuple(OPTIMIZERS)
+#: The parametrization of MC runs when --param is left out (a family's ``prune_param`` first).
+DEFAULT_PARAM = "escort"
+#: Default model -> data set (the user's own models have none: --dataset or --data).
+MODEL_DATA = {"lenet": "mnist", "conv6": "cifar10", "resnet20": "cifar10", "vgg19": "cifar10"}
+#: Weight optimizer of joint runs (`sec:app_joint_pruning_setup`): SGD, Nesterov momentum.
+WEIGHT_LR, WEIGHT_MOMENTUM, WEIGHT_DECAY = 0.1, 0.9, 1e-4
+#: Step decay of the weights (`tab:app_supermask_hypers` / `tab:app_pruning_broad`; fractions
+#: of epochs, multiplier): x0.1 at 40% and 60%. The masks' decay is their family's
+#: ``mask_schedule``, the dense start of joint runs its ``joint_warmup``.
+WEIGHT_MILESTONES, WEIGHT_GAMMA = (0.4, 0.6), 0.1
+#: Joint runs: masks frozen for the last 20% of the epochs.
+FREEZE_AT = 0.8
+#: Evaluation rule of MC runs: masks sampled x training batches scored.
+EVAL_MASKS, EVAL_BATCHES = 10, 10
+#: The fields of :class:`PruneConfig` whose use depends on the method (:meth:`PruneConfig.unused`).
+METHOD_DEPENDENT = ("n", "param", "lam", "lam_target", "mask_opt", "mask_lr", "target",
+                    "prune_at", "gmp_start", "gmp_end", "gmp_every", "chunk", "eval_masks")
+#: The fields that hold a shared method setting (:data:`pbscale.methods.registry.SHARED`) other
+#: than n and the parametrization, with its name there: a run's method reads one when its
+#: family's ``caps.uses`` names it.
+SHARED_FIELDS = {"lam": "lam", "mask_opt": "optimizer", "mask_lr": "lr", "chunk": "chunk"}
+#: Why a flag a run does not read may have been given, and what to use instead.
+IGNORED_HINTS = {"target": "for a target fraction with an L0 method use --lam-target"}
+#: Entries of a finished run's summary.json that :func:`run` and :func:`report` read.
+SUMMARY_KEYS = ("final_test_acc", "final_remaining", "final_remaining_all")
+
+
+def steers_lam(family: Family) -> bool:
+    """Whether ``--lam-target`` can steer the family's L0 strength: it trains mask logits under
+    the L0 penalty and keeps no fixed count (edge-popup's ``--target`` fixes its count)."""
+    return family.caps.logits and "lam" in family.caps.uses and "target" not in family.caps.uses
+
+
+def method_reads(family: Family) -> list[str]:
+    """The fields of :data:`METHOD_DEPENDENT` a pruning run of ``family`` reads, in that order
+    (config.json's "method_info" "settings"; the others are "unused"), from its capabilities:
+    n only where it samples (the others run with n = 1), the parametrization where it takes
+    any, the shared settings and the cut schedule its ``caps.uses`` names, ``lam_target`` where
+    it can steer its L0 strength, ``eval_masks`` where its evaluation samples masks."""
+    caps = family.caps
+    reads = {"n": caps.samples, "param": caps.any_param, "lam_target": steers_lam(family),
+             "eval_masks": caps.eval_sampled or caps.also_sampled,
+             **{k: shared in caps.uses for k, shared in SHARED_FIELDS.items()},
+             **{k: k in caps.uses for k in PRUNE_SETTINGS}}
+    return [k for k in METHOD_DEPENDENT if reads[k]]
+
+
+#: Marks a field hashed only when it differs from its default (settings added later, so that
+#: existing run folders keep their names).
+CHANGED_ONLY = {"hash": "changed"}
+
+
+@dataclass
+class PruneConfig:
+    """One pruning run; every field goes into the run folder's hash (``config.json``) but the
+    data folder, and the fields added later, which go in only when they differ from their
+    defaults (:data:`CHANGED_ONLY`)."""
+
+    model: str = "lenet"
+    dataset: str = ""
+    mode: str = "supermask"
+    method: str = "cp"
+    param: str = ""
+    n: int = 10
+    lam: float = 1e-4
+    mask_opt: str = "rmsprop"
+    mask_lr: float = 0.01
+    target: float = 0.1
+    epochs: int = 200
+    batch_size: int = 0
+    lr: float = WEIGHT_LR
+    seed: int = 0
+    init: str = "kaiming_normal"
+    mask_head: bool = False
+    mask_shortcuts: bool = False
+    prune_at: float = 0.4
+    gmp_start: float = MC_START
+    gmp_end: float = FREEZE_AT
+    gmp_every: int = 100
+    chunk: int = 0
+    max_batches: int = 0
+    val_size: int = datamod.VAL_SIZE
+    split_seed: int = 0
+    synthetic: int = 0
+    eval_masks: int = EVAL_MASKS
+    eval_batches: int = EVAL_BATCHES
+    data_dir: str = field(default="", metadata={"hash": False})
+    lam_target: float = field(default=0.0, metadata=CHANGED_ONLY)
+    #: the user's data file (``--data``, not hashed: its content is, as ``data_id``)
+    data: str = field(default="", metadata={"hash": False})
+    #: patterns of the masked parameters (comma-separated ``fnmatch``; "": the paper's rule)
+    masked: str = field(default="", metadata=CHANGED_ONLY)
+    #: ``--loss``: "" (cross-entropy for integer labels, MSE for float targets), "ce", "mse"
+    #: or ``package.module:function``
+    loss: str = field(default="", metadata=CHANGED_ONLY)
+    #: the method's own settings, {field: value} (``--<method>-<field>``,
+    #: :mod:`pbscale.methods.options`); hashed only those that differ from their defaults
+    settings: dict = field(default_factory=dict, metadata=CHANGED_ONLY)
+
+    def resolved(self) -> PruneConfig:
+        """Defaults that depend on other fields filled in (data set, batch size)."""
+        c = copy.copy(self)
+        if c.data:
+            c.dataset = c.dataset or ARRAYS
+        if not c.dataset:
+            c.dataset = MODEL_DATA.get(c.model, "")
+        if not c.param:  # the method's default parametrization (escort for MC)
+            family = REGISTRY.get(c.method)
+            c.param = (family.caps.prune_param if family is not None else None) or DEFAULT_PARAM
+        if not c.batch_size:
+            c.batch_size = 64 if (c.model == "vgg19" and c.mode == "joint") else 128
+        return c
+
+    def validate(self) -> PruneConfig:
+        """Raise :class:`PBInputError` (one line: the problem and the fix) on the first bad
+        setting; nothing is trained or loaded before this passes."""
+        c = self
+        check_spec(c.model)
+        if c.data and c.dataset != ARRAYS:
+            raise PBInputError(f"--data gives the data and --dataset {c.dataset} names another "
+                               "data set; give one of them")
+        if not c.dataset:
+            raise PBInputError(f"--model {c.model} has no data set of its own; give your data "
+                               "with --data FILE.npz, or --dataset mnist or cifar10 with "
+                               "--data-dir")
+        if c.dataset not in (*datamod.DATASETS, ARRAYS) or (c.dataset == ARRAYS
+                                                            and not c.data):
+            raise PBInputError(f"unknown dataset {c.dataset!r}; choose one of "
+                               f"{', '.join(datamod.DATASETS)}, or give --data FILE.npz")
+        if c.model in MODEL_DATA and c.dataset in datamod.DATASETS \
+                and c.dataset != MODEL_DATA[c.model]:
+            raise PBInputError(f"{c.model} takes {MODEL_DATA[c.model]} inputs, not {c.dataset}; "
+                               f"use --dataset {MODEL_DATA[c.model]}")
+        if c.loss not in LOSSES and not is_import_path(c.loss):
+            raise PBInputError(f"unknown --loss {c.loss!r}; choose ce, mse, or your own "
+                               "function as package.module:function")
+        if c.data and c.synthetic:
+            raise PBInputError("--synthetic draws random images in place of --data; give one "
+                               "of them")
+        if c.mode not in MODES:
+            raise PBInputError(f"unknown mode {c.mode!r}; choose one of {', '.join(MODES)}")
+        if c.method not in prune_methods():
+            raise PBInputError(f"unknown method {c.method!r}; choose one of "
+                               f"{', '.join(prune_methods())}")
+        family = c.family
+        if f"prune-{c.mode}" not in family.caps.commands:
+            modes = [m for m in MODES if f"prune-{m}" in family.caps.commands]
+            raise PBInputError(f"{family.text} does not run in --mode {c.mode}; use --mode "
+                               f"{' or '.join(modes)}")
+        if c.param not in PARAMETRIZATIONS:
+            raise PBInputError(f"unknown parametrization {c.param!r}; choose one of "
+                               f"{', '.join(PARAMETRIZATIONS)}")
+        if not (isinstance(c.lam, (int, float)) and math.isfinite(c.lam) and c.lam >= 0):
+            raise PBInputError(f"--lam is an L0 strength and must be >= 0, got {c.lam}; give a "
+                               "finite --lam >= 0")
+        if c.mask_opt not in MASK_OPTIMIZERS:
+            raise PBInputError(f"unknown mask optimizer {c.mask_opt!r}; choose one of "
+                               f"{', '.join(MASK_OPTIMIZERS)}")
+        for name in ("mask_lr", "lr"):
+            v = getattr(c, name)
+            if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
+                raise PBInputError(f"--{name.replace('_', '-')} must be a positive number, "
+                                   f"got {v}; give a finite rate > 0")
+        family.check_prune(c)
+        c.own_settings().check(family.text)
+        if not isinstance(c.epochs, int) or c.epochs < 1:
+            raise PBInputError(f"--epochs must be a positive integer, got {c.epochs}; give 1 "
+                               "or more")
+        if c.batch_size < 1:
+            raise PBInputError(f"--batch-size must be positive, got {c.batch_size}; give 1 or "
+                               "more (0: the default)")
+        if c.init not in NETWORK_INITS:
+            raise PBInputError(f"unknown init {c.init!r}; choose one of "
+                               f"{', '.join(NETWORK_INITS)}")
+        for name in ("prune_at", "gmp_start", "gmp_end"):
+            if not 0 <= getattr(c, name) <= 1:
+                raise PBInputError(f"--{name.replace('_', '-')} is a fraction of training in "
+                                   f"[0, 1], got {getattr(c, name)}; give a value from 0 to 1")
+        if c.gmp_end < c.gmp_start:
+            raise PBInputError(f"--gmp-end {c.gmp_end} comes before --gmp-start {c.gmp_start}; "
+                               "give --gmp-end >= --gmp-start")
+        if c.eval_masks < 1 or c.eval_batches < 1:
+            raise PBInputError("--eval-masks and --eval-batches must be >= 1; give 1 or more")
+        if c.gmp_every < 1 or c.chunk < 0 or c.max_batches < 0 or c.synthetic < 0:
+            raise PBInputError("--gmp-every must be >= 1 and --chunk, --max-batches, "
+                               "--synthetic >= 0; give such values (0: off)")
+        if family.caps.logits:  # the method's own rules (n, parametrization), checked once
+            c.method_config()
+        if not (isinstance(c.lam_target, (int, float)) and 0 <= c.lam_target <= 1):
+            raise PBInputError(f"--lam-target is a fraction of masked weights in (0, 1] (0: "
+                               f"off), got {c.lam_target}; give e.g. --lam-target 0.05 for 5% "
+                               f"of the masked weights")
+        if c.lam_target and not steers_lam(family):
+            raise PBInputError(f"--lam-target steers the L0 strength of "
+                               f"{', '.join(n for n, f in REGISTRY.items() if steers_lam(f))}; "
+                               f"{family.text} has none to steer (use --target for MP, GMP "
+                               "and edge-popup)")
+        if c.lam_target and not c.lam > 0:
+            raise PBInputError("--lam-target starts from --lam and scales it; give --lam > 0")
+        return c
+
+    @property
+    def family(self) -> Family:
+        """The method's family in the registry (:mod:`pbscale.methods.registry`)."""
+        return REGISTRY[self.method]
+
+    def own_settings(self) -> Settings:
+        """The method's own settings (:class:`pbscale.methods.registry.Settings`) from
+        :attr:`settings`; an unknown one is a one-line :class:`PBInputError`."""
+        family = self.family
+        return family.Settings.build(dict(self.settings), family.text)
+
+    def method_config(self) -> MethodConfig:
+        """The :class:`MethodConfig` of the run's method (its logits' optimizer, samples and
+        parametrization; a method that does not sample takes n = 1, one that takes only the
+        sigmoid gets it; validated as it is made)."""
+        family = self.family
+        return MethodConfig(method=self.method, n=self.n if family.caps.samples else 1,
+                            param=self.param if family.caps.any_param else "sigmoid",
+                            lr=self.mask_lr, optimizer=self.mask_opt, seed=self.seed,
+                            chunk=self.chunk or None, lam=self.lam, settings=self.settings)
+
+    def method_settings(self) -> list[str]:
+        """The settings of :meth:`hashed` that depend on the method and that this run's method
+        reads (config.json's "method_info"), in field order: :func:`method_reads`."""
+        return method_reads(self.family)
+
+    def hashed(self) -> dict:
+        """The fields that define the run (not where its data lives)."""
+        d = asdict(self)
+        d.pop("data_dir")
+        d.pop("data")
+        for f in fields(self):
+            if f.metadata.get("hash") == "changed" and d[f.name] == f.default:
+                d.pop(f.name)
+        own = self.own_settings().differing()
+        d.pop("settings")
+        if own:
+            d["settings"] = own
+        return d
+
+    def ignored(self, given: Collection[str]) -> list[str]:
+        """The options named on the command line (``given``: dests) that this run does not
+        read: fields of :meth:`unused`, and other methods' own settings
+        (:func:`pbscale.methods.options.foreign`)."""
+        return [k for k in self.unused() if k in given] + foreign(given, self.method,
+                                                                   PRUNE_COMMANDS)
+
+    def ignored_warning(self, ignored: list[str]) -> str:
+        """One ``warning:`` line naming the flags given for ``ignored`` (fields of
+        :meth:`unused`) that this run does not read, with a hint where one applies."""
+        flags = ", ".join(f"--{k.replace('_', '-')}" for k in ignored)
+        hints = "".join(f"; {IGNORED_HINTS[k]}" for k in ignored if k in IGNORED_HINTS)
+        return (f"warning: {self.family.text} ({self.mode}, {self.model}) does not use "
+                f"{flags}: ignored (config.json lists it under \"ignored\"){hints}")
+
+    def unused(self) -> list[str]:
+        """The fields of :meth:`hashed` that this run's method, mode and model do not read
+        (config.json's "info" lists them as "unused"; they stay in the hashed "task" so that
+        run folders keep their names), from the settings its family uses
+        (:attr:`pbscale.methods.registry.Capabilities.uses`): only methods that sample take
+        --n (config.json's "method" records the n and parametrization a method runs with); the
+        others' evaluation samples no masks unless they also report sampled masks; the mask
+        optimizer, learning rate, chunk and L0 weight (:data:`SHARED_FIELDS`) and the cut
+        schedule are read by the methods that name them; supermask runs other than dense train
+        no weights."""
+        family = REGISTRY[self.method]
+        reads = method_reads(family)
+        out = [k for k in METHOD_DEPENDENT if k not in reads and k != "lam_target"]
+        caps = family.caps
+        if self.mode == "supermask" and not caps.dense_weights:
+            out.append("lr")
+        if self.masked or getattr(MODELS.get(self.model), "shortcut_marker", None) is None:
+            out.append("mask_shortcuts")
+        if self.masked:
+            out.append("mask_head")
+        return out

@@ -1,0 +1,84 @@
+"""What a finished pruning run leaves besides its metrics: ``masks.pt`` and ``pruned.pt``
+(:func:`export`, written after the last epoch by :class:`Export`, a
+:class:`pbscale.runs.contracts.RunHooks`), and :func:`load_pruned`, which reads ``pruned.pt`` back
+with plain PyTorch."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import torch
+from torch import nn
+from torch.nn.utils import prune as torch_prune
+
+from pbscale.nets.network import NetworkSource, source_for
+from pbscale.pruning.evaluation import MaskEvaluation
+from pbscale.runs import io as runio
+from pbscale.runs.contracts import RunHooks
+
+
+def export(folder: Path, evaluation: MaskEvaluation, rescale: bool) -> None:
+    """``masks.pt``: {"mask.<param>": 0/1 mask, "weight.<name>": every parameter and buffer as
+    trained} plus, for a method that rescales its weights (``rescale``: MC), "scale.<param>":
+    the dynamic-rescaling factor (0-dim), and for a gate method "gate.<param>": its gate values;
+    ``pruned.pt``: the network's state dict in ``torch.nn.utils.prune`` form
+    (``<layer>.weight_orig`` = the weight the forward uses, rescaling and gates folded in;
+    ``<layer>.weight_mask``), for :func:`load_pruned`. The mask is the evaluation's."""
+    z, layout, model = evaluation.mask, evaluation.layout, evaluation.model
+    values = {k: m[0].detach().cpu() for k, m in layout.split(z[None]).items()}
+    # a gate method's mask holds gate values: 0/1 by its zeros, the values folded into
+    # the weights (weight_orig) and kept as "gate.<param>"
+    masks = {k: (v != 0).to(v.dtype) for k, v in values.items()}
+    used = {k: v.cpu() for k, v in evaluation.eval_params(z).items() if k in masks}
+    blob = {f"mask.{k}": v for k, v in masks.items()}
+    blob.update({f"gate.{k}": v for k, v in values.items() if not torch.equal(v, masks[k])})
+    for k, m in masks.items():
+        mean = float(m.mean())
+        if rescale:
+            blob[f"scale.{k}"] = torch.tensor(1.0 / mean if mean > 0 else 1.0)
+    blob.update({f"weight.{k}": v.detach().cpu() for k, v in model.state_dict().items()})
+    runio.save_checkpoint(folder / "masks.pt", blob)
+    net = copy.deepcopy(model).cpu()
+    mods = dict(net.named_modules())
+    with torch.no_grad():
+        for k, m in masks.items():
+            owner, _, name = k.rpartition(".")
+            getattr(mods[owner], name).copy_(used[k])
+            torch_prune.custom_from_mask(mods[owner], name, m)
+    runio.save_checkpoint(folder / "pruned.pt", net.state_dict())
+
+
+class Export(RunHooks):
+    """Writes :func:`export` into ``folder`` once the last epoch is done."""
+
+    def __init__(self, folder: Path, evaluation: MaskEvaluation, rescale: bool) -> None:
+        self.folder, self.evaluation, self.rescale = folder, evaluation, rescale
+
+    def after_epoch(self, history: list[dict], final: bool) -> None:
+        if final:
+            export(self.folder, self.evaluation, self.rescale)
+
+
+def pruned_names(state: dict) -> list[str]:
+    """The masked parameters of a ``pruned.pt`` state dict: each name ``p`` stored as
+    ``p_orig`` and ``p_mask`` (``torch.nn.utils.prune`` form) and not as ``p`` itself."""
+    return [k.removesuffix("_mask") for k in state
+            if k.endswith("_mask") and k.removesuffix("_mask") + "_orig" in state
+            and k.removesuffix("_mask") not in state]
+
+
+def load_pruned(model: str | NetworkSource, path: str | Path) -> nn.Module:
+    """The run's network (a name of :data:`pbscale.nets.models.MODELS`, the user's import path
+    ``module:factory``, or a :class:`pbscale.nets.network.NetworkSource`) with the pruned weights of
+    ``pruned.pt``, by plain PyTorch: ``prune.identity`` on the masked parameters, then
+    ``load_state_dict`` of ``torch.load(path, weights_only=True)``; in eval mode."""
+    state = torch.load(path, map_location="cpu", weights_only=True)
+    source = model if isinstance(model, NetworkSource) else source_for(model)
+    net = source.build(0, "model")  # every weight comes from the file
+    mods = dict(net.named_modules())
+    for name in pruned_names(state):
+        owner, _, param = name.rpartition(".")
+        torch_prune.identity(mods[owner], param)
+    net.load_state_dict(state)
+    return net.eval()

@@ -1,0 +1,295 @@
+"""One pruning run assembled from its parts (``python -m pbscale.prune`` is its command line):
+the task (:mod:`pbscale.pruning.task`: network, batches), the method its family builds
+(:meth:`pbscale.methods.registry.Family.make`), the evaluation (:mod:`pbscale.pruning.
+evaluation`), the files it leaves (:mod:`pbscale.pruning.outputs`), and how it executes: alone
+on the run loop :func:`pbscale.runs.loop.run`, under ``torchrun`` (:func:`distribute`,
+:mod:`pbscale.execution.distributed`: MC runs split their samples over the ranks, the others
+their minibatches), replayed from a CUDA graph (:func:`captures_steps`) or as a member of a
+pruning group (:func:`member`, :func:`run_group`, :mod:`pbscale.pruning.group`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from collections.abc import Collection, Sequence
+from pathlib import Path
+
+import torch
+
+from pbexact.errors import PBInputError
+from pbexact.provenance import code_provenance
+from pbscale.execution import distributed
+from pbscale.execution.captured import CapturedSteps
+from pbscale.forward import routes as gpu_routes
+from pbscale.methods import Plan
+from pbscale.nets import data as datamod
+from pbscale.nets.network import NetworkSource, layer_counts
+from pbscale.pruning import setup
+from pbscale.pruning.config import (
+    FREEZE_AT,
+    SUMMARY_KEYS,
+    WEIGHT_DECAY,
+    WEIGHT_GAMMA,
+    WEIGHT_MILESTONES,
+    WEIGHT_MOMENTUM,
+    PruneConfig,
+)
+from pbscale.pruning.group import Member, check_group_memory, member_key, train_group
+from pbscale.pruning.lam_control import LamController
+from pbscale.pruning.outputs import Export
+from pbscale.pruning.task import PruneTask
+from pbscale.runs import io as runio
+from pbscale.runs.contracts import LoopConfig, RunHooks
+from pbscale.runs.loop import env_info, full_config, run_folder
+from pbscale.runs.loop import run as loop_run
+from pbscale.runs.runtime import resolve_device
+
+#: The options the runs of one pruning group may differ in (``--seeds``, and comma lists of
+#: ``--lam`` and ``--mask-lr``); a group shares every other option.
+GROUP_FREE = ("seed", "lam", "mask_lr")
+#: Most runs in one pruning group (each holds its network, masks and optimizer state).
+MAX_GROUP = 4096
+
+
+
+def prepare(cfg: PruneConfig, device: str = "cpu", download: bool = False,
+            download_url: str | None = None, *, data: datamod.Data | None = None,
+            source: NetworkSource | None = None
+            ) -> tuple[PruneConfig, torch.device, datamod.Data]:
+    """Validate everything (config, device, data presence), load the data (unless ``data`` is
+    given: the Python API's arrays) and fit the network to it (:func:`pbscale.pruning.setup.fit`:
+    a user's network or data probed; ``source``: the network when it is an object, not a
+    ``--model`` name)."""
+    cfg = cfg.resolved().validate()
+    dev = resolve_device(device)
+    if data is None:
+        data = setup.load_data(cfg, dev, download, download_url)
+    setup.fit(cfg, data, dev, source)
+    return cfg, dev, data
+
+
+def build(cfg: PruneConfig, data: datamod.Data, dev: torch.device,
+          shard: distributed.Shard | None = None, source: NetworkSource | None = None):
+    """(task, method, loop config, weight optimizer) of a validated, resolved config
+    (``shard``: this rank's share under torchrun; ``source``: the network when it is an object,
+    else ``cfg.model``'s). The method is its family's
+    (:meth:`pbscale.methods.registry.Family.make`), built from the run's plan: epochs, steps,
+    the steps in which masks train (the loop's phases: a joint run's dense warm-up and frozen
+    epochs), the layers of the flat mask, the pruning settings and the weights' optimizer."""
+    task = PruneTask(cfg, data, dev, shard, source)
+    S, E = task.steps_per_epoch, cfg.epochs
+    joint = task.trains_weights
+    weight_opt = (torch.optim.SGD(task.weights(), lr=cfg.lr, momentum=WEIGHT_MOMENTUM,
+                                  nesterov=True, weight_decay=WEIGHT_DECAY) if joint else None)
+    wm = WEIGHT_MILESTONES if joint else ()
+    family = cfg.family
+    if not family.caps.logits:  # one mask throughout: no mask schedule, warm-up or freezing
+        loop = LoopConfig(epochs=E, seed=cfg.seed, weight_milestones=wm,
+                          weight_gamma=WEIGHT_GAMMA)
+    else:
+        warmup = family.caps.joint_warmup if cfg.mode == "joint" else 0.0
+        freeze = FREEZE_AT if cfg.mode == "joint" else None
+        milestones, gamma = family.caps.mask_schedule
+        loop = LoopConfig(epochs=E, seed=cfg.seed, mask_milestones=milestones,
+                          mask_gamma=gamma, weight_milestones=wm,
+                          weight_gamma=WEIGHT_GAMMA, mask_warmup=warmup, freeze_masks=freeze)
+    plan = Plan(epochs=E, steps_per_epoch=S, mask_steps=max(loop.mask_epochs() * S, 1),
+                layers=tuple(task.layout.sizes), run=cfg, weight_optimizer=weight_opt)
+    method = family.make(cfg.method_config(), task.layout, plan)
+    return task, method, loop, weight_opt
+
+
+def run(cfg: PruneConfig, out: str | Path, device: str = "cpu", *, quiet: bool = False,
+        download: bool = False, download_url: str | None = None, step_hook=None,
+        shard=None, given: Collection[str] = (), keep_checkpoint: bool = True,
+        data: datamod.Data | None = None, source: NetworkSource | None = None) -> dict:
+    """Train (or resume, or read back) the run of ``cfg`` under ``out``; returns its summary
+    with the run folder, both weight counts and the final metrics. ``shard``
+    (:mod:`pbscale.execution.distributed`, a torchrun launch): MC samples split over the ranks, CP,
+    MP, GMP and dense runs (and the fixed-mask epochs of joint MC runs) data-parallel, evaluation
+    split; rank i > 0 writing its copy under ``out/.rank<i>``. ``given``: the settings the user
+    named (:func:`pbexact.cli.given_options`); those the run does not read are warned about
+    on stderr (even when ``quiet``) and listed in config.json's "info" as "ignored". ``quiet``:
+    nothing on stdout, no progress (``--quiet`` prints :func:`result_line`).
+    ``keep_checkpoint=False``: ``checkpoint.pt``
+    deleted once the run has finished (``--drop-checkpoint``). ``data`` and ``source``: the
+    data and the network when they are Python objects (:mod:`pbscale.pruning.api`)."""
+    cfg, dev, data = prepare(cfg, device, download, download_url, data=data, source=source)
+    ignored = cfg.ignored(given)
+    if ignored and (shard is None or shard.rank == 0):
+        print(cfg.ignored_warning(ignored), file=sys.stderr)
+    task, method, loop, weight_opt = build(cfg, data, dev, shard, source)
+    hooks: list[RunHooks] = [task.evaluation]  # the evaluation rule picks the frozen mask
+    if cfg.lam_target:
+        hooks.append(LamController(method, cfg.lam_target, loop))
+    if shard is not None:
+        hooks += distribute(task, method, weight_opt, shard)
+        out = distributed.rank_out(out, shard)
+        quiet = quiet or shard.rank > 0
+    asked = gpu_routes.default()
+    if shard is None and captures_steps(cfg, dev, asked):
+        hooks.append(CapturedSteps(task, method))
+    folder = run_folder(out, task.name, full_config(task, method, loop))
+    hooks.append(Export(folder, task.evaluation, cfg.family.caps.rescale))
+    if shard is not None:  # every rank resumes from rank 0's checkpoint
+        distributed.sync_resume_files(folder, shard, dev)
+    if not quiet:
+        print(f"{folder.name}: {cfg.model} on {cfg.data or cfg.dataset}, {cfg.mode} "
+              f"{cfg.method}; {task.d:,} masked weights of {task.num_all:,} parameters; "
+              f"device {dev}", file=sys.stderr)
+    info = {**run_info(cfg, data, task), "world_size": 1 if shard is None else shard.world,
+            **({"ignored": ignored} if ignored else {}),
+            **({"routes": str(asked)} if asked.on else {})}
+    folder = loop_run(task, method, loop, out, weight_optimizer=weight_opt, device=dev,
+                      progress=not quiet, info=info, step_hook=step_hook, hooks=hooks,
+                      lr_flags=task.lr_flags, method_info=cfg.family.info(cfg.method_settings()),
+                      keep_checkpoint=keep_checkpoint)
+    summary = runio.read_summary(folder / "summary.json", summary_keys(task))
+    runio.write_json(folder / "data.json", data.transform())
+    summary.update({"folder": str(folder), "masked": task.d, "parameters": task.num_all})
+    if not quiet:
+        report(summary, task)
+    return summary
+
+
+def summary_keys(task: PruneTask) -> tuple[str, ...]:
+    """The entries of a finished run's summary.json that :func:`run` and :func:`report` read:
+    :data:`SUMMARY_KEYS`, with the test loss in place of the accuracy where the run's loss has
+    none (float targets)."""
+    if task.objective.accuracy:
+        return SUMMARY_KEYS
+    return tuple(k.replace("test_acc", "test_loss") for k in SUMMARY_KEYS)
+
+
+def run_info(cfg: PruneConfig, data: datamod.Data, task: PruneTask) -> dict:
+    """What config.json's unhashed "info" records of a run's data and network: the data folder
+    (or the user's data file) and fingerprint, the settings it does not read, and for a user's
+    network or data the masked parameters with their sizes, the loss, the network's source and
+    the examples in each split."""
+    info = {"data_dir": cfg.data_dir, "data": data.fingerprint, "unused": cfg.unused()}
+    if cfg.data or not task.source.builtin or cfg.masked or cfg.loss:
+        info.update({"data_file": cfg.data, "masked_sizes": layer_counts(task.model, task.names),
+                     "loss": task.objective.name, "network": task.source.spec,
+                     "examples": {s: len(getattr(data, s)) for s in ("train", "val", "test")}})
+    return info
+
+
+def captures_steps(cfg: PruneConfig, dev: torch.device, routes: gpu_routes.Routes) -> bool:
+    """Whether a run's steps are replayed from a CUDA graph (:class:`pbscale.execution.captured.
+    CapturedSteps`): the ``cuda_graph`` route asked for, a CUDA device, supermask pruning (the
+    weights fixed) and a method whose step is captured (the MC estimators)."""
+    return (routes.cuda_graph and dev.type == "cuda" and cfg.mode == "supermask"
+            and cfg.family.caps.captures_step and not cfg.family.caps.dense_weights)
+
+
+def member(cfg: PruneConfig, data: datamod.Data, dev: torch.device, out: str | Path,
+           source: NetworkSource | None = None, ignored: Sequence[str] = ()) -> Member:
+    """The run of ``cfg`` (validated, resolved) as a member of a pruning group: built as
+    :func:`run` builds it, with the folder and the config.json record :func:`run` gives it
+    (``ignored``: the settings named that it does not read, as :func:`run` records them)."""
+    task, method, loop, weight_opt = build(cfg, data, dev, source=source)
+    config = full_config(task, method, loop)
+    info = {**run_info(cfg, data, task), "world_size": 1,
+            **({"ignored": list(ignored)} if ignored else {})}
+    env = env_info()
+    sweep_ids = env.pop("sweep_ids", {})
+    record = {**config, "info": {"device": str(dev), **info, **env, "code": code_provenance()},
+              "method_info": cfg.family.info(cfg.method_settings())}
+    key = member_key({"seed": cfg.seed, "lam": cfg.lam, "mask_lr": cfg.mask_lr})
+    if key in sweep_ids:  # launched by a sweep: the run's own id, as a separate run records
+        record["info"]["sweep_id"] = sweep_ids[key]
+    return Member(task, method, loop, weight_opt, run_folder(out, task.name, config), record,
+                  cfg.family.caps.rescale, data.transform())
+
+
+def group_configs(cfg: PruneConfig, seeds: list[int], lams: list[float],
+                  mask_lrs: list[float]) -> list[PruneConfig]:
+    """The runs of the grid seeds x lams x mask_lrs of ``cfg`` (its other options shared)."""
+    runs = [dataclasses.replace(cfg, seed=s, lam=lam, mask_lr=lr)
+            for lam in lams for lr in mask_lrs for s in seeds]
+    if len(runs) > MAX_GROUP:
+        raise PBInputError(f"{len(runs):,} runs (seeds x lams x mask learning rates), more "
+                           f"than the {MAX_GROUP:,} one group holds; split them over commands")
+    return runs
+
+
+def run_group(cfgs: list[PruneConfig], out: str | Path, device: str = "cpu", *,
+              quiet: bool = False, download: bool = False, download_url: str | None = None,
+              step_hook=None, data: datamod.Data | None = None,
+              source: NetworkSource | None = None, given: Collection[str] = (),
+              keep_checkpoint: bool = True) -> tuple[int, int]:
+    """Train the runs of ``cfgs`` (differing only in :data:`GROUP_FREE`) as one pruning group
+    (:mod:`pbscale.pruning.group`): each run's folder under ``out`` is the one :func:`run`
+    writes; runs already finished are skipped. One run alone is :func:`run`. ``data``,
+    ``source``, ``given`` and ``keep_checkpoint``: as :func:`run` takes them (the group's
+    checkpoint is the one dropped). Returns (runs already finished, runs trained); a run that
+    diverged (now or before) is a one-line :class:`PBInputError` naming it, once the others
+    are trained."""
+    if len(cfgs) == 1:
+        summary = run(cfgs[0], out, device, quiet=quiet, download=download,
+                      download_url=download_url, step_hook=step_hook, data=data,
+                      source=source, given=given, keep_checkpoint=keep_checkpoint)
+        return 0, 1 if summary else 0
+    if any(c.lam_target for c in cfgs):
+        raise PBInputError("--lam-target steers each run's lam after its own epochs and does not "
+                           "run in a pruning group; train these runs one at a time (one --seed, "
+                           "one --lam, one --mask-lr)")
+    first, dev, data = prepare(cfgs[0], device, download, download_url, data=data,
+                               source=source)
+    resolved = [first] + [c.resolved().validate() for c in cfgs[1:]]
+    shared = [{k: v for k, v in c.hashed().items() if k not in GROUP_FREE} for c in resolved]
+    if any(s != shared[0] for s in shared):
+        raise PBInputError("the runs of a pruning group differ only in --seeds, --lam and "
+                           "--mask-lr; train other settings as separate groups")
+    ignored = first.ignored(given)
+    if ignored:
+        print(first.ignored_warning(ignored), file=sys.stderr)
+    members = [member(resolved[0], data, dev, out, source, ignored)]
+    check_group_memory(members[0], len(resolved), dev)
+    members += [member(c, data, dev, out, source, ignored) for c in resolved[1:]]
+    if len({m.folder for m in members}) != len(members):
+        raise PBInputError("a run is listed twice in the group (same seed, --lam and "
+                           "--mask-lr); list each once")
+    if not quiet:
+        print(f"group of {len(members)} runs: {first.model} on {first.data or first.dataset}, "
+              f"{first.mode} {first.method}; device {dev}", file=sys.stderr)
+    result = train_group(members, out, dev, progress=not quiet, step_hook=step_hook,
+                         keep_checkpoint=keep_checkpoint)
+    if result.diverged:
+        raise result.refusal(out)
+    return result.finished, result.trained
+
+
+def distribute(task: PruneTask, method, weight_opt: torch.optim.Optimizer | None,
+               shard: distributed.Shard) -> list[RunHooks]:
+    """The strategies of a run built for torch.distributed (see
+    :mod:`pbscale.execution.distributed`): the method's own (MC samples split over the ranks, or
+    data parallelism), and the gradients of the weights (joint, dense) and of the logits a
+    data-parallel method names averaged by one flat all-reduce per step, with the BatchNorm running
+    statistics; batches and evaluation are split by the task (built with the shard)."""
+    hooks, params = distributed.rank_strategy(method, shard)
+    task.share_gradients(params, [*method.optimizers, *([weight_opt] if weight_opt else [])])
+    return hooks
+
+
+def result_line(summary: dict) -> str:
+    """The one-line result of a finished run (:func:`run`'s summary): test accuracy (test loss
+    where the run has no accuracy) and both weight counts (what ``--quiet`` prints)."""
+    d, n_all = summary["masked"], summary["parameters"]
+    rem, rem_all = summary["final_remaining"], summary["final_remaining_all"]
+    score = (f"test_acc {summary['final_test_acc']:.4f}" if "final_test_acc" in summary
+             else f"test_loss {summary['final_test_loss']:.4g}")
+    return (f"{score}  remaining {round(rem * d):,} of {d:,} "
+            f"masked weights ({rem:.4%}), {round(rem_all * n_all):,} of {n_all:,} parameters "
+            f"({rem_all:.4%})")
+
+
+def report(summary: dict, task: PruneTask) -> None:
+    """Both weight counts of a finished run, overall (:func:`result_line`) and per layer."""
+    print(result_line(summary))
+    sizes = layer_counts(task.model, task.names)
+    for k, size in sizes.items():
+        layer = k.removesuffix(".weight")
+        frac = summary[f"final_remaining_{layer}"]
+        print(f"  {layer:<24} {round(frac * size):>10,} / {size:>10,}  ({frac:.4%})")
