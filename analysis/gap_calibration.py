@@ -1,24 +1,24 @@
 """Is the front statistic calibrated? Simulated studies with a study's real design
-(:func:`analysis.scale_fronts.compare_groups` on per-seed fronts).
+(:func:`analysis.scale.fronts.compare_groups` on per-seed fronts).
 
     python -m analysis.gap_calibration --study figures/claims20 --draws 4000
     python -m analysis.gap_calibration --study figures/claims --one-seed-draws 300
 
 A :class:`Design` is one side of a comparison the claims make (captured with
-:func:`analysis.scale_fronts.recording`): its settings' mean remaining fraction and test
+:func:`analysis.scale.fronts.recording`): its settings' mean remaining fraction and test
 accuracy, their measured seed s.d. (accuracy, and remaining in log), the share of their seeds
 that diverged, and the number of seeds. A simulated study draws every (seed, setting) cell from
 it (normal accuracy, log-normal remaining, a diverged cell with the measured probability), with
 an optional seed effect shared by every cell of a seed on both sides (``rho``: its share of the
-variance), and runs the statistic exactly as the claims do (:func:`analysis.front_curves
-.compared_means`, :mod:`analysis.gap_test`).
+variance), and runs the statistic exactly as the claims do (:func:`analysis.scale.curves
+.compared_means`, :mod:`analysis.scale.gap_test`).
 
 * **Null studies**: both sides are the same design (a comparison's A against A, and B against
   B), so the true gap is 0 (for a "much" row: both sides' accuracies apart by exactly
-  :data:`analysis.gap_test.MUCH_ACC`, the edge of the claim). A false holds or fails must occur
-  at most at the interval's nominal rate (2.5% each way).
+  :data:`analysis.scale.gap_test.MUCH_ACC`, the edge of the claim). A false holds or fails must
+  occur at most at the interval's nominal rate (2.5% each way).
 * **Known gaps**: one side shifted up by the gap the design states as detectable (the median of
-  the null studies' stated gaps); it must read holds in about :data:`analysis.gap_test.POWER`
+  the null studies' stated gaps); it must read holds in about :data:`analysis.scale.gap_test.POWER`
   of the studies.
 
 A one-seed design (settings of 1-3 seeds: the 4-epoch study) is simulated through the claims'
@@ -38,13 +38,13 @@ from pathlib import Path
 
 import numpy as np
 
-from analysis.claims import FAILS, HOLDS
 from analysis.cli import run
-from analysis.front_curves import compared_means
-from analysis.gap_test import MUCH_ACC, POWER, detectable, outcome, paired
-from analysis.out_files import check_in_folder
-from analysis.scale_fronts import FALLBACK_SD, Group, front_gap, pooled_sd, recording
-from analysis.scale_runs import ACC_FLOOR, RunRecord
+from analysis.microworld.claims import FAILS, HOLDS
+from analysis.scale.curves import compared_means
+from analysis.scale.fronts import FALLBACK_SD, Group, front_gap, pooled_sd, recording
+from analysis.scale.gap_test import MUCH_ACC, POWER, detectable, outcome, paired
+from analysis.scale.outputs import check_in_folder
+from analysis.scale.runs import ACC_FLOOR, RunRecord
 from pbexact.cli import ArgumentParser, nonneg_int, positive_int
 from pbexact.errors import PBInputError
 
@@ -142,7 +142,7 @@ def draw_runs(g: Group, rng: np.random.Generator, shift: float = 0.0,
     """Simulated runs of a group's real design as the claims read them: each setting with its
     real number of finished seeds, accuracy normal about its mean (+ shift) with its seed s.d.
     (a setting of one seed: the pooled s.d. of the group's settings of several, else
-    :data:`analysis.scale_fronts.FALLBACK_SD`), its remaining fraction as measured."""
+    :data:`analysis.scale.fronts.FALLBACK_SD`), its remaining fraction as measured."""
     sd, _, n = pooled_sd((g,), (np.ones(len(g.names), dtype=bool),))
     sd = sd if n else FALLBACK_SD
     out = []
@@ -160,7 +160,7 @@ def simulate_runs(g: Group, draws: int, rng: np.random.Generator, shift: float =
                   much: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """Outcomes and stated detectable gaps of ``draws`` simulated studies of a group's design
     against itself (one side shifted up), through the claims' own code
-    (:func:`analysis.scale_fronts.front_gap`, the experiment's runs as the s.d. pool): the
+    (:func:`analysis.scale.fronts.front_gap`, the experiment's runs as the s.d. pool): the
     one-seed designs' modelled s.e. is calibrated this way."""
     outs, dets = [], []
     for _ in range(draws):
@@ -197,7 +197,7 @@ def calibrate(name: str, d: Design | Group, draws: int, rng: np.random.Generator
               much: bool = False, rho: float = 0.0) -> Calibration:
     """Null studies of a design against itself (at the 'much' edge for a much row) and studies
     with the stated detectable gap: vectorized for a :class:`Design` (per-seed fronts), through
-    :func:`simulate_runs` for a one-seed :class:`~analysis.scale_fronts.Group`."""
+    :func:`simulate_runs` for a one-seed :class:`~analysis.scale.fronts.Group`."""
     base = MUCH_ACC if much else 0.0
     if isinstance(d, Design):
         out, det = simulate(d, d, draws, rng, base, much, rho)
@@ -237,7 +237,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from analysis.scale_claims import SCALE_CLAIMS
+    from analysis.scale.claims import SCALE_CLAIMS
     from analysis.scale_report import study_records
 
     args = build_parser().parse_args(argv)

@@ -9,7 +9,7 @@ weights remaining; the seed count is reported). A series' label is its method's 
 ``-<init>`` when the weights are not ``kaiming_normal``; its legend text and colour are the
 method's own as the run recorded them (``method_info`` in ``config.json``), else the method
 registry's, else the name in grey, so runs of a method removed since still plot. The training
-budget (epochs, ``max_batches``, batch size, data: :data:`analysis.run_files.PRUNE_BUDGET`) is
+budget (epochs, ``max_batches``, batch size, data: :data:`analysis.scale.run_files.PRUNE_BUDGET`) is
 part of a setting: where one model and mode hold runs of several budgets, each label is split by
 budget (``cp-e2``, ``cp-e3``, ``cp-e1-b20``) and a note says so, so a front never mixes budgets.
 
@@ -46,8 +46,9 @@ from pathlib import Path
 from typing import Any
 
 from analysis.cli import run as cli_run
-from analysis.out_files import Outputs, check_in_folder, check_out, out_folder
-from analysis.run_files import (
+from analysis.scale.fronts import pareto_front
+from analysis.scale.outputs import Outputs, check_in_folder, check_out, out_folder
+from analysis.scale.run_files import (
     PRUNE_BUDGET,
     DamagedRun,
     DivergedRun,
@@ -161,7 +162,7 @@ def data_dir_of(folder: Path) -> str:
 
 def read_run(folder: Path) -> dict:
     """One run's settings and final metrics (a dict of the tables' columns; a diverged run:
-    ``diverged`` its record, its metrics NaN); :class:`~analysis.run_files.DamagedRun` (with
+    ``diverged`` its record, its metrics NaN); :class:`~analysis.scale.run_files.DamagedRun` (with
     the reason) when its config.json or summary.json is missing, truncated or of the wrong
     shape."""
     if not (folder / "summary.json").exists():
@@ -301,19 +302,6 @@ def diverged_only(runs: list[dict]) -> list[str]:
 def mean_sd(mean: float, sd: float, fmt: str) -> str:
     """``0.9612 +- 0.0012`` (the mean alone when the s.d. is NaN: one seed)."""
     return format(mean, fmt) + ("" if math.isnan(sd) else " +- " + format(sd, fmt))
-
-
-def pareto_front(points: list[dict]) -> list[dict]:
-    """Points not dominated (another point with remaining <= and test_acc >=, one strictly),
-    sorted by remaining."""
-    front = []
-    for p in points:
-        dominated = any(q["remaining"] <= p["remaining"] and q["test_acc"] >= p["test_acc"]
-                        and (q["remaining"] < p["remaining"] or q["test_acc"] > p["test_acc"])
-                        for q in points)
-        if not dominated:
-            front.append(p)
-    return sorted(front, key=lambda p: p["remaining"])
 
 
 def fraction_axis(ax: Any, values: Iterable[float], axis: str = "x") -> None:

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
+from analysis.scale.regression import best_setting
 from pbexact.cli import ArgumentParser, positive_int, positive_int_list, thread_count
 from pbexact.errors import PBInputError
 from pbexact.io import check_out_dir
@@ -71,18 +72,6 @@ def load_history(folder: Path) -> dict[str, np.ndarray] | None:
     return out
 
 
-def select(runs: dict[str, list[dict]]) -> tuple[str, list[dict]]:
-    """The setting whose mean over seeds of the mean loss over the second half of training is
-    lowest (`sec:app_maskednnregression`)."""
-    def score(hs: list[dict]) -> float:
-        e = hs[0]["epoch"]
-        half = e > e.max() / 2
-        return float(np.mean([h["val_loss_chosen"][half].mean() for h in hs]))
-
-    best = min(runs, key=lambda k: score(runs[k]))
-    return best, runs[best]
-
-
 def collect(which: str, items, out: Path, epochs: int) -> dict:
     """{label: (setting, [histories])} of the finished runs, best setting per label."""
     grouped: dict[str, dict[str, list]] = defaultdict(lambda: defaultdict(list))
@@ -101,7 +90,7 @@ def collect(which: str, items, out: Path, epochs: int) -> dict:
         if len(lengths) > 1:
             raise PBInputError(f"runs of {label!r} have different numbers of epochs; "
                                "use one --epochs per --out folder")
-        result[label] = select(runs)
+        result[label] = best_setting(runs)
     return result
 
 

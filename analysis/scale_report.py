@@ -11,8 +11,8 @@ Reads finished run folders of ``python -m pbscale.prune`` (supermask and joint) 
 or ``history.csv``, ``summary.json``; not checkpoints or masks) to ``OUT/runs/<name of the --runs
 folder>/`` (two --runs folders of one name: ``<parent>-<name>`` each; a different run already
 under that name is refused, never overwritten) and, from those copies only, evaluates every claim
-of :data:`analysis.scale_claims.SCALE_CLAIMS`, as reported and under each robustness reading
-(:mod:`analysis.scale_robust`). ``--replot`` skips the copy, so a fresh clone redraws the
+of :data:`analysis.scale.claims.SCALE_CLAIMS`, as reported and under each robustness reading
+(:mod:`analysis.scale.robust`). ``--replot`` skips the copy, so a fresh clone redraws the
 committed tables and figures from the committed files. A damaged run folder is skipped with one
 warning line. Writes, under --out:
 
@@ -48,9 +48,13 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from analysis.cli import run
-from analysis.out_files import Outputs, check_in_folder, check_out, inside, out_folder
 from analysis.pareto import fraction_axis
-from analysis.run_files import (
+from analysis.scale.claims import joint_fronts
+from analysis.scale.compare import compare
+from analysis.scale.fronts import front
+from analysis.scale.outputs import Outputs, check_in_folder, check_out, inside, out_folder
+from analysis.scale.robust import by_study, judge
+from analysis.scale.run_files import (
     DIVERGED,
     DamagedRun,
     DivergedRun,
@@ -61,11 +65,7 @@ from analysis.run_files import (
     read_each,
     read_run,
 )
-from analysis.scale_claims import joint_fronts
-from analysis.scale_compare import compare
-from analysis.scale_fronts import front
-from analysis.scale_robust import by_study, judge
-from analysis.scale_runs import (
+from analysis.scale.runs import (
     ACC_FLOOR,
     RunRecord,
     allocation_shares,
@@ -76,7 +76,7 @@ from analysis.scale_runs import (
     points,
     stalled,
 )
-from analysis.scale_tables import (
+from analysis.scale.tables import (
     agreement_rows,
     claim_rows,
     console_lines,
@@ -137,7 +137,7 @@ def prune_record(run: PruneRun) -> RunRecord:
 
 def read_record(folder: Path) -> RunRecord | None:
     """The :class:`RunRecord` of one finished run folder; None for folders of other tools;
-    :class:`~analysis.run_files.DamagedRun` with the reason for a damaged one."""
+    :class:`~analysis.scale.run_files.DamagedRun` with the reason for a damaged one."""
     import numpy as np
 
     run = read_run(folder)
@@ -427,7 +427,7 @@ def study_records(folder: Path, experiments: Sequence[str]) -> list[RunRecord]:
 def report(out: Path, experiments: Sequence[str], baselines: Sequence[Path] = ()) -> list:
     """Everything under ``out`` from the run files in ``out/runs`` (and, with ``baselines``,
     the training-length table); returns the judged claims
-    (:class:`analysis.scale_robust.Judged`)."""
+    (:class:`analysis.scale.robust.Judged`)."""
     runs_dir = out / "runs"
     if not runs_dir.is_dir():
         raise PBInputError(f"{runs_dir} does not exist; run without --replot and with --runs "

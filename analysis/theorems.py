@@ -6,9 +6,9 @@ beyond the paper, of the bias of ST, CP, REBAR and RELAX (`analysis.bias`).
     python -m analysis.theorems --instances 20 --max-d 4 --samples 4000   # quick
     python -m analysis.theorems --only thm:bStarOne cor:mc_bad_gen_2   # only these checks
 
-Each check (:mod:`analysis.theorem_checks`) returns a :class:`CheckResult` (paper label, what was
-checked, sizes, the worst error or the smallest p-value, pass or fail). The exit code is 1 if any
-check fails, 2 on bad input.
+Each check (:mod:`analysis.exact.theorem_checks`) returns a :class:`CheckResult` (paper label, what
+was checked, sizes, the worst error or the smallest p-value, pass or fail). The exit code is 1 if
+any check fails, 2 on bad input.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import numpy as np
 from tqdm import tqdm
 
 from analysis.cli import atomic_write_text, run, write_json
-from analysis.theorem_checks import (
+from analysis.exact.theorem_checks import (
     CheckResult,
     check_arms_correlation,
     check_arms_iterative,

@@ -1,7 +1,7 @@
 """Benchmark of the vectorized microworld runs (`analysis.microworld`), printed, never asserted.
 
-Per-step cost of training 100 seeds at once (one batched computation, `analysis.microworld_runs`
-and `analysis.microworld_hybrid`) against a Python loop over the same 100 seeds (each seed its
+Per-step cost of training 100 seeds at once (one batched computation, `analysis.microworld.runs`
+and `analysis.microworld.hybrid`) against a Python loop over the same 100 seeds (each seed its
 own run, seeds=1), measured in the same process at d = 10 with the exact loss logged every step,
 as the experiments do. Goal: at least 20x for the exact-core estimators. Timings are the best of
 ``--repeats`` (least disturbed by other processes on a shared machine).
@@ -17,8 +17,8 @@ from pathlib import Path
 import torch
 
 from analysis.cli import run, write_json
-from analysis.microworld_hybrid import run_torch
-from analysis.microworld_runs import check_run_memory, run_exact
+from analysis.microworld.hybrid import run_torch
+from analysis.microworld.runs import check_run_memory, run_exact
 from benchmarks.timing import best_time
 from pbexact.cli import ArgumentParser, positive_int, step_count
 from pbexact.errors import check_d

@@ -1,6 +1,6 @@
 """Child processes that do not outlive their parent: a ``preexec_fn`` for ``subprocess.Popen``
 (a sweep's runs in :mod:`pbscale.sweep.records`, the report's unit workers in
-:mod:`analysis.report_units`), so that a parent killed with SIGKILL leaves no orphan."""
+:mod:`analysis.microworld.units`), so that a parent killed with SIGKILL leaves no orphan."""
 
 from __future__ import annotations
 

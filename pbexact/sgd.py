@@ -18,7 +18,7 @@ def sgd(r: Any, gradient: Callable[[int, Any], Any], lr: float, steps: int | Ite
     runs, e.g. the microworld's seeds): r <- project(r - lr * gradient(step, r)), with
     ``log(step, r)`` before every step and after the last. ``steps``: a count, or the iterable
     0..steps itself (e.g. a tqdm bar over range(steps + 1)). The microworld loops
-    (`analysis.microworld_runs.run_exact`, `analysis.microworld_hybrid.run_torch`) and the
+    (`analysis.microworld.runs.run_exact`, `analysis.microworld.hybrid.run_torch`) and the
     SGD checks of `analysis.theorems` all run through it; returns the final r. Logits that turn
     NaN or inf stop the run with a PBInputError naming the cause, the learning rate (``what``:
     whose logits, ``fix``: what to change)."""

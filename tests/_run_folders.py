@@ -44,7 +44,7 @@ def write_diverged(root: Path, mode: str, method: str, seed: int, epoch: int = 3
                    step: int | None = 1301, **task) -> Path:
     """A run folder as a diverged run leaves it: config.json and the record ``diverged.json``
     (epoch, step, where, reason, last_metrics), no summary.json."""
-    from analysis.run_files import DIVERGED
+    from analysis.scale.run_files import DIVERGED
 
     folder = write_prune(root, mode, method, seed, 0.5, 0.5, {"fc1": 0.5, "fc2": 0.5,
                                                               "fc3": 0.5}, **task)

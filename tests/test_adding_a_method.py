@@ -30,7 +30,7 @@ from analysis import pareto
 from pbexact import estimators as E
 from pbexact.parametrizations import get_parametrization
 from pbscale import prune, regress, sweep
-from pbscale.methods import FAMILY_MODULES, REGISTRY, MethodConfig, mc_gradient
+from pbscale.methods import FAMILY_MODULES, REGISTRY, Capabilities, MethodConfig, mc_gradient
 from pbscale.methods.schedules import keep_count
 from pbscale.nets.models import build_model
 from pbscale.regression.group import TIMING, train_group
@@ -347,6 +347,8 @@ def test_a_family_written_for_an_older_pbnn_is_told_what_to_write(tmp_path):
     with pytest.raises(TypeError, match=r"write gradient\(self, f, r, at\).*from "
                                         r"pbscale.methods import Gradient, StepArgs"):
         exec(old_hook, {})  # noqa: S102
+    with pytest.raises(ValueError, match="the command 'batched' is 'regress-group' now"):
+        Capabilities(commands=("regress", "batched"))
     with pytest.raises(ImportError, match="from pbscale.methods.schedules import keep_count"):
         exec("from pbscale.methods.magnitude import keep_count", {})  # noqa: S102
     with pytest.raises(ImportError, match="from pbscale.methods.schedules import "

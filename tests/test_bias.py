@@ -17,6 +17,7 @@ from test_docs_links import agrees_to_printed_digits, table_after
 
 from analysis import bias as B
 from analysis.cli import run
+from analysis.exact import bias as EB
 from pbexact.bias import (
     BiasSummary,
     Moments,
@@ -66,7 +67,7 @@ def rng(seed: int = 0) -> np.random.Generator:
 @pytest.fixture(scope="module", autouse=True)
 def one_thread():
     """Many small autograd calls: one torch thread, as the tool runs them (its --threads)."""
-    with B.torch_threads(1):
+    with EB.torch_threads(1):
         yield
 
 
@@ -76,7 +77,7 @@ def net() -> NNLoss:
 
 
 def moments_of(name: str, f, J, r, param=SIGMOID, **setting) -> Moments:
-    return B.estimator_moments(B.BIASED[name], f, J, np.asarray(r, dtype=float), param,
+    return EB.estimator_moments(B.BIASED[name], f, J, np.asarray(r, dtype=float), param,
                                B.Setting(**setting))
 
 
@@ -137,7 +138,7 @@ def test_break_even_n_bisects_a_decreasing_variance():
     assert break_even_n(0.0, lambda n: 1.0 / n, 2) is None
     assert break_even_n(5.0, lambda n: 1.0 / n, 2) == 2
     J, r = rng(1).normal(size=16), rng(2).normal(size=4)
-    for name in B.UNBIASED:
+    for name in EB.UNBIASED:
         var = UnbiasedVariance(name, J, r, SIGMOID)
         spec = B.get_estimator(name)
         step = 2 if spec.even else 1
@@ -147,7 +148,7 @@ def test_break_even_n_bisects_a_decreasing_variance():
 
 def test_unbiased_variance_is_the_closed_form_and_the_enumeration():
     J, r = rng(3).normal(size=8), rng(4).normal(size=3)
-    for name in B.UNBIASED:
+    for name in EB.UNBIASED:
         var = UnbiasedVariance(name, J, r, SIGMOID)
         for n in (2, 4):
             exact = exact_moments(J, r, n, "sigmoid", (name,))[name].total_variance
@@ -169,7 +170,7 @@ def test_st_theta_torch_against_numpy_differences_and_unbiased_on_p_j(name):
     theta = g.uniform(0.1, 0.9, size=d)
     r = param.logits(theta)
     u, p = vertex_uniforms(theta)
-    est = B.per_sample(B.BIASED["st-theta"], MultilinearExtension(J), r, param, B.Setting(),
+    est = EB.per_sample(B.BIASED["st-theta"], MultilinearExtension(J), r, param, B.Setting(),
                        torch.as_tensor(u))
     h, bits = np.arange(2**d), 1 << np.arange(d)
     diff = (J[h[:, None] | bits] - J[h[:, None] & ~bits])  # (2^d, d)
@@ -182,8 +183,8 @@ def test_microworld_st_is_st_theta_without_the_sigmoid_derivative():
     J, r = rng(6).normal(size=8), rng(7).normal(size=3)
     f, theta = MultilinearExtension(J), SIGMOID.theta(r)
     u = torch.as_tensor(vertex_uniforms(theta)[0])
-    st = B.per_sample(B.BIASED["st"], f, r, SIGMOID, B.Setting(), u)
-    st_theta = B.per_sample(B.BIASED["st-theta"], f, r, SIGMOID, B.Setting(), u)
+    st = EB.per_sample(B.BIASED["st"], f, r, SIGMOID, B.Setting(), u)
+    st_theta = EB.per_sample(B.BIASED["st-theta"], f, r, SIGMOID, B.Setting(), u)
     assert np.allclose(st * theta * (1 - theta), st_theta, rtol=1e-12, atol=1e-14)
 
 
@@ -212,7 +213,7 @@ def test_st_exact_against_monte_carlo_on_nnloss(net):
     exact = moments_of("st-theta", net, J, r)
     setting = B.Setting(seed=3)
     u = setting.uniforms(20_000, 3)
-    mc = mc_moments(B.per_sample(B.BIASED["st-theta"], net, r, SIGMOID, setting, u))
+    mc = mc_moments(EB.per_sample(B.BIASED["st-theta"], net, r, SIGMOID, setting, u))
     assert np.all(np.abs(mc.mean - exact.mean) <= Z * mc.error)
     assert np.allclose(mc.variance, exact.variance, rtol=0.1)
     truth = SIGMOID.chain(true_gradient(J, SIGMOID.theta(r)), r)
@@ -229,9 +230,9 @@ def test_cp_is_the_true_gradient_of_its_tempered_sigmoid_on_p_j():
     truth = SIGMOID.chain(true_gradient(J, SIGMOID.theta(r)), r)
     for tau in (1.0, 0.3, 0.02):
         setting = B.Setting(tau=tau)
-        anneal = B.per_sample(B.BIASED["cp-anneal"], f, r, SIGMOID, setting)[0]
+        anneal = EB.per_sample(B.BIASED["cp-anneal"], f, r, SIGMOID, setting)[0]
         assert np.allclose(anneal, tempered_true_gradient(J, r, tau), rtol=1e-10, atol=1e-300)
-        at_theta = B.per_sample(B.BIASED["cp"], f, r, SIGMOID, setting)[0]
+        at_theta = EB.per_sample(B.BIASED["cp"], f, r, SIGMOID, setting)[0]
         assert np.allclose(at_theta, truth, rtol=1e-10, atol=1e-15)
 
 
@@ -321,7 +322,7 @@ def test_tensor_quadrature_on_a_smooth_extension_against_monte_carlo():
         assert quad.kind == "quadrature"
         assert np.all(quad.error < 1e-3 * np.abs(quad.mean).max())
         setting = B.Setting(seed=2)
-        draws = mc_moments(B.per_sample(B.BIASED[name], f, r, SIGMOID, setting,
+        draws = mc_moments(EB.per_sample(B.BIASED[name], f, r, SIGMOID, setting,
                                         setting.uniforms(40_000, 3)))
         assert np.all(np.abs(draws.mean - quad.mean) <= Z * draws.error + quad.error)
         assert np.allclose(draws.variance, quad.variance, rtol=0.05)
@@ -340,7 +341,7 @@ def break_even_table_from_csv(path: Path, ns: list[int]) -> str:
     rows = []
     for r in _rows(path):
         row: dict = {**r, "step": int(r["step"]), "n": int(r["n"])}
-        for k in B.UNBIASED:
+        for k in EB.UNBIASED:
             for col in (k, f"{k}_low", f"{k}_high"):
                 row[col] = int(r[col]) if r.get(col) else ""
         rows.append(row)
@@ -363,7 +364,7 @@ def test_cli_writes_csv_figure_and_table_under_out_only(tmp_path, capsys):
     rows = _rows(Path(f"{stem}_bias.csv"))
     assert sorted({int(r["step"]) for r in rows}) == [0, 1, 2, 5, 10, 20]
     names = {r["estimator"] for r in rows}
-    assert names == set(B.BIASED) | set(B.UNBIASED)
+    assert names == set(B.BIASED) | set(EB.UNBIASED)
     kinds = {r["estimator"]: r["kind"] for r in rows}
     assert kinds["st-theta"] == "exact" and kinds["concrete"] == "quadrature"
     assert kinds["rebar"] == "mc"
@@ -390,7 +391,7 @@ def test_cli_nnloss_under_escort_runs_st_theta_only(tmp_path):
             "--table-steps", "0", "--out", str(tmp_path)]
     assert run(B.main, argv) == 0
     rows = _rows(tmp_path / "nnloss_d2_escort_bias.csv")
-    assert {r["estimator"] for r in rows} == {"st-theta", *B.UNBIASED}
+    assert {r["estimator"] for r in rows} == {"st-theta", *EB.UNBIASED}
 
 
 @pytest.mark.parametrize("argv, fragment", [
@@ -449,7 +450,7 @@ def test_docs_quote_the_generated_break_even_tables_and_those_match_their_csv():
 
 def test_docs_step_table_matches_the_bias_csvs():
     rows = table_after(DOC.read_text(encoding="utf-8"), "At the start of the trajectory")
-    assert len(rows) == 2 * (len(B.BIASED) + len(B.UNBIASED))
+    assert len(rows) == 2 * (len(B.BIASED) + len(EB.UNBIASED))
     columns = ["bias_norm", "bias_error", "cosine", "mse_n1", "mse_n10", "mse_n100"]
     for bench, name, kind, *printed in rows:
         data = _rows(FIGURES / f"{bench}_d10_sigmoid_bias.csv")
@@ -512,7 +513,7 @@ def test_a_rare_heavy_draw_is_weighted_not_missed():
     plain = mc_moments((1000.0 * (u < 0.001))[:, None])
     theta = np.array([0.001])  # the stratum u > 1 - theta is the rare side
     setting = B.Setting(mc_samples=4000, seed=5)
-    w, stratum, prob = B.vertex_strata(theta, setting)
+    w, stratum, prob = EB.vertex_strata(theta, setting)
     g = 1000.0 * (w.numpy() > 1 - theta)
     strat = stratified_moments(g, stratum, prob)
     assert strat.mean[0] == pytest.approx(1.0) and strat.error[0] == 0.0
@@ -525,7 +526,7 @@ def vertex_point():
     vertex, where one REBAR estimate in 7,000 is large (skewness about 77)."""
     f = NNLoss(10, 0)
     J = f.table()
-    r = dict(B.trajectory(J, SIGMOID, 10_000, 10_000, 0.1))[10_000]
+    r = dict(EB.trajectory(J, SIGMOID, 10_000, 10_000, 0.1))[10_000]
     return f, J, r, SIGMOID.chain(true_gradient(J, SIGMOID.theta(r)), r)
 
 
@@ -549,7 +550,7 @@ def test_rebar_relax_unbiasedness_test_holds_for_any_seed_near_a_vertex(vertex_p
         if seed < 10:
             setting = B.Setting(mc_samples=4000, seed=seed)
             u, v = setting.uniforms(4000, 10), setting.uniforms(4000, 10)
-            g = B.per_sample(B.BIASED["rebar"], f, r, SIGMOID, setting, u, v)
+            g = EB.per_sample(B.BIASED["rebar"], f, r, SIGMOID, setting, u, v)
             plain.append(BiasSummary(mc_moments(g), truth).zero_bias_pvalue)
     assert min(pvals) >= 0.05 / len(pvals), min(pvals)
     assert np.mean(np.array(pvals) < 0.05) <= 0.05 + 3 * math.sqrt(0.05 * 0.95 / len(pvals))
@@ -597,7 +598,7 @@ def test_unbiased_rows_hold_the_variance_of_the_n_sample_estimate():
     J = rng(3).normal(size=16)
     r = rng(4).normal(size=4)
     f = MultilinearExtension(J)
-    rows, _, variances = B.rows_at(0, f, J, r, SIGMOID, B.Setting(), ("st-theta",), [2, 10])
+    rows, _, variances = EB.rows_at(0, f, J, r, SIGMOID, B.Setting(), ("st-theta",), [2, 10])
     loorf = next(x for x in rows if x["estimator"] == "loorf")
     for n in (2, 10):
         closed = closed_form_moments(J, r, n, SIGMOID, ("loorf",))["loorf"].total_variance
@@ -610,7 +611,7 @@ def test_the_trajectory_descends_the_true_gradient():
     """The logged E[J] falls from step 0 to the last step, and the first steps are SGD with the
     exact gradient (r - lr grad, by hand)."""
     J = exponential_tabular_loss(4, 0)
-    logged = B.trajectory(J, SIGMOID, 50, 10, 0.1)
+    logged = EB.trajectory(J, SIGMOID, 50, 10, 0.1)
     losses = [expected_loss(J, SIGMOID.theta(r)) for _, r in logged]
     assert losses[-1] < losses[0] and losses[1] < losses[0]
     r = SIGMOID.logits(np.full(4, 0.5))

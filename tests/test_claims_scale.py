@@ -1,4 +1,4 @@
-"""The supermask, pruning and NN-regression claims of analysis.scale_claims (SCALE_CLAIMS): each
+"""The supermask, pruning and NN-regression claims of analysis.scale.claims (SCALE_CLAIMS): each
 criterion on synthetic run records where it must hold, where it must fail, and (where it has a
 noise band) where the data cannot tell."""
 
@@ -9,11 +9,11 @@ import zlib
 import numpy as np
 import pytest
 
-from analysis import scale_claims as C
-from analysis import scale_fronts as F
-from analysis import scale_runs as R
-from analysis.claims import FAILS, HOLDS, NOISE
-from analysis.scale_runs import MISSING, RunRecord
+from analysis.microworld.claims import FAILS, HOLDS, NOISE
+from analysis.scale import claims as C
+from analysis.scale import fronts as F
+from analysis.scale import runs as R
+from analysis.scale.runs import MISSING, RunRecord
 from pbscale.methods import REGISTRY
 
 SIZES = {"fc1": 1000, "fc2": 500, "fc3": 100}

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import torch
 
-from analysis.microworld_hybrid import run_torch
-from analysis.microworld_runs import DETERMINISTIC
+from analysis.microworld.hybrid import run_torch
+from analysis.microworld.runs import DETERMINISTIC
 from pbexact.sampling import vertex_index
 from pbscale import methods as M
 

@@ -1,6 +1,6 @@
 """The front statistic of the claims study (issue 41): fronts as curves
-(`analysis.front_curves`), the gap test (`analysis.gap_test`) and the comparison of two groups of
-runs (`analysis.scale_fronts`), each against a known answer or a second computation (a fine grid,
+(`analysis.scale.curves`), the gap test (`analysis.scale.gap_test`) and the comparison of two groups
+of runs (`analysis.scale.fronts`), each against a known answer or a second computation (a fine grid,
 scipy's own t tests, a direct simulation of the test's power)."""
 
 from __future__ import annotations
@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from analysis import front_curves as FC
-from analysis import gap_test as GT
-from analysis import scale_fronts as F
-from analysis.claims import FAILS, HOLDS, NOISE
-from analysis.scale_runs import MISSING, Reading, RunRecord
+from analysis.microworld.claims import FAILS, HOLDS, NOISE
+from analysis.scale import curves as FC
+from analysis.scale import fronts as F
+from analysis.scale import gap_test as GT
+from analysis.scale.runs import MISSING, Reading, RunRecord
 
 # ------------------------------------------------------------------------ fronts as curves
 

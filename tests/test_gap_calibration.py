@@ -18,9 +18,9 @@ import numpy as np
 import pytest
 
 from analysis import gap_calibration as GC
-from analysis.claims import FAILS, HOLDS
-from analysis.gap_test import MUCH_ACC, POWER
-from analysis.scale_claims import SCALE_CLAIMS
+from analysis.microworld.claims import FAILS, HOLDS
+from analysis.scale.claims import SCALE_CLAIMS
+from analysis.scale.gap_test import MUCH_ACC, POWER
 from analysis.scale_report import study_records
 
 STUDY = Path(__file__).resolve().parent.parent / "figures" / "claims20"

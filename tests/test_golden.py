@@ -269,8 +269,8 @@ def batched_results(tmp: Path) -> dict:
 
 
 def microworld_results() -> dict:
-    from analysis.microworld_hybrid import run_torch
-    from analysis.microworld_runs import run_exact
+    from analysis.microworld.hybrid import run_torch
+    from analysis.microworld.runs import run_exact
     from pbexact.vertices import vertices
     c = np.array([0.2, 0.7, 0.4, 0.9])
     J = ((vertices(4) - c) ** 2).sum(-1)

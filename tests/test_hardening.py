@@ -467,7 +467,7 @@ def _cor_only(th):
 
 
 def test_runaway_learning_rate_names_its_cause(tmp_path, capsys):
-    from analysis.microworld_runs import run_exact
+    from analysis.microworld.runs import run_exact
     from analysis.variance import variance_trajectory
     from pbexact.instances import benchmark_table
 

@@ -13,7 +13,9 @@ import numpy as np
 import pytest
 import torch
 
-from analysis import microworld, microworld_hybrid, microworld_runs, pareto
+from analysis import microworld, pareto
+from analysis.microworld import hybrid as microworld_hybrid
+from analysis.microworld import runs as microworld_runs
 from pbexact import estimators as E
 from pbexact.errors import PBInputError
 from pbexact.vertices import vertices

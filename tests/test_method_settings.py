@@ -170,3 +170,21 @@ def test_regress_records_and_warns_what_it_does_not_read(tmp_path, capsys):
                                                                          "cp_every"]
     assert regress.main(["--method", "loorf", "--n", "2", "--cp-every", "5", *common]) == 0
     assert "warning: LOORF does not use --cp-every: ignored" in capsys.readouterr().err
+
+
+def test_a_family_without_lam_gets_no_l0_term():
+    """A logits family whose capabilities do not name lam (edge-popup: a fixed count) takes
+    no L0 term whatever the run's lam: its step is the step at lam = 0 (it gives no theta map
+    for one); a family that names lam does get it."""
+    import torch
+
+    from pbscale.methods import MaskTrainer, MethodConfig
+
+    def f(z):
+        return ((z - 0.3) ** 2).sum(-1)
+
+    for method, uses_lam in (("edgepopup", False), ("cp", True)):
+        assert ("lam" in REGISTRY[method].caps.uses) == uses_lam
+        grads = [MaskTrainer(MethodConfig(method=method, n=1, seed=2, lam=lam), 6, 10,
+                             dtype=torch.float64).gradient(f).grad for lam in (0.0, 0.5)]
+        assert torch.equal(grads[0], grads[1]) != uses_lam, method

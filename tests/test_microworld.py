@@ -12,8 +12,8 @@ import torch
 
 from analysis.cli import run
 from analysis.microworld import main
-from analysis.microworld_hybrid import run_torch
-from analysis.microworld_runs import found_optimum, run_exact
+from analysis.microworld.hybrid import run_torch
+from analysis.microworld.runs import found_optimum, run_exact
 from pbexact.parametrizations import Sigmoid
 from pbexact.polynomial import true_gradient
 from pbexact.sampling import sample_arms

@@ -272,7 +272,8 @@ def test_pinned_defaults_escort_power_direct_clamp_cp_final_tau():
     # CP's final temperature 1/200 is defined once and is every schedule's default
     import inspect
 
-    from analysis import counterexamples, microworld_hybrid
+    from analysis import counterexamples
+    from analysis.microworld import hybrid as microworld_hybrid
     from pbexact import continuation
 
     assert continuation.CP_FINAL_TAU == 1 / 200

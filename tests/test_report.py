@@ -1,5 +1,6 @@
-"""Claims of tab:app_results_summ as predicates (analysis.claims) and the instance study's
-command line (analysis.report): synthetic results with known answers, then --quick end to end."""
+"""Claims of tab:app_results_summ as predicates (analysis.microworld.claims) and the instance
+study's command line (analysis.report): synthetic results with known answers, then --quick end to
+end."""
 
 from __future__ import annotations
 
@@ -17,10 +18,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from analysis import claims as C
 from analysis import report as R
-from analysis import report_units as U
 from analysis.cli import run
+from analysis.microworld import claims as C
+from analysis.microworld import units as U
 
 ROOT = Path(__file__).resolve().parent.parent
 SEEDS = 100

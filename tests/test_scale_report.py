@@ -9,9 +9,9 @@ import pytest
 from _run_folders import LENET, layers_for, write_prune
 
 from analysis import scale_report as S
-from analysis.claims import FAILS, HOLDS
-from analysis.scale_claims import SCALE_CLAIMS
-from analysis.scale_runs import READINGS
+from analysis.microworld.claims import FAILS, HOLDS
+from analysis.scale.claims import SCALE_CLAIMS
+from analysis.scale.runs import READINGS
 from pbscale import prune as P
 from pbscale import regress
 from pbscale.methods import MethodConfig
@@ -231,7 +231,7 @@ def test_agreement_shows_robustness_and_every_sub_verdict_on_its_own_line(tmp_pa
 def test_robust_and_fragile_rows():
     """A gap far beyond the noise under every reading is robust; a front that only clears the
     floor of 0.3 (no data at 0.5) is fragile."""
-    from analysis.scale_robust import judge_claim
+    from analysis.scale.robust import judge_claim
 
     claim = next(c for c in SCALE_CLAIMS if c.key == "sm_cp_rmsprop_gt_sgd")
 
@@ -379,8 +379,9 @@ def test_no_branch_on_a_method_name_in_the_claims_analysis():
     words = "|".join(re.escape(n) for n in (*REGISTRY, *ESTIMATORS))
     compare = re.compile(rf"""(==|!=)\s*["']({words})["']""")
     member = re.compile(rf"""\b(if|elif|and|or|not)\b.*\bin\s*\([^)]*["']({words})["']""")
-    files = ["pareto.py", "run_files.py", "scale_report.py", "scale_claims.py", "scale_runs.py",
-             "scale_fronts.py", "scale_regression.py", "scale_robust.py", "scale_tables.py"]
+    files = ["pareto.py", "scale_report.py", "scale/run_files.py", "scale/claims.py",
+             "scale/runs.py", "scale/fronts.py", "scale/regression.py", "scale/robust.py",
+             "scale/tables.py"]
     found = [f"{f}:{i}" for f in files
              for i, line in enumerate((root / f).read_text().splitlines(), 1)
              if compare.search(line) or member.search(line)]
@@ -481,8 +482,8 @@ def test_bad_paths_are_one_line_and_write_nothing(tmp_path, capsys, monkeypatch,
 def test_a_full_disk_is_one_line_and_keeps_every_earlier_file(tmp_path, capsys, monkeypatch):
     import errno
 
-    from analysis import out_files
     from analysis.cli import run
+    from analysis.scale import outputs as out_files
 
     write_study(tmp_path / "runs")
     out = tmp_path / "out"
@@ -677,7 +678,7 @@ def test_diverged_runs_are_read_copied_counted_and_a_bad_record_is_skipped(tmp_p
     diverged"); a record of the wrong shape is a damaged run, skipped with one warning."""
     from _run_folders import write_diverged
 
-    from analysis.run_files import DIVERGED
+    from analysis.scale.run_files import DIVERGED
 
     root = tmp_path / "runs"
     write_study(root)

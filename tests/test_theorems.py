@@ -9,8 +9,8 @@ import math
 import numpy as np
 import pytest
 
-from analysis import theorem_checks as th
 from analysis import theorems
+from analysis.exact import theorem_checks as th
 from pbexact.copula import arms_correlation
 from pbexact.polynomial import flipped_expectation, multilinear_value
 from pbexact.vertices import permutation_counts
@@ -137,7 +137,7 @@ def test_st_bias_checks_pass_and_fail_on_wrong_formulas():
     assert not th.check_st_bias(rng(), 8, 4, nets=0, closed_form=half)[2].passed
 
     def without_chain(f, J, r, param):  # the microworld's ST: dJ/dz taken as dJ/dr
-        from analysis.bias import BIASED, Setting, estimator_moments
+        from analysis.exact.bias import BIASED, Setting, estimator_moments
         from pbexact.bias import Moments
 
         sigmoid = th.get_parametrization("sigmoid")

@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from analysis import arms_table, counterexamples, report_units, theorems, variance
+from analysis import arms_table, counterexamples, theorems, variance
 from analysis.cli import run
+from analysis.microworld import units as report_units
 from pbexact import io as pio
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/fd").exists(),

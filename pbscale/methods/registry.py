@@ -1,9 +1,12 @@
 """The method registry: every mask-optimization method of pbscale as one :class:`Family` object,
 by name, in :data:`REGISTRY`, and :class:`MethodConfig`, the settings of one method's run.
 
-A family says what a method is (name, legend label, colour, the tools it runs in, whether it
-samples, which shared settings it reads), owns the settings no other method has (a frozen
-:class:`Settings` dataclass, e.g. CP's final temperature) and builds the run loop's
+A family says what a method is (name, legend label, colour) and states its capabilities in one
+frozen :class:`Capabilities` (the tools it runs in, whether it samples, which shared settings it
+reads, how its runs may execute, how pruning treats it; each default a constant, none derived from
+another field, in the spirit of scikit-learn's estimator tags), owns the settings no other method
+has (a frozen :class:`Settings` dataclass, e.g. CP's final temperature; each an option of every tool
+it runs in, :mod:`pbscale.methods.options`) and builds the run loop's
 :class:`pbscale.runs.contracts.Method` with :meth:`Family.make`, fully: nothing outside the family
 writes into what it returns (in the spirit of ``torch.nn.utils.prune.BasePruningMethod``, whose
 subclasses own their arguments and one hook). The families are registered where they are
@@ -17,7 +20,9 @@ defined:
 * :mod:`pbscale.methods.beyond`: ST-theta (Zhou et al.), hard-concrete L0 and edge-popup.
 
 The families with mask logits subclass :class:`pbscale.methods.trainer.LogitsFamily` (its hooks
-are those of one gradient step; :class:`pbscale.methods.MaskTrainer` calls them). Every list of
+take the logits and a frozen :class:`pbscale.methods.trainer.StepArgs`: the step's position,
+layers, settings and random stream; :class:`pbscale.methods.MaskTrainer` holds a run's state and
+calls them); those without subclass :class:`pbscale.methods.cuts.MaskFamily`. Every list of
 methods (CLI choices, sweeps, the microworld's torch methods) is a query of the registry
 (:func:`names`). A run's ``config.json`` records what analysis needs to know about its method
 (:meth:`Family.info`), so a run reads back after its method is renamed or removed.
@@ -167,8 +172,9 @@ OLD_ATTRIBUTES = ("commands", "uses", "samples", "deterministic", "min_samples",
 
 @dataclass(frozen=True)
 class Capabilities:
-    """What a method is and reads, stated once, every field explicit (the family's ``caps``;
-    in the spirit of scikit-learn's estimator tags): no field's default depends on another.
+    """What a method is and reads, stated once (the family's ``caps``; in the spirit of
+    scikit-learn's estimator tags): each field's default is a constant, none is derived from
+    another field.
 
     ``commands``: the tools it runs in (a subset of :data:`COMMANDS`). ``uses``: the settings
     of :data:`SHARED` and :data:`PRUNE_SETTINGS` it reads; those it does not are listed as

@@ -29,7 +29,7 @@ from functools import cache
 import numpy as np
 from scipy import optimize, stats
 
-from analysis.claims import FAILS, HOLDS, NOISE
+from analysis.microworld.claims import FAILS, HOLDS, NOISE
 
 #: Two-sided level of the confidence interval (a false holds or fails has probability 1 - LEVEL
 #: at most in all, about half of it each way).

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from analysis.gap_test import LEVEL, POWER
-from analysis.scale_claims import SCALE_CLAIMS
-from analysis.scale_robust import FRAGILE, ROBUST, UNJUDGED, Judged, StudyRow
-from analysis.scale_runs import (
+from analysis.scale.claims import SCALE_CLAIMS
+from analysis.scale.gap_test import LEVEL, POWER
+from analysis.scale.robust import FRAGILE, ROBUST, UNJUDGED, Judged, StudyRow
+from analysis.scale.runs import (
     ACC_FLOOR,
     COARSE_GRID,
     READINGS,

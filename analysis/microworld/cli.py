@@ -45,14 +45,13 @@ from tqdm import tqdm
 from analysis.cli import (
     check_settings,
     output_folders,
-    run,
     save_figure,
     settings_path,
     write_csv,
     write_json,
 )
-from analysis.microworld_hybrid import TORCH_METHODS, check_torch_method, run_torch
-from analysis.microworld_runs import (
+from analysis.microworld.hybrid import TORCH_METHODS, check_torch_method, run_torch
+from analysis.microworld.runs import (
     DETERMINISTIC,
     TRUE,
     Trajectory,
@@ -535,6 +534,3 @@ def main(argv: Sequence[str] | None = None) -> int:
           f"{', '.join(map(str, folders))}")
     return 0
 
-
-if __name__ == "__main__":
-    raise SystemExit(run(main))

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from analysis.report_units import EXPERIMENTS
+from analysis.microworld.units import EXPERIMENTS
 
 BENCH_NAMES = {"exponential": "ExponentialTabularLoss", "nnloss": "NNLoss"}
 

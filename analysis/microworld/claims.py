@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from analysis.microworld_runs import DETERMINISTIC
+from analysis.microworld.runs import DETERMINISTIC
 
 #: Standard errors a difference must exceed to count (about a 95% two-sided normal interval).
 Z = 2.0

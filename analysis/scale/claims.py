@@ -1,12 +1,12 @@
 """The supermask, pruning and NN-regression rows of `tab:app_results_summ` (the 11 bullets of the
 claims study), each a predicate over plain run data: a list of :class:`RunRecord` (one finished
-run each, :mod:`analysis.scale_runs`), not over one microworld instance, read as a
-:class:`~analysis.scale_runs.Reading` says.
+run each, :mod:`analysis.scale.runs`), not over one microworld instance, read as a
+:class:`~analysis.scale.runs.Reading` says.
 
-Pruning claims compare Pareto fronts (:func:`analysis.scale_runs.better_front`) and per-layer
-allocations (total-variation distances); regression claims (:mod:`analysis.scale_regression`)
+Pruning claims compare Pareto fronts (:func:`analysis.scale.runs.better_front`) and per-layer
+allocations (total-variation distances); regression claims (:mod:`analysis.scale.regression`)
 compare final validation losses over seeds as the microworld claims do
-(:func:`analysis.claims.compare`). :data:`SCALE_CLAIMS` lists them in table order;
+(:func:`analysis.microworld.claims.compare`). :data:`SCALE_CLAIMS` lists them in table order;
 :func:`evaluate_scale` runs them.
 """
 
@@ -18,10 +18,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from analysis.claims import FAILS, HOLDS, NOISE, Verdict, Z
-from analysis.gap_test import LEVEL, MUCH_ACC, POWER
-from analysis.scale_fronts import FALLBACK_SD, better_front, front, useful
-from analysis.scale_regression import (
+from analysis.microworld.claims import FAILS, HOLDS, NOISE, Verdict, Z
+from analysis.scale.fronts import FALLBACK_SD, better_front, front, useful
+from analysis.scale.gap_test import LEVEL, MUCH_ACC, POWER
+from analysis.scale.regression import (
     CP,
     MUCH_REL,
     Evaluate,
@@ -31,7 +31,7 @@ from analysis.scale_regression import (
     parametrizations,
     reinforce_much_worse,
 )
-from analysis.scale_runs import (
+from analysis.scale.runs import (
     ACC_FLOOR,
     AS_REPORTED,
     MISSING,
@@ -60,7 +60,7 @@ FALLBACK_TV_SE = 0.02
 
 # ----------------------------------------------------------------------------- supermask (1-4)
 # CP is named as data (the method the paper calls CP); the MC estimators are the methods whose
-# runs record that they sample (``samples=True`` in :func:`analysis.scale_runs.select`).
+# runs record that they sample (``samples=True`` in :func:`analysis.scale.runs.select`).
 
 
 def _mc_pair(key: str, a: str, b: str, label_a: str, label_b: str,
@@ -161,7 +161,7 @@ def _tv_se(pts: Sequence[Point]) -> tuple[float, bool]:
 def joint_fronts(records: Sequence[RunRecord], floor: float = ACC_FLOOR
                  ) -> dict[str, list[Point]]:
     """{CP, MC, GMP: the joint-pruning front points with accuracy >= floor}, sorted by
-    remaining (:func:`analysis.scale_runs.useful`)."""
+    remaining (:func:`analysis.scale.runs.useful`)."""
     return {name: useful(front(points(select(records, "joint", **want))), floor)
             for name, want in ALLOCATION_METHODS}
 

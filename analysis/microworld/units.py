@@ -48,9 +48,9 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from analysis.claims import ConfigResult, UnitResult
 from analysis.cli import write_json
-from analysis.microworld_hybrid import DETERMINISTIC_TORCH
+from analysis.microworld.claims import ConfigResult, UnitResult
+from analysis.microworld.hybrid import DETERMINISTIC_TORCH
 from pbexact.errors import PBInputError
 from pbexact.instances import BENCHMARKS
 from pbexact.io import NO_SPACE, WriteError, new_partial_folder, replace_folder

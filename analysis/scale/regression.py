@@ -1,9 +1,9 @@
 """The NN-regression rows of the claims study (`tab:app_results_summ` bullets 9-11,
 `sec:app_maskednnregression`): predicates over finished MaskedNNRegression runs
-(:class:`analysis.scale_runs.RunRecord`), comparing final validation losses over seeds as the
-microworld claims do (:func:`analysis.claims.compare`); :data:`analysis.scale_claims.SCALE_CLAIMS`
-lists them with the pruning rows. Each takes (records, reading); a reading acts here through its
-balanced seeds only.
+(:class:`analysis.scale.runs.RunRecord`), comparing final validation losses over seeds as the
+microworld claims do (:func:`analysis.microworld.claims.compare`);
+:data:`analysis.scale.claims.SCALE_CLAIMS` lists them with the pruning rows. Each takes (records,
+reading); a reading acts here through its balanced seeds only.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from analysis.claims import (
+from analysis.microworld.claims import (
     FAILS,
     HOLDS,
     NOISE,
@@ -26,7 +26,7 @@ from analysis.claims import (
     worse_than_all,
     z_score,
 )
-from analysis.scale_runs import (
+from analysis.scale.runs import (
     AS_REPORTED,
     MISSING,
     Reading,
@@ -79,11 +79,22 @@ def _final(records: Sequence[RunRecord], label: str, method: str, n: int = 0,
                        steps=steps, curve=curve, name=label)
 
 
+def best_setting(runs: dict[str, list[dict]]) -> tuple[str, list[dict]]:
+    """The setting whose mean over seeds of the mean loss over the second half of training is
+    lowest (`sec:app_maskednnregression`)."""
+    def score(hs: list[dict]) -> float:
+        e = hs[0]["epoch"]
+        half = e > e.max() / 2
+        return float(np.mean([h["val_loss_chosen"][half].mean() for h in hs]))
+
+    best = min(runs, key=lambda k: score(runs[k]))
+    return best, runs[best]
+
+
 def select_setting(records: Sequence[RunRecord], label: str) -> ConfigResult | None:
     """Among the settings of a group of regression runs (learning rate, CP's optimizer ...), the
     one with the lowest mean over seeds of the mean validation loss over the second half of
-    training (`sec:app_maskednnregression`, :func:`analysis.regression.select`)."""
-    from analysis.regression import select
+    training (`sec:app_maskednnregression`, :func:`best_setting`)."""
 
     groups: dict[str, list[RunRecord]] = {}
     for r in records:
@@ -92,7 +103,7 @@ def select_setting(records: Sequence[RunRecord], label: str) -> ConfigResult | N
         return None
     hist = {k: [{"epoch": r.epochs, "val_loss_chosen": r.losses} for r in rs]
             for k, rs in groups.items()}
-    best, _ = select(hist)
+    best, _ = best_setting(hist)
     rs = groups[best]
     return _final(rs, label, rs[0].method, int(rs[0].get("n", 0)), rs[0].get("param", "sigmoid"),
                   float(rs[0].get("lr", 0.0)))

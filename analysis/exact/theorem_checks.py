@@ -714,7 +714,7 @@ ST_BIAS_FLOOR = 1e-3
 def st_theta_moments(f: Any, J: np.ndarray, r: np.ndarray, param: Any) -> Any:
     """Exact moments of one ST-theta estimate (pbscale's ``st_theta``, Zhou et al.) on the
     extension f at logits r, by enumerating the 2^d vertices (`pbexact.bias`)."""
-    from analysis.bias import BIASED, Setting, estimator_moments
+    from analysis.exact.bias import BIASED, Setting, estimator_moments
 
     return estimator_moments(BIASED["st-theta"], f, J, r, param, Setting())
 
@@ -730,13 +730,13 @@ def _st_variance_closed_form(A: np.ndarray, theta: np.ndarray, r: np.ndarray, pa
 
 
 def _one_thread(check: Callable[..., Any]) -> Callable[..., Any]:
-    """Run a check with one torch thread (`analysis.bias.torch_threads`): its many small
+    """Run a check with one torch thread (`analysis.exact.bias.torch_threads`): its many small
     autograd calls run fastest that way."""
     import functools
 
     @functools.wraps(check)
     def wrapped(*args: Any, **kwargs: Any) -> Any:
-        from analysis.bias import torch_threads
+        from analysis.exact.bias import torch_threads
 
         with torch_threads(1):
             return check(*args, **kwargs)
@@ -813,7 +813,7 @@ def check_st_bias(
 
 def cp_relaxed_gradient(f: Any, r: np.ndarray, tau: float) -> np.ndarray:
     """CP's gradient d/dr f(sigmoid(r / tau)) at logits r (d,) (pbscale's ``cp_step``)."""
-    from analysis.bias import BIASED, Setting, per_sample
+    from analysis.exact.bias import BIASED, Setting, per_sample
 
     return per_sample(BIASED["cp-anneal"], f, r, get_parametrization("sigmoid"),
                       Setting(tau=tau))[0]
@@ -897,7 +897,7 @@ def rebar_relax_estimates(kind: str, f: Any, r: np.ndarray, u: Any, v: Any,
     control's log tau and eta set (RELAX's network from seed 0): shape (M, d)."""
     import torch
 
-    from analysis.bias import BIASED, Setting, per_sample
+    from analysis.exact.bias import BIASED, Setting, per_sample
 
     setting = Setting()
     control = setting.control(kind, r.shape[-1])

@@ -1,15 +1,15 @@
 """Pruning and NN-regression runs as the scale claims read them (:class:`RunRecord`: finished,
 or diverged with its record), their selection (:func:`select`) and training budgets
 (:func:`by_budget`), per-setting seed means (:class:`Point`) and per-layer allocation distances;
-the comparison of Pareto fronts is :mod:`analysis.scale_fronts`.
+the comparison of Pareto fronts is :mod:`analysis.scale.fronts`.
 
-Outcomes are those of the microworld claims (:mod:`analysis.claims`: holds / fails / noise) and
-``no data`` (:data:`MISSING`) where the runs a claim reads are not there (yet). A verdict made of
-parts (one per n, per method compared, per training budget ...) keeps them
+Outcomes are those of the microworld claims (:mod:`analysis.microworld.claims`: holds / fails /
+noise) and ``no data`` (:data:`MISSING`) where the runs a claim reads are not there (yet). A verdict
+made of parts (one per n, per method compared, per training budget ...) keeps them
 (:class:`ScaleVerdict`), so that each can be shown on its own line.
 
 How the runs are read is a :class:`Reading`: the one the study reports (:data:`AS_REPORTED`)
-and the variations the robustness columns try (:mod:`analysis.scale_robust`).
+and the variations the robustness columns try (:mod:`analysis.scale.robust`).
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from functools import cached_property
 
 import numpy as np
 
-from analysis.claims import FAILS, HOLDS, NOISE, Verdict
-from analysis.run_files import (
+from analysis.microworld.claims import FAILS, HOLDS, NOISE, Verdict
+from analysis.scale.run_files import (
     PRUNE_BUDGET,
     REGRESSION_BUDGET,
     MethodInfo,
@@ -53,11 +53,11 @@ class Reading:
     """How the claims read the runs.
 
     ``acc_floor``: front points below this accuracy do not set the range two fronts are compared
-    over (:func:`analysis.front_curves.common_range`); ``step``: a front is the best accuracy
+    over (:func:`analysis.scale.curves.common_range`); ``step``: a front is the best accuracy
     with at most r weights left (a step function) instead of interpolated in log r; ``grid``:
     the mean over the range is read at this many log-spaced budgets instead of exactly;
     ``leave_out``: the claim is judged again without each setting of its experiment in turn
-    (:func:`analysis.scale_robust.judge_claim`); ``pooled``: seeds are not paired across the two
+    (:func:`analysis.scale.robust.judge_claim`); ``pooled``: seeds are not paired across the two
     methods (Welch's test instead of the paired t); ``balanced``: only the seeds that every
     setting run with several seeds has (:func:`balanced_seeds`)."""
 
@@ -91,8 +91,8 @@ READINGS = (
 
 @dataclass(frozen=True)
 class ScaleVerdict(Verdict):
-    """A :class:`~analysis.claims.Verdict` with the verdicts it was made of (``parts``: (name,
-    verdict), each possibly with parts of its own) and warnings for the console (a front
+    """A :class:`~analysis.microworld.claims.Verdict` with the verdicts it was made of (``parts``:
+    (name, verdict), each possibly with parts of its own) and warnings for the console (a front
     compared across training budgets)."""
 
     parts: tuple[tuple[str, Verdict], ...] = ()
@@ -135,9 +135,10 @@ class RunRecord:
     accuracy), ``layers`` ({layer: fraction left}) and ``layer_sizes`` ({layer: dense weights}).
     Regression: ``final_loss`` (final validation loss) and the curve ``epochs``, ``losses``
     (validation loss per logged epoch, (T,)). ``info``: what the run recorded about its method
-    (:func:`analysis.run_files.method_info`; by default the registry's). ``diverged``: the record
-    of a run that stopped on a non-finite value (:data:`analysis.run_files.DIVERGED`: epoch,
-    step, where, reason, last_metrics), whose final numbers are NaN; None for a finished run."""
+    (:func:`analysis.scale.run_files.method_info`; by default the registry's). ``diverged``: the
+    record of a run that stopped on a non-finite value (:data:`analysis.scale.run_files.DIVERGED`:
+    epoch, step, where, reason, last_metrics), whose final numbers are NaN; None for a finished
+    run."""
 
     experiment: str
     method: str
@@ -169,8 +170,8 @@ class RunRecord:
 
     @cached_property
     def budget(self) -> tuple:
-        """What was trained and for how long (:data:`analysis.run_files.PRUNE_BUDGET`,
-        :data:`~analysis.run_files.REGRESSION_BUDGET`)."""
+        """What was trained and for how long (:data:`analysis.scale.run_files.PRUNE_BUDGET`,
+        :data:`~analysis.scale.run_files.REGRESSION_BUDGET`)."""
         return budget_of(self.settings, REGRESSION_BUDGET if self.experiment == "regression"
                          else PRUNE_BUDGET)
 

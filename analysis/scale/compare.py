@@ -1,6 +1,6 @@
 """``python -m analysis.scale_report --compare A B``: does A beat B at matched sparsity on one's
-own runs? The claims' front statistic (:func:`analysis.scale_fronts.better_front`) with the
-claims' robustness readings (:func:`analysis.scale_robust.judge_claim`), per pruning experiment
+own runs? The claims' front statistic (:func:`analysis.scale.fronts.better_front`) with the
+claims' robustness readings (:func:`analysis.scale.robust.judge_claim`), per pruning experiment
 and training budget; it writes nothing.
 
 A and B are a method (``cp``), a group as ``points_*.csv`` names it (``cp rmsprop``, ``arms
@@ -13,11 +13,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from analysis.run_files import budget_text
-from analysis.scale_claims import ScaleClaim
-from analysis.scale_fronts import better_front
-from analysis.scale_robust import judge_claim
-from analysis.scale_runs import (
+from analysis.scale.claims import ScaleClaim
+from analysis.scale.fronts import better_front
+from analysis.scale.robust import judge_claim
+from analysis.scale.run_files import budget_text
+from analysis.scale.runs import (
     READINGS,
     Reading,
     RunRecord,

@@ -1,5 +1,5 @@
 """How firm each verdict of the claims study is: every claim under the reported reading and
-under each of :data:`analysis.scale_runs.READINGS`, each varying one real choice of the
+under each of :data:`analysis.scale.runs.READINGS`, each varying one real choice of the
 criterion (the accuracy floor, step against interpolated fronts, the grid, leaving one setting
 out, pairing the seeds, balanced seeds).
 
@@ -18,10 +18,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from analysis.claims import Verdict
-from analysis.scale_claims import SCALE_CLAIMS, ScaleClaim
-from analysis.scale_fronts import recording
-from analysis.scale_runs import (
+from analysis.microworld.claims import Verdict
+from analysis.scale.claims import SCALE_CLAIMS, ScaleClaim
+from analysis.scale.fronts import recording
+from analysis.scale.runs import (
     AS_REPORTED,
     MISSING,
     READINGS,

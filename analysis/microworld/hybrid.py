@@ -23,7 +23,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from analysis.microworld_runs import CurveLogger, Trajectory, check_run
+from analysis.microworld.runs import CurveLogger, Trajectory, check_run
 from pbexact.continuation import CP_EVERY, CP_FINAL_TAU
 from pbexact.errors import PBInputError, check_n, check_table
 from pbexact.polynomial import expected_loss

@@ -9,10 +9,10 @@ The statistic (:func:`compare_groups`):
   its **complete seeds** are those every setting was run with (finished or diverged);
 * with two or more complete seeds on each side, each seed has its own front (that seed's run of
   every setting; a diverged run is no point), interpolated in log remaining
-  (:mod:`analysis.front_curves`); the range is common to all these fronts (from the largest of
+  (:mod:`analysis.scale.curves`); the range is common to all these fronts (from the largest of
   their sparsest points with accuracy >= the floor to the largest densest point); each front's
   mean over the range in log remaining is exact; the gap is paired by seed over the seeds both
-  sides have (the paired t interval), else Welch's (:mod:`analysis.gap_test`);
+  sides have (the paired t interval), else Welch's (:mod:`analysis.scale.gap_test`);
 * with fewer (a one-seed design), the fronts are those of the settings' seed means and the s.e.
   comes from a model: each setting's mean has s.d. sigma / sqrt(k), with sigma the pooled seed
   s.d. of the settings that carry weight in the gap (never a setting outside the compared
@@ -20,7 +20,7 @@ The statistic (:func:`compare_groups`):
   s.e. is the gap's s.d. over draws of the means from that model (:data:`MODEL_DRAWS`).
 
 The verdict is that of the 95% interval (holds / fails / noise; "much" against
-:data:`analysis.gap_test.MUCH_ACC`), with the gap the design could have detected at 80% power.
+:data:`analysis.scale.gap_test.MUCH_ACC`), with the gap the design could have detected at 80% power.
 """
 
 from __future__ import annotations
@@ -33,11 +33,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from analysis.claims import NOISE, Verdict
-from analysis.front_curves import compared_means, front_ends
-from analysis.gap_test import GapTest, detectable, modelled, outcome, paired, welch
-from analysis.run_files import budget_text
-from analysis.scale_runs import (
+from analysis.microworld.claims import NOISE, Verdict
+from analysis.scale.curves import compared_means, front_ends
+from analysis.scale.gap_test import GapTest, detectable, modelled, outcome, paired, welch
+from analysis.scale.run_files import budget_text
+from analysis.scale.runs import (
     ACC_FLOOR,
     AS_REPORTED,
     MISSING,
@@ -64,10 +64,22 @@ MODEL_DRAWS = 400
 MODEL_SEED = 0
 
 
+def pareto_front(points: list[dict]) -> list[dict]:
+    """Points not dominated (another point with remaining <= and test_acc >=, one strictly),
+    sorted by remaining."""
+    front = []
+    for p in points:
+        dominated = any(q["remaining"] <= p["remaining"] and q["test_acc"] >= p["test_acc"]
+                        and (q["remaining"] < p["remaining"] or q["test_acc"] > p["test_acc"])
+                        for q in points)
+        if not dominated:
+            front.append(p)
+    return sorted(front, key=lambda p: p["remaining"])
+
+
 def front(pts: Sequence[Point]) -> list[Point]:
     """The Pareto front (fewest weights remaining, highest accuracy) of the points with some
-    weights left, sorted by remaining (:func:`analysis.pareto.pareto_front`)."""
-    from analysis.pareto import pareto_front
+    weights left, sorted by remaining (:func:`pareto_front`)."""
     kept = [p for p in pts if p.remaining > 0]
     rows = [{"remaining": p.remaining, "test_acc": p.accuracy, "i": i} for i, p in enumerate(kept)]
     return [kept[row["i"]] for row in pareto_front(rows)]
@@ -162,7 +174,7 @@ def group_of(records: Sequence[RunRecord], label: str) -> Group:
 
 @dataclass(frozen=True)
 class FrontGap:
-    """The gap of front A over front B: the test (:class:`analysis.gap_test.GapTest`), the
+    """The gap of front A over front B: the test (:class:`analysis.scale.gap_test.GapTest`), the
     range [lo, hi] it was read over, the per-seed gaps where paired, the detectable gap and
     the words for the verdict."""
 

@@ -1,0 +1,8 @@
+"""The claims at scale, read from finished pbscale run folders: the one reader of run folders
+(:mod:`.run_files`), the report's paths and atomic outputs (:mod:`.outputs`), the runs and
+their readings (:mod:`.runs`), fronts as curves (:mod:`.curves`), the gap test
+(:mod:`.gap_test`), the comparison of Pareto fronts (:mod:`.fronts`), the claims of the pruning
+and regression rows (:mod:`.claims`, :mod:`.regression`), each verdict under other readings
+(:mod:`.robust`), ``--compare`` (:mod:`.compare`) and the report's tables (:mod:`.tables`).
+The commands over them: ``python -m analysis.scale_report``, ``analysis.gap_calibration``,
+``analysis.pareto``, ``analysis.regression``."""
