@@ -19,6 +19,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from _mnist import MNIST_DIR, needs_mnist  # noqa: E402
 
 from pbscale import prune
 from pbscale.methods import MethodConfig, names
@@ -27,11 +28,6 @@ from pbscale.regress import train
 from pbscale.regression.group import train_group
 from pbscale.regression.problem import make_problem
 from pbscale.runs import io as runio
-
-MNIST_DIR = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "mnist"
-if not MNIST_DIR.exists():  # worktrees sit one level deeper than the project root
-    MNIST_DIR = Path("/work/shared/data/mnist")
-needs_mnist = pytest.mark.skipif(not MNIST_DIR.exists(), reason="shared MNIST not present")
 
 BASE = dict(model="lenet", data_dir=str(MNIST_DIR), epochs=2, max_batches=50, n=2,
             eval_masks=2, eval_batches=1, gmp_every=10)

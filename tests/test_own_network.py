@@ -35,12 +35,9 @@ from pbscale.pruning.api import prune_model
 from pbscale.runs import io as runio
 
 TESTS = Path(__file__).parent
-MNIST = TESTS.parent.parent / "shared" / "data" / "mnist"
-if not MNIST.is_dir():  # the checkout's sibling, or the development machine's copy
-    MNIST = Path("/work/shared/data/mnist")
-needs_mnist = pytest.mark.skipif(not MNIST.is_dir(), reason="real MNIST not available")
-
 import _zoo  # noqa: E402  (tests/ is on sys.path: the zoo imports as a user's module would)
+from _mnist import MNIST_DIR as MNIST  # noqa: E402
+from _mnist import needs_mnist  # noqa: E402
 
 
 def _rows(folder: Path) -> list[dict]:

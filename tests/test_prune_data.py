@@ -12,13 +12,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from _mnist import MNIST_DIR  # noqa: E402
 
 from pbexact.errors import PBInputError
 from pbscale.nets import data
-
-MNIST_DIR = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "mnist"
-if not MNIST_DIR.exists():  # worktrees sit one level deeper than the project root
-    MNIST_DIR = Path("/work/shared/data/mnist")
 
 
 def idx_bytes(arr: np.ndarray) -> bytes:
