@@ -309,13 +309,15 @@ class SampleSums:
         self._flush()
         self._B = value
 
-    def _weights(self, J: Array) -> Array:
+    def weights(self, J: Array) -> Array:
+        """The sample weights w_s of U = sum_s w_s S^(s) for losses J (..., k): J, or with
+        ``pairs`` J centered on its antithetic pair (:func:`pair_centered`)."""
         return pair_centered(J) if self.pairs else J
 
     def update(self, J: Array, S: Array) -> None:
         """Add k samples: losses J (..., k) and scores S (..., k, P)."""
         ones = arrays.namespace(J).ones_like(J)
-        self._add(J, sample_sum(self._weights(J), S), sample_sum(ones, S))
+        self._add(J, sample_sum(self.weights(J), S), sample_sum(ones, S))
 
     def update_affine(self, J: Array, z: Array, a: Array, b: Array, param: Any) -> None:
         """Add k samples z (..., k, d) with losses J (..., k), the scores given by
@@ -323,8 +325,17 @@ class SampleSums:
         expand(sum_s w_s z_s) b + (sum_s w_s) a, sum_s S_s = expand(sum_s z_s) b + k a. The
         per-bit sums over z are kept until U or B is read (the same (a, b) chunk after chunk),
         so each chunk costs O(k d)."""
-        w = self._weights(J)
-        wz, zs, sw, k = (w[..., None, :] @ z)[..., 0, :], z.sum(-2), w.sum(-1), J.shape[-1]
+        w = self.weights(J)
+        self.add_bit_sums(J, (w[..., None, :] @ z)[..., 0, :], z.sum(-2), w.sum(-1), a, b, param)
+
+    def add_bit_sums(self, J: Array, wz: Array, zs: Array, sw: Array, a: Array, b: Array,
+                     param: Any) -> None:
+        """Add k samples given by their per-bit sums (what :meth:`update_affine` forms from the
+        samples z (..., k, d), or a fused sampler accumulates without keeping them): the losses J
+        (..., k), wz = sum_s w_s z_s and zs = sum_s z_s, shape (..., d), sw = sum_s w_s (...),
+        with w = :meth:`weights` of J, and the affine scores (a, b) of
+        ``param.affine_score(r)``."""
+        k = J.shape[-1]
         p = self._affine
         if p is not None and not (p[0] is a and p[1] is b and p[2] is param):
             self._flush()

@@ -25,15 +25,18 @@ from pbexact.estimators import register as add_estimator
 from pbexact.parametrizations import Parametrization
 from pbscale.runs.contracts import BatchedLoss
 
+from .counter_stream import CounterStream
 from .estimate import Estimate, surrogate_loss
+from .fused import fused_gradient
 from .registry import MC_GAMMA, MC_MILESTONES, MC_START, Capabilities, register
 from .samplers import SAMPLERS, PerRunSampler
 from .trainer import Gradient, LogitsFamily, StepArgs
 
 
 def mc_gradient(f: BatchedLoss, r: torch.Tensor, param: Parametrization, estimator: str, n: int,
-                generator: torch.Generator | Sequence[torch.Generator] | None = None,
-                chunk: int | None = None, sampler: Any = None, shard: Any = None) -> Estimate:
+                generator: torch.Generator | CounterStream | Sequence[torch.Generator] | None
+                = None, chunk: int | None = None, sampler: Any = None, shard: Any = None,
+                fused: bool = True, keep_masks: bool = True) -> Estimate:
     """The estimate of grad_r E[J(z)] by a registered MC estimator (REINFORCE, LOORF, ARMS,
     DisARM) from n samples evaluated k = chunk at a time (`alg:iter_loorf`, `alg:iter_arms`);
     r of shape (P,), f: (k, d) -> (k,). Pair estimators (DisARM) take chunks of whole pairs
@@ -45,6 +48,13 @@ def mc_gradient(f: BatchedLoss, r: torch.Tensor, param: Parametrization, estimat
     generator for all runs, or a sequence of one generator per run (leading index flattened,
     :class:`PerRunSampler`), so that run g's samples are those a separate call with its
     generator draws. The samples' stream does not depend on the chunking when k d is even.
+
+    ``generator`` may be a :class:`CounterStream` (the CPU's counter-based stream of MC samples,
+    r (P,) on the CPU): the samples are then drawn and summed by the fused kernels of
+    :mod:`pbscale.methods.fused` (``fused=False``: the same samples through the torch samplers
+    and :class:`SampleSums`, the unfused reference; equal masks, equal estimates to round-off).
+    ``keep_masks``: f may keep the masks it is given past its call (autograd: joint training),
+    so the fused path gives each chunk fresh memory; False lets it reuse two buffers.
 
     ``sampler`` (an object with ``next(k) -> (k, ..., d)``) replaces the default sampler of the
     estimator's law, e.g. to replay given samples. ``shard`` (a
@@ -63,6 +73,12 @@ def mc_gradient(f: BatchedLoss, r: torch.Tensor, param: Parametrization, estimat
     if whole:
         chunk = max(2, chunk - chunk % 2)
     lead = tuple(r.shape[:-1])
+    if (fused and sampler is None and isinstance(generator, CounterStream) and not lead
+            and r.device.type == "cpu"):
+        with torch.no_grad():
+            sums, extra, total = fused_gradient(f, r.detach(), param, spec, n, generator, chunk,
+                                                shard, keep_masks)
+            return _finish(sums, spec, extra, total, n, shard, r, lead)
     with torch.no_grad():
         r = r.detach()
         theta = param.theta(r)
@@ -87,11 +103,18 @@ def mc_gradient(f: BatchedLoss, r: torch.Tensor, param: Parametrization, estimat
             # SampleSums takes the samples last: J (..., k), z (..., k, d) (no-ops without runs)
             sums.update_affine(J.movedim(0, -1), z.movedim(0, -2), a, b, param)
             total = total + J.sum(0).double()  # on the device: one read-back per step, below
-        if shard is not None:
-            _reduce_sums(sums, shard, r)
-            total = sums.sum_j
-        loss = float(total) / n if not lead else total.cpu() / n
-        return Estimate(sums.estimate(spec, extra), loss)
+        return _finish(sums, spec, extra, total, n, shard, r, lead)
+
+
+def _finish(sums: SampleSums, spec: EstimatorSpec, extra: Any, total: Any, n: int, shard: Any,
+            r: torch.Tensor, lead: tuple[int, ...]) -> Estimate:
+    """The estimate from the step's sums (combined over the ranks under ``shard``) and the mean
+    sampled loss."""
+    if shard is not None:
+        _reduce_sums(sums, shard, r)
+        total = sums.sum_j
+    loss = float(total) / n if not lead else total.cpu() / n
+    return Estimate(sums.estimate(spec, extra), loss)
 
 
 def _reduce_sums(sums: SampleSums, shard: Any, r: torch.Tensor) -> None:
@@ -144,7 +167,8 @@ class MCFamily(LogitsFamily):
         self.spec.check_n(config.n)
 
     def gradient(self, f: BatchedLoss, r: torch.Tensor, at: StepArgs) -> Gradient:
-        """The step's estimate from n samples drawn with the run's generator, evaluated in
+        """The step's estimate from n samples drawn from the run's stream (on the CPU its
+        counter-based stream, through the fused kernels; on a GPU its generator), evaluated in
         chunks (this rank's rows under sample parallelism); for the weights, the mean of J
         over the n samples."""
         record: list[torch.Tensor] = []
@@ -155,8 +179,9 @@ class MCFamily(LogitsFamily):
                     J = f(z)
                 record.append(J)
                 return J.detach()
-        est = mc_gradient(fn, r, at.param, self.name, at.n, at.generator, at.chunk,
-                          shard=at.shard)
+        source = at.stream if at.stream is not None else at.generator
+        est = mc_gradient(fn, r, at.param, self.name, at.n, source, at.chunk, shard=at.shard,
+                          keep_masks=at.weights)
         weight_loss = sum(J.sum() for J in record) / at.n if record else None
         return Gradient(est, at.param.theta, weight_loss)
 

@@ -15,6 +15,8 @@ import torch
 from pbexact.copula import branch_side, branch_threshold
 from pbexact.errors import PBInputError, check_n, format_bytes
 
+from .counter_stream import BITS, CounterStream
+
 # ---------------------------------------------------------------------------------------------
 # Sampling with an explicit torch.Generator (same seed, same numbers)
 
@@ -47,7 +49,8 @@ class BernoulliSampler:
     resolution of torch.rand in float32), m being 24 bits of each 32-bit half of ``random_()``
     int64 draws (uniform on [0, 2^63 - 1]), which the CPU generator makes faster than float
     uniforms; u < theta is tested as m < theta 2^24, exact in float32. Elsewhere u comes from
-    torch.rand. Either way the samples depend only on the generator's state.
+    torch.rand. Either way the samples depend only on the generator's state. ``generator`` may
+    be a :class:`CounterStream` (the CPU's stream of MC samples; any dtype): u = m / 2^24 from it.
     """
 
     _BITS = 24
@@ -56,7 +59,8 @@ class BernoulliSampler:
         self.theta = theta
         self.generator = generator
         self._scaled: torch.Tensor | None = None
-        if theta.dtype == torch.float32 and theta.device.type == "cpu":
+        if theta.device.type == "cpu" and (theta.dtype == torch.float32
+                                           or isinstance(generator, CounterStream)):
             self._scaled = theta * float(1 << self._BITS)  # exact: a power-of-two scaling
 
     def next(self, k: int) -> torch.Tensor:
@@ -69,12 +73,16 @@ class BernoulliSampler:
         return torch.lt(u, self._scaled, out=u)
 
 
-def uniform_bits24(shape: tuple[int, ...], generator: torch.Generator) -> torch.Tensor:
+def uniform_bits24(shape: tuple[int, ...], generator: torch.Generator | CounterStream
+                   ) -> torch.Tensor:
     """float32 m, uniform on {0, ..., 2^24 - 1}, of shape ``shape``, from a CPU generator: 24
     bits of each 32-bit half of ``random_()`` int64 draws (uniform on [0, 2^63 - 1]), which
     the CPU generator makes much faster than float uniforms (m / 2^24 is torch.rand's float32
-    resolution). Each row (last dimension, d values) takes ceil(d/2) words, so the stream does
-    not depend on how the rows are split into chunks, odd d included."""
+    resolution), or the next rows of a :class:`CounterStream` (:meth:`CounterStream.bits24`).
+    Each row (last dimension, d values) takes ceil(d/2) words, so the stream does not depend on
+    how the rows are split into chunks, odd d included."""
+    if isinstance(generator, CounterStream):
+        return generator.bits24(shape)
     d = shape[-1] if shape else 1
     rows = math.prod(shape[:-1]) if shape else 1
     words = torch.empty((rows, (d + 1) // 2), dtype=torch.int64)
@@ -87,6 +95,49 @@ def uniform_bits24(shape: tuple[int, ...], generator: torch.Generator) -> torch.
     return u.reshape(shape)  # a copy only for odd d
 
 
+#: Rows per float64 product of ARMS's reflected values (each v <= 2^24, so 40 of them stay
+#: below 2^960, float64's normal range).
+R0_GROUP = 40
+
+
+def copula_reflection(theta: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(scale, offset), float64 of theta's shape, with the reflected value v = scale m + offset
+    of a 24-bit value m: m + 1 where theta > 1/2, 2^24 - m elsewhere (in [1, 2^24]), so that
+    U = v / 2^24 is never 0 and the sample bit of both branches is 1[m >= bound]
+    (:func:`copula_bounds`)."""
+    hi = (theta.detach() > 0.5).double()
+    return 2 * hi - 1, hi + (1 - hi) * 2.0**24
+
+
+def copula_log_sum_reference(v: torch.Tensor) -> torch.Tensor:
+    """sum over the rows of v (n, d) of log v_s, float64 (d,): the product of each group of
+    ``R0_GROUP`` consecutive rows (the last may be shorter), multiplied row after row in
+    float64, its log, the logs summed group after group (the definition the fused kernel,
+    :func:`pbscale.methods.fused.copula_log_sum`, follows bit for bit)."""
+    total = torch.zeros(v.shape[1:], dtype=torch.float64, device=v.device)
+    for g0 in range(0, v.shape[0], R0_GROUP):
+        prod = v[g0].double().clone()
+        for row in v[g0 + 1:g0 + R0_GROUP]:
+            prod.mul_(row)
+        total += prod.log_()
+    return total
+
+
+def copula_bounds(theta: torch.Tensor, n: int, r0: torch.Tensor) -> torch.Tensor:
+    """The integer bound (float64, theta's shape, in [0, 2^24]) with z~ = 1[m >= bound] for
+    ARMS's n samples whose exponentials sum to R_0 = ``r0`` (`alg:orig_arms`, `alg:iter_dir`):
+    with c = 1 - m_b^(1/(n-1)) (:func:`pbexact.copula.branch_threshold`), theta > 1/2:
+    m + 1 >= 2^24 exp(-c R_0); otherwise 2^24 - m <= 2^24 exp(-c R_0). theta 0 or 1: exp(-c R_0)
+    is taken as 0, so the bound is 2^24 (never) resp. 0 (always)."""
+    theta = theta.detach().double()
+    hi, m = branch_side(theta)
+    hi = hi.double()
+    neg_c = branch_threshold(m, n).div_(torch.sign(m)).neg_()  # -inf where m = 0
+    e = torch.mul(neg_c, r0).exp_()
+    a = (1 - hi) * 2.0**24 - hi
+    return torch.addcmul(a, (2 * hi - 1) * 2.0**24, e).ceil_().clamp_(0, 2.0**24)
+
+
 class CopulaSampler:
     """ARMS samples from the Dirichlet copula (`alg:orig_arms`, `alg:iter_dir`), k at a time, in
     theta's dtype and without any host synchronization (no data-dependent loop).
@@ -97,15 +148,16 @@ class CopulaSampler:
     D <= c and D >= c, c = 1 - (1 - theta)^(1/(n-1)) resp. 1 - theta^(1/(n-1)) (computed once per
     step, d values, log and expm1). Two ways to the same law:
 
-    * float32 on the CPU with n d <= 2^24 (integer thresholds): the step's n rows are drawn at
-      its first chunk (at most 64 MiB) and served chunk by chunk, so every chunking gives the
-      same samples. U_s = (m_s + 1) / 2^24 where theta > 1/2 and (2^24 - m_s) / 2^24 elsewhere,
-      m_s uniform on {0, ..., 2^24 - 1} (torch.rand's float32 grid reflected: never 0), from 24
-      bits of each 32-bit half of ``random_()`` int64 draws. D_s <= c is E_s <= c R_0, i.e.
-      U_s >= exp(-c R_0), and D_s >= c is U_s <= exp(-c R_0): both read m_s >= an integer
-      threshold per coordinate, so a sample costs what a Bernoulli sample does (one comparison
-      per element) plus R_0 = 24 n ln 2 - sum_s log |m_s - p| (p = -1 or 2^24): products of
-      10 rows of 2^-12 |m_s - p| in float32, their logs summed in float64.
+    * on the CPU, float32 or drawn from a :class:`CounterStream`, with n d <= 2^24 (integer
+      thresholds): the step's n rows of 24-bit values m are drawn at its first chunk (at most
+      64 MiB) and served chunk by chunk, so every chunking gives the same samples. U_s = v_s /
+      2^24 with the reflected value v_s = m_s + 1 where theta > 1/2 and 2^24 - m_s elsewhere
+      (:func:`copula_reflection`: torch.rand's float32 grid, never 0). D_s <= c is E_s <= c R_0,
+      i.e. U_s >= exp(-c R_0), and D_s >= c is U_s <= exp(-c R_0): both read m_s >= an integer
+      bound per coordinate (:func:`copula_bounds`), so a sample costs what a Bernoulli sample
+      does (one comparison per element) plus R_0 = 24 n ln 2 - sum_s log v_s, the logs of
+      float64 products of ``R0_GROUP`` rows summed in float64 (:func:`copula_log_sum_reference`;
+      the fused CPU step, :mod:`pbscale.methods.fused`, computes the same products bit for bit).
     * otherwise (GPU, float64, larger n d): a uniform stick-breaking, Q_0 = 1, Q_s = Q_(s-1)
       U_s^(1/(n-s)) (Q_n = 0), D_s = Q_(s-1) - Q_s, the Q of a chunk a running product over its
       rows, O(d) state; the sign of the test rides on Q. No power of a (k, d) array is taken, so
@@ -123,24 +175,14 @@ class CopulaSampler:
         self.n = check_n(n, "ARMS", 2)
         self.generator = generator
         self.drawn = 0
-        cpu32 = theta.dtype == torch.float32 and theta.device.type == "cpu"
-        self._ints = cpu32 and self.n * theta.numel() <= _ALL_DRAWS_ELEMENTS
+        cpu = theta.device.type == "cpu"
+        ints = cpu and (theta.dtype == torch.float32 or isinstance(generator, CounterStream))
+        self._ints = ints and self.n * theta.numel() <= _ALL_DRAWS_ELEMENTS
         # the branch and its threshold c = 1 - m^(1/(n-1)), m = 1 - theta (theta > 1/2) or
         # theta, by log and expm1 (a few ulps of the dtype, also for m near 0 or 1)
-        if self._ints:  # float arithmetic only: torch's CPU where and bool kernels are slow
-            t = theta.detach().reshape(-1)
-            m = torch.minimum(t, 1 - t)  # branch_side's m
-            hi = torch.sign(t - m)  # 1 where theta > 1/2, else 0
-            # -c, and -inf where m = 0 (theta 0 or 1): the bound below is then 0 (theta = 1:
-            # D <= 1 always) or 2^24 (theta = 0: D >= 1 never)
-            self._neg_c = branch_threshold(m, self.n).div_(torch.sign(m)).neg_()
-            # 2^-12 |m - p| = 2^-12 m + shift: 2^-12 (m + 1) (theta > 1/2), -2^-12 (2^24 - m)
-            self._shift = hi * 2.0**-12 + (hi - 1) * 2.0**12
-            # the bound a + b exp(-c R_0): theta > 1/2: m + 1 >= 2^24 exp(-c R_0); otherwise
-            # 2^24 - m <= 2^24 exp(-c R_0)
-            self._a = (1 - hi) * 2.0**24 - hi
-            self._b = (2 * hi - 1) * 2.0**24
-            self._bound: torch.Tensor | None = None  # m >= bound, once R_0 is known
+        if self._ints:  # the reflected values v = scale m + offset and their bound, per weight
+            self._scale, self._offset = copula_reflection(theta.detach().reshape(-1))
+            self._bound: torch.Tensor | None = None  # z~ = 1[m >= bound], once R_0 is known
             self._m: torch.Tensor | None = None  # the step's n rows of m, drawn at draw 1
             return
         hi, m = branch_side(theta.detach())
@@ -160,31 +202,13 @@ class CopulaSampler:
 
     # --- float32 on the CPU: integer thresholds on the sum of exponentials ------------------
 
-    def _sum_of_logs(self, m: torch.Tensor) -> torch.Tensor:
-        """sum over the rows of m of log(2^-12 |m - p|), float64 (d,), by products of
-        _PRODUCT_ROWS rows (the last may be shorter) in float32."""
-        k, d = m.shape
-        # 2^-12 (m + 1) or -2^-12 (2^24 - m): exact (24 significant bits), in [2^-12, 2^12]
-        t = torch.add(self._shift, m, alpha=2.0**-12, out=_scratch((k, d), m))
-        q = k // _PRODUCT_ROWS
-        parts = [t[: q * _PRODUCT_ROWS].view(q, _PRODUCT_ROWS, d).prod(1)] if q else []
-        if k > q * _PRODUCT_ROWS:
-            parts.append(t[q * _PRODUCT_ROWS:].prod(0, keepdim=True))
-        prods = torch.cat(parts) if len(parts) > 1 else parts[0]
-        return prods.abs_().log_().sum(0, dtype=torch.float64)
-
     def _start_step(self, m: torch.Tensor) -> None:
-        """R_0 = sum_s E_s = 12 n ln 2 - sum_s log(2^-12 |m_s - p|) over the step's n draws m
-        (n, d), then the bound per coordinate: theta > 1/2: m + 1 >= 2^24 exp(-c R_0); else
-        2^24 - m <= 2^24 exp(-c R_0)."""
-        logs = torch.zeros(self.theta.numel(), dtype=torch.float64)
-        rows = _PRODUCT_ROWS * max(1, _SUM_ELEMENTS // (_PRODUCT_ROWS * self.theta.numel()))
-        for g0 in range(0, self.n, rows):
-            logs += self._sum_of_logs(m[g0:g0 + rows])
-        self._r0 = torch.sub(12 * self.n * math.log(2.0), logs)
-        # float32: the integer bound is off by at most about 1 (2^-24 in probability)
-        e = torch.mul(self._neg_c, self._r0.float()).exp_()
-        self._bound = torch.addcmul(self._a, self._b, e).ceil_().clamp_(0, 2.0**24)
+        """R_0 = sum_s E_s = 24 n ln 2 - sum_s log v_s over the step's n draws m (n, d)
+        (:func:`copula_log_sum_reference`), then the bound per coordinate
+        (:func:`copula_bounds`)."""
+        v = torch.addcmul(self._offset, self._scale, m.double())
+        self._r0 = 24 * self.n * math.log(2.0) - copula_log_sum_reference(v)
+        self._bound = copula_bounds(self.theta.detach().reshape(-1), self.n, self._r0).to(m.dtype)
 
     def _draw_ints(self, k: int, bits: bool) -> torch.Tensor:
         first = self._check(k)
@@ -200,7 +224,7 @@ class CopulaSampler:
             # the weights' backward) would see it bumped by the next chunk's comparison
             out = m if k == self.n else torch.empty_like(m)
             return torch.ge(m, self._bound, out=out).reshape(shape)
-        E = 12 * math.log(2.0) - torch.add(self._shift, m, alpha=2.0**-12).abs_().double().log_()
+        E = 24 * math.log(2.0) - torch.addcmul(self._offset, self._scale, m.double()).log_()
         return E.div_(self._r0).to(self.theta.dtype).reshape(shape)  # D_s = E_s / R_0
 
     # --- elsewhere: stick-breaking -------------------------------------------------------
@@ -263,11 +287,6 @@ def break_sticks(L: torch.Tensor, q: torch.Tensor, row_loop: bool) -> torch.Tens
     return Q[-1].clone()
 
 
-#: Rows per product of the CPU copula sampler's sum of logs: 10 factors in [2^-12, 2^12] stay in
-#: [2^-120, 2^120], float32's normal range.
-_PRODUCT_ROWS = 10
-#: Elements of a batch of rows whose products the CPU copula sampler forms at once (1 MiB).
-_SUM_ELEMENTS = 1 << 18
 #: The CPU float32 copula sampler keeps a step's n d draws up to this many (64 MiB); beyond,
 #: stick-breaking with O(d) state (a chunked step's memory stays flat in n).
 _ALL_DRAWS_ELEMENTS = 1 << 24
@@ -319,7 +338,9 @@ def _scratch(shape: tuple[int, ...], like: torch.Tensor) -> torch.Tensor:
 class AntitheticSampler:
     """DisARM's antithetic pairs, k at a time (k even), interleaved: sample 2j is
     z = 1[u < theta] and sample 2j + 1 is z~ = 1[1 - u < theta] for one u ~ U(0, 1)^d
-    (`pbexact.sampling.sample_antithetic` in torch)."""
+    (`pbexact.sampling.sample_antithetic` in torch). From a :class:`CounterStream` the pair's
+    uniform is a 24-bit value m: z = 1[m < theta 2^24] and z~ = 1[(2^24 - 1 - m) < theta 2^24]
+    (1 - u - 2^-24 on torch.rand's float32 grid: uniform there too)."""
 
     def __init__(self, theta: torch.Tensor, generator: torch.Generator) -> None:
         self.theta = theta
@@ -328,8 +349,14 @@ class AntitheticSampler:
     def next(self, k: int) -> torch.Tensor:
         if k % 2:
             raise PBInputError(f"antithetic pairs come two at a time, asked for {k} samples")
-        u = torch.rand((k // 2,) + tuple(self.theta.shape), generator=self.generator,
-                       dtype=self.theta.dtype, device=self.theta.device)
+        shape = (k // 2,) + tuple(self.theta.shape)
+        if isinstance(self.generator, CounterStream):
+            m = self.generator.bits24(shape)
+            t = self.theta * float(1 << BITS)
+            pairs = torch.stack([m < t, (2.0**BITS - 1) - m < t], 1).to(self.theta.dtype)
+            return pairs.reshape((k,) + tuple(self.theta.shape))
+        u = torch.rand(shape, generator=self.generator, dtype=self.theta.dtype,
+                       device=self.theta.device)
         pairs = torch.stack([u < self.theta, 1 - u < self.theta], 1).to(self.theta.dtype)
         return pairs.reshape((k,) + tuple(self.theta.shape))
 

@@ -21,6 +21,7 @@ from pbscale.runs.contracts import BatchedLoss
 
 from .estimate import Estimate, dense_regularizer, surrogate_loss
 from .registry import OPTIMIZERS, Capabilities, Family, MethodConfig, Plan, Settings, names
+from .counter_stream import CounterStream
 from .samplers import BernoulliSampler, auto_chunk, check_sample_memory
 
 
@@ -36,7 +37,9 @@ class StepArgs:
     ``settings``: the family's own :class:`pbscale.methods.registry.Settings`; ``target``: the
     kept fraction of a per-layer method (edge-popup; 1 where the tool has none); ``chunk``:
     samples evaluated at once. ``generator``: the run's random stream (``dtype`` and ``device``:
-    the logits'). ``weights``: the network weights train on this step's loss (joint pruning:
+    the logits'); ``stream``: on the CPU the run's counter-based stream of MC samples
+    (:class:`pbscale.methods.counter_stream.CounterStream`, seeded with the run's seed; None on a
+    GPU, where the MC samples come from ``generator``). ``weights``: the network weights train on this step's loss (joint pruning:
     :attr:`Gradient.weight_loss` is wanted). ``shard``: this rank's rows under sample
     parallelism (:class:`pbscale.execution.distributed.Shard`, set by that strategy; None: all
     samples here). ``control``, ``control_opts``: a learned control and its optimizers
@@ -56,6 +59,7 @@ class StepArgs:
     device: torch.device
     weights: bool = False
     shard: Any = None
+    stream: CounterStream | None = None
     control: Any = None
     control_opts: tuple[torch.optim.Optimizer, ...] = ()
 
@@ -192,6 +196,9 @@ class MaskTrainer:
         self.opt = OPTIMIZERS[config.optimizer]([self.r], lr=config.lr)
         self.generator = torch.Generator(device=self.device)
         self.generator.manual_seed(config.seed)
+        #: on the CPU the MC samples' own counter-based stream (the fused step,
+        #: :mod:`pbscale.methods.fused`), seeded with the run's seed; None on a GPU
+        self.stream = CounterStream(config.seed) if self.device.type == "cpu" else None
         #: the learned control of REBAR/RELAX and its optimizers (None, [] for the others)
         self.control, self.control_opts = family.make_control(
             d, config.lr, torch.Generator().manual_seed(config.seed), device=self.device,
@@ -224,7 +231,7 @@ class MaskTrainer:
             n=self.config.n, param=self.param, settings=self.config.settings,
             target=self.target, chunk=self.chunk, generator=self.generator,
             dtype=self.r.dtype, device=self.device, weights=weights, shard=self.shard,
-            control=self.control, control_opts=tuple(self.control_opts))
+            stream=self.stream, control=self.control, control_opts=tuple(self.control_opts))
 
     # ------------------------------------------------------------------ capabilities
 
@@ -353,6 +360,7 @@ class MaskTrainer:
             "r": self.r.detach().cpu(),
             "opt": self.opt.state_dict(),
             "generator": self.generator.get_state(),
+            "stream": self.stream.state_dict() if self.stream is not None else None,
             "step_count": self.step_count,
             "control": self.control.state_dict() if self.control is not None else None,
             "control_opts": [o.state_dict() for o in self.control_opts],
@@ -364,6 +372,8 @@ class MaskTrainer:
             self.r.copy_(state["r"].to(self.r.device))
         self.opt.load_state_dict(state["opt"])
         self.generator.set_state(state["generator"])
+        if self.stream is not None and state.get("stream") is not None:
+            self.stream.load_state_dict(state["stream"])
         self.step_count = int(state["step_count"])
         self.lam = float(state.get("lam", self.config.lam))  # older checkpoints: the config's
         if self.control is not None:
