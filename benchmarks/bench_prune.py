@@ -17,7 +17,11 @@ n >= 2). The MC step is :meth:`pbscale.methods.MaskTrainer.step` (sampling, the 
 passes, the iterative accumulator and the RMSprop update of the mask logits) on the loss pruning
 evaluates, :meth:`pbscale.forward.masks.MaskedModule.loss_fn` with the backend MaskedModule picks
 for the device (printed; the ``backend`` column: ResNet-20 "loop" on a CPU, "folded" on a GPU; LeNet
-"folded"). Masked tensors: the
+"folded"). Beside each MC step its floor: the forward of its masks (the loss it evaluates, chunk
+by chunk), drawing its n d uniforms with the generator it uses (on a CPU the counter stream of
+:mod:`pbscale.methods.counter_stream`, on a GPU torch's Philox) and one pass over n d; the step
+over the floor and over the forward of its masks (the CPU goals of issue 44: ARMS n = 10 at most
+2.5 and n = 100 at most 1.6 forwards of its masks). Masked tensors: the
 models' rule (:meth:`pbscale.nets.models.PrunableNet.masked_names`), for ResNet-20 with the 1x1
 shortcuts (270,256 weights). Writes ``OUT/bench_prune_<device>.csv``
 (one row per measurement; the ``amp`` column tells float32 from bf16).
@@ -46,6 +50,7 @@ from pbexact.io import check_out_dir
 from pbscale.forward.folded import cross_entropy_per_mask, forward_masked
 from pbscale.forward.masks import MaskedModule
 from pbscale.methods import MaskTrainer, MethodConfig
+from pbscale.methods.counter_stream import CounterStream, stream_values
 from pbscale.nets.models import INPUT_SHAPES, MODELS, build_model
 from pbscale.runs import io
 from pbscale.runs.memory import peak_memory
@@ -305,6 +310,40 @@ def forward_rows(setup: Setup, args: argparse.Namespace, model: str, base: dict,
     return rows
 
 
+def floor_fns(setup: Setup, tr: MaskTrainer, n: int) -> dict[str, Callable[[], object]]:
+    """The parts of an MC step's floor at n samples in chunks of k = the trainer's chunk:
+    ``floor_forward`` the loss the step evaluates (the forward of its masks) on ceil(n/k)
+    chunks, ``floor_draw`` n d uniforms drawn with the generator the step uses (on the CPU the
+    counter stream's 24-bit values, :func:`pbscale.methods.counter_stream.stream_values`; on a
+    GPU torch.rand with the run's generator), ``floor_pass`` one pass over n d (a comparison of
+    each chunk's uniforms with a per-weight threshold, written as masks)."""
+    d, k, dev = setup.layout.d, tr.chunk, setup.dev
+    sizes = [min(k, n - s) for s in range(0, n, k)]
+    gen = torch.Generator(device=dev).manual_seed(2)
+    z = (torch.rand((k, d), generator=gen, device=dev) < 0.5).float()
+    u = torch.rand((k, d), generator=gen, device=dev)
+    t = torch.full((d,), 0.5, device=dev)
+    stream = CounterStream(0)
+
+    def forward() -> None:
+        with torch.no_grad():
+            for m in sizes:
+                setup.f(z[:m])
+
+    def draw() -> None:
+        for m in sizes:
+            if dev.type == "cpu":
+                stream_values(stream.key, stream.take(m, d), d, m)
+            else:
+                torch.rand((m, d), generator=gen, device=dev)
+
+    def one_pass() -> None:
+        for m in sizes:
+            torch.lt(u[:m], t, out=z[:m])
+
+    return {"floor_forward": forward, "floor_draw": draw, "floor_pass": one_pass}
+
+
 def _ratios(st: dict, n: int, dense: dict) -> dict:
     """Cost over n dense forwards and over one dense training step, by wall and CPU time."""
     fwd, train = dense["dense_forward"], dense["dense_train"]
@@ -345,8 +384,12 @@ def bench_model(model: str, args: argparse.Namespace) -> list[dict]:
         # dense forwards interleaved with the steps (before and after each): the ratios of a
         # step use the dense forward timed beside it, not one from minutes earlier
         ts = _time({"dense_a": setup.dense_forward, "mc": lambda tr=tr: tr.step(setup.f),
-                    "dense_b": setup.dense_forward}, args.repeats, setup.dev)
+                    "dense_b": setup.dense_forward, **floor_fns(setup, tr, n)}, args.repeats,
+                   setup.dev)
         st = _stats(ts["mc"])
+        floor = {w: _stats(ts[w])["ms_median"] for w in ("floor_forward", "floor_draw",
+                                                        "floor_pass")}
+        floor_ms = sum(floor.values())
         near = {**dense, "dense_forward": _stats(ts["dense_a"] + ts["dense_b"])}
         one_shot = (_peak(args, model, "mc_step", n, setup, chunk=n) if tr.chunk < n
                     else float("nan"))
@@ -355,7 +398,10 @@ def bench_model(model: str, args: argparse.Namespace) -> list[dict]:
                "peak_one_shot_mib": one_shot, **_ratios(st, n, near),
                "max_rel_diff": float("nan"),
                "dense_forward_ms": near["dense_forward"]["ms_median"],
-               "dense_forward_cpu_ms": near["dense_forward"]["cpu_ms_median"]}
+               "dense_forward_cpu_ms": near["dense_forward"]["cpu_ms_median"],
+               **{f"{w}_ms": v for w, v in floor.items()}, "floor_ms": floor_ms,
+               "per_floor": st["ms_median"] / floor_ms,
+               "per_mask_forward": st["ms_median"] / floor["floor_forward"]}
         rows.append(row)
         print(f"  MC step n={n:4d} ({tr.method}, chunk {tr.chunk:3d}): {st['ms_median']:10.2f} ms "
               f"[{st['ms_min']:.2f}-{st['ms_max']:.2f}] = {row['per_dense_forward']:6.2f} x n "
@@ -364,6 +410,10 @@ def bench_model(model: str, args: argparse.Namespace) -> list[dict]:
               f"{row['peak_mib']:8.1f} MiB (one-shot, chunk n: {one_shot:8.1f}); dense forward "
               f"beside it {row['dense_forward_ms']:.2f} ms (CPU time "
               f"{row['dense_forward_cpu_ms']:.2f})", flush=True)
+        print(f"    floor {floor_ms:.2f} ms = forward of its masks {floor['floor_forward']:.2f} "
+              f"+ drawing n d uniforms {floor['floor_draw']:.2f} + one pass over n d "
+              f"{floor['floor_pass']:.2f}; step = {row['per_floor']:.2f} x floor = "
+              f"{row['per_mask_forward']:.2f} x the forward of its masks", flush=True)
     peaks = [r["peak_mib"] for r in rows]
     print(f"  peak MiB: dense forward {peaks[0]:.1f}, dense training step {peaks[1]:.1f}",
           flush=True)
