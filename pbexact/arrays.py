@@ -38,3 +38,10 @@ def clip(x: Any, lo: float, hi: float) -> Any:
 
 def zeros_like(x: Any) -> Any:
     return namespace(x).zeros_like(x)
+
+
+def cast_like(x: Any, ref: Any) -> Any:
+    """x in ``ref``'s dtype (x itself when it already is; numpy or torch, as x)."""
+    if x.dtype == ref.dtype:
+        return x
+    return x.to(ref.dtype) if namespace(x) is not np else x.astype(ref.dtype)

@@ -356,6 +356,8 @@ class SampleSums:
                 wz, sw = wz - center[..., None] * zs, sw - center * k
             elif center != 0.0:
                 wz, sw = wz - center * zs, sw - center * k
+            # centred in the sums' dtype (float64 from a fused sampler), expanded in the scores'
+            wz, sw = arrays.cast_like(wz, b), arrays.cast_like(sw, a)
             return param.expand(wz) * b + sw[..., None] * a
         if hasattr(center, "shape"):
             return self.U - center[..., None] * self.B
@@ -366,6 +368,7 @@ class SampleSums:
             return
         a, b, param, wz, zs, sw, k = self._affine
         self._affine = None
+        wz, zs, sw = arrays.cast_like(wz, b), arrays.cast_like(zs, b), arrays.cast_like(sw, a)
         U = param.expand(wz) * b + sw[..., None] * a
         B = param.expand(zs) * b + k * a
         if self._U is None:
