@@ -39,7 +39,7 @@ from pbexact.parametrizations import Parametrization
 
 from .counter_stream import GAMMA, CounterStream, high24, low24, mix, row_base, words_per_row
 from .estimate import Estimate
-from .samplers import R0_GROUP, copula_bounds, copula_reflection
+from .samplers import R0_GROUP, copula_bounds, copula_reflection, log_of_products
 
 #: Words per block of a kernel pass: the per-bit sums of 2 x 2048 weights (64 KiB) stay in L2.
 BLOCK = 2048
@@ -136,16 +136,15 @@ def copula_log_sum(key: np.uint64, start: int, d: int, n: int, scale: np.ndarray
     (:func:`pbscale.methods.samplers.copula_log_sum_reference` on the drawn values, bit for bit);
     memory O(groups_per_call d), flat in n."""
     W = words_per_row(d)
-    total = torch.zeros(d, dtype=torch.float64)
+    total = np.zeros(d, dtype=np.float64)
     per_call = groups_per_call * R0_GROUP
     for r0 in range(0, n, per_call):
         rows = min(per_call, n - r0)
         out = np.empty((-(-rows // R0_GROUP), d), dtype=np.float64)
         reflected_products(key, np.int64(start), np.int64(W), np.int64(r0), np.int64(rows),
                            scale, offset, out)
-        for g in torch.from_numpy(out).log_():
-            total += g
-    return total
+        log_of_products(out, total)
+    return torch.from_numpy(total)
 
 
 @dataclass
@@ -217,7 +216,9 @@ def fused_gradient(f: Any, r: torch.Tensor, param: Parametrization, spec: Estima
     it is given (autograd of joint training), so each chunk gets fresh memory."""
     theta = param.theta(r)
     d = theta.shape[-1]
-    extra = spec.constant_of(theta, n, param)
+    # the constant (rho) in numpy: the same definition, faster float transcendentals and where
+    extra = spec.constant_of(theta.numpy(), n, param)
+    extra = None if extra is None else torch.from_numpy(np.asarray(extra, dtype=theta.numpy().dtype))
     rule = law_rule(spec.law, theta, n)
     start = stream.take(rule.rows, d)
     thr = rule.thr if rule.thr is not None else copula_thresholds(theta, n, stream.key, start)

@@ -10,6 +10,8 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import numba
+import numpy as np
 import torch
 
 from pbexact.copula import branch_side, branch_threshold
@@ -104,38 +106,61 @@ def copula_reflection(theta: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(scale, offset), float64 of theta's shape, with the reflected value v = scale m + offset
     of a 24-bit value m: m + 1 where theta > 1/2, 2^24 - m elsewhere (in [1, 2^24]), so that
     U = v / 2^24 is never 0 and the sample bit of both branches is 1[m >= bound]
-    (:func:`copula_bounds`)."""
-    hi = (theta.detach() > 0.5).double()
-    return 2 * hi - 1, hi + (1 - hi) * 2.0**24
+    (:func:`copula_bounds`). Formed in numpy (faster than torch's float64 CPU kernels here)."""
+    hi = (theta.detach().cpu().numpy() > 0.5).astype(np.float64)
+    scale, offset = 2 * hi - 1, 1 - hi
+    offset *= 2.0**24
+    offset += hi
+    return torch.from_numpy(scale), torch.from_numpy(offset)
+
+
+def log_of_products(prods: np.ndarray, total: np.ndarray) -> None:
+    """total += log prods[g] for the rows g of prods (groups, d) float64, one after another:
+    numpy's log (a third of torch's float64 CPU log here), the one both the copula sampler's
+    reference and the fused kernel's R_0 take."""
+    for row in np.log(prods):
+        total += row
 
 
 def copula_log_sum_reference(v: torch.Tensor) -> torch.Tensor:
     """sum over the rows of v (n, d) of log v_s, float64 (d,): the product of each group of
     ``R0_GROUP`` consecutive rows (the last may be shorter), multiplied row after row in
-    float64, its log, the logs summed group after group (the definition the fused kernel,
-    :func:`pbscale.methods.fused.copula_log_sum`, follows bit for bit)."""
-    total = torch.zeros(v.shape[1:], dtype=torch.float64, device=v.device)
+    float64, its log, the logs summed group after group (:func:`log_of_products`; the definition
+    the fused kernel, :func:`pbscale.methods.fused.copula_log_sum`, follows bit for bit)."""
+    prods = []
     for g0 in range(0, v.shape[0], R0_GROUP):
         prod = v[g0].double().clone()
         for row in v[g0 + 1:g0 + R0_GROUP]:
             prod.mul_(row)
-        total += prod.log_()
-    return total
+        prods.append(prod)
+    total = np.zeros(v.shape[1:], dtype=np.float64)
+    log_of_products(torch.stack(prods).numpy(), total)
+    return torch.from_numpy(total)
+
+
+@numba.njit(cache=True)
+def _bounds(theta, e, out):
+    """out[i] = the integer bound of :func:`copula_bounds` from theta and e = exp(-c R_0)."""
+    top = float(1 << BITS)
+    for i in range(theta.shape[0]):
+        t = theta[i]
+        ei = e[i] if min(t, 1.0 - t) > 0 else 0.0
+        b = math.ceil(top * ei - 1.0) if t > 0.5 else math.ceil(top - top * ei)
+        out[i] = min(max(b, 0.0), top)
 
 
 def copula_bounds(theta: torch.Tensor, n: int, r0: torch.Tensor) -> torch.Tensor:
-    """The integer bound (float64, theta's shape, in [0, 2^24]) with z~ = 1[m >= bound] for
+    """The integer bound (float64 (d,) for theta (d,), in [0, 2^24]) with z~ = 1[m >= bound] for
     ARMS's n samples whose exponentials sum to R_0 = ``r0`` (`alg:orig_arms`, `alg:iter_dir`):
-    with c = 1 - m_b^(1/(n-1)) (:func:`pbexact.copula.branch_threshold`), theta > 1/2:
+    with c = 1 - m_b^(1/(n-1)) (:func:`pbexact.copula.branch_threshold`, in numpy), theta > 1/2:
     m + 1 >= 2^24 exp(-c R_0); otherwise 2^24 - m <= 2^24 exp(-c R_0). theta 0 or 1: exp(-c R_0)
     is taken as 0, so the bound is 2^24 (never) resp. 0 (always)."""
-    theta = theta.detach().double()
-    hi, m = branch_side(theta)
-    hi = hi.double()
-    neg_c = branch_threshold(m, n).div_(torch.sign(m)).neg_()  # -inf where m = 0
-    e = torch.mul(neg_c, r0).exp_()
-    a = (1 - hi) * 2.0**24 - hi
-    return torch.addcmul(a, (2 * hi - 1) * 2.0**24, e).ceil_().clamp_(0, 2.0**24)
+    t = theta.detach().double().reshape(-1).numpy()
+    c = branch_threshold(branch_side(t)[1], n)
+    c *= -r0.double().reshape(-1).numpy()
+    out = np.empty_like(t)
+    _bounds(t, np.exp(c), out)
+    return torch.from_numpy(out).reshape(theta.shape)
 
 
 class CopulaSampler:
