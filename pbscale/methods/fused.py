@@ -38,7 +38,6 @@ from pbexact.estimators import EstimatorSpec, SampleSums
 from pbexact.parametrizations import Parametrization
 
 from .counter_stream import GAMMA, CounterStream, high24, low24, mix, row_base, words_per_row
-from .estimate import Estimate
 from .samplers import R0_GROUP, copula_bounds, copula_reflection, log_of_products
 
 #: Words per block of a kernel pass: the per-bit sums of 2 x 2048 weights (64 KiB) stay in L2.
@@ -218,7 +217,8 @@ def fused_gradient(f: Any, r: torch.Tensor, param: Parametrization, spec: Estima
     d = theta.shape[-1]
     # the constant (rho) in numpy: the same definition, faster float transcendentals and where
     extra = spec.constant_of(theta.numpy(), n, param)
-    extra = None if extra is None else torch.from_numpy(np.asarray(extra, dtype=theta.numpy().dtype))
+    if extra is not None:
+        extra = torch.from_numpy(np.asarray(extra, dtype=theta.numpy().dtype))
     rule = law_rule(spec.law, theta, n)
     start = stream.take(rule.rows, d)
     thr = rule.thr if rule.thr is not None else copula_thresholds(theta, n, stream.key, start)

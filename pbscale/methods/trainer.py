@@ -19,9 +19,9 @@ from pbexact.errors import PBInputError
 from pbexact.parametrizations import Parametrization, get_parametrization
 from pbscale.runs.contracts import BatchedLoss
 
+from .counter_stream import CounterStream
 from .estimate import Estimate, dense_regularizer, surrogate_loss
 from .registry import OPTIMIZERS, Capabilities, Family, MethodConfig, Plan, Settings, names
-from .counter_stream import CounterStream
 from .samplers import BernoulliSampler, auto_chunk, check_sample_memory
 
 
@@ -39,7 +39,8 @@ class StepArgs:
     samples evaluated at once. ``generator``: the run's random stream (``dtype`` and ``device``:
     the logits'); ``stream``: on the CPU the run's counter-based stream of MC samples
     (:class:`pbscale.methods.counter_stream.CounterStream`, seeded with the run's seed; None on a
-    GPU, where the MC samples come from ``generator``). ``weights``: the network weights train on this step's loss (joint pruning:
+    GPU, where the MC samples come from ``generator``). ``weights``: the network weights train
+    on this step's loss (joint pruning:
     :attr:`Gradient.weight_loss` is wanted). ``shard``: this rank's rows under sample
     parallelism (:class:`pbscale.execution.distributed.Shard`, set by that strategy; None: all
     samples here). ``control``, ``control_opts``: a learned control and its optimizers
