@@ -145,7 +145,7 @@ def _bounds(theta, e, out):
     for i in range(theta.shape[0]):
         t = theta[i]
         ei = e[i] if min(t, 1.0 - t) > 0 else 0.0
-        b = math.ceil(top * ei - 1.0) if t > 0.5 else math.ceil(top - top * ei)
+        b = np.ceil(top * ei - 1.0) if t > 0.5 else np.ceil(top - top * ei)
         out[i] = min(max(b, 0.0), top)
 
 
