@@ -8,7 +8,7 @@ each step.
 
     python -m benchmarks.bench_prune [--device cpu|cuda] [--amp none,bf16] [--ns 1,10,100]
         [--models lenet,resnet20] [--batch 128] [--chunk K] [--repeats R]
-        [--layouts nchw,channels_last] [--per-call 1,10] [--out figures]
+        [--layouts nchw,channels_last] [--per-call 1,10] [--compare loorf] [--out figures]
 
 Goals: on a CPU an MC step at n costs at most 1.2 n dense forward passes and its
 peak memory is flat in n (n samples evaluated k = chunk at a time); on a GPU an n = 100 step of
@@ -82,6 +82,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "(masks per folded call; 1 = a loop), comma-separated (--groups: its name in "
                    "the dated commands of docs/measurements.md); default none")
     p.add_argument("--estimator", default="arms", help="MC estimator for n >= 2 (default arms)")
+    p.add_argument("--compare", default=None,
+                   help="another MC estimator whose step is timed interleaved beside each step "
+                   "at n >= 2, e.g. loorf (prints the step ratio); default none")
     p.add_argument("--param", default="escort", help="parametrization (default escort)")
     p.add_argument("--no-memory", action="store_true", help="skip the peak-memory runs")
     p.add_argument("--out", default="figures", help="folder of the CSV (default figures)")
@@ -128,6 +131,8 @@ def check_args(args: argparse.Namespace) -> argparse.Namespace:
                            f"{', '.join(BENCH_MODELS)}")
     for n in args.ns:  # the method's own checks (estimator, parametrization, n)
         method_config(args, n).validate()
+        if args.compare and n >= 2:
+            method_config(args, n, args.compare).validate()
     args.chunk_given = args.chunk
     if args.repeats is None:
         args.repeats = 3 if args.device == "cpu" else 10
@@ -144,8 +149,9 @@ def default_chunk(args: argparse.Namespace, model: str) -> int:
     return max(args.ns)
 
 
-def method_config(args: argparse.Namespace, n: int) -> MethodConfig:
-    estimator = args.estimator if n >= 2 else "reinforce"
+def method_config(args: argparse.Namespace, n: int, estimator: str | None = None
+                  ) -> MethodConfig:
+    estimator = (estimator or args.estimator) if n >= 2 else "reinforce"
     chunk = None if args.chunk is None else min(args.chunk, n)
     return MethodConfig(method=estimator, n=n, param=args.param, chunk=chunk, seed=0)
 
@@ -383,9 +389,13 @@ def bench_model(model: str, args: argparse.Namespace) -> list[dict]:
         tr = setup.trainer(args, n)
         # dense forwards interleaved with the steps (before and after each): the ratios of a
         # step use the dense forward timed beside it, not one from minutes earlier
-        ts = _time({"dense_a": setup.dense_forward, "mc": lambda tr=tr: tr.step(setup.f),
-                    "dense_b": setup.dense_forward, **floor_fns(setup, tr, n)}, args.repeats,
-                   setup.dev)
+        fns = {"dense_a": setup.dense_forward, "mc": lambda tr=tr: tr.step(setup.f),
+               "dense_b": setup.dense_forward, **floor_fns(setup, tr, n)}
+        if args.compare and n >= 2:
+            other = MaskTrainer(method_config(args, n, args.compare), setup.layout.d, 100,
+                                setup.dev)
+            fns["compare"] = lambda other=other: other.step(setup.f)
+        ts = _time(fns, args.repeats, setup.dev)
         st = _stats(ts["mc"])
         floor = {w: _stats(ts[w])["ms_median"] for w in ("floor_forward", "floor_draw",
                                                         "floor_pass")}
@@ -402,6 +412,10 @@ def bench_model(model: str, args: argparse.Namespace) -> list[dict]:
                **{f"{w}_ms": v for w, v in floor.items()}, "floor_ms": floor_ms,
                "per_floor": st["ms_median"] / floor_ms,
                "per_mask_forward": st["ms_median"] / floor["floor_forward"]}
+        if "compare" in ts:
+            cmp_ms = _stats(ts["compare"])["ms_median"]
+            row.update(compare_estimator=args.compare, compare_ms=cmp_ms,
+                       per_compare=st["ms_median"] / cmp_ms)
         rows.append(row)
         print(f"  MC step n={n:4d} ({tr.method}, chunk {tr.chunk:3d}): {st['ms_median']:10.2f} ms "
               f"[{st['ms_min']:.2f}-{st['ms_max']:.2f}] = {row['per_dense_forward']:6.2f} x n "
@@ -414,6 +428,9 @@ def bench_model(model: str, args: argparse.Namespace) -> list[dict]:
               f"+ drawing n d uniforms {floor['floor_draw']:.2f} + one pass over n d "
               f"{floor['floor_pass']:.2f}; step = {row['per_floor']:.2f} x floor = "
               f"{row['per_mask_forward']:.2f} x the forward of its masks", flush=True)
+        if "compare" in ts:
+            print(f"    {args.compare} step beside it {row['compare_ms']:.2f} ms; {tr.method} / "
+                  f"{args.compare} = {row['per_compare']:.2f}", flush=True)
     peaks = [r["peak_mib"] for r in rows]
     print(f"  peak MiB: dense forward {peaks[0]:.1f}, dense training step {peaks[1]:.1f}",
           flush=True)
@@ -454,7 +471,8 @@ def main(argv: list[str] | None = None) -> int:
                 args.channels_last = layout == "channels_last"
                 rows += bench_model(model, args)
     path = out / f"bench_prune_{args.device}.csv"
-    io.write_csv(path, rows)
+    keys = dict.fromkeys(k for r in rows for k in r)  # the MC rows' floor columns: NaN elsewhere
+    io.write_csv(path, [{k: r.get(k, float("nan")) for k in keys} for r in rows])
     print(f"wrote {path}")
     return 0
 
