@@ -152,7 +152,7 @@ def test_surrogate_gradients_in_logits_and_weights(method):
     task = ToyTask(joint=True)
     f = task.batch_loss(torch.arange(24), 0)
     tr = M.MaskTrainer(M.MethodConfig(method=method, n=4, seed=3), task.d, 10)
-    state = tr.generator.get_state()
+    state, stream = tr.generator.get_state(), tr.stream.state_dict()  # MC draws: the stream
     buffers = copy.deepcopy(dict(task.net.named_buffers()))
     value, loss = tr.surrogate(f, weights=True)
     value.backward()
@@ -164,18 +164,21 @@ def test_surrogate_gradients_in_logits_and_weights(method):
         for k, b in task.net.named_buffers():
             b.copy_(buffers[k])
     tr.generator.set_state(state)
+    tr.stream.load_state_dict(stream)
     est = tr.gradient(f)
     torch.testing.assert_close(g_r, est.grad)
     with torch.no_grad():
         for k, b in task.net.named_buffers():
             b.copy_(buffers[k])
     tr.generator.set_state(state)
+    tr.stream.load_state_dict(stream)
     if method == "cp":
         z = torch.sigmoid(tr.r.detach() / tr.temperature())[None]
     else:
         theta = tr.param.theta(tr.r.detach())
-        z = (M.BernoulliSampler(theta, tr.generator).next(4) if method == "loorf"
-             else M.CopulaSampler(theta, 4, tr.generator).next(4))
+        # the unfused samplers on the same stream: the masks the fused step evaluated
+        z = (M.BernoulliSampler(theta, tr.stream).next(4) if method == "loorf"
+             else M.CopulaSampler(theta, 4, tr.stream).next(4))
     f(z).mean().backward()
     torch.testing.assert_close(task.net[0].weight.grad, g_w)
     assert g_w.abs().sum() > 0
