@@ -68,53 +68,53 @@ def mc_gradient(f: BatchedLoss, r: torch.Tensor, param: Parametrization, estimat
         )
     spec.check_n(n)
     chunk = n if chunk is None else max(1, min(int(chunk), n))
-    pairs = spec.center == "pair"  # the sums centre each antithetic pair
-    whole = spec.law == "antithetic"  # chunks and rank shares hold whole pairs
-    if whole:
+    if spec.law == "antithetic":  # chunks and rank shares hold whole pairs
         chunk = max(2, chunk - chunk % 2)
     lead = tuple(r.shape[:-1])
-    if (fused and sampler is None and isinstance(generator, CounterStream) and not lead
-            and r.device.type == "cpu"):
-        with torch.no_grad():
+    with torch.no_grad():
+        if (fused and sampler is None and isinstance(generator, CounterStream) and not lead
+                and r.device.type == "cpu"):
             sums, extra, total = fused_gradient(f, r.detach(), param, spec, n, generator, chunk,
                                                 shard, keep_masks)
-            return _finish(sums, spec, extra, total, n, shard, r, lead)
-    with torch.no_grad():
-        r = r.detach()
-        theta = param.theta(r)
-        extra = spec.constant_of(theta, n, param)
-        if sampler is None:
-            if isinstance(generator, (list, tuple)):
-                sampler = PerRunSampler(spec.law, theta, n, generator)
-            else:
-                sampler = SAMPLERS[spec.law](theta, n, generator)
-        a, b = param.affine_score(r)  # S = a + z b, never built in full
-        sums = SampleSums(pairs=pairs)
-        total, done = 0.0, 0
-        while done < n:
-            k = min(chunk, n - done)
-            z = sampler.next(k).to(r.dtype)  # (k, ..., d)
-            done += k
-            if shard is not None:
-                z = z[shard.rows(k, whole)]
-                if z.shape[0] == 0:
-                    continue
-            J = f(z).to(r.dtype)  # (k, ...)
-            # SampleSums takes the samples last: J (..., k), z (..., k, d) (no-ops without runs)
-            sums.update_affine(J.movedim(0, -1), z.movedim(0, -2), a, b, param)
-            total = total + J.sum(0).double()  # on the device: one read-back per step, below
-        return _finish(sums, spec, extra, total, n, shard, r, lead)
+        else:
+            sums, extra, total = _sampled_sums(f, r.detach(), param, spec, n, generator, chunk,
+                                               sampler, shard)
+        if shard is not None:
+            _reduce_sums(sums, shard, r)
+            total = sums.sum_j
+        loss = float(total) / n if not lead else total.cpu() / n  # the step's one read-back
+        return Estimate(sums.estimate(spec, extra), loss)
 
 
-def _finish(sums: SampleSums, spec: EstimatorSpec, extra: Any, total: Any, n: int, shard: Any,
-            r: torch.Tensor, lead: tuple[int, ...]) -> Estimate:
-    """The estimate from the step's sums (combined over the ranks under ``shard``) and the mean
-    sampled loss."""
-    if shard is not None:
-        _reduce_sums(sums, shard, r)
-        total = sums.sum_j
-    loss = float(total) / n if not lead else total.cpu() / n
-    return Estimate(sums.estimate(spec, extra), loss)
+def _sampled_sums(f: BatchedLoss, r: torch.Tensor, param: Parametrization, spec: EstimatorSpec,
+                  n: int, generator: Any, chunk: int, sampler: Any, shard: Any
+                  ) -> tuple[SampleSums, Any, Any]:
+    """The step's sums by the torch samplers (the unfused path): (sums, extra, total J on the
+    device, float64 (...)); chunks of k (whole pairs for the antithetic law)."""
+    whole = spec.law == "antithetic"  # chunks and rank shares hold whole pairs
+    theta = param.theta(r)
+    extra = spec.constant_of(theta, n, param)
+    if sampler is None:
+        if isinstance(generator, (list, tuple)):
+            sampler = PerRunSampler(spec.law, theta, n, generator)
+        else:
+            sampler = SAMPLERS[spec.law](theta, n, generator)
+    a, b = param.affine_score(r)  # S = a + z b, never built in full
+    sums = SampleSums(pairs=spec.center == "pair")  # pairs: the sums centre each pair
+    total, done = 0.0, 0
+    while done < n:
+        k = min(chunk, n - done)
+        z = sampler.next(k).to(r.dtype)  # (k, ..., d)
+        done += k
+        if shard is not None:
+            z = z[shard.rows(k, whole)]
+            if z.shape[0] == 0:
+                continue
+        J = f(z).to(r.dtype)  # (k, ...)
+        # SampleSums takes the samples last: J (..., k), z (..., k, d) (no-ops without runs)
+        sums.update_affine(J.movedim(0, -1), z.movedim(0, -2), a, b, param)
+        total = total + J.sum(0).double()  # on the device: one read-back per step
+    return sums, extra, total
 
 
 def _reduce_sums(sums: SampleSums, shard: Any, r: torch.Tensor) -> None:
