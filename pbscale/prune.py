@@ -270,9 +270,9 @@ def group_argv(full: dict, values: Mapping[str, Sequence]) -> list[str]:
 
 
 #: How ``pbscale.sweep`` groups ``prune`` runs (:class:`pbscale.sweep.jobs.Grouping`): runs
-#: that differ only in seed, lam and mask learning rate train as one pruning group (a run that
-#: steers its lam to a target, ``--lam-target``, trains alone).
-GROUPING = Grouping("pbscale.prune", (), lambda full: not full.get("lam_target"), group_argv,
+#: that differ only in seed, lam and mask learning rate train as one pruning group (with
+#: ``--lam-target``, each member steers its own lam).
+GROUPING = Grouping("pbscale.prune", (), lambda full: True, group_argv,
                     member_key, axes=GROUP_FREE)
 
 
@@ -301,13 +301,14 @@ def main(argv: list[str] | None = None) -> int:
                 if distributed.from_env(resolve_device(args.device)) is not None:
                     raise PBInputError("pruning groups run in one process; launch them without "
                                        "torchrun")
-                skipped, trained = run_group(cfgs, args.out, args.device, quiet=args.quiet,
+                skipped, _ = run_group(cfgs, args.out, args.device, quiet=args.quiet,
                                              download=args.download,
                                              download_url=args.download_url,
                                              given=given_options(parser, argv),
                                              keep_checkpoint=not args.drop_checkpoint)
-                print(f"{skipped} runs already finished, {trained} trained together in "
-                      f"{args.out}")
+                if skipped:
+                    print(f"({skipped} of these runs had finished before: read back)",
+                          file=sys.stderr)
                 return
             shard = distributed.from_env(resolve_device(args.device))  # torchrun: split samples
             summary = run(cfg, args.out, args.device, quiet=args.quiet, download=args.download,
