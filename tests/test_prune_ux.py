@@ -79,7 +79,8 @@ def test_lam_target_off_keeps_folder_names_and_bad_use_is_refused():
 
 
 def test_lam_target_steers_lam_and_resumes_exactly(tmp_path):
-    """CP with --lam-target: the "lam" column starts at --lam and moves; a run stopped by SIGTERM mid-epoch and at an epoch's start resumes to the same
+    """CP with --lam-target: the "lam" column starts at --lam and moves; a run stopped by
+    SIGTERM mid-epoch and at an epoch's start resumes to the same
     metrics, lam column included (lam is checkpointed with the method)."""
     cfg = tiny_cfg(method="cp", epochs=4, lam=1e-3, lam_target=0.3)
     a = P.run(cfg, tmp_path / "a", quiet=True)
