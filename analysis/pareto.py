@@ -55,6 +55,7 @@ from analysis.scale.run_files import (
     PruneRun,
     budget_of,
     finished_or_diverged,
+    lam_text,
     read_diverged,
     read_diverged_run,
     read_each,
@@ -105,10 +106,13 @@ STYLES = [("o", "-"), ("s", "--"), ("^", ":"), ("v", "-."), ("D", "--")]
 
 def label(run: PruneRun, name: str | None = None) -> str:
     """A run's series: ``name`` (default: its method's name) with ``-<param>-n<n>`` for a
-    method that samples and ``-<init>`` for weights not initialized by DEFAULT_INIT."""
+    method that samples, ``-target5%`` for a ``--lam-target`` run and ``-<init>`` for weights
+    not initialized by DEFAULT_INIT."""
     task = run.task
     m = name or run.method
     base = f"{m}-{task.get('param')}-n{task.get('n')}" if run.info.samples else m
+    if task.get("lam_target"):  # lam steered to a target: a series of its own
+        base += f"-{lam_text(task).replace(' ', '')}"
     init = task.get("init", DEFAULT_INIT)
     return base if init == DEFAULT_INIT else f"{base}-{init}"
 
@@ -180,6 +184,7 @@ def read_run(folder: Path) -> dict:
             "series": label(run), "label": label(run), "legend": label(run, run.info.label),
             "method": run.method, "color": run.info.color,
             **{k: task.get(k, "") if k in used else "" for k in SETTINGS},
+            **({"lam": lam_text(task)} if "lam" in used else {}),
             "epochs": task["epochs"], "seed": task["seed"], **run.metrics, "layers": run.layers,
             "budget": budget_of(task, PRUNE_BUDGET),
             "key": json.dumps({k: v for k, v in task.items() if k != "seed"}, sort_keys=True),

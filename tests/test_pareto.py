@@ -290,3 +290,21 @@ def test_fronts_are_drawn_with_their_seed_spread():
     fig = pareto.plot_fronts(points, "t")
     bars = [c for c in fig.axes[0].containers if c.__class__.__name__ == "ErrorbarContainer"]
     assert len(bars) == 1 and "s.d." in fig.axes[0].get_ylabel()
+
+
+def test_a_lam_target_run_is_labelled_by_its_target(tmp_path):
+    """A --lam-target run is "target 30%" in runs.csv, pareto.csv and points_<mode>.csv (and
+    a series of its own, cp-target30%), not its starting --lam; a fixed-lam run keeps its lam."""
+    from analysis import scale_report
+
+    folder = tmp_path / "runs"
+    P.run(tiny_cfg(method="cp", lam=1e-3, lam_target=0.3), folder, quiet=True)
+    P.run(tiny_cfg(method="cp", lam=1e-3), folder, quiet=True)
+    out = tmp_path / "out"
+    assert run(pareto.main, [str(folder), "--out", str(out)]) == 0
+    by = {r["label"]: r for r in read_csv(out / "runs.csv")}
+    assert by["cp-target30%"]["lam"] == "target 30%" and by["cp"]["lam"] == 0.001
+    assert {r["lam"] for r in read_csv(out / "pareto.csv")} == {"target 30%", 0.001}
+    rep = tmp_path / "report"
+    assert scale_report.main(["--runs", str(folder), "--out", str(rep)]) == 0
+    assert {r["lam"] for r in read_csv(rep / "points_supermask.csv")} == {"target 30%", 0.001}
