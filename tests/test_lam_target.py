@@ -52,7 +52,7 @@ def test_a_miss_is_said_with_the_fix_even_when_quiet(tmp_path: Path, capsys) -> 
     assert abs(rem - 0.01) > BAND * 0.01
     last = cap.err.strip().splitlines()[-1]
     assert last.startswith(f"warning: lam-target 1.00%: reached {rem:.2%}"), last
-    assert "only in epochs 1-1 of 2" in last and "--epochs 4" in last and "--lam " in last
+    assert "only in epoch 1 of 2" in last and "--epochs 4" in last and "--lam " in last
 
 
 @needs_mnist

@@ -109,8 +109,9 @@ def target_line(target: float, rows: list[dict], loop: LoopConfig, key: str = "l
     if reached(remaining, target):
         return head
     first, end = moving_epochs(loop)
-    where = (f"the masks move at the full mask learning rate only in epochs {first + 1}-{end} "
-             f"of {loop.epochs} (the method's mask-lr decay)" if end < loop.epochs else
+    span = f"epoch {end}" if end == first + 1 else f"epochs {first + 1}-{end}"
+    where = (f"the masks move at the full mask learning rate only in {span} of "
+             f"{loop.epochs} (the method's mask-lr decay)" if end < loop.epochs else
              f"{loop.epochs} epochs were too few")
     start = rows[min(end, len(rows) - 1)][key]
     return (f"warning: {head}, outside the {BAND:.0%} band: {where}; give more epochs "
