@@ -117,10 +117,13 @@ def test_only_the_onnx_notes_are_dropped(caplog):
     import warnings
 
     log = logging.getLogger(X.ONNX_NOTES[0])
-    with caplog.at_level(logging.WARNING), X.onnx_notes_dropped():
-        log.warning("torchvision is not installed. Skipping torchvision::nms")
-        log.warning("another note")
-        with pytest.warns(FutureWarning, match="else"):
-            warnings.warn("`isinstance(treespec, LeafSpec)` is deprecated", FutureWarning)
-            warnings.warn("something else", FutureWarning)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        with caplog.at_level(logging.WARNING), X.onnx_notes_dropped():
+            log.warning("torchvision is not installed. Skipping torchvision::nms")
+            log.warning("another note")
+            warnings.warn("`isinstance(treespec, LeafSpec)` is deprecated", FutureWarning,
+                          stacklevel=1)
+            warnings.warn("something else", FutureWarning, stacklevel=1)
     assert [r.getMessage() for r in caplog.records] == ["another note"]
+    assert [str(w.message) for w in seen] == ["something else"]
