@@ -239,7 +239,9 @@ def build_parser() -> ArgumentParser:
     steered = listed(f.text for f in families(PRUNE_COMMANDS) if steers_lam(f))
     p.add_argument("--lam-target", type=nonneg_float, default=0.0,
                    help=f"L0 methods ({steered}): fraction of masked weights to reach by "
-                        "steering --lam after every epoch, then hold (0: off, --lam fixed; "
+                        "steering --lam (from its value) while the masks train, then hold; "
+                        "the last line says what was reached, and warns with the fix on a "
+                        "miss; groups too, each run its own (0: off, --lam fixed; "
                         "docs/pruning.md)").id_when_changed = True
     p.add_argument("--drop-checkpoint", action="store_true",
                    help="delete checkpoint.pt once the run has finished (a finished run is "
