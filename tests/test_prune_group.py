@@ -183,7 +183,8 @@ def test_group_reports_like_runs(tmp_path: Path, capsys, monkeypatch) -> None:
     assert len(lines) == 3 and "trained together" not in cap.out
     for folder in folders:
         summary = runio.read_json(folder / "summary.json")
-        line = next(li for li in lines if li.startswith(f"{folder}: "))
+        seed = runio.read_json(folder / "config.json")["task"]["seed"]
+        line = next(li for li in lines if li.startswith(f"{folder} (seed {seed}): "))
         assert f"test_acc {summary['final_test_acc']:.4f}" in line
         assert f"({summary['final_remaining']:.4%})" in line
     assert prune.main([*args, "--quiet"]) == 0

@@ -260,21 +260,23 @@ def run_group(cfgs: list[PruneConfig], out: str | Path, device: str = "cpu", *,
               f"{first.mode} {first.method}; device {dev}", file=sys.stderr)
     result = train_group(members, out, dev, progress=not quiet, step_hook=step_hook,
                          keep_checkpoint=keep_checkpoint)
+    varying = [k for k in GROUP_FREE if len({getattr(c, k) for c in resolved}) > 1]
     for m, c in zip(members, resolved):
         if m.finished:
-            member_report(m, c)
+            member_report(m, c, varying)
     if result.diverged:
         raise result.refusal(out)
     return result.finished, result.trained
 
 
-def member_report(m: Member, cfg: PruneConfig) -> None:
-    """The end of a finished group member, as its separate run's ``--quiet`` ends: its folder
-    and :func:`result_line`, and for a ``--lam-target`` run its :func:`target_line` (a miss
-    on stderr)."""
+def member_report(m: Member, cfg: PruneConfig, varying: Sequence[str] = ()) -> None:
+    """The end of a finished group member, as its separate run's ``--quiet`` ends: its folder,
+    the settings ``varying`` over the group (e.g. ``seed 1``), :func:`result_line`, and for a
+    ``--lam-target`` run its :func:`target_line` (a miss on stderr)."""
     summary = {**runio.read_summary(m.folder / "summary.json", summary_keys(m.task)),
                "masked": m.task.d, "parameters": m.task.num_all}
-    print(f"{m.folder}: {result_line(summary)}")
+    which = ", ".join(f"{k.replace('_', '-')} {getattr(cfg, k):g}" for k in varying)
+    print(f"{m.folder}{f' ({which})' if which else ''}: {result_line(summary)}")
     if cfg.lam_target:
         line = target_line(cfg.lam_target, runio.read_csv(m.folder / m.loop.metrics_file),
                            m.loop)
