@@ -49,7 +49,6 @@ import torch
 from pbexact.errors import PBInputError, format_bytes
 from pbscale.execution.group import MemberBook, MemberLosses
 from pbscale.methods.samplers import free_memory
-from pbscale.pruning.config import SUMMARY_KEYS
 from pbscale.pruning.lam_control import LamController
 from pbscale.pruning.outputs import export
 from pbscale.pruning.task import PruneTask
@@ -100,7 +99,7 @@ class Member:
         path = self.folder / "summary.json"
         if not path.exists() and not path.is_symlink():
             return False
-        runio.read_summary(path, SUMMARY_KEYS)
+        runio.read_summary(path, self.task.summary_keys)
         return True
 
     @property

@@ -28,7 +28,6 @@ from pbscale.nets.network import NetworkSource, layer_counts
 from pbscale.pruning import setup
 from pbscale.pruning.config import (
     FREEZE_AT,
-    SUMMARY_KEYS,
     WEIGHT_DECAY,
     WEIGHT_GAMMA,
     WEIGHT_MILESTONES,
@@ -145,7 +144,7 @@ def run(cfg: PruneConfig, out: str | Path, device: str = "cpu", *, quiet: bool =
                       progress=not quiet, info=info, step_hook=step_hook, hooks=hooks,
                       lr_flags=task.lr_flags, method_info=cfg.family.info(cfg.method_settings()),
                       keep_checkpoint=keep_checkpoint)
-    summary = runio.read_summary(folder / "summary.json", summary_keys(task))
+    summary = runio.read_summary(folder / "summary.json", task.summary_keys)
     runio.write_json(folder / "data.json", data.transform())
     summary.update({"folder": str(folder), "masked": task.d, "parameters": task.num_all})
     if not quiet:
@@ -155,15 +154,6 @@ def run(cfg: PruneConfig, out: str | Path, device: str = "cpu", *, quiet: bool =
         if not quiet or line.startswith("warning"):  # a miss is said even under --quiet
             print(line, file=sys.stderr if line.startswith("warning") else sys.stdout)
     return summary
-
-
-def summary_keys(task: PruneTask) -> tuple[str, ...]:
-    """The entries of a finished run's summary.json that :func:`run` and :func:`report` read:
-    :data:`SUMMARY_KEYS`, with the test loss in place of the accuracy where the run's loss has
-    none (float targets)."""
-    if task.objective.accuracy:
-        return SUMMARY_KEYS
-    return tuple(k.replace("test_acc", "test_loss") for k in SUMMARY_KEYS)
 
 
 def run_info(cfg: PruneConfig, data: datamod.Data, task: PruneTask) -> dict:
@@ -273,7 +263,7 @@ def member_report(m: Member, cfg: PruneConfig, varying: Sequence[str] = ()) -> N
     """The end of a finished group member, as its separate run's ``--quiet`` ends: its folder,
     the settings ``varying`` over the group (e.g. ``seed 1``), :func:`result_line`, and for a
     ``--lam-target`` run its :func:`target_line` (a miss on stderr)."""
-    summary = {**runio.read_summary(m.folder / "summary.json", summary_keys(m.task)),
+    summary = {**runio.read_summary(m.folder / "summary.json", m.task.summary_keys),
                "masked": m.task.d, "parameters": m.task.num_all}
     which = ", ".join(f"{k.replace('_', '-')} {getattr(cfg, k):g}" for k in varying)
     print(f"{m.folder}{f' ({which})' if which else ''}: {result_line(summary)}")
