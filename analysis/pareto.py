@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from analysis.cli import run as cli_run
-from analysis.scale.fronts import pareto_front
+from analysis.scale.fronts import pareto_front, seed_text
 from analysis.scale.outputs import Outputs, check_in_folder, check_out, out_folder
 from analysis.scale.run_files import (
     PRUNE_BUDGET,
@@ -55,6 +55,7 @@ from analysis.scale.run_files import (
     PruneRun,
     budget_of,
     finished_or_diverged,
+    lam_text,
     read_diverged,
     read_diverged_run,
     read_each,
@@ -105,10 +106,13 @@ STYLES = [("o", "-"), ("s", "--"), ("^", ":"), ("v", "-."), ("D", "--")]
 
 def label(run: PruneRun, name: str | None = None) -> str:
     """A run's series: ``name`` (default: its method's name) with ``-<param>-n<n>`` for a
-    method that samples and ``-<init>`` for weights not initialized by DEFAULT_INIT."""
+    method that samples, ``-target5%`` for a ``--lam-target`` run and ``-<init>`` for weights
+    not initialized by DEFAULT_INIT."""
     task = run.task
     m = name or run.method
     base = f"{m}-{task.get('param')}-n{task.get('n')}" if run.info.samples else m
+    if task.get("lam_target"):  # lam steered to a target: a series of its own
+        base += f"-{lam_text(task).replace(' ', '')}"
     init = task.get("init", DEFAULT_INIT)
     return base if init == DEFAULT_INIT else f"{base}-{init}"
 
@@ -176,10 +180,12 @@ def read_run(folder: Path) -> dict:
         cmd = command(task, data_dir_of(folder))
     except (PBInputError, KeyError, TypeError, ValueError) as exc:
         raise DamagedRun(f"config.json's task is not a prune configuration ({exc})") from None
-    return {"run": folder.name, "model": task["model"], "mode": task["mode"],
+    return {"run": folder.name, "task": task, "data_dir": data_dir_of(folder),
+            "model": task["model"], "mode": task["mode"],
             "series": label(run), "label": label(run), "legend": label(run, run.info.label),
             "method": run.method, "color": run.info.color,
             **{k: task.get(k, "") if k in used else "" for k in SETTINGS},
+            **({"lam": lam_text(task)} if "lam" in used else {}),
             "epochs": task["epochs"], "seed": task["seed"], **run.metrics, "layers": run.layers,
             "budget": budget_of(task, PRUNE_BUDGET),
             "key": json.dumps({k: v for k, v in task.items() if k != "seed"}, sort_keys=True),
@@ -239,21 +245,27 @@ def split_budgets(runs: list[dict]) -> list[str]:
     return notes
 
 
-def command(task: dict, data_dir: str = "") -> str:
+def command(task: dict, data_dir: str = "", seeds: Sequence[int] = ()) -> str:
     """The shortest ``python -m pbscale.prune`` command line of a run's configuration: the
-    options that differ from the defaults, then ``--data-dir`` where the run read its data
-    (``data_dir``, as the run was given it; synthetic runs have none)."""
+    options that differ from the defaults, ``--seeds`` for several ``seeds`` (one group: the
+    runs of a configuration averaged over seeds) in place of ``--seed``, then ``--data-dir``
+    where the run read its data (``data_dir``, as the run was given it; synthetic runs have
+    none)."""
     from pbscale.prune import PruneConfig
 
     default = PruneConfig(model=task["model"], mode=task["mode"]).resolved()
     parts = ["python -m pbscale.prune"]
     for k, v in task.items():
+        if k == "seed" and len(seeds) > 1:
+            continue
         if getattr(default, k, None) != v or k in ("model", "mode", "method"):
             if isinstance(v, bool):
                 if v:
                     parts.append(f"--{k.replace('_', '-')}")
             else:
                 parts.append(f"--{k.replace('_', '-')} {v}")
+    if len(seeds) > 1:
+        parts.append(f"--seeds {seed_text(seeds).replace(', ', ',')}")
     if data_dir:
         parts.append(f"--data-dir {data_dir}")
     return " ".join(parts)
@@ -283,6 +295,8 @@ def average_seeds(runs: list[dict]) -> list[dict]:
             p[f"{k}_sd"] = (math.sqrt(sum((v - p[k]) ** 2 for v in vals) / (len(vals) - 1))
                             if len(vals) > 1 else math.nan)
         p["seeds"] = len(rs)
+        if len(rs) > 1:  # the one command that trains them: a group over their seeds
+            p["command"] = command(rs[0]["task"], rs[0]["data_dir"], [r["seed"] for r in rs])
         p["diverged"] = len(all_runs) - len(rs)
         p["runs"] = sorted(r["run"] for r in rs)
         p["layers"] = {k: sum(r["layers"][k] for r in rs) / len(rs) for k in rs[0]["layers"]}

@@ -61,6 +61,7 @@ from analysis.scale.run_files import (
     PruneRun,
     budget_text,
     finished_or_diverged,
+    lam_text,
     read_columns,
     read_each,
     read_run,
@@ -288,7 +289,7 @@ def write_points(files: Outputs, records: Sequence[RunRecord], experiment: str) 
             s = p.settings
             dist = sum(abs(p.shares[k] - p.dense[k]) for k in p.dense) / 2 if p.dense else 0.0
             key = p.runs[0].setting
-            table.append([lab, p.method, s.get("lam"), s.get("mask_opt"), s.get("mask_lr"),
+            table.append([lab, p.method, lam_text(s), s.get("mask_opt"), s.get("mask_lr"),
                           s.get("target"), s.get("n"), s.get("param"), s.get("epochs"),
                           p.seeds, diverged.get(key, 0), sum(stalled(r) for r in p.runs),
                           fmt(p.remaining), fmt(p.rem_sd) if p.seeds > 1 else "",

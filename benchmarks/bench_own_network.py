@@ -77,10 +77,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = ArgumentParser(prog="python -m benchmarks.bench_own_network",
                        description=__doc__.splitlines()[0])
     p.add_argument("--ns", type=positive_int_list, default=[10], help="MC samples per step")
-    p.add_argument("--batch", type=positive_int, default=128)
+    p.add_argument("--batch", type=positive_int, default=128,
+                   help="examples per timed step (default 128)")
     p.add_argument("--repeats", type=positive_int, default=20,
                    help="timed steps per way (interleaved, after one warm-up)")
-    p.add_argument("--threads", type=positive_int, default=1)
+    p.add_argument("--threads", type=positive_int, default=1,
+                   help="torch CPU threads (default 1)")
     p.add_argument("--out", default="results", help="folder of the CSV")
     return p
 

@@ -90,15 +90,18 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--methods", default="cp,arms", help="comma list of pruning methods")
     p.add_argument("--groups", default="8", help="comma list of group sizes")
     p.add_argument("--n", type=positive_int, default=10, help="MC samples per step")
-    p.add_argument("--epochs", type=positive_int, default=1)
-    p.add_argument("--max-batches", type=positive_int, default=20)
+    p.add_argument("--epochs", type=positive_int, default=1,
+                   help="epochs of each run (default 1)")
+    p.add_argument("--max-batches", type=positive_int, default=20,
+                   help="batches per epoch (default 20)")
     p.add_argument("--separate", type=positive_int, default=8,
                    help="runs timed one at a time (at most the largest group)")
     p.add_argument("--data-dir", default="", help="MNIST folder (default: --synthetic images)")
     p.add_argument("--synthetic", type=nonneg_int, default=0,
                    help="random images instead of --data-dir (that many training images)")
-    p.add_argument("--device", default="cpu")
-    p.add_argument("--threads", type=positive_int, default=None)
+    p.add_argument("--device", default="cpu", help="cpu or cuda (default cpu)")
+    p.add_argument("--threads", type=positive_int, default=None,
+                   help="torch CPU threads (default: torch's choice)")
     p.add_argument("--out", default="", help="CSV of the rows")
     return p
 

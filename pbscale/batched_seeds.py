@@ -108,17 +108,24 @@ def build_parser() -> ArgumentParser:
                                    "setting trained as one regression group, each run's numbers "
                                    "its separate run's; each run's folder is the one python -m "
                                    "pbscale.regress writes.")
-    p.add_argument("--method", default="loorf", choices=list(names(*COMMANDS_HERE)))
-    p.add_argument("--n", type=positive_int, default=10)
-    p.add_argument("--param", default="sigmoid", choices=list(PARAMETRIZATIONS))
-    p.add_argument("--optimizer", default="rmsprop", choices=list(OPTIMIZERS))
+    p.add_argument("--method", default="loorf", choices=list(names(*COMMANDS_HERE)),
+                   help="estimator of the gradient of the mask probabilities (default loorf)")
+    p.add_argument("--n", type=positive_int, default=10,
+                   help="samples per step (default 10)")
+    p.add_argument("--param", default="sigmoid", choices=list(PARAMETRIZATIONS),
+                   help="parametrization of the mask probabilities (default sigmoid)")
+    p.add_argument("--optimizer", default="rmsprop", choices=list(OPTIMIZERS),
+                   help="optimizer of the mask logits (default rmsprop)")
     p.add_argument("--lrs", type=lr_list, default="0.1", help="comma-separated learning rates")
     p.add_argument("--seeds", type=group_seeds, default="0-9",
                    help=f"e.g. 0-9 or 0,3,5 (at most {MAX_RUNS:,} runs: seeds x learning rates)")
-    p.add_argument("--epochs", type=positive_int, default=300)
-    p.add_argument("--data-seed", type=nonneg_int, default=0)
-    p.add_argument("--lam", type=nonneg_float, default=0.0)
-    p.add_argument("--device", default="auto")
+    p.add_argument("--epochs", type=positive_int, default=300,
+                   help="training epochs (default 300)")
+    p.add_argument("--data-seed", type=nonneg_int, default=0,
+                   help="seed of data, target and backbone, shared by all runs (default 0)")
+    p.add_argument("--lam", type=nonneg_float, default=0.0,
+                   help="dense-mask regularizer weight (default 0)")
+    p.add_argument("--device", default="auto", help="cpu, cuda or auto (default auto)")
     p.add_argument("--threads", type=thread_count, default=None, help="torch CPU threads")
     p.add_argument("--out", type=out_folder, default=DEFAULT_OUT,
                    help="parent folder of the run folders and the group folder")

@@ -31,6 +31,8 @@ import logging
 import math
 import sys
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -316,20 +318,39 @@ def export(folder: str | Path, fmt: str, out: str | Path, model: object = None) 
         raise PBInputError('--format onnx needs onnx and onnxscript; install the extra: pip '
                            'install -e ".[export]"') from None
     batch = torch.export.Dim("batch", min=1)
-    onnx_log = logging.getLogger("torch.onnx")
-    level = onnx_log.level
-    onnx_log.setLevel(logging.ERROR)  # its notes on torchvision ops this network does not use
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", FutureWarning)
-            program = torch.onnx.export(net, (x,), input_names=["images"],
-                                        output_names=["logits"],
-                                        dynamic_shapes={"x": {0: batch}}, dynamo=True,
-                                        verbose=False)
-    finally:
-        onnx_log.setLevel(level)
+    with onnx_notes_dropped():
+        program = torch.onnx.export(net, (x,), input_names=["images"], output_names=["logits"],
+                                    dynamic_shapes={"x": {0: batch}}, dynamo=True,
+                                    verbose=False)
     runio.write_output(out, program.model_proto.SerializeToString())
     return out
+
+
+#: What torch's ONNX exporter says on every export that is no news to a user: its notes that
+#: torchvision (an optional package) is missing, so its detection ops (nms, roi_align, ...) are
+#: not registered, logged once per op by ``torch.onnx._internal.exporter._registration``; and
+#: the FutureWarning its own pytree code raises (``LeafSpec`` deprecated). Everything else it
+#: logs or warns still shows.
+ONNX_NOTES = ("torch.onnx._internal.exporter._registration", "torchvision is not installed",
+              r"`isinstance\(treespec, LeafSpec\)` is deprecated")
+
+
+class _DropNote(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith(ONNX_NOTES[1])
+
+
+@contextmanager
+def onnx_notes_dropped() -> Iterator[None]:
+    """Run torch's ONNX export without the notes of :data:`ONNX_NOTES` (only those)."""
+    log, note = logging.getLogger(ONNX_NOTES[0]), _DropNote()
+    log.addFilter(note)
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=ONNX_NOTES[2], category=FutureWarning)
+            yield
+    finally:
+        log.removeFilter(note)
 
 
 def build_parser() -> ArgumentParser:

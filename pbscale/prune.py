@@ -136,8 +136,11 @@ def build_parser() -> ArgumentParser:
                         "folder or PYTHONPATH; docs/own_network.md)")
     p.add_argument("--dataset", default="", choices=datamod.DATASETS,
                    help="default: the model's (a built-in model), or --data's arrays")
-    p.add_argument("--mode", default=d.mode, choices=MODES)
-    p.add_argument("--method", default=d.method, choices=prune_methods())
+    p.add_argument("--mode", default=d.mode, choices=MODES,
+                   help=f"supermask: weights fixed at their initialization; joint: weights and "
+                        f"masks trained together (default {d.mode})")
+    p.add_argument("--method", default=d.method, choices=prune_methods(),
+                   help=f"how masks are found (docs/pruning.md; default {d.method})")
     p.add_argument("--param", default=DEFAULT_PARAM, choices=list(PARAMETRIZATIONS),
                    action=_Given,
                    help=f"parametrization ({read_by('param')}; default {DEFAULT_PARAM}, "
@@ -156,11 +159,14 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--target", type=positive_float, default=d.target,
                    help=f"fraction of the masked weights kept, in (0, 1], by the methods that "
                         f"cut to it ({read_by('target')}; L0 methods: --lam-target)")
-    p.add_argument("--epochs", type=positive_int, default=d.epochs)
+    p.add_argument("--epochs", type=positive_int, default=d.epochs,
+                   help=f"training epochs (default {d.epochs})")
     p.add_argument("--batch-size", type=nonneg_int, default=0,
                    help="0: 128 (64 for joint VGG)")
     p.add_argument("--lr", type=positive_float, default=d.lr, help="weight learning rate (joint)")
-    p.add_argument("--seed", type=nonneg_int, default=d.seed)
+    p.add_argument("--seed", type=nonneg_int, default=d.seed,
+                   help=f"seed of the network's initialization, masks and batch order "
+                        f"(default {d.seed})")
     p.add_argument("--seeds", type=seed_list_at_most(MAX_GROUP), default=None,
                    help="seeds of a pruning group, e.g. 0-7 or 0,3,5 (replaces --seed): the "
                         "runs seeds x --lam x --mask-lr train as one computation, each "
@@ -188,8 +194,10 @@ def build_parser() -> ArgumentParser:
                    help=f"masks per forward ({read_by('chunk')}; 0: automatic)")
     p.add_argument("--max-batches", type=nonneg_int, default=0,
                    help="training batches per epoch (0: all)")
-    p.add_argument("--val-size", type=nonneg_int, default=d.val_size)
-    p.add_argument("--split-seed", type=nonneg_int, default=d.split_seed)
+    p.add_argument("--val-size", type=nonneg_int, default=d.val_size,
+                   help=f"training images held out for validation (default {d.val_size:,})")
+    p.add_argument("--split-seed", type=nonneg_int, default=d.split_seed,
+                   help=f"seed of the training / validation split (default {d.split_seed})")
     p.add_argument("--synthetic", type=SYNTHETIC_COUNT, default=0,
                    help="random images instead of data (that many training images; tests)")
     p.add_argument("--eval-masks", type=positive_int, default=d.eval_masks,
@@ -216,7 +224,9 @@ def build_parser() -> ArgumentParser:
                    help="fetch the official files into --data-dir first (needs a network)")
     p.add_argument("--download-url", default=None, help=argparse.SUPPRESS)
     p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:0 or auto")
-    p.add_argument("--threads", type=thread_count, default=None)
+    p.add_argument("--threads", type=thread_count, default=None,
+                   help="torch CPU threads (default: torch's choice; 1 is fastest on a shared "
+                        "2-core machine, see docs/pbscale.md)")
     p.add_argument("--out", type=out_folder, default="runs/prune",
                    help="parent folder of run folders")
     p.add_argument("--routes", type=gpu_routes.argument, default=None,
@@ -229,7 +239,9 @@ def build_parser() -> ArgumentParser:
     steered = listed(f.text for f in families(PRUNE_COMMANDS) if steers_lam(f))
     p.add_argument("--lam-target", type=nonneg_float, default=0.0,
                    help=f"L0 methods ({steered}): fraction of masked weights to reach by "
-                        "steering --lam after every epoch, then hold (0: off, --lam fixed; "
+                        "steering --lam (from its value) while the masks train, then hold; "
+                        "the last line says what was reached, and warns with the fix on a "
+                        "miss; groups too, each run its own (0: off, --lam fixed; "
                         "docs/pruning.md)").id_when_changed = True
     p.add_argument("--drop-checkpoint", action="store_true",
                    help="delete checkpoint.pt once the run has finished (a finished run is "
@@ -270,9 +282,9 @@ def group_argv(full: dict, values: Mapping[str, Sequence]) -> list[str]:
 
 
 #: How ``pbscale.sweep`` groups ``prune`` runs (:class:`pbscale.sweep.jobs.Grouping`): runs
-#: that differ only in seed, lam and mask learning rate train as one pruning group (a run that
-#: steers its lam to a target, ``--lam-target``, trains alone).
-GROUPING = Grouping("pbscale.prune", (), lambda full: not full.get("lam_target"), group_argv,
+#: that differ only in seed, lam and mask learning rate train as one pruning group (with
+#: ``--lam-target``, each member steers its own lam).
+GROUPING = Grouping("pbscale.prune", (), lambda full: True, group_argv,
                     member_key, axes=GROUP_FREE)
 
 
@@ -301,13 +313,14 @@ def main(argv: list[str] | None = None) -> int:
                 if distributed.from_env(resolve_device(args.device)) is not None:
                     raise PBInputError("pruning groups run in one process; launch them without "
                                        "torchrun")
-                skipped, trained = run_group(cfgs, args.out, args.device, quiet=args.quiet,
+                skipped, _ = run_group(cfgs, args.out, args.device, quiet=args.quiet,
                                              download=args.download,
                                              download_url=args.download_url,
                                              given=given_options(parser, argv),
                                              keep_checkpoint=not args.drop_checkpoint)
-                print(f"{skipped} runs already finished, {trained} trained together in "
-                      f"{args.out}")
+                if skipped:
+                    print(f"({skipped} of these runs had finished before: read back)",
+                          file=sys.stderr)
                 return
             shard = distributed.from_env(resolve_device(args.device))  # torchrun: split samples
             summary = run(cfg, args.out, args.device, quiet=args.quiet, download=args.download,

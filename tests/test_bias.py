@@ -383,7 +383,9 @@ def test_cli_writes_csv_figure_and_table_under_out_only(tmp_path, capsys):
     assert table_lines(md) == table_lines(break_even_table_from_csv(
         Path(f"{stem}_break_even.csv"), [1, 10]))
     assert "20" in md and "ST-θ" in md
-    assert "logged steps" in capsys.readouterr().out
+    cap = capsys.readouterr()
+    assert "logged steps" in cap.out
+    assert "exponential d=3" not in cap.err  # no progress bar off a terminal (a pipe, a log)
 
 
 def test_cli_nnloss_under_escort_runs_st_theta_only(tmp_path):

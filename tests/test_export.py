@@ -87,3 +87,43 @@ def test_bad_input_is_one_line(finished, tmp_path, capsys):
         assert err.startswith("error: ") and len(err.splitlines()) == 1, err
     with pytest.raises(X.PBInputError, match="not a pbnn-sparse-1 file"):
         X.load_sparse(folder / "pruned.pt")
+
+
+@pytest.mark.parametrize("fmt", X.FORMATS)
+def test_a_successful_export_prints_only_its_result(finished, tmp_path, fmt):
+    """``python -m pbscale.export`` in a fresh process (where torch's ONNX exporter logs that
+    torchvision is missing, once per detection op, and warns about its own pytree code) prints
+    the one line of its result and nothing on stderr."""
+    import os
+    import subprocess
+    import sys
+
+    if fmt == "onnx":
+        pytest.importorskip("onnx")
+        pytest.importorskip("onnxscript")
+    out = tmp_path / f"n.{fmt}"
+    env = {**os.environ, "PYTHONPATH": str(Path(X.__file__).resolve().parents[1])}
+    done = subprocess.run([sys.executable, "-m", "pbscale.export", str(finished[0]), "--format",
+                           fmt, "--out", str(out)], capture_output=True, text=True, env=env,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""
+    assert done.stdout == f"wrote {out} ({fmt}, {out.stat().st_size:,} bytes)\n"
+
+
+def test_only_the_onnx_notes_are_dropped(caplog):
+    """Inside the export, torch.onnx's other log records and other FutureWarnings still show."""
+    import logging
+    import warnings
+
+    log = logging.getLogger(X.ONNX_NOTES[0])
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        with caplog.at_level(logging.WARNING), X.onnx_notes_dropped():
+            log.warning("torchvision is not installed. Skipping torchvision::nms")
+            log.warning("another note")
+            warnings.warn("`isinstance(treespec, LeafSpec)` is deprecated", FutureWarning,
+                          stacklevel=1)
+            warnings.warn("something else", FutureWarning, stacklevel=1)
+    assert [r.getMessage() for r in caplog.records] == ["another note"]
+    assert [str(w.message) for w in seen] == ["something else"]

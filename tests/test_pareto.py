@@ -290,3 +290,43 @@ def test_fronts_are_drawn_with_their_seed_spread():
     fig = pareto.plot_fronts(points, "t")
     bars = [c for c in fig.axes[0].containers if c.__class__.__name__ == "ErrorbarContainer"]
     assert len(bars) == 1 and "s.d." in fig.axes[0].get_ylabel()
+
+
+def test_a_lam_target_run_is_labelled_by_its_target(tmp_path):
+    """A --lam-target run is "target 30%" in runs.csv, pareto.csv and points_<mode>.csv (and
+    a series of its own, cp-target30%), not its starting --lam; a fixed-lam run keeps its lam."""
+    from analysis import scale_report
+
+    folder = tmp_path / "runs"
+    P.run(tiny_cfg(method="cp", lam=1e-3, lam_target=0.3), folder, quiet=True)
+    P.run(tiny_cfg(method="cp", lam=1e-3), folder, quiet=True)
+    out = tmp_path / "out"
+    assert run(pareto.main, [str(folder), "--out", str(out)]) == 0
+    by = {r["label"]: r for r in read_csv(out / "runs.csv")}
+    assert by["cp-target30%"]["lam"] == "target 30%" and by["cp"]["lam"] == 0.001
+    assert {r["lam"] for r in read_csv(out / "pareto.csv")} == {"target 30%", 0.001}
+    rep = tmp_path / "report"
+    assert scale_report.main(["--runs", str(folder), "--out", str(rep)]) == 0
+    assert {r["lam"] for r in read_csv(rep / "points_supermask.csv")} == {"target 30%", 0.001}
+
+
+def test_a_rows_command_trains_exactly_its_runs(tmp_path, capsys):
+    """runs.md's command of a 4-seed row is ``--seeds 0-3`` (not the ``--seed 1`` of one of its
+    runs): run again, it names exactly the row's four runs, all finished, and trains nothing."""
+    import shlex
+
+    root = tmp_path / "runs"
+    tiny = ["--model", "lenet", "--synthetic", "48", "--epochs", "1", "--max-batches", "1",
+            "--batch-size", "8", "--val-size", "16", "--method", "cp", "--quiet"]
+    assert P.main([*tiny, "--seeds", "0-3", "--out", str(root)]) == 0
+    before = sorted(p.name for p in root.iterdir())
+    out = tmp_path / "out"
+    assert run(pareto.main, [str(root), "--out", str(out)]) == 0
+    (row,) = [ln for ln in (out / "runs.md").read_text().splitlines() if "pbscale.prune" in ln]
+    cmd = shlex.split(row.split("`")[1])
+    assert cmd[:3] == ["python", "-m", "pbscale.prune"] and "--seed" not in cmd
+    assert cmd[cmd.index("--seeds") + 1] == "0-3" and row.split("|")[3].strip() == "4"
+    capsys.readouterr()
+    assert P.main([*cmd[3:], "--out", str(root), "--quiet"]) == 0
+    assert "(4 of these runs had finished before" in capsys.readouterr().err
+    assert sorted(p.name for p in root.iterdir()) == before

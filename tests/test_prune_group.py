@@ -142,3 +142,52 @@ def test_mc_members_draw_their_masks_once(tmp_path: Path, mode: str, monkeypatch
             sep = Path(prune.run(c, tmp_path / "sep", quiet=True)["folder"])
             same_folder(sep, tmp_path / "grp" / sep.name)
         assert in_group == len(draws) > 0, (method, in_group, len(draws))
+
+
+def test_group_reports_like_runs(tmp_path: Path, capsys, monkeypatch) -> None:
+    """A group's bar shows the group (its training runs and their mean metrics, not run0's);
+    it ends with one line per member (folder, test accuracy, remaining: the separate run's
+    --quiet line), and a rerun prints them again with how many had finished before."""
+    from pbscale.runs import loop as loopmod
+
+    shown: list[dict] = []
+
+    class Bar:
+        def __init__(self, iterable, **_kw) -> None:
+            self.iterable = iterable
+
+        def __iter__(self):
+            return iter(self.iterable)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc) -> None:
+            return None
+
+        def set_postfix(self, values: dict) -> None:
+            shown.append(values)
+
+        def close(self) -> None:
+            return None
+
+    monkeypatch.setattr(loopmod, "tqdm", Bar)
+    args = ["--model", "lenet", "--synthetic", "48", "--epochs", "2", "--max-batches", "1",
+            "--batch-size", "8", "--method", "cp", "--out", str(tmp_path), "--seeds", "0-2"]
+    assert prune.main(args) == 0
+    cap = capsys.readouterr()
+    assert shown and all(s["runs"] == 3 and "mean val_acc" in s for s in shown), shown
+    assert not any(k.startswith("run0") for s in shown for k in s)
+    lines = cap.out.strip().splitlines()
+    folders = sorted(tmp_path.glob("lenet-*"))
+    assert len(lines) == 3 and "trained together" not in cap.out
+    for folder in folders:
+        summary = runio.read_json(folder / "summary.json")
+        seed = runio.read_json(folder / "config.json")["task"]["seed"]
+        line = next(li for li in lines if li.startswith(f"{folder} (seed {seed}): "))
+        assert f"test_acc {summary['final_test_acc']:.4f}" in line
+        assert f"({summary['final_remaining']:.4%})" in line
+    assert prune.main([*args, "--quiet"]) == 0
+    cap = capsys.readouterr()
+    assert sorted(cap.out.strip().splitlines()) == sorted(lines)
+    assert "3 of these runs had finished before" in cap.err

@@ -670,6 +670,9 @@ def test_compare_names_families_budgets_and_what_it_left_out(tmp_path, capsys):
                    "supermask"]) == 0
     out = capsys.readouterr().out
     assert "supermask: holds" in out and "joint:" not in out
+    assert S.main(["--runs", str(root), "--compare", "arms", "cp"]) == 0
+    out = capsys.readouterr().out  # arms has no joint run: said, not skipped silently
+    assert "joint: not compared (arms has no finished joint run)" in out
 
 
 def test_diverged_runs_are_read_copied_counted_and_a_bad_record_is_skipped(tmp_path, capsys):

@@ -17,6 +17,7 @@ from _launch import sigterm_when
 from pbexact.errors import PBInputError
 from pbscale import sweep
 from pbscale.runs import io
+from pbscale.sweep.records import saved_text
 
 ROOT = Path(__file__).resolve().parents[1]
 TIMING = ("train_seconds", "val_seconds")
@@ -153,6 +154,27 @@ def killed_and_resumed(tmp_path_factory):
     return facts
 
 
+def test_a_sweep_stopped_early_says_nothing_was_saved(tmp_path):
+    """SIGTERM as soon as the first child is running (before its run folder or checkpoint
+    exists): the sweep names, per stopped run, what it saved, as the disk holds it ("nothing
+    saved yet" here), not "running children checkpointed"."""
+    out = tmp_path / "o"
+    path = _write(tmp_path, TINY.format(out=out, epochs=50))
+    s = sweep.load(path)
+    first = s.runs[0]
+    proc, killed = sigterm_when(
+        [sys.executable, "-m", "pbscale.sweep", "run", str(path), "--jobs", "1"], _env(),
+        lambda: sweep.state_of(s, first) == "running")
+    err = proc.communicate(timeout=120)[1].decode()
+    assert killed and proc.returncode == 143, err
+    assert "checkpointed)" not in err
+    saved = saved_text(s, first, sweep.folder_index(out))
+    assert f"  {first.id}: {saved}" in err.splitlines()
+    if sweep.folder_index(out).get(first.id) is None:
+        assert saved == "nothing saved yet (stopped before its run folder existed)"
+    assert "interrupted: 3 runs not finished (1 stopped, what each saved above)" in err
+
+
 def test_killed_sweep_resumes_without_redoing_finished_runs(killed_and_resumed):
     f = killed_and_resumed
     s, out, path = f["sweep"], f["out"], f["path"]
@@ -164,6 +186,7 @@ def test_killed_sweep_resumes_without_redoing_finished_runs(killed_and_resumed):
     assert f"finished    {first.id}" in f["stderr"] and f"started     {second.id}" in f["stderr"]
     assert f"interrupted {second.id}" in f["stderr"]
     assert f"resume with: python -m pbscale.sweep run {path} --jobs 1" in f["stderr"]
+    assert f"  {second.id}: checkpoint at " in f["stderr"]  # what the stopped run saved
     assert f["after_kill"] == {first.id: "finished", second.id: "interrupted",
                                third.id: "pending"}
     assert not f["second_summary"]

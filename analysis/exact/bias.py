@@ -429,7 +429,8 @@ def bias_study(f: Any, J: np.ndarray, param: Parametrization, names: Sequence[st
     """The rows of the bias CSV along the trajectory and of the break-even table."""
     rows, table = [], []
     logged = trajectory(J, param, steps, log_every, lr)
-    for step, r in tqdm(logged, desc=desc, leave=False, disable=desc is None):
+    for step, r in tqdm(logged, desc=desc, leave=False,  # a bar on a terminal only
+                        disable=True if desc is None else None):
         setting.tau = cp_temperature(step, steps, cp_final_tau, cp_every)
         step_rows, summaries, variances = rows_at(step, f, J, r, param, setting, names, ns)
         rows += step_rows

@@ -88,12 +88,15 @@ def compare(records: Sequence[RunRecord], a: str, b: str,
     lines = [f"does {a} beat {b} at matched sparsity? (the claims' front statistic: each seed's "
              "front interpolated in log remaining, the mean gap over the common range paired by "
              "seed, its 95% t interval)", coverage(records, a), coverage(records, b)]
-    answered = False
+    answered, skipped = False, []
     for exp in PRUNING:
         mine = [r for r in records if r.experiment == exp]
         ra = [r for r in mine if matches(r, a)]
         rb = [r for r in mine if matches(r, b)]
         if not finished(ra) or not finished(rb):
+            if finished(ra) or finished(rb):  # one side only: say so, not a silent skip
+                lacking = b if finished(ra) else a
+                skipped.append(f"{exp}: not compared ({lacking} has no finished {exp} run)")
             continue
         both = [r for r in ra if any(r is q for q in rb)]
         if both:
@@ -119,6 +122,7 @@ def compare(records: Sequence[RunRecord], a: str, b: str,
         lines += [f"  {name + ': ' if name else ''}{pv.outcome}: {pv.detail}"
                   for name, pv in leaves(j.verdict)]
         lines += budgets_lines(ra, rb, a, b)
+    lines += skipped
     if not answered:
         have = sorted({g for r in records if r.experiment in PRUNING
                        for g in (r.method, group_label(r))} | set(FAMILIES))

@@ -215,6 +215,13 @@ def method_info(cfg: dict, name: str) -> MethodInfo:
 # ------------------------------------------------------------------------------ runs
 
 
+def lam_text(settings: dict) -> Any:
+    """The L0 strength a pruning run is known by: its ``lam``, or ``"target 5%"`` for a run
+    that steered lambda to a target fraction (``--lam-target``; its ``lam`` only the start)."""
+    target = settings.get("lam_target")
+    return f"target {100 * target:.3g}%" if target else settings.get("lam")
+
+
 def budget_of(settings: dict, keys: Sequence[str]) -> tuple[tuple[str, Any], ...]:
     """A run's training budget: its values of ``keys`` (those it has), as a hashable tuple."""
     return tuple((k, settings[k]) for k in keys if k in settings)

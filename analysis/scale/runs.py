@@ -28,6 +28,7 @@ from analysis.scale.run_files import (
     MethodInfo,
     budget_of,
     budget_text,
+    lam_text,
     method_info,
 )
 
@@ -196,11 +197,12 @@ def setting_text(r: RunRecord) -> str:
             else ("param", "n", "mask_opt", "mask_lr", "lam", "target"))
     words = [r.method]
     for k in keys:
-        v = r.get(k)
+        v = lam_text(r.settings) if k == "lam" and not regression else r.get(k)
         if v is None or (not regression and not r.info.uses(k)):
             continue
         words.append(f"n={v}" if k == "n" else f"lr {v:g}" if k in ("lr", "mask_lr")
                      else f"{v} ep" if k == "epochs"
+                     else v if isinstance(v, str) and k == "lam"
                      else f"{k} {v:g}" if k in ("lam", "target") else str(v))
     return " ".join(words)
 

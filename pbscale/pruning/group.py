@@ -49,7 +49,7 @@ import torch
 from pbexact.errors import PBInputError, format_bytes
 from pbscale.execution.group import MemberBook, MemberLosses
 from pbscale.methods.samplers import free_memory
-from pbscale.pruning.config import SUMMARY_KEYS
+from pbscale.pruning.lam_control import LamController
 from pbscale.pruning.outputs import export
 from pbscale.pruning.task import PruneTask
 from pbscale.runs import io as runio
@@ -89,6 +89,8 @@ class Member:
     record: dict
     rescale: bool
     data_info: dict
+    #: its ``--lam-target`` controller (None: lam fixed); the group names its column
+    controller: LamController | None = None
 
     @property
     def finished(self) -> bool:
@@ -97,7 +99,7 @@ class Member:
         path = self.folder / "summary.json"
         if not path.exists() and not path.is_symlink():
             return False
-        runio.read_summary(path, SUMMARY_KEYS)
+        runio.read_summary(path, self.task.summary_keys)
         return True
 
     @property
@@ -284,6 +286,12 @@ class GroupTask(RunHooks):
         #: each member's history columns (after "epoch"), for the empty cells of one that
         #: stopped
         self.columns: dict[int, list[str]] = {}
+        #: the members' --lam-target controllers, by index; member g's lambda column is
+        #: "run<g>.lam" of the group's rows
+        self.controllers = {g: m.controller for g, m in enumerate(members)
+                            if m.controller is not None}
+        for g, c in self.controllers.items():
+            c.key = f"run{g}.lam"
 
     def config(self) -> dict:
         return {"runs": [m.task.config() for m in self.members]}
@@ -325,8 +333,11 @@ class GroupTask(RunHooks):
         return out
 
     def state_dict(self) -> dict:
-        return {"members": [m.task.state_dict() for m in self.members],
-                "columns": {str(g): list(c) for g, c in self.columns.items()}}
+        state = {"members": [m.task.state_dict() for m in self.members],
+                 "columns": {str(g): list(c) for g, c in self.columns.items()}}
+        if self.controllers:
+            state["controllers"] = {str(g): c.hook_state() for g, c in self.controllers.items()}
+        return state
 
     def load_state_dict(self, state: dict) -> None:
         if len(state["members"]) != self.G:
@@ -334,6 +345,8 @@ class GroupTask(RunHooks):
         for m, st in zip(self.members, state["members"]):
             m.task.load_state_dict(st)
         self.columns = {int(g): list(c) for g, c in state.get("columns", {}).items()}
+        for g, kept in state.get("controllers", {}).items():
+            self.controllers[int(g)].load_hook_state(kept)
 
     # ------------------------------------------------------------------ hooks
 
@@ -342,6 +355,27 @@ class GroupTask(RunHooks):
 
     def after_step(self, epoch: int, i: int) -> None:
         self.method.settle()
+        for g, c in self.controllers.items():  # each member's, as in its separate run
+            if g not in self.method.stopped:
+                c.after_step(epoch, i)
+
+    def epoch_done(self, epoch: int, history: list[dict]) -> None:
+        for g, c in self.controllers.items():
+            if g in self.method.stopped:
+                for row in history:
+                    row.setdefault(c.key, None)
+            else:
+                c.epoch_done(epoch, history)
+
+    def progress(self, row: dict) -> dict:
+        """The bar's postfix: the training members' count and their mean metrics."""
+        live = [g for g in range(self.G) if g not in self.method.stopped]
+        out: dict = {"runs": len(live)}
+        for k in ("train_loss", "val_acc", "val_loss", "remaining"):
+            vals = [row.get(f"run{g}.{k}") for g in live]
+            if vals and all(isinstance(v, float) for v in vals):
+                out[f"mean {k}"] = f"{sum(vals) / len(vals):.4g}"
+        return out
 
     def frozen_mask(self, method: object, generator: torch.Generator) -> torch.Tensor:
         return torch.cat([
@@ -354,9 +388,10 @@ class GroupTask(RunHooks):
         """Member g's history row as its separate run's loop writes it."""
         p = f"run{g}."
         own = {k[len(p):]: v for k, v in row.items() if k.startswith(p)}
+        lam = {"lam": own.pop("lam")} if "lam" in own else {}  # the separate run's last column
         return {"epoch": row["epoch"], "train_loss": own.pop("train_loss"), **own,
                 "train_seconds": row["train_seconds"] / self.G,
-                "val_seconds": row["val_seconds"] / self.G}
+                "val_seconds": row["val_seconds"] / self.G, **lam}
 
     def after_epoch(self, history: list[dict], final: bool) -> None:
         for g, m in enumerate(self.members):

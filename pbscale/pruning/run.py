@@ -28,7 +28,6 @@ from pbscale.nets.network import NetworkSource, layer_counts
 from pbscale.pruning import setup
 from pbscale.pruning.config import (
     FREEZE_AT,
-    SUMMARY_KEYS,
     WEIGHT_DECAY,
     WEIGHT_GAMMA,
     WEIGHT_MILESTONES,
@@ -36,7 +35,7 @@ from pbscale.pruning.config import (
     PruneConfig,
 )
 from pbscale.pruning.group import Member, check_group_memory, member_key, train_group
-from pbscale.pruning.lam_control import LamController
+from pbscale.pruning.lam_control import LamController, target_line
 from pbscale.pruning.outputs import Export
 from pbscale.pruning.task import PruneTask
 from pbscale.runs import io as runio
@@ -122,7 +121,7 @@ def run(cfg: PruneConfig, out: str | Path, device: str = "cpu", *, quiet: bool =
     task, method, loop, weight_opt = build(cfg, data, dev, shard, source)
     hooks: list[RunHooks] = [task.evaluation]  # the evaluation rule picks the frozen mask
     if cfg.lam_target:
-        hooks.append(LamController(method, cfg.lam_target, loop))
+        hooks.append(LamController(method, cfg.lam_target, loop, task.steps_per_epoch))
     if shard is not None:
         hooks += distribute(task, method, weight_opt, shard)
         out = distributed.rank_out(out, shard)
@@ -145,21 +144,16 @@ def run(cfg: PruneConfig, out: str | Path, device: str = "cpu", *, quiet: bool =
                       progress=not quiet, info=info, step_hook=step_hook, hooks=hooks,
                       lr_flags=task.lr_flags, method_info=cfg.family.info(cfg.method_settings()),
                       keep_checkpoint=keep_checkpoint)
-    summary = runio.read_summary(folder / "summary.json", summary_keys(task))
+    summary = runio.read_summary(folder / "summary.json", task.summary_keys)
     runio.write_json(folder / "data.json", data.transform())
     summary.update({"folder": str(folder), "masked": task.d, "parameters": task.num_all})
     if not quiet:
         report(summary, task)
+    if cfg.lam_target:
+        line = target_line(cfg.lam_target, runio.read_csv(folder / loop.metrics_file), loop)
+        if not quiet or line.startswith("warning"):  # a miss is said even under --quiet
+            print(line, file=sys.stderr if line.startswith("warning") else sys.stdout)
     return summary
-
-
-def summary_keys(task: PruneTask) -> tuple[str, ...]:
-    """The entries of a finished run's summary.json that :func:`run` and :func:`report` read:
-    :data:`SUMMARY_KEYS`, with the test loss in place of the accuracy where the run's loss has
-    none (float targets)."""
-    if task.objective.accuracy:
-        return SUMMARY_KEYS
-    return tuple(k.replace("test_acc", "test_loss") for k in SUMMARY_KEYS)
 
 
 def run_info(cfg: PruneConfig, data: datamod.Data, task: PruneTask) -> dict:
@@ -180,6 +174,7 @@ def captures_steps(cfg: PruneConfig, dev: torch.device, routes: gpu_routes.Route
     CapturedSteps`): the ``cuda_graph`` route asked for, a CUDA device, supermask pruning (the
     weights fixed) and a method whose step is captured (the MC estimators)."""
     return (routes.cuda_graph and dev.type == "cuda" and cfg.mode == "supermask"
+            and not cfg.lam_target  # the controller changes lam between the steps
             and cfg.family.caps.captures_step and not cfg.family.caps.dense_weights)
 
 
@@ -199,8 +194,10 @@ def member(cfg: PruneConfig, data: datamod.Data, dev: torch.device, out: str | P
     key = member_key({"seed": cfg.seed, "lam": cfg.lam, "mask_lr": cfg.mask_lr})
     if key in sweep_ids:  # launched by a sweep: the run's own id, as a separate run records
         record["info"]["sweep_id"] = sweep_ids[key]
+    controller = (LamController(method, cfg.lam_target, loop, task.steps_per_epoch)
+                  if cfg.lam_target else None)
     return Member(task, method, loop, weight_opt, run_folder(out, task.name, config), record,
-                  cfg.family.caps.rescale, data.transform())
+                  cfg.family.caps.rescale, data.transform(), controller)
 
 
 def group_configs(cfg: PruneConfig, seeds: list[int], lams: list[float],
@@ -223,7 +220,8 @@ def run_group(cfgs: list[PruneConfig], out: str | Path, device: str = "cpu", *,
     (:mod:`pbscale.pruning.group`): each run's folder under ``out`` is the one :func:`run`
     writes; runs already finished are skipped. One run alone is :func:`run`. ``data``,
     ``source``, ``given`` and ``keep_checkpoint``: as :func:`run` takes them (the group's
-    checkpoint is the one dropped). Returns (runs already finished, runs trained); a run that
+    checkpoint is the one dropped). Each finished run ends with one line (:func:`member_report`:
+    folder, test accuracy, remaining). Returns (runs already finished, runs trained); a run that
     diverged (now or before) is a one-line :class:`PBInputError` naming it, once the others
     are trained."""
     if len(cfgs) == 1:
@@ -231,10 +229,6 @@ def run_group(cfgs: list[PruneConfig], out: str | Path, device: str = "cpu", *,
                       download_url=download_url, step_hook=step_hook, data=data,
                       source=source, given=given, keep_checkpoint=keep_checkpoint)
         return 0, 1 if summary else 0
-    if any(c.lam_target for c in cfgs):
-        raise PBInputError("--lam-target steers each run's lam after its own epochs and does not "
-                           "run in a pruning group; train these runs one at a time (one --seed, "
-                           "one --lam, one --mask-lr)")
     first, dev, data = prepare(cfgs[0], device, download, download_url, data=data,
                                source=source)
     resolved = [first] + [c.resolved().validate() for c in cfgs[1:]]
@@ -256,9 +250,28 @@ def run_group(cfgs: list[PruneConfig], out: str | Path, device: str = "cpu", *,
               f"{first.mode} {first.method}; device {dev}", file=sys.stderr)
     result = train_group(members, out, dev, progress=not quiet, step_hook=step_hook,
                          keep_checkpoint=keep_checkpoint)
+    varying = [k for k in GROUP_FREE if len({getattr(c, k) for c in resolved}) > 1]
+    for m, c in zip(members, resolved):
+        if m.finished:
+            member_report(m, c, varying)
     if result.diverged:
         raise result.refusal(out)
     return result.finished, result.trained
+
+
+def member_report(m: Member, cfg: PruneConfig, varying: Sequence[str] = ()) -> None:
+    """The end of a finished group member, as its separate run's ``--quiet`` ends: its folder,
+    the settings ``varying`` over the group (e.g. ``seed 1``), :func:`result_line`, and for a
+    ``--lam-target`` run its :func:`target_line` (a miss on stderr)."""
+    summary = {**runio.read_summary(m.folder / "summary.json", m.task.summary_keys),
+               "masked": m.task.d, "parameters": m.task.num_all}
+    which = ", ".join(f"{k.replace('_', '-')} {getattr(cfg, k):g}" for k in varying)
+    print(f"{m.folder}{f' ({which})' if which else ''}: {result_line(summary)}")
+    if cfg.lam_target:
+        line = target_line(cfg.lam_target, runio.read_csv(m.folder / m.loop.metrics_file),
+                           m.loop)
+        missed = line.startswith("warning")
+        print(f"{m.folder.name}: {line}", file=sys.stderr if missed else sys.stdout)
 
 
 def distribute(task: PruneTask, method, weight_opt: torch.optim.Optimizer | None,

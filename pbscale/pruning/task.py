@@ -19,7 +19,7 @@ from pbscale.nets import data as datamod
 from pbscale.nets.network import NetworkSource, masked_names, network_id, short_name, source_for
 from pbscale.nets.objectives import Objective
 from pbscale.nets.user_data import ARRAYS
-from pbscale.pruning.config import PruneConfig
+from pbscale.pruning.config import SUMMARY_KEYS, PruneConfig
 from pbscale.pruning.evaluation import MaskEvaluation
 from pbscale.pruning.setup import objective, patterns
 from pbscale.runs.contracts import BatchedLoss, EvalContext
@@ -154,6 +154,15 @@ class PruneTask:
             self.averager.track([*self.weights(), *params], optimizers)
 
     # ------------------------------------------------------------------ Task protocol
+
+    @property
+    def summary_keys(self) -> tuple[str, ...]:
+        """The entries of a finished run's summary.json that pruning reads:
+        :data:`~pbscale.pruning.config.SUMMARY_KEYS`, with the test loss in place of the
+        accuracy where the run's loss has none (float targets)."""
+        if self.objective.accuracy:
+            return SUMMARY_KEYS
+        return tuple(k.replace("test_acc", "test_loss") for k in SUMMARY_KEYS)
 
     def config(self) -> dict:
         """The run's hashed configuration: the config's fields, and for the user's own network

@@ -247,6 +247,19 @@ class RunHooks:
     def after_epoch(self, history: list[dict], final: bool) -> None:
         """Called after every epoch's checkpoint (``final``: the last epoch is done)."""
 
+    def progress(self, row: dict) -> dict | None:
+        """The progress bar's postfix after an epoch whose history row is ``row`` (None: the
+        row's first metrics); the first answer that is not None is shown."""
+        return None
+
+    def hook_state(self) -> dict | None:
+        """State of the hook that the run's checkpoint keeps (None: none); a resumed run
+        hands it back to :meth:`load_hook_state` before its first step."""
+        return None
+
+    def load_hook_state(self, state: dict) -> None:
+        """Take back the :meth:`hook_state` a checkpoint kept."""
+
 
 class StepHook(RunHooks):
     """``fn(epoch, i)`` before every step (tests interrupt a run with it)."""

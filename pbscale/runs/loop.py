@@ -239,7 +239,10 @@ def _train(task: Task, method: Method, loop: LoopConfig, folder: Path, record: d
                 bar.close()
                 write_diverged(folder, exc.record(last_metrics(folder, loop.metrics_file)))
                 raise
-            bar.set_postfix({k: f"{v:.4g}" for k, v in list(training.history[-1].items())[1:5]
+            row = training.history[-1]
+            shown = next((p for h in hooks if (p := h.progress(row)) is not None), None)
+            bar.set_postfix(shown if shown is not None else
+                            {k: f"{v:.4g}" for k, v in list(row.items())[1:5]
                              if isinstance(v, float)})
     io.write_csv(folder / loop.metrics_file, training.history)
     if training.start == loop.epochs:  # trained before, summary missing
@@ -319,6 +322,8 @@ class _Training:
         self.history, self.start = history, start
         self.fixed = state["fixed"].to(self.dev) if state["fixed"] is not None else None
         self.pos = state.get("position")
+        for i, kept in (state.get("hooks") or {}).items():
+            self.hooks[int(i)].load_hook_state(kept)
 
     def evaluate(self, epoch: int, phase: str) -> dict:
         mask = self.fixed if phase != "train" else None
@@ -332,6 +337,8 @@ class _Training:
             "generator": self.generator.get_state(), "torch_rng": torch.get_rng_state(),
             "history": self.history, "epoch": epoch,
             "fixed": None if self.fixed is None else self.fixed.cpu(), "position": position,
+            **({"hooks": hooks} if (hooks := {str(i): s for i, h in enumerate(self.hooks)
+                                              if (s := h.hook_state()) is not None}) else {}),
         })
 
     def diverged(self, epoch: int, i: int) -> None:

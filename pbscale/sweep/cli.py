@@ -38,6 +38,7 @@ from .records import (
     folder_index,
     read_record,
     results,
+    saved_text,
     status,
     todo,
 )
@@ -198,6 +199,10 @@ def print_diverged(sweep: Sweep) -> None:
             f"{r.id} ({divergence(folders[r.id])})" for r in diverged), file=sys.stderr)
 
 
+#: Stopped runs whose saved state an interrupted ``sweep run`` lists one per line.
+SAVED_SHOWN = 20
+
+
 def run_sweep(args: argparse.Namespace, argv: list[str]) -> int:
     """``sweep run``: with ``--engine ray`` and runs left to do, Ray present (else one line,
     before anything is printed or written); the lock (so that what is left to do is read while
@@ -234,9 +239,17 @@ def run_sweep(args: argparse.Namespace, argv: list[str]) -> int:
                 codes = run_local(sweep, children, jobs, progress)
         except Interrupted:
             print_status(sweep, verbose=False)
-            left = len(sweep.runs) - len(status(sweep)["finished"])
-            print(f"interrupted: {left} runs not finished (running children checkpointed); "
-                  f"resume with: {resume}", file=sys.stderr)
+            states = status(sweep)
+            left = len(sweep.runs) - len(states["finished"])
+            folders = folder_index(sweep.out)
+            stopped = [r for r in runs if r in states["interrupted"]]
+            for r in stopped[:SAVED_SHOWN]:
+                print(f"  {r.id}: {saved_text(sweep, r, folders)}", file=sys.stderr)
+            if len(stopped) > SAVED_SHOWN:
+                print(f"  ... and {len(stopped) - SAVED_SHOWN} more stopped runs (sweep status "
+                      f"lists them)", file=sys.stderr)
+            print(f"interrupted: {left} runs not finished ({len(stopped)} stopped, what each "
+                  f"saved above); resume with: {resume}", file=sys.stderr)
             return 143
     print_status(sweep, verbose=False)
     return 1 if any(c != 0 for c in codes.values()) else 0

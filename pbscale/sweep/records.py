@@ -322,6 +322,29 @@ def readable_summary(folder: Path) -> dict | None:
     return summary if isinstance(summary, dict) else None
 
 
+def saved_text(sweep: Sweep, run: Run, folders: dict[str, Path]) -> str:
+    """What an interrupted run left to resume from, in words: its checkpoint (its own, or its
+    group's under ``OUT/.groups``) at an epoch's end or mid-epoch at a step, or nothing (a child
+    stopped before its run folder or first checkpoint existed: the rerun starts it afresh);
+    ``folders``: :func:`folder_index` of the sweep's out."""
+    folder = folders.get(run.id)
+    if folder is None:
+        return "nothing saved yet (stopped before its run folder existed)"
+    try:
+        info = io.read_json(folder / "config.json").get("info", {})
+        group = info.get("group") if isinstance(info, dict) else None
+        ckpt = (folder.parent / group if isinstance(group, str) else folder) / "checkpoint.pt"
+        state = io.load_checkpoint(ckpt, keys=("epoch",))
+    except (OSError, ValueError, AttributeError):  # PBInputError is a ValueError
+        return f"checkpoint unreadable, {folder.name} resumes or fails naming it"
+    if state is None:
+        return "nothing saved yet (stopped before its first checkpoint)"
+    epoch, pos = int(state["epoch"]), state.get("position")
+    where = (f"epoch {epoch + 1}, step {int(pos['step'])}" if isinstance(pos, dict)
+             else f"the end of epoch {epoch}")
+    return f"checkpoint at {where}{' (its group)' if isinstance(group, str) else ''}"
+
+
 def status(sweep: Sweep) -> dict[str, list[Run]]:
     """Runs grouped by state (STATES order)."""
     groups: dict[str, list[Run]] = {s: [] for s in STATES}
