@@ -5,14 +5,14 @@ A step allocates and frees vectors of a few MiB many times (theta, the affine sc
 estimate over the P mask logits, the chunk's masks). glibc serves blocks above its mmap threshold
 (128 KiB at start, raised dynamically up to 32 MiB) with fresh ``mmap`` pages and gives the top
 of its heap back above its trim threshold, so the next allocation of the same size page-faults
-its memory in again: at LeNet's d a third of a REINFORCE n = 1 step. :func:`keep_freed_memory`
-fixes the mmap threshold at :data:`MMAP_THRESHOLD` (glibc's own dynamic ceiling) and raises the
-trim threshold to :data:`TRIM_THRESHOLD` (``mallopt``), so such blocks come from the heap and
-stay mapped once touched, while larger ones (a data set, one-shot masks) are still mapped and
-unmapped on their own. The cost: heap memory freed after a peak is kept by the process (its
-resident set does not shrink back); the peak is not raised (a LeNet pruning epoch: the same
-peak resident set). ``PBNN_KEEP_FREED_MEMORY=0`` in the environment leaves glibc's defaults;
-elsewhere (no glibc, not Linux) it does nothing.
+its memory in again: at LeNet's d about 30% of a REINFORCE n = 1 step.
+:func:`keep_freed_memory` fixes the mmap threshold at :data:`MMAP_THRESHOLD` (glibc's own
+dynamic ceiling) and raises the trim threshold to :data:`TRIM_THRESHOLD` (``mallopt``), so such
+blocks come from the heap and stay mapped once touched, while larger ones (a data set, one-shot
+masks) are still mapped and unmapped on their own. The cost: heap memory freed after a peak
+is kept by the process (its resident set does not shrink back); the peak is not raised (a LeNet
+pruning epoch: the same peak resident set). ``PBNN_KEEP_FREED_MEMORY=0`` in the environment
+leaves glibc's defaults; elsewhere (no glibc, not Linux) it does nothing.
 """
 
 from __future__ import annotations
