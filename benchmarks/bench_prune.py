@@ -24,7 +24,10 @@ over the floor and over the forward of its masks (the CPU goals of issue 44: ARM
 2.5 and n = 100 at most 1.6 forwards of its masks). Masked tensors: the
 models' rule (:meth:`pbscale.nets.models.PrunableNet.masked_names`), for ResNet-20 with the 1x1
 shortcuts (270,256 weights). Writes ``OUT/bench_prune_<device>.csv``
-(one row per measurement; the ``amp`` column tells float32 from bf16).
+(one row per measurement; the ``amp`` column tells float32 from bf16). The process runs with the
+allocator setting of the training commands (:func:`pbscale.runs.allocator.keep_freed_memory`;
+``PBNN_KEEP_FREED_MEMORY=0``: glibc's defaults), printed and in the ``keep_freed_memory`` column,
+so the steps timed are those ``pbscale.prune`` runs.
 """
 
 from __future__ import annotations
@@ -53,6 +56,7 @@ from pbscale.methods import MaskTrainer, MethodConfig
 from pbscale.methods.counter_stream import CounterStream, stream_values
 from pbscale.nets.models import INPUT_SHAPES, MODELS, build_model
 from pbscale.runs import io
+from pbscale.runs.allocator import keep_freed_memory
 from pbscale.runs.memory import peak_memory
 
 BENCH_MODELS = ("lenet", "resnet20")
@@ -366,7 +370,7 @@ def bench_model(model: str, args: argparse.Namespace) -> list[dict]:
                             else "cpu"),
             "threads": torch.get_num_threads(), "amp": args.amp,
             "channels_last": setup.channels_last, "batch": args.batch, "d": setup.layout.d,
-            "backend": setup.backend}
+            "backend": setup.backend, "keep_freed_memory": args.kept}
     dense_t = _time({"dense_forward": setup.dense_forward, "dense_train": setup.dense_train},
                     max(args.repeats, 5), setup.dev)
     dense = {what: _stats(ts) for what, ts in dense_t.items()}
@@ -378,7 +382,8 @@ def bench_model(model: str, args: argparse.Namespace) -> list[dict]:
           f"{'channels_last' if setup.channels_last else 'nchw'}, MaskedModule backend "
           f"{setup.backend}; dense forward "
           f"{fwd['ms_median']:.2f} ms (CPU time {fwd['cpu_ms_median']:.2f}), dense training step "
-          f"{train['ms_median']:.2f} ms (CPU time {train['cpu_ms_median']:.2f})", flush=True)
+          f"{train['ms_median']:.2f} ms (CPU time {train['cpu_ms_median']:.2f}); glibc keeps "
+          f"freed memory: {'yes' if args.kept else 'no'}", flush=True)
     rows = []
     for what in ("dense_forward", "dense_train"):
         rows.append({**base, "what": what, "n": 1, "chunk": 1, "estimator": "", **dense[what],
@@ -450,6 +455,9 @@ def bench_model(model: str, args: argparse.Namespace) -> list[dict]:
 
 def main(argv: list[str] | None = None) -> int:
     args = check_args(build_parser().parse_args(argv))
+    # the allocator setting of the training commands (pbscale.prune, pbscale.regress), so the
+    # steps timed are those users run
+    args.kept = keep_freed_memory()
     torch.manual_seed(0)
     if args.device == "cuda":
         torch.backends.cudnn.benchmark = True

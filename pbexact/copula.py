@@ -76,19 +76,28 @@ def arms_correlation(theta: Array, n: int) -> Array:
 
     P(both samples beyond c) = (1 - 2c)_+^(n-1), by exp((n-1) log1p(-2c)) (`upper_tails`)."""
     xp = arrays.namespace(theta)
-    m = xp.minimum(theta, 1 - theta)  # the branch's "theta" in the paper's formula (branch_side)
+    q = 1 - theta
+    m = xp.minimum(theta, q)  # the branch's "theta" in the paper's formula (branch_side)
     with np.errstate(divide="ignore", invalid="ignore"):
-        # inside (0 < theta < 1) iff theta (1 - theta) > 0; `one` is 1 there and 0 at theta 0
-        # or 1, so var = theta (1 - theta) or 1 and c uses m or 0.5 as before, bit for bit,
-        # with arithmetic instead of torch's slow CPU where (invalid theta: 0, below)
-        var = theta * (1 - theta)
+        # inside (0 < theta < 1) iff theta (1 - theta) > 0; `off` = 1 - sign is 0 there and 1
+        # at theta 0 or 1, so var = theta (1 - theta) or 1 and c uses m or 0.5, with
+        # arithmetic instead of torch's slow CPU where (invalid theta: 0, below). Updates in
+        # place on temporaries autograd does not keep: the same operations on the same values,
+        # fewer passes
+        var = theta * q
         inside = var > 0
-        one = xp.sign(var)
-        var = var + (1 - one)
-        c = branch_threshold(m + 0.5 * (1 - one), n)
+        off = 1 - xp.sign(var)
+        var = var + off
+        off *= 0.5
+        off += m
+        c = branch_threshold(off, n)
+        c *= -2
         # (1 - 2c)_+^(n-1): log1p(-1) = -inf where c >= 1/2, so exp gives the positive part's 0
-        both = xp.exp((n - 1) * xp.log1p(arrays.clip(-2 * c, -1.0, None)))
-        return xp.where(inside, (both - m**2) / var, 0.0)
+        both = xp.log1p(arrays.clip(c, -1.0, None))
+        both *= n - 1
+        both = xp.exp(both) - m * m
+        both /= var
+        return xp.where(inside, both, 0.0)
 
 
 def antithetic_correlation(theta: Array) -> Array:

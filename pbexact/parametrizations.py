@@ -62,10 +62,11 @@ class Parametrization:
         """grad_r log p(z; theta(r)) for z of shape (..., d), shape (..., P)."""
         raise NotImplementedError
 
-    def affine_score(self, r: Array) -> tuple[Array, Array]:
+    def affine_score(self, r: Array, theta: Array | None = None) -> tuple[Array, Array]:
         """(a, b), each of the shape of r, with score(z, r)_p = a_p + b_p z_bit(p): every score of
-        the table is affine in its own bit, so it is read off at z = 0 and z = 1."""
-        zero = arrays.zeros_like(self.theta(r))
+        the table is affine in its own bit, so it is read off at z = 0 and z = 1. ``theta``:
+        theta(r) when the caller has it already (not recomputed)."""
+        zero = arrays.zeros_like(self.theta(r) if theta is None else theta)
         a = self.score(zero, r)
         return a, self.score(zero + 1, r) - a
 
@@ -227,12 +228,13 @@ class Escort(Parametrization):
         pa, pb = self._pow(a), self._pow(b)
         return pa / (pa + pb)
 
-    def affine_score(self, r: Array) -> tuple[Array, Array]:
+    def affine_score(self, r: Array, theta: Array | None = None) -> tuple[Array, Array]:
         """(a, b) of the score S = a + b z, read off the score's formula with theta computed
-        once: b = [P / x0, -P / x1], a = -theta b (0 where theta is 0 or 1), shape of r."""
+        once (``theta``: theta(r) given by the caller): b = [P / x0, -P / x1], a = -theta b (0
+        where theta is 0 or 1), shape of r."""
         xp = arrays.namespace(r)
         x0, x1 = self._split(r)
-        t = self.theta(r)
+        t = self.theta(r) if theta is None else theta
         inside = _interior(t)
         # P / x inside, P / inf = 0 outside (also where x = 0 there)
         p0 = self.power / xp.where(inside, x0, xp.inf)

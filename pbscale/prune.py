@@ -83,6 +83,7 @@ from pbscale.pruning.run import (
     run_group,
 )
 from pbscale.pruning.task import PruneTask
+from pbscale.runs.allocator import keep_freed_memory
 from pbscale.runs.runtime import resolve_device, set_threads
 from pbscale.sweep.jobs import Grouping
 
@@ -306,6 +307,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def train() -> None:
         try:
+            keep_freed_memory()  # glibc: no page faults on a step's freed vectors
             set_threads(args.threads)
             cfg = PruneConfig(**fields, lam=_listed(lams)[0], mask_lr=_listed(lrs)[0])
             if len(seeds) * len(_listed(lams)) * len(_listed(lrs)) > 1:

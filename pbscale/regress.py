@@ -39,6 +39,7 @@ from pbscale.regression.run import (
     unused,
 )
 from pbscale.runs import io
+from pbscale.runs.allocator import keep_freed_memory
 from pbscale.runs.runtime import resolve_device, set_threads
 
 __all__ = ["DEFAULT_OUT", "RUN_FILES", "build_parser", "ignored_options", "main", "run_folder",
@@ -109,6 +110,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"warning: {cfg.family.text} does not use "
                       f"{', '.join('--' + k.replace('_', '-') for k in ignored)}: ignored",
                       file=sys.stderr)
+            keep_freed_memory()  # glibc: no page faults on a step's freed vectors
             set_threads(args.threads)
             shard = distributed.from_env(resolve_device(args.device))  # torchrun: split samples
             folder = train(cfg, epochs=args.epochs, out=args.out, device=args.device,

@@ -146,6 +146,15 @@ def copula_log_sum(key: np.uint64, start: int, d: int, n: int, scale: np.ndarray
     return torch.from_numpy(total)
 
 
+@numba.njit(cache=True)
+def grid_thresholds(theta, out):
+    """out[i] = ceil(theta[i] 2^24) (float64 product, exact), so that u = m / 2^24 < theta[i]
+    exactly when the 24-bit value m < out[i]; theta (d,) float32 or float64, out (d,) int64.
+    One pass, no temporaries."""
+    for i in range(theta.shape[0]):
+        out[i] = np.int64(np.ceil(np.float64(theta[i]) * 16777216.0))
+
+
 @dataclass
 class LawRule:
     """A sampling law read as a rule on the stream's values: a draw of ``rows`` rows; sample s
@@ -166,7 +175,9 @@ def law_rule(law: str, theta: torch.Tensor, n: int) -> LawRule:
     zeros = np.zeros(n, dtype=np.int64)
     if law == "copula":
         return LawRule(n, s, zeros, None, True)
-    thr = torch.ceil(theta.detach().double() * 2.0**24).long().numpy()
+    t = theta.detach().reshape(-1).contiguous().numpy()
+    thr = np.empty(t.shape[0], dtype=np.int64)
+    grid_thresholds(t, thr)
     if law == "iid":
         return LawRule(n, s, zeros, thr, False)
     if law == "antithetic":  # samples 2q, 2q + 1: row q, the second reflected
@@ -254,7 +265,7 @@ def fused_gradient(f: Any, r: torch.Tensor, param: Parametrization, spec: Estima
     chunk_pass(key, np.int64(start), W, no_rows, no_rows, thr, rule.invert,
                bufs[0][:0].numpy(), prev, weights, wz, zs)
     J = torch.cat(losses) if losses else torch.zeros(0, dtype=r.dtype)
-    a, b = param.affine_score(r)
+    a, b = param.affine_score(r, theta)
     if len(J):
         Jd = J.double()
         sums.add_bit_sums(Jd, torch.from_numpy(wz), torch.from_numpy(zs),

@@ -99,7 +99,7 @@ def _sampled_sums(f: BatchedLoss, r: torch.Tensor, param: Parametrization, spec:
             sampler = PerRunSampler(spec.law, theta, n, generator)
         else:
             sampler = SAMPLERS[spec.law](theta, n, generator)
-    a, b = param.affine_score(r)  # S = a + z b, never built in full
+    a, b = param.affine_score(r, theta)  # S = a + z b, never built in full
     sums = SampleSums(pairs=spec.center == "pair")  # pairs: the sums centre each pair
     total, done = 0.0, 0
     while done < n:
