@@ -487,9 +487,11 @@ def test_every_family_prunes_a_user_network(method, mode, zoo_data, tmp_path):
 
 @pytest.mark.parametrize("factory,method", [("regressor", "arms"), ("ResCNN", "loorf"),
                                             ("Embed", "cp")])
-def test_a_group_of_a_user_network_is_its_runs(factory, method, zoo_data, tmp_path):
+def test_a_group_of_a_user_network_is_its_runs(factory, method, zoo_data, tmp_path, capsys):
     """A pruning group of a user's network (float targets with MSE, the vmap path, a masked
-    embedding) trains each member as its separate run."""
+    embedding) trains each member as its separate run; rerun, the finished group reads its
+    members back with their task's summary keys (test loss for float targets), trains nothing
+    and reports one line per member."""
     kind, masked = _zoo.ZOO[factory]
     args = ["--model", f"_zoo:{factory}", "--data", str(zoo_data[kind]), "--method", method,
             "--n", "2", "--epochs", "2", "--batch-size", "32", "--eval-masks", "2",
@@ -509,6 +511,13 @@ def test_a_group_of_a_user_network_is_its_runs(factory, method, zoo_data, tmp_pa
             for k in x:
                 if not k.endswith("_seconds"):
                     assert x[k] == pytest.approx(y[k], rel=1e-5, abs=1e-7, nan_ok=True), k
+    before = {p: p.read_bytes() for p in (tmp_path / "group").rglob("*") if p.is_file()}
+    capsys.readouterr()
+    assert P.main([*args, "--seeds", "0,1", "--out", str(tmp_path / "group")]) == 0
+    said = capsys.readouterr()
+    assert all(member.name in said.out for member in group), said.out
+    after = {p: p.read_bytes() for p in (tmp_path / "group").rglob("*") if p.is_file()}
+    assert after == before
 
 
 def test_a_sweep_of_a_user_network_runs_as_a_group(tmp_path):
