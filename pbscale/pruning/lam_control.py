@@ -12,9 +12,10 @@ in short runs and missed silently. Warm-up and frozen epochs of joint runs leave
 
 Rule, at a check with remaining m of the method's deterministic mask (its ``mode_mask``: the
 evaluation mask of CP; for the sampled evaluations of MC, the most probable mask) and target
-t: inside the band |m - t| <= :data:`BAND` t, lambda stays; otherwise lambda <- lambda *
-clip(m / t, 1 / STEP, STEP) (:data:`STEP`): more weights than wanted raise lambda, fewer lower
-it, by at most a factor STEP per check (m = 0 lowers it by STEP).
+t, with m' the fraction :func:`foreseen` one epoch ahead: lambda <- lambda * clip(m' / t,
+1 / STEP, STEP) (:data:`STEP`) at every check: more weights than wanted raise lambda, fewer
+lower it, by at most a factor STEP per check (m' = 0 lowers it by STEP). The band |m - t| <=
+:data:`BAND` t only judges the end (:func:`reached`); lambda never holds inside it.
 
 The lambda in force at the end of each epoch is the run's "lam" column (row 0: the starting
 ``--lam``); lambda lives in the method's state, so it is checkpointed and a resumed run is
