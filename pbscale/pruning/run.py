@@ -150,10 +150,19 @@ def run(cfg: PruneConfig, out: str | Path, device: str = "cpu", *, quiet: bool =
     if not quiet:
         report(summary, task)
     if cfg.lam_target:
-        line = target_line(cfg.lam_target, runio.read_csv(folder / loop.metrics_file), loop)
-        if not quiet or line.startswith("warning"):  # a miss is said even under --quiet
-            print(line, file=sys.stderr if line.startswith("warning") else sys.stdout)
+        print_target_line(cfg.lam_target, folder, loop, quiet=quiet)
     return summary
+
+
+def print_target_line(target: float, folder: Path, loop: LoopConfig, *, quiet: bool = False,
+                      name: str = "") -> None:
+    """Print a finished ``--lam-target`` run's :func:`target_line` (from its metrics in
+    ``folder``), after ``name: `` when given: a miss on stderr, even when ``quiet``; a reached
+    target on stdout unless ``quiet``."""
+    line = target_line(target, runio.read_csv(folder / loop.metrics_file), loop)
+    missed = line.startswith("warning")
+    if missed or not quiet:
+        print(f"{name}: {line}" if name else line, file=sys.stderr if missed else sys.stdout)
 
 
 def run_info(cfg: PruneConfig, data: datamod.Data, task: PruneTask) -> dict:
@@ -268,10 +277,7 @@ def member_report(m: Member, cfg: PruneConfig, varying: Sequence[str] = ()) -> N
     which = ", ".join(f"{k.replace('_', '-')} {getattr(cfg, k):g}" for k in varying)
     print(f"{m.folder}{f' ({which})' if which else ''}: {result_line(summary)}")
     if cfg.lam_target:
-        line = target_line(cfg.lam_target, runio.read_csv(m.folder / m.loop.metrics_file),
-                           m.loop)
-        missed = line.startswith("warning")
-        print(f"{m.folder.name}: {line}", file=sys.stderr if missed else sys.stdout)
+        print_target_line(cfg.lam_target, m.folder, m.loop, name=m.folder.name)
 
 
 def distribute(task: PruneTask, method, weight_opt: torch.optim.Optimizer | None,
