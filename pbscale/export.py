@@ -326,28 +326,34 @@ def export(folder: str | Path, fmt: str, out: str | Path, model: object = None) 
     return out
 
 
-#: What torch's ONNX exporter says on every export that is no news to a user: its notes that
-#: torchvision (an optional package) is missing, so its detection ops (nms, roi_align, ...) are
-#: not registered, logged once per op by ``torch.onnx._internal.exporter._registration``; and
-#: the FutureWarning its own pytree code raises (``LeafSpec`` deprecated). Everything else it
-#: logs or warns still shows.
-ONNX_NOTES = ("torch.onnx._internal.exporter._registration", "torchvision is not installed",
-              r"`isinstance\(treespec, LeafSpec\)` is deprecated")
+# What torch's ONNX exporter says on every export that is no news to a user: its notes that
+# torchvision (an optional package) is missing, so its detection ops (nms, roi_align, ...) are
+# not registered, logged once per op; and the FutureWarning its own pytree code raises
+# (``LeafSpec`` deprecated). Everything else it logs or warns still shows.
+#: The logger of torch.onnx's notes on unregistered torchvision ops.
+ONNX_NOTE_LOGGER = "torch.onnx._internal.exporter._registration"
+#: How each of those notes starts.
+ONNX_NOTE_START = "torchvision is not installed"
+#: The message (a regular expression) of torch.onnx's own pytree FutureWarning.
+ONNX_LEAFSPEC_WARNING = r"`isinstance\(treespec, LeafSpec\)` is deprecated"
 
 
 class _DropNote(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
-        return not str(record.msg).startswith(ONNX_NOTES[1])
+        return not str(record.msg).startswith(ONNX_NOTE_START)
 
 
 @contextmanager
 def onnx_notes_dropped() -> Iterator[None]:
-    """Run torch's ONNX export without the notes of :data:`ONNX_NOTES` (only those)."""
-    log, note = logging.getLogger(ONNX_NOTES[0]), _DropNote()
+    """Run torch's ONNX export without its torchvision notes (:data:`ONNX_NOTE_LOGGER`,
+    :data:`ONNX_NOTE_START`) and its pytree FutureWarning (:data:`ONNX_LEAFSPEC_WARNING`),
+    only those."""
+    log, note = logging.getLogger(ONNX_NOTE_LOGGER), _DropNote()
     log.addFilter(note)
     try:
         with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message=ONNX_NOTES[2], category=FutureWarning)
+            warnings.filterwarnings("ignore", message=ONNX_LEAFSPEC_WARNING,
+                                    category=FutureWarning)
             yield
     finally:
         log.removeFilter(note)

@@ -116,7 +116,7 @@ def test_only_the_onnx_notes_are_dropped(caplog):
     import logging
     import warnings
 
-    log = logging.getLogger(X.ONNX_NOTES[0])
+    log = logging.getLogger(X.ONNX_NOTE_LOGGER)
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
         with caplog.at_level(logging.WARNING), X.onnx_notes_dropped():
