@@ -14,6 +14,7 @@ import os
 from pathlib import Path
 
 import pytest
+import torch
 
 from analysis.cli import run
 from pbexact.errors import PBInputError
@@ -129,22 +130,62 @@ def test_a_checkpoint_that_is_a_fifo_is_refused_not_waited_on(tmp_path, capsys):
 def test_samples_beyond_memory_are_refused_naming_the_cost(tmp_path, capsys):
     free = free_memory("cpu")
     d = 1000
-    fits = (free // 2) // (4 * d)
-    check_sample_memory(fits, d, 1, 4 * d)
+    fits = (free // 2) // (16 * d)
+    check_sample_memory(fits, d, fits, 12 * d, joint=True)
     with pytest.raises(PBInputError, match=r"lower --n to at most [\d,]+$") as err:
-        check_sample_memory(2 * free // (4 * d), d, 1, 4 * d)
-    assert "n x d float32" in str(err.value)
-    code, err = _prune(["--method", "arms", "--synthetic", "48", "--n", str(10**7),
-                        "--out", str(tmp_path)], capsys)
+        check_sample_memory(2 * free // (12 * d), d, 1, 12 * d, joint=True)
+    assert "of masks and activations" in str(err.value)
+    code, err = _prune(["--method", "arms", "--mode", "joint", "--synthetic", "48",
+                        "--n", str(10**7), "--out", str(tmp_path)], capsys)
     line = _one_line(err)
     assert code == 2 and "of masks" in line and "lower --n" in line, line
     assert not list(tmp_path.iterdir())
-    # regress and batched_seeds build their trainers with the same check (d = 8,050)
-    huge = MethodConfig("loorf", n=10**7, lr=0.1, seed=0)
+    # regress and batched_seeds build their trainers with the same check (d = 8,050): a chunk
+    # of all 10^7 samples cannot be held
+    huge = MethodConfig("loorf", n=10**7, chunk=10**7, lr=0.1, seed=0)
     with pytest.raises(PBInputError, match="lower --n"):
         MaskTrainer(huge, 8050, 100)
     with pytest.raises(PBInputError, match="lower --n"):
-        MaskTrainerGroup.flat([huge, MethodConfig("loorf", n=10**7, lr=0.1, seed=1)], 8050, 100)
+        MaskTrainerGroup.flat([huge, MethodConfig("loorf", n=10**7, chunk=10**7, lr=0.1,
+                                                  seed=1)], 8050, 100)
+
+
+def test_the_sample_memory_check_counts_what_each_path_holds(monkeypatch):
+    """A supermask step streams its chunks (the CPU's fused step holds two (k, d) mask buffers,
+    ARMS included; a GPU's samplers one chunk and O(k d) scratch), so n samples whose n x d
+    float32 masks exceed the free memory are accepted while the chunks fit; a joint step keeps
+    all n samples' working sets for the backward and is refused, naming the largest n that
+    fits. No memory is allocated: the free memory is injected."""
+    import pbscale.methods.samplers as samplers
+    d, chunk = 10_000, 8
+    free = 64 * 2**20
+    monkeypatch.setattr(samplers, "free_memory", lambda device="cpu": free)
+    n = 4 * free // (4 * d)  # n x d float32: four times the free memory
+    arms = MethodConfig("arms", n=n, chunk=chunk, seed=0)
+    trainer = MaskTrainer(arms, d, 10)  # supermask on the CPU: accepted
+    assert trainer.chunk == chunk and trainer.stream is not None
+    with pytest.raises(PBInputError) as err:
+        MaskTrainer(arms, d, 10, joint=True)
+    line = str(err.value)
+    largest = int(line.rsplit(" ", 1)[1].replace(",", ""))
+    assert "\n" not in line and line.endswith(f"lower --n to at most {largest:,}"), line
+    assert largest == free // (16 * d)  # the default working set: 16 d bytes per sample
+    MaskTrainer(MethodConfig("arms", n=largest, chunk=chunk, seed=0), d, 10, joint=True)
+    # a joint pruning run tells its trainer (Plan.weight_optimizer set): refused likewise
+    from pbscale.methods import Plan, get_family
+    from pbscale.regression.group import FlatLayout
+    weights = torch.nn.Parameter(torch.zeros(1))
+    plan = Plan(weight_optimizer=torch.optim.SGD([weights], lr=0.1))
+    with pytest.raises(PBInputError, match="lower --n"):
+        get_family("arms").make(arms, FlatLayout(d, torch.device("cpu")), plan)
+    get_family("arms").make(arms, FlatLayout(d, torch.device("cpu")), Plan())
+    # a GPU supermask step streams too (stick-breaking ARMS); a joint one keeps every chunk
+    check_sample_memory(n, d, chunk, 16 * d, "cuda")
+    with pytest.raises(PBInputError, match="on cuda; lower --n"):
+        check_sample_memory(n, d, chunk, 16 * d, "cuda", joint=True)
+    # a chunk too large to hold is refused on any path, at the largest n that fits
+    with pytest.raises(PBInputError, match=f"at most {free // (20 * d):,}$"):
+        check_sample_memory(n, d, n, 16 * d)
 
 
 @pytest.mark.parametrize("text", ["{", "[1, 2]", '"x"', '{"sweep_ids": 3}'])

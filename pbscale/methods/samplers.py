@@ -438,24 +438,45 @@ def free_memory(device: torch.device | str = "cpu") -> int:
 
 
 def check_sample_memory(n: int, d: int, chunk: int, bytes_per_sample: int,
-                        device: torch.device | str = "cpu", flag: str = "--n") -> None:
-    """Refuse (one line, before anything trains) n samples per step whose masks cannot be
-    held in memory: a step draws n masks of d entries, n d float32 values (ARMS holds all n
-    draws for the whole step; the other estimators stream them ``chunk`` at a time, each chunk
-    with its ``bytes_per_sample`` working set of activations), and that, plus one chunk's
-    working set, must fit in the :func:`free_memory` of ``device``. The message names the cost
-    and the largest n that fits."""
+                        device: torch.device | str = "cpu", flag: str = "--n", *,
+                        joint: bool = False, itemsize: int = 4) -> None:
+    """Refuse (one line, before anything trains) n samples per step whose masks and working
+    set cannot be held in the :func:`free_memory` of ``device``; ``bytes_per_sample``: the
+    working set of one mask in a chunk (its mask, masked weights, score and activations),
+    ``itemsize``: bytes per mask entry (float32: 4). What a step holds, every estimator alike:
+
+    * supermask (``joint=False``): the chunks stream. On the CPU the fused step
+      (:func:`pbscale.methods.fused.fused_gradient`) writes the next chunk's masks while the
+      previous one is summed, two (k, d) buffers whatever n is (ARMS's R_0 comes from a pass
+      that stores no mask); on a GPU the torch samplers draw a chunk at a time, ARMS's
+      stick-breaking with O(d) state and a (k + 1, d) scratch (:class:`CopulaSampler`). Held:
+      k working sets plus one more chunk of masks, k = min(``chunk``, n).
+    * joint (``joint=True``: the network weights train on the step's loss): autograd keeps
+      every chunk's masks and activations until the backward, so all n working sets are held
+      (n x ``bytes_per_sample``; LeNet-300-100 joint LOORF measured 12.9 d bytes per sample
+      against the default 16 d, docs/refusals.md).
+
+    The message names the bytes held and the largest n that fits."""
     free = free_memory(device)
-    working = chunk * max(int(bytes_per_sample), 1)
-    per_mask = 4 * d
-    if n * per_mask + working <= free:
+    per = max(int(bytes_per_sample), 1)
+    if joint:
+        def held(m: int) -> int:
+            return m * per
+        what = (f"{format_bytes(held(n))} of masks and activations (n x {format_bytes(per)}: "
+                "a joint step keeps every chunk for the weights' backward)")
+    else:
+        def held(m: int) -> int:
+            return min(chunk, m) * (per + itemsize * d)
+        k = min(chunk, n)
+        what = (f"{format_bytes(held(n))} of masks and activations ({k:,} at a time: "
+                f"{k:,} x {format_bytes(per)} working sets and one more chunk of masks)")
+    if held(n) <= free:
         return
-    largest = max((free - working) // per_mask, 0)
+    largest = free // (per if joint else per + itemsize * d)  # the held bytes are linear in n
     raise PBInputError(
-        f"{flag} {n:,} samples per step of d = {d:,} mask entries are {format_bytes(n * per_mask)}"
-        f" of masks (n x d float32; ARMS holds them all, the others stream {chunk:,} at a time "
-        f"with {format_bytes(working)} of activations), more than the {format_bytes(free)} "
-        f"free on {torch.device(device)}; lower {flag} to at most {largest:,}")
+        f"{flag} {n:,} samples per step of d = {d:,} mask entries hold {what}, more than the "
+        f"{format_bytes(free)} free on {torch.device(device)}; lower {flag} to at most "
+        f"{largest:,}")
 
 
 def _mem_available_bytes() -> int:

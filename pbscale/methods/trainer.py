@@ -109,7 +109,8 @@ class LogitsFamily(Family):
     def make(self, config: MethodConfig, layout: Any, plan: Plan) -> MaskTrainer:
         return MaskTrainer(config, layout.d, plan.mask_steps, layout.device,
                            bytes_per_sample=plan.bytes_per_sample, layers=plan.layers,
-                           target=plan.setting("target", 1.0))
+                           target=plan.setting("target", 1.0),
+                           joint=plan.weight_optimizer is not None)
 
     # ------------------------------------------------------------------ the method
 
@@ -173,13 +174,16 @@ class MaskTrainer:
     order and the evaluation from it too. ``layers``: the sizes of the layers the flat logits
     cover (None: one layer of d) and ``target`` the fraction a per-layer method keeps
     (edge-popup); both fixed here. ``shard``: set by sample parallelism
-    (:func:`pbscale.execution.distributed.rank_strategy`), passed to each step.
+    (:func:`pbscale.execution.distributed.rank_strategy`), passed to each step. ``joint``: the
+    network weights will train on its steps' loss (a joint run), so a step keeps all its n
+    samples' masks and activations until the backward (:func:`check_sample_memory`).
     """
 
     def __init__(self, config: MethodConfig, d: int, total_steps: int,
                  device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32,
                  bytes_per_sample: int | None = None, *,
-                 layers: tuple[int, ...] | None = None, target: float = 1.0) -> None:
+                 layers: tuple[int, ...] | None = None, target: float = 1.0,
+                 joint: bool = False) -> None:
         family = config.family
         if not isinstance(family, LogitsFamily):
             raise PBInputError(f"{family.text} trains no mask logits; use one of "
@@ -210,7 +214,8 @@ class MaskTrainer:
         else:
             self.chunk = auto_chunk(config.n, per_sample, self.device)
         if family.caps.samples:  # n masks of d entries per step: bounded by memory
-            check_sample_memory(config.n, d, self.chunk, per_sample, self.device)
+            check_sample_memory(config.n, d, self.chunk, per_sample, self.device, joint=joint,
+                                itemsize=torch.empty((), dtype=dtype).element_size())
         self.step_count = 0
         #: the L0 strength per weight in force (``config.lam`` unless a controller steers it,
         #: :class:`pbscale.pruning.lam_control.LamController`; checkpointed); acts only for a family
