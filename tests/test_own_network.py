@@ -389,6 +389,25 @@ def test_api_group_returns_one_result_per_run(tmp_path):
     assert res[0].summary["final_remaining"] > res[2].summary["final_remaining"]
 
 
+def test_api_applies_the_commands_allocator_setting(tmp_path, monkeypatch):
+    """prune_model sets glibc's allocator as ``python -m pbscale.prune`` does
+    (:func:`pbscale.runs.allocator.keep_freed_memory`, which honours the opt-out itself), once
+    its settings are read: not for a call refused on its settings."""
+    import pbscale.pruning.api as api
+    from pbexact.errors import PBInputError
+
+    calls = []
+    monkeypatch.setattr(api, "keep_freed_memory", lambda: calls.append(1) or True)
+    a = _zoo.arrays("gray")
+    with pytest.raises(PBInputError, match="unknown setting"):
+        prune_model(_zoo.MLP(), (a["x_train"], a["y_train"]), (a["x_test"], a["y_test"]),
+                    epoch=3, out=tmp_path)
+    assert calls == []
+    prune_model(_zoo.MLP(), (a["x_train"], a["y_train"]), (a["x_test"], a["y_test"]),
+                method="cp", epochs=1, batch_size=32, out=tmp_path, progress=False, threads=1)
+    assert calls == [1]
+
+
 def test_api_bad_input_is_one_line(tmp_path):
     a = _zoo.arrays("gray")
     from pbexact.errors import PBInputError
