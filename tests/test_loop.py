@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import os
 import signal
+import warnings
 
 import pytest
 import torch
@@ -17,6 +18,7 @@ from pbexact.errors import PBInputError, RunInterrupted
 from pbscale import methods as M
 from pbscale.forward.masks import MaskedModule, rescaled_weight
 from pbscale.runs import io
+from pbscale.runs.contracts import ResumeWarning
 from pbscale.runs.loop import EvalContext, LoopConfig, Method, Task, run, run_folder
 
 
@@ -276,6 +278,48 @@ def test_sigterm_checkpoint_and_resume_give_the_same_numbers(tmp_path, dropout):
 
     assert str(rows(folder / "metrics.csv")) == str(rows(whole / "metrics.csv"))
     assert not [p for p in os.listdir(folder) if p.endswith(".tmp")]
+
+
+@pytest.mark.parametrize("old", ["missing", "none"])
+def test_a_checkpoint_without_the_stream_resumes_with_one_warning(tmp_path, capsys, old):
+    """A checkpoint whose method state holds no stream (written before the MC samples had one:
+    no "stream" key; or on a GPU: None) resumes on the CPU from the fresh stream of the run's
+    seed, saying so in one line that names the checkpoint: the epochs before the cut are the
+    uninterrupted run's, those after it are not."""
+    loop = LoopConfig(epochs=4, seed=1, mask_warmup=0.25, freeze_masks=0.75)
+    whole = _run(tmp_path / "whole", loop, method="arms")
+
+    def term(epoch, i):
+        if (epoch, i) == (2, 1):
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    with pytest.raises(RunInterrupted):
+        _run(tmp_path / "cut", loop, method="arms", step_hook=term)
+    (folder,) = (tmp_path / "cut").iterdir()
+    ckpt = folder / "checkpoint.pt"
+    state = torch.load(ckpt, weights_only=True)
+    assert state["method"]["stream"] is not None
+    if old == "missing":
+        del state["method"]["stream"]
+    else:
+        state["method"]["stream"] = None
+    torch.save(state, ckpt)
+    capsys.readouterr()
+    _run(tmp_path / "cut", loop, method="arms")
+    lines = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    assert len(lines) == 1, lines
+    assert lines[0] == (f"warning: resuming {ckpt}: {M.trainer.STREAM_NOT_RESUMED}; delete it "
+                        "to start the run over")
+    cut, ref = io.read_csv(folder / "metrics.csv"), io.read_csv(whole / "metrics.csv")
+    assert [r["loss"] for r in cut[:3]] == [r["loss"] for r in ref[:3]]
+    assert cut[3]["r0"] != ref[3]["r0"]  # epoch 3 drew other samples
+    # the trainer warns any caller, and a state with its stream resumes silently
+    tr = M.MaskTrainer(M.MethodConfig(method="arms", n=2, seed=1), 10, 10)
+    with pytest.warns(ResumeWarning, match="no state of the MC samples' stream"):
+        tr.load_state_dict({**tr.state_dict(), "stream": None})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        tr.load_state_dict(tr.state_dict())
 
 
 def test_config_mismatch_is_refused_and_options_are_checked(tmp_path):

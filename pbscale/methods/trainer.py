@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import inspect
 import math
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -17,7 +18,7 @@ from torch import nn
 
 from pbexact.errors import PBInputError
 from pbexact.parametrizations import Parametrization, get_parametrization
-from pbscale.runs.contracts import BatchedLoss
+from pbscale.runs.contracts import BatchedLoss, ResumeWarning
 
 from .counter_stream import CounterStream
 from .estimate import Estimate, dense_regularizer, surrogate_loss
@@ -161,6 +162,13 @@ class LogitsFamily(Family):
     def run_theta(self, r: torch.Tensor) -> torch.Tensor:
         """The probabilities (seeds, d) a vectorized microworld run logs at sigmoid logits r."""
         return torch.sigmoid(r)
+
+
+#: What a resumed run does when its checkpoint holds no state of the MC samples' stream.
+STREAM_NOT_RESUMED = (
+    "it holds no state of the MC samples' stream (written before the stream existed, or on a "
+    "GPU), so the samples go on from the run's seed at the stream's start: from here the run's "
+    "numbers differ from an uninterrupted run's")
 
 
 class MaskTrainer:
@@ -374,12 +382,19 @@ class MaskTrainer:
         }
 
     def load_state_dict(self, state: dict) -> None:
+        """Restore :meth:`state_dict`'s state. A state without the MC samples' stream (written
+        before it existed, or on a GPU) while this trainer has one warns
+        :class:`pbscale.runs.contracts.ResumeWarning` (:data:`STREAM_NOT_RESUMED`): the samples
+        go on from the fresh stream of the run's seed."""
         with torch.no_grad():
             self.r.copy_(state["r"].to(self.r.device))
         self.opt.load_state_dict(state["opt"])
         self.generator.set_state(state["generator"])
-        if self.stream is not None and state.get("stream") is not None:
-            self.stream.load_state_dict(state["stream"])
+        if self.stream is not None:
+            if state.get("stream") is not None:
+                self.stream.load_state_dict(state["stream"])
+            else:
+                warnings.warn(STREAM_NOT_RESUMED, ResumeWarning, stacklevel=2)
         self.step_count = int(state["step_count"])
         self.lam = float(state.get("lam", self.config.lam))  # older checkpoints: the config's
         if self.control is not None:

@@ -14,6 +14,14 @@ import torch
 
 from pbexact.errors import PBInputError
 
+
+class ResumeWarning(UserWarning):
+    """Warned by a method's or task's ``load_state_dict`` when the checkpoint it loads resumes
+    the run, but not to the numbers an uninterrupted run gives (e.g. it holds no state of a
+    random stream the code now has); the message says what happens. The loop prints each as
+    one ``warning:`` line on stderr naming the checkpoint (:func:`pbscale.runs.loop.run`)."""
+
+
 #: A batched loss (the one definition): masks z of shape (..., d) to losses (...), e.g. (k, d)
 #: -> (k,); the methods evaluate it, and differentiate it in z where they relax the mask.
 BatchedLoss = Callable[[torch.Tensor], torch.Tensor]
@@ -67,7 +75,10 @@ class Method(Protocol):
 
     def state_dict(self) -> dict: ...
 
-    def load_state_dict(self, state: dict) -> None: ...
+    def load_state_dict(self, state: dict) -> None:
+        """Restore :meth:`state_dict`'s state; a state it can resume only inexactly warns
+        :class:`ResumeWarning`."""
+        ...
 
 
 class MaskMethod(Method, Protocol):

@@ -67,6 +67,7 @@ import math
 import signal
 import sys
 import time
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -83,6 +84,7 @@ from pbscale.runs.contracts import (
     EvalContext,
     LoopConfig,
     Method,
+    ResumeWarning,
     RunHooks,
     StepHook,
     Task,
@@ -282,10 +284,13 @@ class _Training:
         state = io.load_checkpoint(self.ckpt, keys=_CHECKPOINT_KEYS)
         if state is not None:
             try:
-                self.restore(state)
+                with warnings.catch_warnings(record=True) as caught:
+                    warnings.simplefilter("always", ResumeWarning)
+                    self.restore(state)
             except (KeyError, TypeError, ValueError, IndexError, RuntimeError, AttributeError):
                 raise PBInputError(f"damaged checkpoint {self.ckpt} (its contents do not fit "
                                    f"this run); {io.DAMAGED_FIX}") from None
+            self.resume_warnings(caught)
         if not self.history:
             phase0 = loop.phase(0)
             if phase0 == "warmup":
@@ -296,6 +301,19 @@ class _Training:
 
     def ones(self) -> torch.Tensor:
         return torch.ones(self.task.d, device=self.dev, dtype=self.method.dtype)
+
+    def resume_warnings(self, caught: list[warnings.WarningMessage]) -> None:
+        """Print each distinct :class:`ResumeWarning` of the restore as one ``warning:`` line
+        on stderr naming the checkpoint (a group's members warn alike: once); warn the others
+        again as they came."""
+        seen = []
+        for w in caught:
+            if not issubclass(w.category, ResumeWarning):
+                warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+            elif str(w.message) not in seen:
+                seen.append(str(w.message))
+                print(f"warning: resuming {self.ckpt}: {w.message}; delete it to start the run "
+                      "over", file=sys.stderr)
 
     def restore(self, state: dict) -> None:
         """Load a checkpoint into the method, task, weights, optimizer and RNGs. A checkpoint
