@@ -7,18 +7,25 @@
   size is a multiple of 8, as in the shipped models; a user's model need not be).
 
 (The fifth, the replay's bitwise mask check, went with the replay: a group member's step is its
-separate run's, ``tests/test_group_equality.py``.)"""
+separate run's, ``tests/test_group_equality.py``.)
+
+And of issue 44: a resume that drops the state of the MC samples' counter stream (a
+``MaskTrainer`` that loads a checkpoint but not its "stream", or saves none), which the loop's
+resume test (``tests/test_loop.py``) must catch."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import numpy as np
+import pytest
+import test_loop
 import torch
 from torch import nn
 
 from pbscale import export as X
 from pbscale import prune
+from pbscale.methods import MaskTrainer
 from pbscale.nets import models
 from pbscale.pruning.lam_control import BAND, LamController, reached
 from pbscale.runs import io as runio
@@ -120,3 +127,33 @@ def test_the_readmes_one_process_command_works() -> None:
                            "-p", "no:cacheprovider", str(Path(__file__))], cwd=root,
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
+
+
+def _loads_no_stream(load):
+    """MaskTrainer.load_state_dict that restores everything but the stream (which stays where
+    it was, at the start for a fresh trainer), without a word."""
+    def inject(self, state):
+        kept = self.stream.state_dict()
+        load(self, state)
+        self.stream.load_state_dict(kept)
+    return inject
+
+
+def _saves_no_stream(save):
+    """MaskTrainer.state_dict without the stream's state."""
+    def inject(self):
+        return {**save(self), "stream": None}
+    return inject
+
+
+@pytest.mark.parametrize("bug", [_loads_no_stream, _saves_no_stream])
+def test_a_resume_that_drops_the_stream_is_caught(bug, tmp_path, monkeypatch) -> None:
+    """The loop's resume test (a run cut by SIGTERM and resumed gives the uninterrupted run's
+    numbers, ARMS on the CPU: its samples from the counter stream) passes, and fails once the
+    trainer drops the stream's state on the way through the checkpoint."""
+    resume = test_loop.test_sigterm_checkpoint_and_resume_give_the_same_numbers
+    resume(tmp_path / "sound", 0.0)
+    name = "load_state_dict" if bug is _loads_no_stream else "state_dict"
+    monkeypatch.setattr(MaskTrainer, name, bug(getattr(MaskTrainer, name)))
+    with pytest.raises(AssertionError):
+        resume(tmp_path / "bug", 0.0)
