@@ -453,8 +453,8 @@ def check_sample_memory(n: int, d: int, chunk: int, bytes_per_sample: int,
       k working sets plus one more chunk of masks, k = min(``chunk``, n).
     * joint (``joint=True``: the network weights train on the step's loss): autograd keeps
       every chunk's masks and activations until the backward, so all n working sets are held
-      (n x ``bytes_per_sample``; LeNet-300-100 joint LOORF measured 12.9 d bytes per sample
-      against the default 16 d, docs/refusals.md).
+      (n x ``bytes_per_sample``; LeNet-300-100 joint LOORF measured 13-15 d bytes per
+      sample against the default 16 d, docs/refusals.md).
 
     The message names the bytes held and the largest n that fits."""
     free = free_memory(device)
