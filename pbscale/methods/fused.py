@@ -34,6 +34,7 @@ import numba
 import numpy as np
 import torch
 
+from pbexact.errors import PBInputError
 from pbexact.estimators import EstimatorSpec, SampleSums
 from pbexact.parametrizations import Parametrization
 
@@ -200,6 +201,63 @@ def copula_thresholds(theta: np.ndarray, levels: np.ndarray, n: int, key: np.uin
     return bounds_from_levels(theta, levels, r0)
 
 
+@numba.njit(cache=True)
+def _finish(wz, zs, centered, center, sw, k, norm, bits, a, b, out):
+    """out = (expand(w) b + s a) / norm (/ (1 - bits), per bit, where bits is not empty): the
+    linear form of :meth:`pbexact.estimators.LinearEstimate.finish` on affine sums, with w =
+    wz - center zs and s = sw - center k in float64 (``centered``; else wz and sw) rounded to
+    the scores' dtype, then every operation in that dtype in the order of
+    :meth:`pbexact.estimators.SampleSums.centered` and ``LinearEstimate._scale``. wz, zs (d,)
+    float64; a, b, out (P,) with P = d times the logits per bit, laid out as
+    :meth:`pbexact.parametrizations.Parametrization.expand` repeats a bit's value."""
+    d = wz.shape[0]
+    tmp = np.empty_like(out[:1])
+    tmp[0] = sw - center * k if centered else sw
+    s = tmp[0]
+    tmp[0] = norm
+    nm = tmp[0]
+    tmp[0] = 1.0
+    one = tmp[0]
+    wide = np.empty_like(out[:d])
+    for i in range(d):
+        wide[i] = wz[i] - center * zs[i] if centered else wz[i]
+    for j in range(out.shape[0] // d):
+        o = j * d
+        for i in range(d):
+            g = wide[i] * b[o + i] + s * a[o + i]
+            g = g / nm
+            if bits.shape[0]:
+                g = g / (one - bits[i])
+            out[o + i] = g
+
+
+def fused_estimate(sums: SampleSums, spec: EstimatorSpec, bits: torch.Tensor | None,
+                   param: Parametrization) -> torch.Tensor:
+    """The estimate (P,) of :meth:`pbexact.estimators.SampleSums.estimate` with the constant
+    ``param.expand(bits)`` (``bits``: the estimator's per-bit constant (d,), rho; None: it has
+    none), bit for bit: from the sums' affine bit sums by one kernel pass (:func:`_finish`:
+    no (P,) temporaries) where they are pending, the form has no baseline and the
+    parametrization expands by repetition; else by ``sums.estimate``."""
+    form = spec.linear(sums.count, sums.sum_j, None if bits is None else bits, check=False)
+    pending = sums.bit_sums()
+    plain_expand = type(param).expand is Parametrization.expand
+    if pending is None or not plain_expand or not _is_zero(form.baseline):
+        return sums.estimate(spec, None if bits is None else param.expand(bits))
+    a, b, _, wz, zs, sw, k = pending
+    center = form.center
+    centered = not _is_zero(center)
+    out = torch.empty_like(a)
+    no_bits = np.zeros(0, dtype=a.numpy().dtype)
+    _finish(wz.numpy(), zs.numpy(), centered, float(center) if centered else 0.0, float(sw),
+            k, form.norm, no_bits if bits is None else bits.numpy(), a.numpy(), b.numpy(),
+            out.numpy())
+    return out
+
+
+def _is_zero(x: Any) -> bool:
+    return isinstance(x, float) and x == 0.0
+
+
 _BUFFERS: dict = {}
 
 
@@ -225,7 +283,9 @@ def fused_gradient(f: Any, r: torch.Tensor, param: Parametrization, spec: Estima
                    stream: CounterStream, chunk: int, shard: Any = None,
                    keep_masks: bool = True) -> tuple[SampleSums, Any, torch.Tensor]:
     """The step's sums of :func:`pbscale.methods.mc.mc_gradient` on the CPU from ``stream``:
-    (sums, extra, total J (float64)), the sums those of the unfused path on the same samples.
+    (sums, bits, total J (float64)), the sums those of the unfused path on the same samples and
+    bits the estimator's per-bit constant (d,) (rho; None where it has none), which
+    :func:`fused_estimate` finishes them with.
     r (P,) on the CPU; chunk k (whole pairs for the antithetic law); ``shard``: this rank's rows
     of each chunk only (the copula's R_0 from all n rows); ``keep_masks``: f may keep the masks
     it is given (autograd of joint training), so each chunk gets fresh memory."""
@@ -235,12 +295,14 @@ def fused_gradient(f: Any, r: torch.Tensor, param: Parametrization, spec: Estima
     levels = None
     if spec.law == "copula":  # the levels of the bounds, before the draw
         levels = copula_levels(th, n)
-    if spec.law == "copula" and spec.constant == "rho":  # pbexact's rho, fused
-        extra = param.expand(arms_rho(th, n))
-    else:  # the constant (DisARM's rho) in numpy: faster transcendentals and where than torch
-        extra = spec.constant_of(th, n, param)
-    if extra is not None:
-        extra = torch.from_numpy(np.asarray(extra, dtype=th.dtype))
+    bits = None  # the per-bit constant (rho), expanded to the logits only by a fallback
+    if spec.constant == "rho":
+        # ARMS's by the fused kernels (pbexact's values); DisARM's in numpy (faster
+        # transcendentals and where than torch)
+        rho = arms_rho(th, n) if spec.law == "copula" else spec.correlation(th, n)
+        bits = torch.from_numpy(np.asarray(rho, dtype=th.dtype))
+    elif spec.constant is not None:
+        raise PBInputError(f"{spec.text}: pbscale's MC step has no constant {spec.constant!r}")
     rule = law_rule(spec.law, theta, n)
     start = stream.take(rule.rows, d)
     thr = (rule.thr if rule.thr is not None
@@ -282,4 +344,4 @@ def fused_gradient(f: Any, r: torch.Tensor, param: Parametrization, spec: Estima
         Jd = J.double()
         sums.add_bit_sums(Jd, torch.from_numpy(wz), torch.from_numpy(zs),
                           sums.weights(Jd).sum(-1), a, b, param)
-    return sums, extra, J.double().sum()
+    return sums, bits, J.double().sum()
