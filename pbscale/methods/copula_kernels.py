@@ -2,7 +2,8 @@
 and the integer bounds of its samples, for theta (d,) in numpy, in a few Numba passes around
 numpy's vectorized transcendental functions (log, expm1, log1p, exp: numpy's SIMD kernels,
 several times faster than the scalar libm calls a Numba loop makes), every temporary written in
-place.
+place; a kernel that divides uses numpy's error model (IEEE division, vectorized: Python's
+raises on a zero divisor, which keeps LLVM from vectorizing the loop).
 
 The values are those of the definitions, bit for bit (``tests/test_copula_kernels.py``): the same
 floating-point operations on the same values in the same order, only fused into fewer passes:
@@ -58,7 +59,7 @@ def _double_clip(x, cut):
         x[i] = _ZERO if c else v
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, error_model="numpy")
 def _rho_finish(theta, cut, both):
     """both = (both - m^2) / var where var = theta (1 - theta) > 0 (both = 0 where ``cut``),
     else 0, in place."""

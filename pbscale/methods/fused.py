@@ -201,7 +201,7 @@ def copula_thresholds(theta: np.ndarray, levels: np.ndarray, n: int, key: np.uin
     return bounds_from_levels(theta, levels, r0)
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, error_model="numpy")
 def _finish(wz, zs, centered, center, sw, k, norm, bits, a, b, out):
     """out = (expand(w) b + s a) / norm (/ (1 - bits), per bit, where bits is not empty): the
     linear form of :meth:`pbexact.estimators.LinearEstimate.finish` on affine sums, with w =
@@ -209,7 +209,8 @@ def _finish(wz, zs, centered, center, sw, k, norm, bits, a, b, out):
     the scores' dtype, then every operation in that dtype in the order of
     :meth:`pbexact.estimators.SampleSums.centered` and ``LinearEstimate._scale``. wz, zs (d,)
     float64; a, b, out (P,) with P = d times the logits per bit, laid out as
-    :meth:`pbexact.parametrizations.Parametrization.expand` repeats a bit's value."""
+    :meth:`pbexact.parametrizations.Parametrization.expand` repeats a bit's value. IEEE
+    division (numpy's error model: x / 0 is inf, as in torch, and the loops vectorize)."""
     d = wz.shape[0]
     tmp = np.empty_like(out[:1])
     tmp[0] = sw - center * k if centered else sw
@@ -223,12 +224,12 @@ def _finish(wz, zs, centered, center, sw, k, norm, bits, a, b, out):
         wide[i] = wz[i] - center * zs[i] if centered else wz[i]
     for j in range(out.shape[0] // d):
         o = j * d
-        for i in range(d):
-            g = wide[i] * b[o + i] + s * a[o + i]
-            g = g / nm
-            if bits.shape[0]:
-                g = g / (one - bits[i])
-            out[o + i] = g
+        if bits.shape[0]:
+            for i in range(d):
+                out[o + i] = (wide[i] * b[o + i] + s * a[o + i]) / nm / (one - bits[i])
+        else:
+            for i in range(d):
+                out[o + i] = (wide[i] * b[o + i] + s * a[o + i]) / nm
 
 
 def fused_estimate(sums: SampleSums, spec: EstimatorSpec, bits: torch.Tensor | None,
