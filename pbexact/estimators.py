@@ -95,10 +95,17 @@ class EstimatorSpec:
                 raise PBInputError(f"{self.name} needs the J table for its baseline beta*; pass "
                                  "J")
             return param.expand(flipped_expectation(J, theta, gradient))
+        return param.expand(self.correlation(theta, n))
+
+    def correlation(self, theta: Array, n: int) -> Array:
+        """rho per bit, shape of theta (..., d), numpy or torch: the correlation of two of the
+        law's samples in one coordinate (copula: `alg:orig_arms`; antithetic: -min(theta,
+        1-theta) / max(theta, 1-theta)); the per-parameter constant of a "rho" estimator is its
+        expansion to the logits (:meth:`constant_of`)."""
         if self.law == "copula":
-            return param.expand(arms_correlation(theta, n))
+            return arms_correlation(theta, n)
         if self.law == "antithetic":
-            return param.expand(antithetic_correlation(theta))
+            return antithetic_correlation(theta)
         raise PBInputError(f"{self.name}: no correlation rho for the {self.law} law; give "
                            "the estimator an iid or copula law")
 
@@ -345,6 +352,15 @@ class SampleSums:
         else:
             p[3], p[4], p[5], p[6] = p[3] + wz, p[4] + zs, p[5] + sw, p[6] + k
         self._add_losses(J)
+
+    def bit_sums(self) -> tuple | None:
+        """The affine updates not yet expanded to (..., P): (a, b, param, sum_s w_s z_s (..., d),
+        sum_s z_s (..., d), sum_s w_s (...), k), or None where U and B are formed already (a chunk
+        given with its full scores, or U or B read or set): what a fused finish of the linear
+        form reads (:func:`pbscale.methods.fused.fused_estimate`)."""
+        if self._affine is None or self._U is not None:
+            return None
+        return tuple(self._affine)
 
     def centered(self, center: Array | float = 0.0) -> Array:
         """U - center B, shape (..., P), center a scalar or (...,) (one per estimate). From

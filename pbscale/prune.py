@@ -14,7 +14,7 @@ lambda * sum_i z_i (L0 strength lambda per weight). MC methods: CE of n masks ev
 (:class:`pbscale.forward.masks.MaskedModule`), the L0 term in closed form (lambda * sum theta); CP
 differentiates CE(w * sigmoid(r / tau)) + lambda * sum sigmoid(r / tau), tau annealed from 1 to
 1/200 over its mask-training steps, and is evaluated with 1[r > 0]. MC runs use dynamic weight
-rescaling (:func:`pbscale.forward.masks.rescaled_weight`; CP does not, as in the paper). Joint MC
+rescaling (:func:`pbscale.forward.rescale.rescaled_weight`; CP does not, as in the paper). Joint MC
 runs train the dense network for the first 10% of epochs; joint mask methods freeze their mask for
 the last 20% while the weights fine-tune. Evaluation mask of MC runs: 10 masks sampled, each
 scored (training loss) on the same 10 training batches, the best kept for validation and test;

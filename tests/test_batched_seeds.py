@@ -18,7 +18,8 @@ from pbexact.errors import PBInputError, RunInterrupted
 from pbexact.parametrizations import get_parametrization
 from pbscale import regress
 from pbscale.batched_seeds import main
-from pbscale.forward.masks import MaskedModule, rescaled_weight
+from pbscale.forward.masks import MaskedModule
+from pbscale.forward.rescale import rescaled_weight
 from pbscale.methods import (
     MC_METHODS,
     FixedSampler,

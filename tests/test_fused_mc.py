@@ -17,6 +17,7 @@ from pbexact.polynomial import true_gradient
 from pbscale.forward.masks import MaskedModule
 from pbscale.methods import MC_METHODS, FixedSampler, mc_gradient
 from pbscale.methods.counter_stream import GAMMA, CounterStream, seed_key, stream_values
+from pbscale.methods.fused import fused_estimate, fused_gradient
 from pbscale.regression.problem import mlp
 
 PARAMS = tuple(PARAMETRIZATIONS)
@@ -292,3 +293,47 @@ def test_fused_float32_estimates_are_unbiased_against_enumeration(estimator):
     mean, se = ests.mean(0), ests.std(0, ddof=1) / np.sqrt(len(ests))
     assert np.all(np.abs(mean - exact) <= 4.5 * se + 1e-6), (mean, exact, se)
     assert np.any(np.abs(exact) > 4.5 * se)
+
+
+@pytest.mark.parametrize("param_name", PARAMS)
+@pytest.mark.parametrize("estimator", MC_METHODS)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_the_one_pass_finish_is_the_linear_form_bit_for_bit(param_name, estimator, dtype):
+    """fused_estimate (one kernel pass over the P logits) equals SampleSums.estimate with the
+    expanded constant bit for bit, for every MC estimator and parametrization, at a d where
+    the finish's rounding has room to differ; and the comparison is not vacuous (the same
+    form rounded once from float64 differs)."""
+    param, spec = get_parametrization(param_name), E.get_estimator(estimator)
+    d, n = 3001, 10
+    r = param.logits(_theta(d, seed=5)).to(dtype)
+    w = torch.randn(d, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+
+    def f(z):  # losses that differ from sample to sample at this d
+        return (z.double() @ w / d**0.5).to(z.dtype)
+    sums, bits, _ = fused_gradient(f, r, param, spec, n, CounterStream(9), 4)
+    got = fused_estimate(sums, spec, bits, param)
+    want = sums.estimate(spec, None if bits is None else param.expand(bits))
+    assert got.dtype == want.dtype == dtype and torch.equal(got, want)
+    assert (got != 0).float().mean() > 0.5  # (LOORF: 0 where the n bits agree)
+    if dtype == torch.float32:  # the form in float64, rounded once: differs somewhere
+        a, b, _, wz, zs, sw, k = sums.bit_sums()
+        form = spec.linear(sums.count, sums.sum_j, bits, check=False)
+        c = 0.0 if isinstance(form.center, float) else form.center
+        g = (param.expand(wz - c * zs) * b.double() + (sw - c * k) * a.double()) / form.norm
+        if bits is not None:
+            g = g / (1 - param.expand(bits.double()))
+        assert not torch.equal(g.float(), want)
+
+
+def test_the_finish_falls_back_to_the_sums_where_they_are_formed():
+    """Sums whose U and B were formed (as after the all-reduce of sample parallelism) are
+    finished by SampleSums.estimate itself."""
+    param, spec = get_parametrization("escort"), E.get_estimator("arms")
+    d = 501
+    r = param.logits(_theta(d, seed=2))
+    sums, bits, _ = fused_gradient(_problem(d, torch.float32), r, param, spec, 6,
+                                   CounterStream(1), 3)
+    want = sums.estimate(spec, param.expand(bits))
+    sums.U = sums.U  # forms U and B
+    assert sums.bit_sums() is None
+    assert torch.equal(fused_estimate(sums, spec, bits, param), want)

@@ -16,7 +16,8 @@ from torch import nn
 
 from pbexact.errors import PBInputError, RunInterrupted
 from pbscale import methods as M
-from pbscale.forward.masks import MaskedModule, rescaled_weight
+from pbscale.forward.masks import MaskedModule
+from pbscale.forward.rescale import rescaled_weight
 from pbscale.runs import io
 from pbscale.runs.contracts import ResumeWarning
 from pbscale.runs.loop import EvalContext, LoopConfig, Method, Task, run, run_folder

@@ -17,7 +17,8 @@ from torch import nn
 
 from pbexact.errors import PBInputError
 from pbscale.forward.folded import foldable, forward_masked
-from pbscale.forward.masks import MaskedModule, rescaled_weight
+from pbscale.forward.masks import MaskedModule
+from pbscale.forward.rescale import rescaled_weight
 from pbscale.nets.models import INPUT_SHAPES, MODELS, build_model
 
 SLOW = os.environ.get("PBNN_SLOW_TESTS") == "1"

@@ -13,7 +13,8 @@ from torch.nn import functional as F
 from pbexact.errors import PBInputError
 from pbexact.parametrizations import get_parametrization
 from pbscale.forward.folded import cross_entropy_per_mask, forward_masked
-from pbscale.forward.masks import MaskedModule, rescaled_weight
+from pbscale.forward.masks import MaskedModule
+from pbscale.forward.rescale import rescaled_weight
 from pbscale.methods import FixedSampler, mc_gradient
 from pbscale.nets.models import INPUT_SHAPES, MODELS, build_model
 
@@ -257,7 +258,7 @@ def test_repository_models_equal_loop(name):
 
 
 def test_weight_hook_dynamic_rescaling_equals_loop():
-    """forward_masked with pbscale.forward.masks.rescaled_weight (dynamic weight rescaling) equals
+    """forward_masked with pbscale.forward.rescale.rescaled_weight (dynamic weight rescaling) equals
     the loop with the same hook, values and gradients to soft masks and weights."""
     net, x, gen = _setup("tiny_resnet", 3, True, seed=13)
     masks = {n: m.requires_grad_(True) for n, m in weight_masks(net, 3, True, gen).items()}

@@ -16,7 +16,8 @@ from pbexact.errors import RunInterrupted
 from pbexact.parametrizations import get_parametrization
 from pbscale import prune as P
 from pbscale.forward.folded import cross_entropy_per_mask
-from pbscale.forward.masks import MaskedModule, rescaled_weight
+from pbscale.forward.masks import MaskedModule
+from pbscale.forward.rescale import rescaled_weight
 from pbscale.methods import mc_gradient, schedules
 from pbscale.nets.models import MODELS
 from pbscale.runs.io import read_csv

@@ -332,9 +332,10 @@ def forward_masked(module: nn.Module, masks: Mapping[str, torch.Tensor], x: torc
     soft values allowed), input x (B, ...) shared by all masks -> (k, B, ...).
 
     ``weight_hook(name, weight, masks) -> (k, *shape)`` replaces the product w * z, as in
-    :class:`pbscale.forward.masks.MaskedModule` (e.g. :func:`pbscale.forward.masks.rescaled_weight`,
-    dynamic weight rescaling). ``params`` {name: tensor} replaces the module's parameters (all of
-    them, e.g. detached copies for a supermask); default: the module's own, live.
+    :class:`pbscale.forward.masks.MaskedModule` (e.g.
+    :func:`pbscale.forward.rescale.rescaled_weight`, dynamic weight rescaling). ``params``
+    {name: tensor} replaces the module's parameters (all of them, e.g. detached copies for a
+    supermask); default: the module's own, live.
 
     ``per_call``: masks per folded call of the module (default: all k in one call; 1: a loop over
     the masks, each a plain-sized forward, the fastest on a CPU core).

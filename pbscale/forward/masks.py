@@ -17,8 +17,9 @@ used as they are, so the outputs are differentiable in the weights and a loss's 
 fills their ``.grad`` next to the mask logits' (the surrogate losses of :mod:`pbscale.methods`);
 with ``train_weights=False`` (supermask, the default) every parameter is a detached constant.
 A mask-to-weight hook ``weight_hook(name, weight, mask) -> masked weight`` (mask of shape
-(k, *weight.shape)) replaces the plain product w * z; :func:`rescaled_weight` is dynamic weight
-rescaling. BatchNorm statistics and Dropout draws: as each backend's contract in
+(k, *weight.shape)) replaces the plain product w * z;
+:func:`pbscale.forward.rescale.rescaled_weight` is dynamic weight rescaling. BatchNorm
+statistics and Dropout draws: as each backend's contract in
 :mod:`pbscale.forward.backends` states (per-mask batch statistics in training mode, one
 running-statistics update per call with the mean of the k masks' updates; Dropout from torch's
 global generator, which :mod:`pbscale.runs.loop` seeds and checkpoints, drawn differently by each
@@ -47,17 +48,6 @@ def mean_absolute_error(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return (out - y).abs().flatten(1).mean(1)
 
 
-def rescaled_weight(name: str, weight: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Dynamic weight rescaling, a mask-to-weight hook: w * z / mean(z) per mask and layer, the
-    mean taken over this tensor's mask and treated as a constant in the backward pass (detached);
-    an all-zero mask keeps scale 1 (its masked weights are all zero anyway).
-    weight (*shape), mask (k, *shape) -> (k, *shape)."""
-    dims = tuple(range(1, mask.dim()))
-    mean = mask.detach().mean(dim=dims, keepdim=True)
-    scale = torch.where(mean > 0, mean, torch.ones_like(mean))
-    return weight * mask / scale
-
-
 def tied_names(model: nn.Module) -> dict[str, str]:
     """{name: another name of the same ``nn.Parameter``} for every parameter the network holds
     under two or more names (tied weights)."""
@@ -80,7 +70,8 @@ class MaskedModule:
     convolution weights). With ``train_weights=False`` (supermask, `sec:app_maskednnregression`)
     every parameter is detached and only the mask is optimized; with ``train_weights=True``
     (joint) the outputs carry the weights' autograd graph. ``weight_hook`` maps (name, w, z) to
-    the masked weight (default w * z; :func:`rescaled_weight` for dynamic weight rescaling).
+    the masked weight (default w * z; :func:`pbscale.forward.rescale.rescaled_weight` for
+    dynamic weight rescaling).
 
     ``backend``: "auto" (default: :class:`pbscale.forward.backends.BackendChoice` picks per call) or
     "folded", "loop", "vmap" for every call. ``amp`` (e.g. ``torch.bfloat16``, autocast) and

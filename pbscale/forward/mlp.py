@@ -16,6 +16,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from pbscale.forward.layout import Backend, MaskLayout
+from pbscale.forward.rescale import HOOK_WRITERS
 
 #: Elementwise activations the MLP paths apply as they are (any tensor layout is fine).
 ELEMENTWISE = (nn.ReLU, nn.LeakyReLU, nn.Tanh, nn.Sigmoid, nn.ELU, nn.GELU, nn.SiLU,
@@ -124,6 +125,21 @@ class MlpWeights:
         """The hooked masked weights flattened in mask order, z (k, d) -> (k, d)."""
         return torch.cat([w.reshape(z.shape[0], -1)
                           for w in self.layout.masked_weights(z).values()], dim=1)
+
+    def write_hooked(self, z: torch.Tensor, out: torch.Tensor) -> bool:
+        """The hooked masked weights of z (k, d) written into out (k, d) by the hook's writer
+        (:data:`pbscale.forward.rescale.HOOK_WRITERS`), tensor by tensor, without autograd;
+        False where the hook has none or its writer declines (then call :meth:`hooked`)."""
+        lay = self.layout
+        writer = HOOK_WRITERS.get(lay.weight_hook)
+        if writer is None:
+            return False
+        off = 0
+        for name, size in zip(lay.names, lay.sizes):
+            if not writer(lay.base[name], z, off, out):
+                return False
+            off += size
+        return True
 
     def linear_weight(self, step: Linear, w_all: torch.Tensor, k: int) -> torch.Tensor:
         """The (k, out, in) weights of a :class:`Linear` step: its slice of the masked flat
@@ -294,7 +310,9 @@ class MlpInplace(MlpBackend):
     def masked(self, z: torch.Tensor, call: Call) -> torch.Tensor:
         lay, mw = self.layout, self.weights
         if lay.weight_hook is not None:
-            return mw.hooked(z.reshape(call.k, lay.d))
+            flat = z.reshape(call.k, lay.d)
+            w = self.workspace("w", flat.shape, z)
+            return w if mw.write_hooked(flat, w) else mw.hooked(flat)
         return torch.mul(z, mw.flat_base(), out=self.workspace("w", z.shape, z)).view(
             call.k, lay.d)
 

@@ -34,11 +34,13 @@ import numba
 import numpy as np
 import torch
 
+from pbexact.errors import PBInputError
 from pbexact.estimators import EstimatorSpec, SampleSums
 from pbexact.parametrizations import Parametrization
 
+from .copula_kernels import TOP, arms_rho, bounds_from_levels, copula_levels
 from .counter_stream import GAMMA, CounterStream, high24, low24, mix, row_base, words_per_row
-from .samplers import R0_GROUP, copula_bounds, copula_reflection, log_of_products
+from .samplers import R0_GROUP, log_of_products, r0_offset
 
 #: Words per block of a kernel pass: the per-bit sums of 2 x 2048 weights (64 KiB) stay in L2.
 BLOCK = 2048
@@ -99,23 +101,26 @@ def chunk_pass(key, start, W, rows, flips, thr, invert, out, prev, weights, wz, 
 
 
 @numba.njit(inline="always")
-def _products(base, j0, scale_lo, offset_lo, scale_hi, offset_hi, p_lo, p_hi):
-    """p *= scale m + offset over one row's words j0, j0 + 1, ... (low and high halves)."""
+def _products(base, j0, t_lo, t_hi, p_lo, p_hi):
+    """p *= v over one row's words j0, j0 + 1, ... (low and high halves), v the reflected value
+    of :func:`pbscale.methods.samplers.copula_reflection`: m + 1 where theta > 1/2, 2^24 - m
+    elsewhere (exact in float64)."""
     for j in range(p_hi.shape[0]):
         x = mix(base + np.uint64(j0 + j) * GAMMA)
-        p_lo[j] *= scale_lo[j] * np.float64(low24(x)) + offset_lo[j]
-        p_hi[j] *= scale_hi[j] * np.float64(high24(x)) + offset_hi[j]
+        lo, hi = np.float64(low24(x)), np.float64(high24(x))
+        p_lo[j] *= lo + 1.0 if t_lo[j] > 0.5 else TOP - lo
+        p_hi[j] *= hi + 1.0 if t_hi[j] > 0.5 else TOP - hi
     for j in range(p_hi.shape[0], p_lo.shape[0]):
-        x = mix(base + np.uint64(j0 + j) * GAMMA)
-        p_lo[j] *= scale_lo[j] * np.float64(low24(x)) + offset_lo[j]
+        lo = np.float64(low24(mix(base + np.uint64(j0 + j) * GAMMA)))
+        p_lo[j] *= lo + 1.0 if t_lo[j] > 0.5 else TOP - lo
 
 
 @numba.njit(cache=True)
-def reflected_products(key, start, W, row0, rows, scale, offset, out):
+def reflected_products(key, start, W, row0, rows, theta, out):
     """out[g, i] = the product over rows row0 + g G, ..., row0 + g G + G - 1 (G = ``R0_GROUP``;
-    the last group holds what is left of the ``rows`` rows) of v = scale[i] m + offset[i], the
-    reflected value of :func:`pbscale.methods.samplers.copula_reflection` (in [1, 2^24]), in
-    float64, rows in order; out (ceil(rows / G), d)."""
+    the last group holds what is left of the ``rows`` rows) of the reflected value v of
+    :func:`pbscale.methods.samplers.copula_reflection` at theta[i] (in [1, 2^24]), in float64,
+    rows in order; out (ceil(rows / G), d)."""
     d = out.shape[1]
     out[:] = 1.0
     for j0 in range(0, W, BLOCK):
@@ -124,16 +129,17 @@ def reflected_products(key, start, W, row0, rows, scale, offset, out):
         for r in range(rows):
             g = r // R0_GROUP
             base = row_base(key, start, W, row0 + r)
-            _products(base, j0, scale[j0:j1], offset[j0:j1], scale[h0:h1], offset[h0:h1],
-                      out[g, j0:j1], out[g, h0:h1])
+            _products(base, j0, theta[j0:j1], theta[h0:h1], out[g, j0:j1], out[g, h0:h1])
 
 
-def copula_log_sum(key: np.uint64, start: int, d: int, n: int, scale: np.ndarray,
-                   offset: np.ndarray, groups_per_call: int = 16) -> torch.Tensor:
-    """sum over the n rows of a draw (starting at word ``start``) of log v_s, (d,) float64:
+def copula_log_sum(key: np.uint64, start: int, n: int, theta: np.ndarray,
+                   groups_per_call: int = 16) -> np.ndarray:
+    """sum over the n rows of a draw (starting at word ``start``) of log v_s, (d,) float64, v_s
+    the reflected values at theta (d,):
     products of ``R0_GROUP`` consecutive rows in float64, their logs summed group after group
     (:func:`pbscale.methods.samplers.copula_log_sum_reference` on the drawn values, bit for bit);
     memory O(groups_per_call d), flat in n."""
+    d = theta.shape[0]
     W = words_per_row(d)
     total = np.zeros(d, dtype=np.float64)
     per_call = groups_per_call * R0_GROUP
@@ -141,9 +147,9 @@ def copula_log_sum(key: np.uint64, start: int, d: int, n: int, scale: np.ndarray
         rows = min(per_call, n - r0)
         out = np.empty((-(-rows // R0_GROUP), d), dtype=np.float64)
         reflected_products(key, np.int64(start), np.int64(W), np.int64(r0), np.int64(rows),
-                           scale, offset, out)
+                           theta, out)
         log_of_products(out, total)
-    return torch.from_numpy(total)
+    return total
 
 
 @numba.njit(cache=True)
@@ -185,14 +191,72 @@ def law_rule(law: str, theta: torch.Tensor, n: int) -> LawRule:
     raise ValueError(f"no fused rule for the sampling law {law!r}")
 
 
-def copula_thresholds(theta: torch.Tensor, n: int, key: np.uint64, start: int) -> np.ndarray:
+def copula_thresholds(theta: np.ndarray, levels: np.ndarray, n: int, key: np.uint64,
+                      start: int) -> np.ndarray:
     """ARMS's integer bounds (d,) int64 for the n rows of the draw at word ``start``: z~_s =
     1[m_s >= bound] (:func:`pbscale.methods.samplers.copula_bounds` of R_0 = 24 n ln 2 -
-    sum_s log v_s, :func:`copula_log_sum`)."""
-    scale, offset = copula_reflection(theta.detach().reshape(-1))
-    log_sum = copula_log_sum(key, start, theta.numel(), n, scale.numpy(), offset.numpy())
-    r0 = 24 * n * np.log(2.0) - log_sum
-    return copula_bounds(theta.reshape(-1), n, r0).long().numpy()
+    sum_s log v_s, :func:`copula_log_sum`), from theta (d,) and its levels
+    (:func:`pbscale.methods.copula_kernels.copula_levels`)."""
+    r0 = r0_offset(n) - copula_log_sum(key, start, n, theta)
+    return bounds_from_levels(theta, levels, r0)
+
+
+@numba.njit(cache=True, error_model="numpy")
+def _finish(wz, zs, centered, center, sw, k, norm, bits, a, b, out):
+    """out = (expand(w) b + s a) / norm (/ (1 - bits), per bit, where bits is not empty): the
+    linear form of :meth:`pbexact.estimators.LinearEstimate.finish` on affine sums, with w =
+    wz - center zs and s = sw - center k in float64 (``centered``; else wz and sw) rounded to
+    the scores' dtype, then every operation in that dtype in the order of
+    :meth:`pbexact.estimators.SampleSums.centered` and ``LinearEstimate._scale``. wz, zs (d,)
+    float64; a, b, out (P,) with P = d times the logits per bit, laid out as
+    :meth:`pbexact.parametrizations.Parametrization.expand` repeats a bit's value. IEEE
+    division (numpy's error model: x / 0 is inf, as in torch, and the loops vectorize)."""
+    d = wz.shape[0]
+    tmp = np.empty_like(out[:1])
+    tmp[0] = sw - center * k if centered else sw
+    s = tmp[0]
+    tmp[0] = norm
+    nm = tmp[0]
+    tmp[0] = 1.0
+    one = tmp[0]
+    wide = np.empty_like(out[:d])
+    for i in range(d):
+        wide[i] = wz[i] - center * zs[i] if centered else wz[i]
+    for j in range(out.shape[0] // d):
+        o = j * d
+        if bits.shape[0]:
+            for i in range(d):
+                out[o + i] = (wide[i] * b[o + i] + s * a[o + i]) / nm / (one - bits[i])
+        else:
+            for i in range(d):
+                out[o + i] = (wide[i] * b[o + i] + s * a[o + i]) / nm
+
+
+def fused_estimate(sums: SampleSums, spec: EstimatorSpec, bits: torch.Tensor | None,
+                   param: Parametrization) -> torch.Tensor:
+    """The estimate (P,) of :meth:`pbexact.estimators.SampleSums.estimate` with the constant
+    ``param.expand(bits)`` (``bits``: the estimator's per-bit constant (d,), rho; None: it has
+    none), bit for bit: from the sums' affine bit sums by one kernel pass (:func:`_finish`:
+    no (P,) temporaries) where they are pending, the form has no baseline and the
+    parametrization expands by repetition; else by ``sums.estimate``."""
+    form = spec.linear(sums.count, sums.sum_j, None if bits is None else bits, check=False)
+    pending = sums.bit_sums()
+    plain_expand = type(param).expand is Parametrization.expand
+    if pending is None or not plain_expand or not _is_zero(form.baseline):
+        return sums.estimate(spec, None if bits is None else param.expand(bits))
+    a, b, _, wz, zs, sw, k = pending
+    center = form.center
+    centered = not _is_zero(center)
+    out = torch.empty_like(a)
+    no_bits = np.zeros(0, dtype=a.numpy().dtype)
+    _finish(wz.numpy(), zs.numpy(), centered, float(center) if centered else 0.0, float(sw),
+            k, form.norm, no_bits if bits is None else bits.numpy(), a.numpy(), b.numpy(),
+            out.numpy())
+    return out
+
+
+def _is_zero(x: Any) -> bool:
+    return isinstance(x, float) and x == 0.0
 
 
 _BUFFERS: dict = {}
@@ -220,19 +284,30 @@ def fused_gradient(f: Any, r: torch.Tensor, param: Parametrization, spec: Estima
                    stream: CounterStream, chunk: int, shard: Any = None,
                    keep_masks: bool = True) -> tuple[SampleSums, Any, torch.Tensor]:
     """The step's sums of :func:`pbscale.methods.mc.mc_gradient` on the CPU from ``stream``:
-    (sums, extra, total J (float64)), the sums those of the unfused path on the same samples.
+    (sums, bits, total J (float64)), the sums those of the unfused path on the same samples and
+    bits the estimator's per-bit constant (d,) (rho; None where it has none), which
+    :func:`fused_estimate` finishes them with.
     r (P,) on the CPU; chunk k (whole pairs for the antithetic law); ``shard``: this rank's rows
     of each chunk only (the copula's R_0 from all n rows); ``keep_masks``: f may keep the masks
     it is given (autograd of joint training), so each chunk gets fresh memory."""
     theta = param.theta(r)
     d = theta.shape[-1]
-    # the constant (rho) in numpy: the same definition, faster float transcendentals and where
-    extra = spec.constant_of(theta.numpy(), n, param)
-    if extra is not None:
-        extra = torch.from_numpy(np.asarray(extra, dtype=theta.numpy().dtype))
+    th = theta.numpy()
+    levels = None
+    if spec.law == "copula":  # the levels of the bounds, before the draw
+        levels = copula_levels(th, n)
+    bits = None  # the per-bit constant (rho), expanded to the logits only by a fallback
+    if spec.constant == "rho":
+        # ARMS's by the fused kernels (pbexact's values); DisARM's in numpy (faster
+        # transcendentals and where than torch)
+        rho = arms_rho(th, n) if spec.law == "copula" else spec.correlation(th, n)
+        bits = torch.from_numpy(np.asarray(rho, dtype=th.dtype))
+    elif spec.constant is not None:
+        raise PBInputError(f"{spec.text}: pbscale's MC step has no constant {spec.constant!r}")
     rule = law_rule(spec.law, theta, n)
     start = stream.take(rule.rows, d)
-    thr = rule.thr if rule.thr is not None else copula_thresholds(theta, n, stream.key, start)
+    thr = (rule.thr if rule.thr is not None
+           else copula_thresholds(th, levels, n, stream.key, start))
     key, W = stream.key, np.int64(words_per_row(d))
     whole = spec.law == "antithetic"
     sums = SampleSums(pairs=spec.center == "pair")
@@ -270,4 +345,4 @@ def fused_gradient(f: Any, r: torch.Tensor, param: Parametrization, spec: Estima
         Jd = J.double()
         sums.add_bit_sums(Jd, torch.from_numpy(wz), torch.from_numpy(zs),
                           sums.weights(Jd).sum(-1), a, b, param)
-    return sums, extra, J.double().sum()
+    return sums, bits, J.double().sum()

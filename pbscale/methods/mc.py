@@ -27,7 +27,7 @@ from pbscale.runs.contracts import BatchedLoss
 
 from .counter_stream import CounterStream
 from .estimate import Estimate, surrogate_loss
-from .fused import fused_gradient
+from .fused import fused_estimate, fused_gradient
 from .registry import MC_GAMMA, MC_MILESTONES, MC_START, Capabilities, register
 from .samplers import SAMPLERS, PerRunSampler
 from .trainer import Gradient, LogitsFamily, StepArgs
@@ -72,8 +72,9 @@ def mc_gradient(f: BatchedLoss, r: torch.Tensor, param: Parametrization, estimat
         chunk = max(2, chunk - chunk % 2)
     lead = tuple(r.shape[:-1])
     with torch.no_grad():
-        if (fused and sampler is None and isinstance(generator, CounterStream) and not lead
-                and r.device.type == "cpu"):
+        use_fused = (fused and sampler is None and isinstance(generator, CounterStream)
+                     and not lead and r.device.type == "cpu")
+        if use_fused:
             sums, extra, total = fused_gradient(f, r.detach(), param, spec, n, generator, chunk,
                                                 shard, keep_masks)
         else:
@@ -83,6 +84,8 @@ def mc_gradient(f: BatchedLoss, r: torch.Tensor, param: Parametrization, estimat
             _reduce_sums(sums, shard, r)
             total = sums.sum_j
         loss = float(total) / n if not lead else total.cpu() / n  # the step's one read-back
+        if use_fused:  # extra: the per-bit constant; the linear form in one kernel pass
+            return Estimate(fused_estimate(sums, spec, extra, param), loss)
         return Estimate(sums.estimate(spec, extra), loss)
 
 

@@ -192,7 +192,7 @@ class Capabilities:
     Evaluation and pruning: ``eval_sampled`` (evaluated by the best of sampled masks; else its
     deterministic mask), ``also_sampled`` (also reports the best of ``--eval-masks`` sampled
     masks, ``sampled_*`` metrics), ``rescale`` (pruning rescales its weights dynamically,
-    :func:`pbscale.forward.masks.rescaled_weight`), ``mask_schedule`` ((milestones, gamma) of its
+    :func:`pbscale.forward.rescale.rescaled_weight`), ``mask_schedule`` ((milestones, gamma) of its
     logits' step decay), ``joint_warmup`` (fraction of a joint run's epochs trained dense
     first), ``dense_weights`` (trains the weights in supermask mode too) and ``prune_param``
     (its parametrization when ``--param`` is left out)."""

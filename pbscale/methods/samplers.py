@@ -10,13 +10,13 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import numba
 import numpy as np
 import torch
 
 from pbexact.copula import branch_side, branch_threshold
 from pbexact.errors import PBInputError, check_n, format_bytes
 
+from .copula_kernels import bounds_from_levels, copula_levels
 from .counter_stream import BITS, CounterStream
 
 # ---------------------------------------------------------------------------------------------
@@ -102,6 +102,12 @@ def uniform_bits24(shape: tuple[int, ...], generator: torch.Generator | CounterS
 R0_GROUP = 40
 
 
+def r0_offset(n: int) -> float:
+    """24 n ln 2, the part of R_0 = sum_s -log(v_s / 2^24) = 24 n ln 2 - sum_s log v_s that does
+    not depend on the draw (the one rounding both the sampler and the fused step take)."""
+    return 24 * n * math.log(2.0)
+
+
 def copula_reflection(theta: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(scale, offset), float64 of theta's shape, with the reflected value v = scale m + offset
     of a 24-bit value m: m + 1 where theta > 1/2, 2^24 - m elsewhere (in [1, 2^24]), so that
@@ -138,28 +144,17 @@ def copula_log_sum_reference(v: torch.Tensor) -> torch.Tensor:
     return torch.from_numpy(total)
 
 
-@numba.njit(cache=True)
-def _bounds(theta, e, out):
-    """out[i] = the integer bound of :func:`copula_bounds` from theta and e = exp(-c R_0)."""
-    top = float(1 << BITS)
-    for i in range(theta.shape[0]):
-        t = theta[i]
-        ei = e[i] if min(t, 1.0 - t) > 0 else 0.0
-        b = np.ceil(top * ei - 1.0) if t > 0.5 else np.ceil(top - top * ei)
-        out[i] = min(max(b, 0.0), top)
-
-
 def copula_bounds(theta: torch.Tensor, n: int, r0: torch.Tensor) -> torch.Tensor:
     """The integer bound (float64 (d,) for theta (d,), in [0, 2^24]) with z~ = 1[m >= bound] for
     ARMS's n samples whose exponentials sum to R_0 = ``r0`` (`alg:orig_arms`, `alg:iter_dir`):
-    with c = 1 - m_b^(1/(n-1)) (:func:`pbexact.copula.branch_threshold`, in numpy), theta > 1/2:
+    with c = 1 - m_b^(1/(n-1)) (:func:`pbexact.copula.branch_threshold`), theta > 1/2:
     m + 1 >= 2^24 exp(-c R_0); otherwise 2^24 - m <= 2^24 exp(-c R_0). theta 0 or 1: exp(-c R_0)
-    is taken as 0, so the bound is 2^24 (never) resp. 0 (always)."""
-    t = theta.detach().double().reshape(-1).numpy()
-    c = branch_threshold(branch_side(t)[1], n)
-    c *= -r0.double().reshape(-1).numpy()
-    out = np.empty_like(t)
-    _bounds(t, np.exp(c), out)
+    is taken as 0, so the bound is 2^24 (never) resp. 0 (always). Computed by
+    :mod:`pbscale.methods.copula_kernels` (:func:`copula_levels`, :func:`bounds_from_levels`),
+    the kernels the fused CPU step calls."""
+    t = theta.detach().reshape(-1).cpu().numpy()
+    r = r0.detach().double().reshape(-1).cpu().numpy()
+    out = bounds_from_levels(t, copula_levels(t, n), r).astype(np.float64)
     return torch.from_numpy(out).reshape(theta.shape)
 
 
@@ -232,7 +227,7 @@ class CopulaSampler:
         (:func:`copula_log_sum_reference`), then the bound per coordinate
         (:func:`copula_bounds`)."""
         v = torch.addcmul(self._offset, self._scale, m.double())
-        self._r0 = 24 * self.n * math.log(2.0) - copula_log_sum_reference(v)
+        self._r0 = r0_offset(self.n) - copula_log_sum_reference(v)
         self._bound = copula_bounds(self.theta.detach().reshape(-1), self.n, self._r0).to(m.dtype)
 
     def _draw_ints(self, k: int, bits: bool) -> torch.Tensor:

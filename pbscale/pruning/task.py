@@ -14,7 +14,8 @@ from torch import nn
 
 from pbscale.execution import distributed
 from pbscale.forward.folded import PerMaskLoss
-from pbscale.forward.masks import MaskedModule, plain_weight, rescaled_weight
+from pbscale.forward.masks import MaskedModule, plain_weight
+from pbscale.forward.rescale import rescaled_weight
 from pbscale.nets import data as datamod
 from pbscale.nets.network import NetworkSource, masked_names, network_id, short_name, source_for
 from pbscale.nets.objectives import Objective
