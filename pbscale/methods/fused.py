@@ -40,6 +40,7 @@ from pbexact.parametrizations import Parametrization
 
 from .copula_kernels import TOP, arms_rho, bounds_from_levels, copula_levels
 from .counter_stream import GAMMA, CounterStream, high24, low24, mix, row_base, words_per_row
+from .param_kernels import fast_affine_score, fast_theta
 from .samplers import R0_GROUP, log_of_products, r0_offset
 
 #: Words per block of a kernel pass: the per-bit sums of 2 x 2048 weights (64 KiB) stay in L2.
@@ -290,7 +291,8 @@ def fused_gradient(f: Any, r: torch.Tensor, param: Parametrization, spec: Estima
     r (P,) on the CPU; chunk k (whole pairs for the antithetic law); ``shard``: this rank's rows
     of each chunk only (the copula's R_0 from all n rows); ``keep_masks``: f may keep the masks
     it is given (autograd of joint training), so each chunk gets fresh memory."""
-    theta = param.theta(r)
+    theta = fast_theta(param, r)  # escort's kernel, else pbexact's code
+    theta = param.theta(r) if theta is None else theta
     d = theta.shape[-1]
     th = theta.numpy()
     levels = None
@@ -340,7 +342,8 @@ def fused_gradient(f: Any, r: torch.Tensor, param: Parametrization, spec: Estima
     chunk_pass(key, np.int64(start), W, no_rows, no_rows, thr, rule.invert,
                bufs[0][:0].numpy(), prev, weights, wz, zs)
     J = torch.cat(losses) if losses else torch.zeros(0, dtype=r.dtype)
-    a, b = param.affine_score(r, theta)
+    ab = fast_affine_score(param, r, theta)
+    a, b = param.affine_score(r, theta) if ab is None else ab
     if len(J):
         Jd = J.double()
         sums.add_bit_sums(Jd, torch.from_numpy(wz), torch.from_numpy(zs),

@@ -327,7 +327,9 @@ class MaskTrainer:
         direct parametrization's clamp to [eps, 1 - eps])."""
         self.opt.step()
         with torch.no_grad():
-            self.r.copy_(self.param.project(self.r))
+            projected = self.param.project(self.r)
+            if projected is not self.r:  # only direct clamps; the others return r itself
+                self.r.copy_(projected)
         self.step_count += 1
 
     def step(self, f: BatchedLoss) -> float:
