@@ -71,6 +71,12 @@ def test_bounds_are_the_formula_bit_for_bit(dtype, n):
     via = copula_bounds(torch.from_numpy(theta), n, torch.from_numpy(r0))
     assert np.array_equal(via.numpy().astype(np.int64), want)
     assert 0 < (want == 0).sum() and 0 < (want == 1 << 24).sum()  # both ends are met
+    # the fused step's entry: R_0 = 24 n ln 2 - sum log v, never formed
+    offset = 24 * n * np.log(2.0)
+    log_sum = rng.uniform(0, offset, theta.shape[0])
+    assert np.array_equal(K.bounds_from_log_sum(theta, K.copula_levels(theta, n), offset,
+                                                log_sum),
+                          _bounds_definition(theta, n, offset - log_sum))
 
 
 def test_levels_are_branch_threshold_inside_and_unread_outside():

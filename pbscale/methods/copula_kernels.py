@@ -123,6 +123,13 @@ def _exponent(levels, r0, out):
 
 
 @numba.njit(cache=True)
+def _exponent_of_sum(levels, offset, log_sum, out):
+    """out = L (offset - log_sum): :func:`_exponent` of R_0 = offset - log_sum, one pass."""
+    for i in range(levels.shape[0]):
+        out[i] = levels[i] * (offset - log_sum[i])
+
+
+@numba.njit(cache=True)
 def _int_bounds(theta, e, out):
     """out[i] = the integer bound of :func:`bounds_from_levels` from theta and e = exp(-c R_0),
     int64 in [0, 2^24]."""
@@ -141,6 +148,20 @@ def bounds_from_levels(theta: np.ndarray, levels: np.ndarray, r0: np.ndarray) ->
     taken as 0, so the bound is 2^24 (never) resp. 0 (always)."""
     e = np.empty(theta.shape[0], dtype=np.float64)
     _exponent(levels, r0, e)
+    return _bounds_of_exponent(theta, e)
+
+
+def bounds_from_log_sum(theta: np.ndarray, levels: np.ndarray, offset: float,
+                        log_sum: np.ndarray) -> np.ndarray:
+    """:func:`bounds_from_levels` with R_0 = offset - log_sum (offset = 24 n ln 2, log_sum =
+    sum_s log v_s (d,) float64), R_0 never formed (the same values)."""
+    e = np.empty(theta.shape[0], dtype=np.float64)
+    _exponent_of_sum(levels, offset, log_sum, e)
+    return _bounds_of_exponent(theta, e)
+
+
+def _bounds_of_exponent(theta: np.ndarray, e: np.ndarray) -> np.ndarray:
+    """The bounds from the exponents e = -c R_0 (exp taken in place)."""
     with np.errstate(over="ignore", invalid="ignore"):
         np.exp(e, out=e)
     out = np.empty(theta.shape[0], dtype=np.int64)

@@ -38,7 +38,7 @@ from pbexact.errors import PBInputError
 from pbexact.estimators import EstimatorSpec, SampleSums
 from pbexact.parametrizations import Parametrization
 
-from .copula_kernels import TOP, arms_rho, bounds_from_levels, copula_levels
+from .copula_kernels import TOP, arms_rho, bounds_from_log_sum, copula_levels
 from .counter_stream import GAMMA, CounterStream, high24, low24, mix, row_base, words_per_row
 from .param_kernels import fast_affine_score, fast_theta
 from .samplers import R0_GROUP, log_of_products, r0_offset
@@ -198,8 +198,7 @@ def copula_thresholds(theta: np.ndarray, levels: np.ndarray, n: int, key: np.uin
     1[m_s >= bound] (:func:`pbscale.methods.samplers.copula_bounds` of R_0 = 24 n ln 2 -
     sum_s log v_s, :func:`copula_log_sum`), from theta (d,) and its levels
     (:func:`pbscale.methods.copula_kernels.copula_levels`)."""
-    r0 = r0_offset(n) - copula_log_sum(key, start, n, theta)
-    return bounds_from_levels(theta, levels, r0)
+    return bounds_from_log_sum(theta, levels, r0_offset(n), copula_log_sum(key, start, n, theta))
 
 
 @numba.njit(cache=True, error_model="numpy")

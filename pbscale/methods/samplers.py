@@ -121,10 +121,12 @@ def copula_reflection(theta: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def log_of_products(prods: np.ndarray, total: np.ndarray) -> None:
-    """total += log prods[g] for the rows g of prods (groups, d) float64, one after another:
+    """total += log prods[g] for the rows g of prods (groups, d) float64 (overwritten by its
+    logs), one after another:
     numpy's log (a third of torch's float64 CPU log here), the one both the copula sampler's
     reference and the fused kernel's R_0 take."""
-    for row in np.log(prods):
+    np.log(prods, out=prods)  # in place: the caller's scratch
+    for row in prods:
         total += row
 
 
