@@ -99,3 +99,23 @@ def test_a_wrong_rho_is_caught():
         wrong = want.astype(np.float64) + (m * m - (m * m).astype(np.float32)) / (
             theta.astype(np.float64) * (1 - theta))
     assert not _same(want, wrong.astype(np.float32))
+
+
+@pytest.mark.parametrize("n", [1, 2, 40, 41, 100, 700])
+def test_the_fused_log_sum_is_the_references_bit_for_bit(n):
+    """copula_log_sum (the R_0 pass: products of 40 rows, their logs summed group by group; one
+    group's log returned as the sum) against copula_log_sum_reference on the same drawn rows,
+    below, at and beyond one group and one call of 16 groups."""
+    from pbscale.methods.counter_stream import CounterStream, stream_values
+    from pbscale.methods.fused import copula_log_sum
+    from pbscale.methods.samplers import copula_log_sum_reference, copula_reflection
+
+    d = 301
+    theta = _thetas(np.float32)[:d]
+    stream = CounterStream(4)
+    start = stream.take(n, d)
+    m = stream_values(stream.key, start, d, n, dtype=torch.float64)
+    scale, offset = copula_reflection(torch.from_numpy(theta))
+    want = copula_log_sum_reference(offset + scale * m).numpy()
+    got = copula_log_sum(stream.key, start, n, theta)
+    assert np.array_equal(got, want)

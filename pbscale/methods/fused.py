@@ -142,6 +142,11 @@ def copula_log_sum(key: np.uint64, start: int, n: int, theta: np.ndarray,
     memory O(groups_per_call d), flat in n."""
     d = theta.shape[0]
     W = words_per_row(d)
+    if n <= R0_GROUP:  # one group: its log is the sum (0 + x = x for the logs, all >= 0)
+        out = np.empty((1, d), dtype=np.float64)
+        reflected_products(key, np.int64(start), np.int64(W), np.int64(0), np.int64(n), theta,
+                           out)
+        return np.log(out[0], out=out[0])
     total = np.zeros(d, dtype=np.float64)
     per_call = groups_per_call * R0_GROUP
     for r0 in range(0, n, per_call):
