@@ -14,7 +14,9 @@ floating-point operations on the same values in the same order, only fused into 
   min(theta, 1 - theta) in float64 (:func:`pbexact.copula.branch_side`), formed once per step,
   before the draw;
 * :func:`bounds_from_levels` is the integer bound of ARMS's samples from those levels and R_0
-  (what :func:`pbscale.methods.samplers.copula_bounds` returns, which calls it).
+  (what :func:`pbscale.methods.samplers.copula_bounds` returns, which calls it), and
+  :func:`bounds_from_log_sum` the same from 24 n ln 2 and the sum of logs, R_0 never formed
+  (the fused step's entry).
 """
 
 from __future__ import annotations
