@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 from pbscale.forward.masks import MaskedModule
+from pbscale.forward.mlp import MlpInplace
 from pbscale.forward.rescale import HOOK_WRITERS, rescaled_weight, write_rescaled
 
 SHAPES = [(300, 784), (100, 300), (10, 100), (7,), (3, 5, 5)]
@@ -52,9 +53,9 @@ def test_the_writer_declines_what_it_cannot_do_exactly():
 
 
 def test_a_rescaled_pruning_forward_through_the_writer_equals_the_hooks_path():
-    """The in-place MLP path (writer) against the same masks through the hook and its
-    concatenation (soft-valued copies force the hook's path: exactly representable values, so
-    the two differ only in which code formed the weights)."""
+    """The in-place MLP path's writer against the same masks through the hook and its
+    concatenation (:meth:`MlpWeights.hooked`), and a whole forward against one whose hook has no
+    writer (a wrapper of the same function: the hook's path)."""
     torch.manual_seed(0)
     net = nn.Sequential(nn.Linear(20, 16), nn.ReLU(), nn.Linear(16, 8), nn.ReLU(),
                         nn.Linear(8, 3))
@@ -64,9 +65,9 @@ def test_a_rescaled_pruning_forward_through_the_writer_equals_the_hooks_path():
     with torch.no_grad():
         fast = layout.forward(z, x)
         backend = layout.backend(z, x)
-        ref = backend.weights.hooked(z) if hasattr(backend, "weights") else None
-        w = backend.workspace("w", z.shape, z) if hasattr(backend, "workspace") else None
-    assert ref is not None and w is not None  # the in-place MLP path was chosen
+        assert isinstance(backend, MlpInplace)  # the in-place MLP path was chosen
+        ref = backend.weights.hooked(z)
+        w = backend.workspace("w", z.shape, z)
     assert backend.weights.write_hooked(z, w) and torch.equal(w, ref)
     with torch.no_grad():
         plain = MaskedModule(net, weight_hook=lambda n, wt, m: rescaled_weight(n, wt, m))

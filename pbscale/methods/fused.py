@@ -244,7 +244,7 @@ def fused_estimate(sums: SampleSums, spec: EstimatorSpec, bits: torch.Tensor | N
     none), bit for bit: from the sums' affine bit sums by one kernel pass (:func:`_finish`:
     no (P,) temporaries) where they are pending, the form has no baseline and the
     parametrization expands by repetition; else by ``sums.estimate``."""
-    form = spec.linear(sums.count, sums.sum_j, None if bits is None else bits, check=False)
+    form = spec.linear(sums.count, sums.sum_j, bits, check=False)
     pending = sums.bit_sums()
     plain_expand = type(param).expand is Parametrization.expand
     if pending is None or not plain_expand or not _is_zero(form.baseline):
