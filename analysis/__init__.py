@@ -6,9 +6,16 @@ The top level holds the commands (each ``python -m analysis.<tool>``) and their 
 its command), then :mod:`analysis.scale` (the claims at scale from run folders). A sub-package
 imports no command (``tests/test_architecture.py``). A module imported from where it was before
 this layout is told its new place in one line (:mod:`pbexact.moved`).
+
+:func:`compare_fronts` (from :mod:`analysis.scale.front_verdict`) is the one comparison of two
+methods' accuracy/sparsity fronts every command uses: ``analysis.compare_fronts(rem_a, acc_a,
+rem_b, acc_b)`` on arrays (seeds, settings).
 """
 
+from analysis.scale.front_verdict import FrontComparison, compare_fronts
 from pbexact.moved import install
+
+__all__ = ["FrontComparison", "compare_fronts"]
 
 #: The modules of analysis that moved into its sub-packages, old name -> new.
 install({

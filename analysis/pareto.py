@@ -24,6 +24,10 @@ most that remaining instead; the console and ``layers.csv`` name the run folders
 does not use is left empty in them (GMP and MP: ``lam``, ``mask_lr``; CP and MC: ``target``;
 dense: all three; :func:`used_settings`).
 
+``--compare A B`` also judges whether series A's front lies above series B's in each model and
+mode both have (:func:`analysis.compare_fronts`: holds, fails, noise or cannot tell, with the
+gap, its interval and the budgets judged) and writes ``compare.csv``.
+
 ``--overlay supermask:cp,joint:gmp`` (or ``--overlay all``, or a mode alone) also draws the chosen
 series of each model on one pair of shared axes, ``overlay_<model>.png``, with the plotted points
 in ``overlay_<model>.csv``: "CP supermask against GMP joint" in one figure.
@@ -45,7 +49,10 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from analysis.cli import run as cli_run
+from analysis.scale.front_verdict import compare_fronts
 from analysis.scale.fronts import pareto_front, seed_text
 from analysis.scale.outputs import Outputs, check_in_folder, check_out, out_folder
 from analysis.scale.run_files import (
@@ -496,6 +503,53 @@ def plot_layers(chosen: dict[str, dict], look: dict[str, dict], title: str) -> A
     return fig
 
 
+#: The columns of compare.csv.
+COMPARE_COLUMNS = ("model", "mode", "a", "b", "verdict", "gap", "ci_low", "ci_high", "allowance",
+                   "detectable", "budget_lo", "budget_hi", "seeds", "reason")
+
+
+def runs_table(runs: Sequence[dict]) -> tuple[np.ndarray, np.ndarray]:
+    """One series' runs as (seeds, settings) arrays of remaining and test accuracy, NaN where a
+    setting was not run with a seed or diverged (rows: the seeds in order)."""
+    keys = sorted({r["key"] for r in runs})
+    seeds = sorted({r["seed"] for r in runs})
+    rem = np.full((len(seeds), len(keys)), np.nan)
+    acc = np.full((len(seeds), len(keys)), np.nan)
+    for r in runs:
+        if r["diverged"] is None:
+            i, j = seeds.index(r["seed"]), keys.index(r["key"])
+            rem[i, j], acc[i, j] = r["remaining"], r["test_acc"]
+    return rem, acc
+
+
+def compare_series(runs: Sequence[dict], a: str, b: str) -> list[dict]:
+    """``--compare A B``: per (model, mode) where both series have runs, the verdict of
+    :func:`analysis.scale.front_verdict.compare_fronts` (seeds paired when both series were run
+    with the same seeds)."""
+    out = []
+    labels = {r["label"] for r in runs}
+    for name in (a, b):
+        if name not in labels:
+            raise PBInputError(f"--compare: no series {name!r} among the runs; choose from "
+                               f"{', '.join(sorted(labels))}")
+    for model, mode in sorted({(r["model"], r["mode"]) for r in runs}):
+        mine = [r for r in runs if (r["model"], r["mode"]) == (model, mode)]
+        ra, rb = ([r for r in mine if r["label"] == x] for x in (a, b))
+        if not ra or not rb:
+            continue
+        same = sorted({r["seed"] for r in ra}) == sorted({r["seed"] for r in rb})
+        c = compare_fronts(*runs_table(ra), *runs_table(rb), paired=same)
+        out.append({"model": model, "mode": mode, "a": a, "b": b, "verdict": c.verdict,
+                    "gap": c.gap, "ci_low": c.ci[0], "ci_high": c.ci[1],
+                    "allowance": c.allowance, "detectable": c.detectable,
+                    "budget_lo": c.budgets[0], "budget_hi": c.budgets[1],
+                    "seeds": c.test.how if c.test is not None else "", "reason": c.reason})
+    if not out:
+        raise PBInputError(f"--compare: {a} and {b} have no runs of one model and mode; choose "
+                           "two series of the same model and mode")
+    return out
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = ArgumentParser(prog="python -m analysis.pareto", description=__doc__.split("\n\n")[0])
     ap.add_argument("runs", nargs="+", help="run folders or folders holding them")
@@ -508,6 +562,11 @@ def build_parser() -> argparse.ArgumentParser:
     pick.add_argument("--layer-max", type=positive_float, default=None,
                       help="per-layer plot: each label's most accurate setting at most this "
                       "remaining instead")
+    ap.add_argument("--compare", nargs=2, default=None, metavar=("A", "B"),
+                    help="also judge whether series A's front lies above series B's (labels as "
+                    "runs.csv names them, e.g. cp arms-escort-n10) in each model and mode both "
+                    "have: holds, fails, noise or cannot tell (analysis.compare_fronts), with "
+                    "compare.csv")
     ap.add_argument("--overlay", type=parse_overlay, default=None, metavar="all|MODE[:LABEL],...",
                     help="also draw the chosen modes or (mode, label) series of each model on "
                     "shared axes, e.g. supermask:cp,joint:gmp or all: overlay_<model>.png with "
@@ -570,6 +629,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                              "remaining_sd", "test_acc", "test_acc_sd", "seeds"], pareto_rows)
     files.csv("layers.csv", ["model", "mode", "label", "run_remaining", "layer", "remaining",
                              "runs"], layer_rows)
+    compared = compare_series(runs, *args.compare) if args.compare else []
+    if compared:
+        files.csv("compare.csv", list(COMPARE_COLUMNS),
+                  [[c[k] for k in COMPARE_COLUMNS] for c in compared])
     overlays = []
     for model in sorted({p["model"] for p in points}) if overlay is not None else ():
         mine = [s for s in overlay if any((p["model"], p["mode"], p["label"]) == (model, *s)
@@ -596,6 +659,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"  overlays: {', '.join(overlays)} (with their CSVs)")
     for g in gone:
         print(f"  every seed diverged: {g}")
+    for c in compared:
+        numbers = (f"gap {c['gap']:+.4f}, 95% CI [{c['ci_low']:+.4f}, {c['ci_high']:+.4f}] with "
+                   f"interpolation allowance {c['allowance']:.4f} at {c['budget_lo']:.2%}.."
+                   f"{c['budget_hi']:.2%} ({c['seeds']}); " if c["seeds"] else "")
+        print(f"  {c['model']} {c['mode']}: does {c['a']} beat {c['b']}? {c['verdict']}: "
+              f"{numbers}{c['reason']}")
     if any(math.isnan(p["test_acc"]) for p in points):
         print("warning: some runs have no test accuracy (nan)")
     return 0

@@ -212,10 +212,11 @@ def test_agreement_shows_robustness_and_every_sub_verdict_on_its_own_line(tmp_pa
         assert reading.title in md and f"reading_{reading.key}" in rows[0]
     by = {r["claim"]: r for r in rows}
     # regression rows: no front reading acts on them (their numbers do not change: n/a); the
-    # front rows are read again with step fronts
-    for key in ("floor_0.5", "step", "grid", "pooled"):
+    # front rows are read again with seeds not paired
+    for key in ("floor_0.5", "safety_2", "safety_4", "pooled"):
         assert by["reg_reinforce_much_worse"][f"reading_{key}"] == "n/a", key
-    assert by["joint_cp_best"]["reading_step"] == "holds"
+    assert by["joint_cp_best"]["reading_pooled"] == "holds"
+    assert by["joint_cp_best"]["family_wise"] == "holds"
     for part in ("MC", "MP", "GMP"):
         assert any(line.startswith(f"| 5 | {part} | holds | CP - {part} accuracy")
                    for line in md.splitlines()), part
@@ -268,7 +269,7 @@ def test_compare_answers_a_against_b_on_ones_own_runs(tmp_path, capsys):
     assert lines[1].startswith("cp sgd = ") and "joint: cp sgd (6 runs)" in lines[1]
     joint = lines.index(next(x for x in lines if x.startswith("joint: ")))
     assert lines[joint].startswith("joint: holds, robust")
-    assert "cp sgd - gmp accuracy over remaining" in lines[joint + 1]
+    assert "cp sgd - gmp accuracy at matched budgets" in lines[joint + 1]
     assert not (tmp_path / "results").exists()  # writes nothing
     assert S.main(["--runs", str(tmp_path / "runs"), "--compare", "gmp", "cp sgd"]) == 0
     assert any(x.startswith("joint: fails") for x in capsys.readouterr().out.splitlines())

@@ -19,7 +19,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from analysis.microworld.claims import FAILS, HOLDS, NOISE, Verdict, Z
-from analysis.scale.fronts import FALLBACK_SD, better_front, front, useful
+from analysis.scale.front_verdict import SAFETY
+from analysis.scale.fronts import better_front, front, useful
 from analysis.scale.gap_test import LEVEL, MUCH_ACC, POWER
 from analysis.scale.regression import (
     CP,
@@ -71,7 +72,6 @@ def _mc_pair(key: str, a: str, b: str, label_a: str, label_b: str,
     that a difference of learning rates is not read as one of ``key``."""
     def evaluate(records: Sequence[RunRecord], reading: Reading = AS_REPORTED) -> Verdict:
         mc = select(records, "supermask", samples=True)
-        pool = select(records, "supermask")
         parts = []
         for n in ns(mc):
             ra = select(mc, "supermask", n=n, **{key: a})
@@ -79,8 +79,7 @@ def _mc_pair(key: str, a: str, b: str, label_a: str, label_b: str,
             if not (ra and rb):
                 continue
             parts.append((f"n={n}", better_front(ra, rb, f"{label_a} n={n}",
-                                                 f"{label_b} n={n}", reading=reading,
-                                                 pool=pool)))
+                                                 f"{label_b} n={n}", reading=reading)))
             if not matched_lr:
                 continue
             shared = sorted({r.get("mask_lr") for r in ra} & {r.get("mask_lr") for r in rb})
@@ -89,7 +88,7 @@ def _mc_pair(key: str, a: str, b: str, label_a: str, label_b: str,
             for lr in shared:
                 la, lb = (select(g, "supermask", mask_lr=lr) for g in (ra, rb))
                 v = better_front(la, lb, f"{label_a} n={n} lr {lr:g}",
-                                 f"{label_b} n={n} lr {lr:g}", reading=reading, pool=pool)
+                                 f"{label_b} n={n} lr {lr:g}", reading=reading)
                 if v.outcome != MISSING:  # a side below the floor at this lr: not compared
                     parts.append((f"n={n}, lr {lr:g}", v))
         return combine(parts) if parts else Verdict(
@@ -100,9 +99,8 @@ def _mc_pair(key: str, a: str, b: str, label_a: str, label_b: str,
 def _supermask_cp_mc(records: Sequence[RunRecord], reading: Reading = AS_REPORTED) -> Verdict:
     cp = select(records, "supermask", method=CP)
     mc = select(records, "supermask", samples=True)
-    pool = select(records, "supermask")
     parts = [(f"n={n}", better_front(cp, select(mc, "supermask", n=n), "CP", f"MC n={n}",
-                                     reading=reading, pool=pool))
+                                     reading=reading))
              for n in ns(mc)]
     if 100 not in ns(mc):
         parts.append(("n=100", Verdict(MISSING, "no MC run with n = 100", {})))
@@ -113,8 +111,7 @@ def _cp_optimizers(experiment: str, better: str, worse: str) -> Evaluate:
     def evaluate(records: Sequence[RunRecord], reading: Reading = AS_REPORTED) -> Verdict:
         a = select(records, experiment, method=CP, mask_opt=better)
         b = select(records, experiment, method=CP, mask_opt=worse)
-        return better_front(a, b, f"CP {better}", f"CP {worse}", much=True, reading=reading,
-                            pool=select(records, experiment))
+        return better_front(a, b, f"CP {better}", f"CP {worse}", much=True, reading=reading)
     return evaluate
 
 
@@ -127,9 +124,8 @@ JOINT_OPPONENTS = (("MC", {"samples": True}), ("MP", {"method": "mp"}),
 
 def _joint_cp_best(records: Sequence[RunRecord], reading: Reading = AS_REPORTED) -> Verdict:
     cp = select(records, "joint", method=CP)
-    pool = select(records, "joint")
     return combine([(name, better_front(cp, select(records, "joint", **want), "CP", name,
-                                        reading=reading, pool=pool))
+                                        reading=reading))
                     for name, want in JOINT_OPPONENTS])
 
 
@@ -256,7 +252,7 @@ def _beyond_vs_cp(method: str, label: str) -> Evaluate:
     def evaluate(records: Sequence[RunRecord], reading: Reading = AS_REPORTED) -> Verdict:
         return better_front(select(records, "supermask", method=method),
                             select(records, "supermask", method=CP), label, "CP",
-                            reading=reading, pool=select(records, "supermask"))
+                            reading=reading)
     return evaluate
 
 
@@ -283,12 +279,13 @@ def finished_only(evaluate: Evaluate) -> Evaluate:
     return only
 
 
-_FRONT = ("each seed's Pareto front (test accuracy against remaining, interpolated in log "
-          "remaining) averaged over the common range in log remaining (from the largest sparsest "
-          f"point with accuracy >= {ACC_FLOOR:g} to the largest densest point), the gap paired "
-          f"by seed; better = its {LEVEL:.0%} t interval above 0 (one-seed designs: fronts of "
-          "seed means, s.e. from the pooled seed s.d. of the settings the gap reads, else "
-          f"{FALLBACK_SD:g}); noise verdicts state the gap detectable at {POWER:.0%} power")
+_FRONT = ("each side's front chosen per seed on its other seeds (medians; a setting below "
+          f"accuracy {ACC_FLOOR:g} is on no front), compared only at the two fronts' runs inside "
+          "the overlap of their spans, a side between two runs read through parabolas with "
+          f"{SAFETY:g} times their disagreement as an interpolation allowance, the gap paired by "
+          f"seed; better = its {LEVEL:.0%} t interval, widened by the allowance, above 0; cannot "
+          "tell where the allowance or a lack of shared budgets leaves the sign open; noise "
+          f"verdicts state the gap detectable at {POWER:.0%} power")
 _REG = f"final validation loss higher by more than {Z:g} combined s.e. over seeds"
 
 

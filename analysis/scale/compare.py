@@ -11,13 +11,16 @@ left out and why.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 
 from analysis.scale.claims import ScaleClaim
-from analysis.scale.fronts import better_front
+from analysis.scale.fronts import better_front, front
 from analysis.scale.robust import judge_claim
 from analysis.scale.run_files import budget_text
 from analysis.scale.runs import (
+    ACC_FLOOR,
+    CANNOT_TELL,
     READINGS,
     Reading,
     RunRecord,
@@ -26,6 +29,7 @@ from analysis.scale.runs import (
     group_label,
     leaves,
     legend_label,
+    points,
 )
 from pbexact.errors import PBInputError
 
@@ -80,14 +84,88 @@ def budgets_lines(ra: Sequence[RunRecord], rb: Sequence[RunRecord], a: str, b: s
     return lines
 
 
+#: Two runs within this factor of each other's remaining fraction are at one budget (the
+#: --lam-target controller's band is 10%).
+SAME_BUDGET = 1.15
+
+
+def _targets(rs: Sequence[RunRecord], floor: float = ACC_FLOOR) -> list[float]:
+    """The remaining fractions of a side's front settings (seed means, accuracy >= floor), two
+    significant digits."""
+    pts = [p for p in front(points(rs)) if p.accuracy >= floor]
+    return sorted({float(f"{p.remaining:.2g}") for p in pts})
+
+
+def _spread(targets: Sequence[float]) -> list[float]:
+    """Targets at least a factor 1.5 apart (the first of each close pair kept)."""
+    out: list[float] = []
+    for t in sorted(targets):
+        if not out or t > 1.5 * out[-1]:
+            out.append(t)
+    return out
+
+
+def command_for(r: RunRecord, target: str, seeds: str) -> str:
+    """A ``python -m pbscale.prune`` line that reruns the setting of run r at the budget
+    ``target`` (a shell word: a number or ``$t``) with ``seeds``: --target for a method that
+    reaches a fraction by construction, else --lam-target from the run's lam."""
+    s = r.settings
+    parts = ["python -m pbscale.prune", f"--model {s.get('model')}", f"--mode {s.get('mode')}",
+             f"--method {r.method}"]
+    for k in sorted(r.info.settings) if r.info is not None else ():
+        if k in ("lam", "target", "chunk") or s.get(k) is None:
+            continue
+        parts.append(f"--{k.replace('_', '-')} {s[k]:g}" if isinstance(s[k], float)
+                     else f"--{k.replace('_', '-')} {s[k]}")
+    for k in ("epochs", "batch_size", "max_batches"):
+        if s.get(k):
+            parts.append(f"--{k.replace('_', '-')} {s[k]}")
+    if s.get("mask_head"):
+        parts.append("--mask-head")
+    uses = r.info.settings if r.info is not None else frozenset()
+    if "target" in uses and "lam" not in uses or r.method in ("mp", "gmp", "edgepopup"):
+        parts.append(f"--target {target}")
+    else:
+        parts.append(f"--lam {s.get('lam', 1e-4):g} --lam-target {target}")
+    parts.append(f"--seeds {seeds}")
+    dataset = s.get("dataset")
+    parts.append("--data FILE.npz" if dataset == "arrays" else "--data-dir DATA_DIR")
+    return " ".join(parts)
+
+
+def matched_budget_lines(ra: Sequence[RunRecord], rb: Sequence[RunRecord], a: str, b: str
+                         ) -> list[str]:
+    """For a comparison that cannot tell: the budgets both sides' fronts name, and for each side
+    the ones it has no run at, as commands to paste (one setting of the side's front, each
+    budget in turn)."""
+    targets = _spread(set(_targets(ra)) | set(_targets(rb)))
+    if not targets:
+        return []
+    lines = ["  cannot tell from these grids: run both sides at the same remaining fractions "
+             f"({', '.join(f'{t:g}' for t in targets)}), then compare again:"]
+    for name, rs in ((a, ra), (b, rb)):
+        have = [r.remaining for r in finished(rs)]
+        need = [t for t in targets
+                if not any(abs(math.log(h / t)) <= math.log(SAME_BUDGET) for h in have if h > 0)]
+        if not need:
+            continue
+        best = max(finished(rs), key=lambda r: (r.accuracy >= ACC_FLOOR, r.accuracy))
+        seeds = sorted({r.seed for r in rs})
+        span = (f"{seeds[0]}-{seeds[-1]}" if len(seeds) > 1 else str(seeds[0] if seeds else 0))
+        lines.append(f"  {name}: for t in {' '.join(f'{t:g}' for t in need)}; do "
+                     f"{command_for(best, '$t', span)}; done")
+    return lines
+
+
 def compare(records: Sequence[RunRecord], a: str, b: str,
             readings: Sequence[Reading] = READINGS) -> list[str]:
     """``--compare A B``: per pruning experiment where both have runs, "A performed better than
     B" by the claims' front statistic, with its robustness, the budgets compared and the runs
     left out."""
-    lines = [f"does {a} beat {b} at matched sparsity? (the claims' front statistic: each seed's "
-             "front interpolated in log remaining, the mean gap over the common range paired by "
-             "seed, its 95% t interval)", coverage(records, a), coverage(records, b)]
+    lines = [f"does {a} beat {b} at matched sparsity? (the claims' front comparison: each side's "
+             "front chosen on its other seeds, compared where both have runs with an "
+             "interpolation allowance, paired by seed, a 95% t interval)",
+             coverage(records, a), coverage(records, b)]
     answered, skipped = False, []
     for exp in PRUNING:
         mine = [r for r in records if r.experiment == exp]
@@ -107,8 +185,7 @@ def compare(records: Sequence[RunRecord], a: str, b: str,
         def evaluate(rs: Sequence[RunRecord], reading: Reading, exp: str = exp
                      ) -> object:
             return better_front([r for r in rs if matches(r, a)],
-                                [r for r in rs if matches(r, b)], a, b, reading=reading,
-                                pool=[r for r in rs if r.experiment == exp])
+                                [r for r in rs if matches(r, b)], a, b, reading=reading)
 
         claim = ScaleClaim("compare", 0, exp, f"{a} performed better than {b}", "", exp,
                            evaluate)
@@ -122,6 +199,8 @@ def compare(records: Sequence[RunRecord], a: str, b: str,
         lines += [f"  {name + ': ' if name else ''}{pv.outcome}: {pv.detail}"
                   for name, pv in leaves(j.verdict)]
         lines += budgets_lines(ra, rb, a, b)
+        if CANNOT_TELL in {pv.outcome for _, pv in leaves(j.verdict)}:
+            lines += matched_budget_lines(ra, rb, a, b)
     lines += skipped
     if not answered:
         have = sorted({g for r in records if r.experiment in PRUNING

@@ -34,7 +34,11 @@ from analysis.scale.run_files import (
 
 #: A claim whose runs are missing.
 MISSING = "no data"
-SCALE_OUTCOMES = (HOLDS, FAILS, NOISE, MISSING)
+#: A front comparison whose designs cannot separate a gap from their own shape (the fronts share
+#: no budget, or the interpolation between grids leaves the sign open:
+#: :func:`analysis.scale.front_verdict.compare_fronts`).
+CANNOT_TELL = "cannot tell"
+SCALE_OUTCOMES = (HOLDS, FAILS, NOISE, CANNOT_TELL, MISSING)
 #: Pruning fronts: points below this test accuracy (ten classes: chance is 0.1; the floor is three
 #: times chance) are not "useful" and do not set the range of remaining fractions two fronts are
 #: compared over. It is set low enough that the committed study's short supermask runs (4 epochs,
@@ -44,29 +48,25 @@ ACC_FLOOR = 0.3
 #: A run whose test accuracy is below this (1.5 times chance for ten classes) has stalled: its
 #: masks never left chance.
 STALLED_ACC = 0.15
-#: A front's mean test accuracy is read exactly (None) or on this many log-spaced budgets (the
-#: first version of the criterion, kept as a reading).
-COARSE_GRID = 25
 
 
 @dataclass(frozen=True)
 class Reading:
     """How the claims read the runs.
 
-    ``acc_floor``: front points below this accuracy do not set the range two fronts are compared
-    over (:func:`analysis.scale.curves.common_range`); ``step``: a front is the best accuracy
-    with at most r weights left (a step function) instead of interpolated in log r; ``grid``:
-    the mean over the range is read at this many log-spaced budgets instead of exactly;
-    ``leave_out``: the claim is judged again without each setting of its experiment in turn
-    (:func:`analysis.scale.robust.judge_claim`); ``pooled``: seeds are not paired across the two
-    methods (Welch's test instead of the paired t); ``balanced``: only the seeds that every
-    setting run with several seeds has (:func:`balanced_seeds`)."""
+    ``acc_floor``: a setting whose median accuracy is below it is on no front
+    (:func:`analysis.scale.front_verdict.compare_fronts`); ``safety``: the interpolation
+    allowance's factor (None: the statistic's
+    :data:`~analysis.scale.front_verdict.SAFETY`); ``leave_out``: the claim is judged again
+    without each setting of its experiment in turn (:func:`analysis.scale.robust.judge_claim`);
+    ``pooled``: seeds are not paired across the two methods (every pair of seeds, the
+    two-sample s.e.); ``balanced``: only the seeds that every setting run with several seeds has
+    (:func:`balanced_seeds`)."""
 
     key: str = "as_reported"
     title: str = "as reported"
     acc_floor: float = ACC_FLOOR
-    step: bool = False
-    grid: int | None = None
+    safety: float | None = None
     leave_out: bool = False
     pooled: bool = False
     balanced: bool = False
@@ -82,8 +82,8 @@ ROBUST_FLOORS = (0.3, 0.5)
 READINGS = (
     *(Reading(f"floor_{f:g}", f"floor {f:g}", acc_floor=f) for f in ROBUST_FLOORS
       if f != ACC_FLOOR),
-    Reading("step", "step fronts", step=True),
-    Reading("grid", f"{COARSE_GRID} budgets", grid=COARSE_GRID),
+    Reading("safety_2", "allowance x2", safety=2.0),
+    Reading("safety_4", "allowance x4", safety=4.0),
     Reading("leave_one_out", "leave one setting out", leave_out=True),
     Reading("pooled", "seeds not paired", pooled=True),
     Reading("balanced", "balanced seeds", balanced=True),
@@ -378,10 +378,12 @@ def points(records: Sequence[RunRecord]) -> list[Point]:
 
 
 def combine(parts: Sequence[tuple[str, Verdict]]) -> ScaleVerdict:
-    """All parts must hold: fails if one fails, else no data if one has none, else noise if one
-    is noise, else holds. The detail lists every part; the parts are kept."""
+    """All parts must hold: fails if one fails, else no data if one has none, else cannot tell if
+    one cannot, else noise if one is noise, else holds. The detail lists every part; the parts
+    are kept."""
     outcomes = [v.outcome for _, v in parts]
     outcome = (FAILS if FAILS in outcomes else MISSING if MISSING in outcomes
+               else CANNOT_TELL if CANNOT_TELL in outcomes
                else NOISE if NOISE in outcomes else HOLDS)
     values = {f"{name}: {k}": x for name, v in parts for k, x in v.values.items()}
     return ScaleVerdict(outcome, " | ".join(f"{name}: {v.outcome}: {v.detail}"

@@ -9,11 +9,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from analysis.scale.claims import SCALE_CLAIMS
+from analysis.scale.family import ALPHA, Family, family_wise
+from analysis.scale.front_verdict import SAFETY
 from analysis.scale.gap_test import LEVEL, POWER
 from analysis.scale.robust import FRAGILE, ROBUST, UNJUDGED, Judged, StudyRow
 from analysis.scale.runs import (
     ACC_FLOOR,
-    COARSE_GRID,
     READINGS,
     SCALE_OUTCOMES,
     RunRecord,
@@ -33,16 +34,16 @@ PAPER_SCALE = {
 }
 #: What each reading changes, for the notes under the tables.
 READING_NOTES = {
-    "floor_0.5": "front points below accuracy 0.5 (the floor's first value) do not set the range "
-                 "two fronts are compared over",
-    "step": "a front is the best accuracy with at most r weights left (a step function), not "
-            "interpolated in log remaining",
-    "grid": f"the fronts are read at {COARSE_GRID} log-spaced budgets, not averaged exactly over "
-            "the range",
+    "floor_0.5": "a setting whose median accuracy is below 0.5 (the floor's first value) is on "
+                 "no front",
+    "safety_2": f"the interpolation allowance at 2 times the parabolas' disagreement instead of "
+                f"{SAFETY:g}",
+    "safety_4": f"the interpolation allowance at 4 times the parabolas' disagreement instead of "
+                f"{SAFETY:g}",
     "leave_one_out": "the row judged again without each setting of its experiment in turn; the "
                      "first outcome that differs, with the settings that change it",
-    "pooled": "the seeds of the two methods are not paired (Welch's test instead of the paired "
-              "t)",
+    "pooled": "the seeds of the two methods are not paired (every pair of seeds, the two-sample "
+              "s.e., instead of the paired t)",
     "balanced": "only the seeds that every setting run with several seeds has",
 }
 NOT_APPLIED = "n/a"
@@ -91,14 +92,16 @@ def reading_cells(j: Judged) -> list[str]:
             for r in READINGS]
 
 
-def verdict_table(judged: Sequence[Judged], head: str) -> list[str]:
-    """The verdicts: outcome, the outcome under each reading, robust or fragile."""
-    cols = ["#", head, "outcome", *(r.title for r in READINGS), "robustness"]
+def verdict_table(judged: Sequence[Judged], head: str, family: Family) -> list[str]:
+    """The verdicts: outcome, family-wise outcome, the outcome under each reading, robust or
+    fragile."""
+    cols = ["#", head, "outcome", "family-wise", *(r.title for r in READINGS), "robustness"]
     lines = ["", "| " + " | ".join(cols) + " |", "|" + " --- |" * len(cols)]
     for j in judged:
         rob = f"**{FRAGILE}**" if j.robustness == FRAGILE else j.robustness
         lines.append(f"| {j.claim.bullet} | {cell(j.claim.paper)} | **{j.verdict.outcome}** | "
-                     + " | ".join(reading_cells(j)) + f" | {rob} |")
+                     f"{family.rows[j.claim.key]} | " + " | ".join(reading_cells(j))
+                     + f" | {rob} |")
     return lines
 
 
@@ -113,27 +116,35 @@ def numbers_table(judged: Sequence[Judged]) -> list[str]:
 
 
 def how_text(values: dict) -> str:
-    """How a front gap was tested: ``paired, 5 seeds``, ``Welch, 5 / 3 seeds``, ``seed means``."""
-    ka, kb = int(values.get("seeds_a", 0)), int(values.get("seeds_b", 0))
+    """How a front gap was tested: ``paired, 5 seeds`` or ``all pairs of seeds``."""
     if values.get("paired"):
         return f"paired, {int(values['paired'])} seeds"
-    return f"Welch, {ka} / {kb} seeds" if ka > 1 and kb > 1 else "seed means"
+    return "all pairs of seeds"
 
 
-def gaps_table(judged: Sequence[Judged]) -> list[str]:
-    """One line per front comparison of each row (as reported): the gap, its 95% interval, the
-    gap detectable at 80% power, the range it was read over and how it was tested."""
-    lines = ["", f"| # | part | outcome | gap | {LEVEL:.0%} CI | detectable ({POWER:.0%}) | "
-             "remaining | test |", "|" + " --- |" * 8]
+def gaps_table(judged: Sequence[Judged], family: Family) -> list[str]:
+    """One line per front comparison of each row (as reported): the gap, its 95% interval with
+    the interpolation allowance counted, the allowance, the gap detectable at 80% power, the
+    budgets it was read at, how it was tested, Holm's adjusted p-value and the family-wise
+    outcome; a comparison without a gap (no shared budget) says why in its outcome."""
+    lines = ["", f"| # | part | outcome | gap | {LEVEL:.0%} CI | allowance | detectable "
+             f"({POWER:.0%}) | remaining | test | p (Holm) | family-wise |",
+             "|" + " --- |" * 11]
     for j in judged:
         for name, v in leaves(j.verdict):
             x = v.values
+            if "p_value" not in x:
+                continue
+            fam = family.part(j.claim.key, name)
+            tail = f"{fam.adjusted:.3g} | {fam.family_outcome} |" if fam else "- | - |"
             if "gap_mean" not in x:
+                lines.append(f"| {j.claim.bullet} | {cell(name) or '-'} | {v.outcome} | - | - | "
+                             f"- | - | - | - | {tail}")
                 continue
             lines.append(f"| {j.claim.bullet} | {cell(name) or '-'} | {v.outcome} | "
                          f"{x['gap_mean']:+.4f} | [{x['ci_low']:+.4f}, {x['ci_high']:+.4f}] | "
-                         f"{x['detectable']:.4f} | {x['range_lo']:.2%}..{x['range_hi']:.2%} | "
-                         f"{how_text(x)} |")
+                         f"{x['allowance']:.4f} | {x['detectable']:.4f} | "
+                         f"{x['range_lo']:.2%}..{x['range_hi']:.2%} | {how_text(x)} | {tail}")
     return lines if len(lines) > 3 else []
 
 
@@ -158,6 +169,7 @@ def markdown(judged: Sequence[Judged], scales: dict[str, str], n_runs: int,
     """agreement.md: verdicts with their robustness, the numbers of every sub-verdict, the
     scale of each experiment next to the paper's, the readings and the criteria."""
     beyond = {c.key for c in SCALE_CLAIMS if c.beyond}
+    family = family_wise(judged)
     paper = [j for j in judged if j.claim.key not in beyond]
     diverged = f" ({n_diverged} of them diverged)" if n_diverged else ""
     extra = [j for j in judged if j.claim.key in beyond]
@@ -168,12 +180,17 @@ def markdown(judged: Sequence[Judged], scales: dict[str, str], n_runs: int,
              f"{ROBUST} when every reading that acts on it (below) gives its outcome, "
              f"{FRAGILE} otherwise, {UNJUDGED} when no reading has data for it; "
              f"{NOT_APPLIED}: the reading does not act on the row."]
-    lines += verdict_table(paper, "paper")
-    gaps = gaps_table(paper)
+    lines += verdict_table(paper, "paper", family)
+    lines += ["", f"Family-wise: Holm's rule over all {len(family.parts)} front comparisons of "
+              f"this report (rows beyond the paper included) at {ALPHA:.0%}; a comparison decided "
+              "alone but not by the rule reads noise (analysis/scale/family.py)."]
+    gaps = gaps_table(paper, family)
     if gaps:
         lines += ["", "### Gaps", "", "Each front comparison (as reported): the gap of the first "
-                  "method's front over the second's, its interval and the smallest gap the design "
-                  f"detects with probability {POWER:.0%}."]
+                  "method's front over the second's at the budgets where both fronts have runs, "
+                  "its interval (the seeds' t interval widened by the interpolation allowance), "
+                  "the allowance, the smallest gap the design detects with probability "
+                  f"{POWER:.0%}, Holm's adjusted p-value and the family-wise outcome."]
         lines += gaps
     notes = note_lines(paper)
     if notes:
@@ -184,8 +201,8 @@ def markdown(judged: Sequence[Judged], scales: dict[str, str], n_runs: int,
         lines += ["", "## Beyond the paper", "",
                   "Methods the paper does not run (docs/beyond.md), each front set against "
                   f"CP's: {counts(extra)}."]
-        lines += verdict_table(extra, "statement")
-        lines += gaps_table(extra)
+        lines += verdict_table(extra, "statement", family)
+        lines += gaps_table(extra, family)
         notes = note_lines(extra)
         if notes:
             lines += ["", *notes]
@@ -195,8 +212,10 @@ def markdown(judged: Sequence[Judged], scales: dict[str, str], n_runs: int,
         lines.append(f"| {exp} | {scales[exp]} | {PAPER_SCALE[exp]} |")
     lines += ["", "## Readings", "",
               "The outcome column is the reported reading (accuracy floor "
-              f"{ACC_FLOOR:g}, interpolated fronts averaged exactly over the range, seeds paired, "
-              f"every seed; {LEVEL:.0%} t interval, detectable gap at {POWER:.0%} power). The "
+              f"{ACC_FLOOR:g}, fronts chosen on held-out seeds and compared at matched budgets "
+              f"with an interpolation allowance of {SAFETY:g} times the parabolas' "
+              f"disagreement, seeds paired, every seed; {LEVEL:.0%} t interval, detectable gap at "
+              f"{POWER:.0%} power). The "
               "others change one thing; one that gives the reported numbers did not act on the "
               f"row ({NOT_APPLIED}):", ""]
     for r in READINGS:
@@ -208,12 +227,14 @@ def markdown(judged: Sequence[Judged], scales: dict[str, str], n_runs: int,
 
 def agreement_rows(judged: Sequence[Judged], scales: dict[str, str]) -> tuple[list[str], list]:
     """agreement.csv: header and rows."""
-    cols = ["bullet", "claim", "row", "paper", "criterion", "outcome",
+    family = family_wise(judged)
+    cols = ["bullet", "claim", "row", "paper", "criterion", "outcome", "family_wise",
             *(f"reading_{r.key}" for r in READINGS), "robustness", "detail", "our_scale",
             "paper_scale"]
     rows = [[j.claim.bullet, j.claim.key, j.claim.row, j.claim.paper, j.claim.criterion,
-             j.verdict.outcome, *reading_cells(j), j.robustness, j.verdict.detail,
-             scales[j.claim.experiment], PAPER_SCALE[j.claim.experiment]] for j in judged]
+             j.verdict.outcome, family.rows[j.claim.key], *reading_cells(j), j.robustness,
+             j.verdict.detail, scales[j.claim.experiment], PAPER_SCALE[j.claim.experiment]]
+            for j in judged]
     return cols, rows
 
 
@@ -230,11 +251,14 @@ def console_lines(judged: Sequence[Judged]) -> list[str]:
     """Each row: outcome and robustness (the disagreeing readings named), then each
     sub-verdict on its own line, in full."""
     titles = {r.key: r.title for r in READINGS}
+    family = family_wise(judged)
     out = []
     for j in judged:
         why = ", ".join(f"{titles[k]}: {j.readings[k]}" for k in j.disagreeing())
-        out.append(f"{j.claim.bullet:>2} {j.claim.key:<26} {j.verdict.outcome:<8} "
-                   f"{j.robustness}" + (f" ({why})" if why else ""))
+        fw = family.rows[j.claim.key]
+        out.append(f"{j.claim.bullet:>2} {j.claim.key:<26} {j.verdict.outcome:<11} "
+                   f"{j.robustness}" + (f" ({why})" if why else "")
+                   + (f"; family-wise {fw}" if fw != j.verdict.outcome else ""))
         out += [f"     {titles[k]}: {note}" for k, note in j.notes.items()]
         for name, v in leaves(j.verdict):
             out.append(f"     {name + ': ' if name else ''}{v.outcome}: {v.detail}")

@@ -1,0 +1,353 @@
+"""Does method A's accuracy/sparsity front lie above method B's? One comparison for every caller
+(`fig:supermask_results`, `fig:joint_pruning_results`, `tab:app_results_summ`; the criterion is
+ours, the paper states none): :func:`compare_fronts`.
+
+Each side is an array of runs of shape (S, P): S seeds (rows) by P settings (columns: every
+option but the seed), remaining fraction ``rem`` and test accuracy ``acc``, NaN where a run
+diverged or was not run. A design (which settings, how many, where) must not decide the verdict,
+so the statistic never reads a value the runs did not measure without saying how far off it can
+be:
+
+* **Fronts chosen on other seeds.** A setting is on a side's front for seed k when no other
+  setting beats it in both mean log remaining and mean accuracy over the side's *other* seeds
+  (and that mean accuracy is at least the floor, :data:`analysis.scale.runs.ACC_FLOOR`); seed
+  k's runs of those settings are then measured. A side with more settings cannot win by taking
+  the best of several noisy ones: the choice never sees the noise it is measured with.
+* **Compared only where both fronts have runs.** For seed k (paired with seed k of the other
+  side, or every pair of seeds when the sides have different numbers of rows) the budgets are
+  both fronts' points inside the overlap of their spans: nothing is extrapolated, flat or
+  otherwise. At a budget, a side's value is its own run there, or the line in log remaining
+  between its two neighbouring runs.
+* **The interpolation's error is counted.** A line between two runs misses a curved front by
+  f''/2 (x - x0)(x1 - x) (x = log remaining). The allowance for it is :data:`SAFETY` times that
+  with |f''|/2 the largest second divided difference of the side's held-out mean front over the
+  intervals next to it (a side with one interval borrows the other side's; with none nearby, the
+  whole rise of the interval, which monotonicity alone allows). At a run of its own a side's
+  allowance is 0, so fronts run at matched budgets are compared with almost none.
+* **The interval.** The gap g_k of seed k is the mean over its budgets of A's value minus B's,
+  its allowance b_k the mean of both sides' allowances. Paired seeds: mean, s.d. / sqrt(K), K -
+  1 df; unpaired: the mean over all pairs with the two-sample s.e. of that mean (Welch's df).
+  The 95% interval is g -+ (t s.e. + b): **holds** when it lies above the threshold (0, or
+  :data:`analysis.scale.gap_test.MUCH_ACC` for "much better"), **fails** when it lies below it;
+  otherwise **cannot tell** when the allowance is what stands in the way (b > t s.e., or the
+  interval without it would decide: more seeds would not settle it, budgets matched between
+  the sides would), or when the fronts share no budget or a side has fewer than two seeds; and
+  **noise** otherwise, with the gap the design detects at 80% power.
+
+Under a monotone true curve shared by both sides, the allowance bounds the interpolation error
+wherever the curve bends no more inside an interval than next to it; the calibration
+(:mod:`analysis.gap_calibration`) tries designs and curve shapes the statistic was not built on.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+from scipy import stats
+
+from analysis.microworld.claims import FAILS, HOLDS, NOISE
+from analysis.scale.gap_test import MUCH_ACC, POWER, GapTest, detectable, t_quantile
+from analysis.scale.runs import ACC_FLOOR, CANNOT_TELL, STALLED_ACC
+
+#: The verdicts :func:`compare_fronts` gives.
+VERDICTS = (HOLDS, FAILS, NOISE, CANNOT_TELL)
+#: The allowance for a line between two runs: this many times the error a parabola through the
+#: neighbouring held-out means predicts (a front may bend more inside an interval than at its
+#: ends: a knee between two runs).
+SAFETY = 3.0
+#: A parabola's third run lies at least this many interval widths beyond the interval (a run
+#: beside one of its ends, as two methods' runs at one lambda are, would make the parabola's
+#: slope the noise between them).
+SEPARATION = 0.25
+
+
+@dataclass(frozen=True)
+class FrontComparison:
+    """What :func:`compare_fronts` found: the verdict (holds, fails, noise, cannot tell), the gap
+    of A's front over B's (mean over the compared budgets, seeds averaged), its 95% interval
+    with the interpolation allowance counted, the allowance alone, the test behind it, the gap
+    detectable at 80% power, the budget range judged (remaining fractions), the one-sided
+    p-value of the verdict's direction (for error control over many comparisons), the per-seed
+    gaps where paired, and the reason for the verdict in words."""
+
+    verdict: str
+    gap: float
+    ci: tuple[float, float]
+    allowance: float
+    test: GapTest | None
+    detectable: float
+    budgets: tuple[float, float]
+    p_value: float
+    reason: str
+    much: bool = False
+    per_seed: tuple[float, ...] = field(default=())
+    n_budgets: float = 0.0
+
+    @property
+    def judged(self) -> bool:
+        """Whether a gap was measured (the fronts overlap and both sides have two seeds)."""
+        return self.test is not None
+
+
+def _nanmean(x: np.ndarray, axis: int) -> np.ndarray:
+    ok = np.isfinite(x)
+    n = ok.sum(axis=axis)
+    s = np.where(ok, x, 0.0).sum(axis=axis)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(n > 0, s / np.maximum(n, 1), np.nan)
+
+
+def _held_out_medians(v: np.ndarray) -> np.ndarray:
+    """(S, P) -> (S, P): for each row k, the median over the other rows of each column,
+    ignoring NaN (NaN where no other row has a value)."""
+    s = v.shape[0]
+    others = np.stack([np.delete(v, k, axis=0) for k in range(s)])  # (S, S - 1, P)
+    ordered = np.sort(others, axis=1)  # NaN last
+    n = np.isfinite(ordered).sum(axis=1)  # (S, P)
+    lo = np.take_along_axis(ordered, np.maximum((n - 1) // 2, 0)[:, None, :], axis=1)[:, 0]
+    hi = np.take_along_axis(ordered, np.maximum(n // 2, 0)[:, None, :], axis=1)[:, 0]
+    return np.where(n > 0, 0.5 * (lo + hi), np.nan)
+
+
+def held_out_fronts(x: np.ndarray, acc: np.ndarray, floor: float
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """For each row k of (S, P) runs (x = log remaining, NaN: no run): which settings are on the
+    front of the other rows' medians (S, P bool: not beaten in both median x and median
+    accuracy, median accuracy at least ``floor``), and those medians (S, P) of x and accuracy
+    (a setting that stalls on a minority of seeds keeps its place; one without another run has
+    NaN)."""
+    ok = np.isfinite(x) & np.isfinite(acc)
+    mx = _held_out_medians(np.where(ok, x, np.nan))
+    ma = _held_out_medians(np.where(ok, acc, np.nan))
+    good = np.isfinite(mx) & (ma >= floor)
+    # j beaten by i: i at most as dense and at least as accurate, strictly better in one
+    xi, xj = mx[:, :, None], mx[:, None, :]
+    ai, aj = ma[:, :, None], ma[:, None, :]
+    with np.errstate(invalid="ignore"):
+        beats = (good[:, :, None] & good[:, None, :] & (xi <= xj) & (ai >= aj)
+                 & ((xi < xj) | (ai > aj)))
+    on = good & ~beats.any(axis=1)
+    return on, mx, ma
+
+
+@dataclass(frozen=True)
+class _Side:
+    """One seed's front: its runs on the front chosen on the other seeds, x (log remaining)
+    ascending, and their accuracies."""
+
+    x: np.ndarray
+    a: np.ndarray
+
+
+def _side(x: np.ndarray, acc: np.ndarray, on: np.ndarray) -> _Side:
+    with np.errstate(invalid="ignore"):
+        use = on & np.isfinite(x) & np.isfinite(acc) & (acc >= STALLED_ACC)
+    order = np.argsort(x[use], kind="stable")
+    return _Side(x[use][order], acc[use][order])
+
+
+def _parabola(x0, x1, x2, a0, a1, a2, q):
+    """The parabola through (x0, a0), (x1, a1), (x2, a2) at q (arrays of one shape)."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return (a0 * (q - x1) * (q - x2) / ((x0 - x1) * (x0 - x2))
+                + a1 * (q - x0) * (q - x2) / ((x1 - x0) * (x1 - x2))
+                + a2 * (q - x0) * (q - x1) / ((x2 - x0) * (x2 - x1)))
+
+
+def _values(side: _Side, q: np.ndarray, safety: float) -> tuple[np.ndarray, np.ndarray]:
+    """A seed's front (runs x ascending, accuracies a) at budgets q inside its span, and the
+    allowance for each value: its run there (allowance 0); else, between its neighbours x0 < q <
+    x1, the parabolas through them and the nearest run before or after that lies at least
+    :data:`SEPARATION` interval widths away (their mean where both exist), the allowance
+    ``safety`` times their disagreement (one parabola: times its departure from the line), the
+    value kept within the neighbours' accuracies and the allowance within what they leave; inf
+    where there is no parabola (:func:`_pair_gap` drops such a budget, or takes the rise)."""
+    x, a = side.x, side.a
+    n = x.size
+    idx = np.searchsorted(x, q)
+    exact = (idx < n) & (x[np.minimum(idx, n - 1)] == q)
+    i = np.clip(idx - 1, 0, max(n - 2, 0))
+    if n < 2:
+        return np.where(exact, a[0] if n else np.nan, np.nan), np.where(exact, 0.0, np.inf)
+    x0, x1, a0, a1 = x[i], x[i + 1], a[i], a[i + 1]
+    gap = SEPARATION * (x1 - x0)
+    jb = np.searchsorted(x, x0 - gap, side="right") - 1
+    ja = np.searchsorted(x, x1 + gap, side="left")
+    has_b, has_a = jb >= 0, ja < n
+    jb, ja = np.maximum(jb, 0), np.minimum(ja, n - 1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        line = a0 + (q - x0) / (x1 - x0) * (a1 - a0)
+        left = _parabola(x[jb], x0, x1, a[jb], a0, a1, q)
+        right = _parabola(x0, x1, x[ja], a0, a1, a[ja], q)
+        both = has_b & has_a
+        value = np.where(both, 0.5 * (left + right),
+                         np.where(has_b, left, np.where(has_a, right, line)))
+        allow = np.where(both, safety * 0.5 * np.abs(left - right),
+                         np.where(has_b, safety * np.abs(left - line),
+                                  np.where(has_a, safety * np.abs(right - line), np.inf)))
+        low, high = np.minimum(a0, a1), np.maximum(a0, a1)
+        value = np.where(has_b | has_a, np.clip(value, low, high), line)
+        allow = np.minimum(allow, np.where(has_b | has_a, np.maximum(value - low, high - value),
+                                           np.inf))
+    runs = a[np.minimum(idx, n - 1)]
+    return np.where(exact, runs, value), np.where(exact, 0.0, allow)
+
+
+def _rises(side: _Side, q: np.ndarray) -> np.ndarray:
+    """At budgets q inside a seed's front: 0 at its runs, else the larger part of the rise
+    between the neighbours that a line leaves on either side (a monotone front's worst case)."""
+    x, a = side.x, side.a
+    n = x.size
+    idx = np.searchsorted(x, q)
+    exact = (idx < n) & (x[np.minimum(idx, n - 1)] == q)
+    if n < 2:
+        return np.zeros(q.size)
+    i = np.clip(idx - 1, 0, n - 2)
+    t = (q - x[i]) / (x[i + 1] - x[i])
+    return np.where(exact, 0.0, np.maximum(t, 1 - t) * np.abs(a[i + 1] - a[i]))
+
+
+def _overlap(sa: _Side, sb: _Side) -> tuple[float, float]:
+    """The span both seeds' fronts cover (in x; lo > hi: none): nothing is extrapolated."""
+    return max(sa.x[0], sb.x[0]), min(sa.x[-1], sb.x[-1])
+
+
+def _pair_gap(sa: _Side, sb: _Side, safety: float) -> tuple[float, float, float, float, int]:
+    """(gap, allowance, lo, hi, budgets) of one seed of A against one of B; NaN gap where the
+    fronts share no budget."""
+    if sa.x.size == 0 or sb.x.size == 0:
+        return math.nan, math.nan, math.nan, math.nan, 0
+    lo, hi = _overlap(sa, sb)
+    if lo > hi:
+        return math.nan, math.nan, math.nan, math.nan, 0
+    xs = np.unique(np.concatenate([sa.x, sb.x]))
+    xs = xs[(xs >= lo) & (xs <= hi)]
+    va, ea = _values(sa, xs, safety)
+    vb, eb = _values(sb, xs, safety)
+    e = ea + eb
+    keep = np.isfinite(e)
+    if not keep.any():  # every budget needs a line without a parabola: all monotony allows
+        keep[:] = True
+        e = np.minimum(ea, _rises(sa, xs)) + np.minimum(eb, _rises(sb, xs))
+    return float(np.mean((va - vb)[keep])), float(np.mean(e[keep])), lo, hi, int(keep.sum())
+
+
+def _sides(rem: np.ndarray, acc: np.ndarray, floor: float) -> list[_Side]:
+    with np.errstate(invalid="ignore", divide="ignore"):
+        x = np.where(np.isfinite(rem) & (rem > 0), np.log(np.where(rem > 0, rem, 1.0)), np.nan)
+    on, mx, ma = held_out_fronts(x, acc, floor)
+    return [_side(x[k], acc[k], on[k]) for k in range(x.shape[0])]
+
+
+def _as_runs(rem, acc, name: str) -> tuple[np.ndarray, np.ndarray]:
+    r = np.asarray(rem, dtype=float)
+    a = np.asarray(acc, dtype=float)
+    if r.ndim == 1:
+        r, a = r[None], a[None]
+    if r.ndim != 2 or r.shape != a.shape:
+        raise ValueError(f"rem_{name} and acc_{name} must be arrays of one shape (seeds, "
+                         f"settings); got {np.shape(rem)} and {np.shape(acc)}")
+    return r, a
+
+
+def _p_values(g: float, b: float, se: float, df: float, m: float) -> tuple[float, float]:
+    """One-sided p-values of "the gap exceeds m" and "the gap is below m", the allowance
+    counted against each."""
+    if se <= 0:
+        return (0.0 if g - b > m else 1.0), (0.0 if g + b < m else 1.0)
+    dist = stats.t(df) if math.isfinite(df) else stats.norm()
+    return float(dist.sf((g - b - m) / se)), float(dist.cdf((g + b - m) / se))
+
+
+def _unjudged(reason: str, much: bool, lo: float = math.nan, hi: float = math.nan
+              ) -> FrontComparison:
+    return FrontComparison(CANNOT_TELL, math.nan, (math.nan, math.nan), math.nan, None,
+                           math.nan, (lo, hi), 1.0, reason, much)
+
+
+def compare_fronts(rem_a, acc_a, rem_b, acc_b, much: bool = False, floor: float = ACC_FLOOR,
+                   paired: bool | None = None, safety: float = SAFETY) -> FrontComparison:
+    """The verdict on "A's front lies above B's" (module docstring). ``rem_*``, ``acc_*``: arrays
+    (seeds, settings) of remaining fraction and test accuracy, NaN where a run diverged; rows
+    are paired by seed when both sides have as many rows (``paired=False``: never). ``much``:
+    the front must lie above B's by more than :data:`MUCH_ACC`."""
+    ra, aa = _as_runs(rem_a, acc_a, "a")
+    rb, ab = _as_runs(rem_b, acc_b, "b")
+    m = MUCH_ACC if much else 0.0
+    for name, r, a in (("A", ra, aa), ("B", rb, ab)):
+        rows = int((np.isfinite(r) & np.isfinite(a)).any(axis=1).sum())
+        if rows < 2:
+            return _unjudged(f"{name} has {rows} seed{'s' * (rows != 1)} with a run: a front "
+                             "chosen and measured on the same noise; run two or more seeds",
+                             much)
+    sa, sb = _sides(ra, aa, floor), _sides(rb, ab, floor)
+    pair = ra.shape[0] == rb.shape[0] and paired is not False
+    rows = [(k, k) for k in range(len(sa))] if pair else [
+        (i, j) for i in range(len(sa)) for j in range(len(sb))]
+    cells = np.array([_pair_gap(sa[i], sb[j], safety) for i, j in rows]).reshape(-1, 5)
+    gaps, allow, lo, hi, nb = cells.T
+    ok = np.isfinite(gaps)
+    if pair:
+        if ok.sum() < 2:
+            return _no_overlap(sa, sb, much)
+        d = gaps[ok]
+        g, se, df = float(d.mean()), float(d.std(ddof=1) / math.sqrt(d.size)), float(d.size - 1)
+        per_seed = tuple(float(v) for v in gaps)
+        how = f"paired, {d.size} seeds"
+    else:
+        table = gaps.reshape(len(sa), len(sb))
+        ga = _nanmean(table, 1)[np.isfinite(table).any(axis=1)]
+        gb = _nanmean(table, 0)[np.isfinite(table).any(axis=0)]
+        if ga.size < 2 or gb.size < 2:
+            return _no_overlap(sa, sb, much)
+        g, se, df = (float(np.nanmean(table)), *_two_sample(ga, gb))
+        per_seed = ()
+        how = f"unpaired, {ga.size} x {gb.size} seeds"
+    b = float(np.mean(allow[ok]))
+    test = GapTest(g, se, df, how)
+    half = float(t_quantile(df)) * se
+    ci = (g - half - b, g + half + b)
+    budgets = (float(np.exp(np.median(lo[ok]))), float(np.exp(np.median(hi[ok]))))
+    p_up, p_down = _p_values(g, b, se, df, m)
+    det = float(detectable(test, much)) + b
+    if ci[0] > m:
+        verdict, reason = HOLDS, f"the interval lies above {m:g}"
+    elif ci[1] < m:
+        verdict, reason = FAILS, f"the interval lies below {m:g}"
+    elif g - half > m or g + half < m:
+        verdict = CANNOT_TELL
+        reason = (f"without the interpolation allowance {b:.4f} the interval would decide: the "
+                  "grids leave the gap's sign open; run both sides at matched budgets")
+    elif b > half:
+        verdict = CANNOT_TELL
+        reason = (f"the interpolation allowance {b:.4f} between the two grids is wider than what "
+                  f"the seeds leave open ({half:.4f}): matched budgets would settle it, more "
+                  "seeds would not")
+    else:
+        verdict = NOISE
+        reason = f"a gap under {det:.4f} could not be told at {POWER:.0%} power"
+    return FrontComparison(verdict, g, ci, b, test, det, budgets,
+                           min(1.0, 2 * min(p_up, p_down)), reason, much, per_seed,
+                           float(np.mean(nb[ok])))
+
+
+def _two_sample(ga: np.ndarray, gb: np.ndarray) -> tuple[float, float]:
+    """The s.e. of the mean over all pairs of A's and B's seeds, from the spread of A's row means
+    ``ga`` and B's column means ``gb`` (the two-sample form), and Welch-Satterthwaite's df."""
+    va, vb = ga.var(ddof=1) / ga.size, gb.var(ddof=1) / gb.size
+    denom = va ** 2 / (ga.size - 1) + vb ** 2 / (gb.size - 1)
+    df = (va + vb) ** 2 / denom if denom > 0 else float(ga.size + gb.size - 2)
+    return math.sqrt(va + vb), float(df)
+
+
+def _no_overlap(sa: list[_Side], sb: list[_Side], much: bool) -> FrontComparison:
+    def span(sides: list[_Side]) -> str:
+        xs = [s.x for s in sides if s.x.size]
+        if not xs:
+            return "no front point at or above the floor"
+        return (f"{math.exp(np.median([x[0] for x in xs])):.2%}.."
+                f"{math.exp(np.median([x[-1] for x in xs])):.2%}")
+    return _unjudged(f"the fronts share no budget (A {span(sa)}, B {span(sb)}): run both at "
+                     "matched budgets", much)
