@@ -306,6 +306,15 @@ def test_claims_page_quotes_the_training_length_tables() -> None:
             assert table in quoted, f"docs/claims.md does not quote {source}: {table[0]}"
 
 
+def test_claims_page_quotes_the_calibration_table() -> None:
+    """docs/claims.md quotes figures/calibration/calibration.md's table verbatim (which
+    tests/test_gap_calibration.py checks against the code)."""
+    quoted = _tables((ROOT / "docs" / "claims.md").read_text(encoding="utf-8"))
+    table = _tables((ROOT / "figures" / "calibration" / "calibration.md").read_text(
+        encoding="utf-8"))[0]
+    assert table in quoted, "docs/claims.md does not quote figures/calibration/calibration.md"
+
+
 def test_tables_finds_each_table() -> None:
     text = "x\n| a | b |\n| - | - |\n| 1 | 2 |\n\ny\n| c |\n"
     assert _tables(text) == [["| a | b |", "| - | - |", "| 1 | 2 |"], ["| c |"]]

@@ -3,8 +3,10 @@ left empty, damaged run folders skipped with a warning, and one-line errors for 
 
 from __future__ import annotations
 
+import math
 import shutil
 
+import numpy as np
 import pytest
 from _run_folders import write_prune
 
@@ -330,3 +332,36 @@ def test_a_rows_command_trains_exactly_its_runs(tmp_path, capsys):
     assert P.main([*cmd[3:], "--out", str(root), "--quiet"]) == 0
     assert "(4 of these runs had finished before" in capsys.readouterr().err
     assert sorted(p.name for p in root.iterdir()) == before
+
+
+def test_compare_judges_two_series_with_the_one_front_comparison(tmp_path, capsys):
+    """--compare A B: in each model and mode both series have, analysis.compare_fronts's verdict
+    (the same numbers as calling it on the runs' arrays), on the console and in compare.csv;
+    series at the same budgets 2 points apart read holds; an unknown series is one line."""
+    from analysis import compare_fronts
+
+    root = tmp_path / "runs"
+    rs = (0.02, 0.05, 0.2)
+    acc = {}
+    for seed in range(4):
+        for r in rs:
+            for method, base in (("cp", 0.92), ("hardconcrete", 0.90)):
+                a = base + 0.03 * math.log10(r / 0.02) + 0.002 * ((seed * 7 + len(method)) % 3)
+                acc[method, seed, r] = a
+                write_prune(root, "supermask", method, seed, r, a, sm_layers(r), lam=r,
+                            mask_head=False)
+    out = tmp_path / "out"
+    assert pareto.main([str(root), "--out", str(out), "--compare", "cp", "hardconcrete"]) == 0
+    console = capsys.readouterr().out
+    rows = read_csv(out / "compare.csv")
+    assert len(rows) == 1 and rows[0]["verdict"] == "holds"
+    want = compare_fronts(np.array([rs] * 4), np.array([[acc["cp", s, r] for r in rs]
+                                                         for s in range(4)]),
+                          np.array([rs] * 4), np.array([[acc["hardconcrete", s, r] for r in rs]
+                                                         for s in range(4)]))
+    assert float(rows[0]["gap"]) == pytest.approx(want.gap)
+    assert float(rows[0]["ci_low"]) == pytest.approx(want.ci[0])
+    assert "lenet supermask: does cp beat hardconcrete? holds: gap +0.02" in console
+    assert run(pareto.main, [str(root), "--out", str(out), "--compare", "cp", "nope"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no series 'nope'" in err[0]

@@ -703,3 +703,28 @@ def test_diverged_runs_are_read_copied_counted_and_a_bad_record_is_skipped(tmp_p
     assert "arms escort n=2 rmsprop lr 0.01 lam 0.001: 2 of 4 seeds diverged" in md
     points = {(r["lam"], r["method"]): r for r in csv.DictReader(open(out / "points_joint.csv"))}
     assert points[("0.001", "arms")]["diverged"] == "2"
+
+
+def test_a_comparison_that_cannot_tell_names_the_budgets_to_run(capsys):
+    """CP run at 1% and 10%, GMP at 3% and 30% (every pair a decade apart, no shared budget
+    inside both spans' bends): the answer lists the budgets both fronts name and, per side, a
+    command for the ones it lacks: --lam-target for CP (from its lam), --target for GMP."""
+    from analysis.scale.compare import matched_budget_lines
+
+    def rec(method, seed, r, acc, **kw):
+        return S.RunRecord("joint", method, {"model": "lenet", "mode": "joint", "epochs": 20,
+                                             "batch_size": 128, "mask_head": True,
+                                             "dataset": "mnist", **kw}, seed, r, acc,
+                           {"fc1": r}, {"fc1": 100})
+
+    cp = [rec("cp", s, r, 0.9 + r / 10, lam=r / 1000, mask_opt="sgd", mask_lr=0.1)
+          for s in range(3) for r in (0.01, 0.1)]
+    gmp = [rec("gmp", s, r, 0.9 + r / 10, target=r) for s in range(3) for r in (0.03, 0.3)]
+    lines = matched_budget_lines(cp, gmp, "cp", "gmp")
+    assert "(0.01, 0.03, 0.1, 0.3)" in lines[0]
+    assert lines[1].startswith("  cp: for t in 0.03 0.3; do python -m pbscale.prune --model "
+                               "lenet --mode joint --method cp")
+    assert "--mask-opt sgd" in lines[1] and "--lam 0.0001 --lam-target $t --seeds 0-2" in lines[1]
+    assert "--mask-head" in lines[1] and lines[1].endswith("--data-dir DATA_DIR; done")
+    assert lines[2].startswith("  gmp: for t in 0.01 0.1; do") and "--target $t" in lines[2]
+    assert "--lam-target" not in lines[2]

@@ -9,21 +9,23 @@ so the statistic never reads a value the runs did not measure without saying how
 be:
 
 * **Fronts chosen on other seeds.** A setting is on a side's front for seed k when no other
-  setting beats it in both mean log remaining and mean accuracy over the side's *other* seeds
-  (and that mean accuracy is at least the floor, :data:`analysis.scale.runs.ACC_FLOOR`); seed
-  k's runs of those settings are then measured. A side with more settings cannot win by taking
-  the best of several noisy ones: the choice never sees the noise it is measured with.
+  setting beats it in both median log remaining and median accuracy over the side's *other*
+  seeds (and that median accuracy is at least the floor, :data:`analysis.scale.runs.ACC_FLOOR`);
+  seed k's runs of those settings are then measured (a run at chance, below
+  :data:`analysis.scale.runs.STALLED_ACC`, is no point). A side with more settings cannot win by
+  taking the best of several noisy ones: the choice never sees the noise it is measured with.
 * **Compared only where both fronts have runs.** For seed k (paired with seed k of the other
-  side, or every pair of seeds when the sides have different numbers of rows) the budgets are
-  both fronts' points inside the overlap of their spans: nothing is extrapolated, flat or
-  otherwise. At a budget, a side's value is its own run there, or the line in log remaining
-  between its two neighbouring runs.
-* **The interpolation's error is counted.** A line between two runs misses a curved front by
-  f''/2 (x - x0)(x1 - x) (x = log remaining). The allowance for it is :data:`SAFETY` times that
-  with |f''|/2 the largest second divided difference of the side's held-out mean front over the
-  intervals next to it (a side with one interval borrows the other side's; with none nearby, the
-  whole rise of the interval, which monotonicity alone allows). At a run of its own a side's
-  allowance is 0, so fronts run at matched budgets are compared with almost none.
+  side, or every pair of seeds when the sides are not paired) the budgets are both fronts' runs
+  inside the overlap of their spans: nothing is extrapolated, flat or otherwise. At a budget, a
+  side's value is its own run there, or is read between its two neighbouring runs.
+* **The interpolation's error is counted.** Between two runs x0 < x < x1 (x = log remaining) a
+  side is read through the parabolas through them and the run before or after (the nearest at
+  least :data:`SEPARATION` interval widths away), their mean where both exist. The allowance is
+  :data:`SAFETY` times half their disagreement, or times one parabola's departure from the line
+  where only one exists, kept within the neighbours' accuracies. A budget where a side has no
+  parabola is dropped, unless every budget is such: then the allowance is the whole rise between
+  the neighbours, all a monotone front allows. At a run of its own a side's allowance is 0, so
+  fronts run at matched budgets are compared with almost none.
 * **The interval.** The gap g_k of seed k is the mean over its budgets of A's value minus B's,
   its allowance b_k the mean of both sides' allowances. Paired seeds: mean, s.d. / sqrt(K), K -
   1 df; unpaired: the mean over all pairs with the two-sample s.e. of that mean (Welch's df).
@@ -34,9 +36,9 @@ be:
   the sides would), or when the fronts share no budget or a side has fewer than two seeds; and
   **noise** otherwise, with the gap the design detects at 80% power.
 
-Under a monotone true curve shared by both sides, the allowance bounds the interpolation error
-wherever the curve bends no more inside an interval than next to it; the calibration
-(:mod:`analysis.gap_calibration`) tries designs and curve shapes the statistic was not built on.
+The allowance bounds the error wherever a front bends no more between two runs than the runs
+around them show; the calibration (:mod:`analysis.scale.calibration`) tries designs and curve
+shapes the statistic was not built on (a knee, a slow rise, a cliff).
 """
 
 from __future__ import annotations
@@ -53,9 +55,10 @@ from analysis.scale.runs import ACC_FLOOR, CANNOT_TELL, STALLED_ACC
 
 #: The verdicts :func:`compare_fronts` gives.
 VERDICTS = (HOLDS, FAILS, NOISE, CANNOT_TELL)
-#: The allowance for a line between two runs: this many times the error a parabola through the
-#: neighbouring held-out means predicts (a front may bend more inside an interval than at its
-#: ends: a knee between two runs).
+#: The interpolation allowance: this many times half the disagreement of the two parabolas
+#: (or one parabola's departure from the line). 3 keeps every calibration cell's false verdicts
+#: under 5% (a cliff between two runs bends more than the runs around it show); 2 and 4 are
+#: readings.
 SAFETY = 3.0
 #: A parabola's third run lies at least this many interval widths beyond the interval (a run
 #: beside one of its ends, as two methods' runs at one lambda are, would make the parabola's
