@@ -124,12 +124,24 @@ def label(run: PruneRun, name: str | None = None) -> str:
     return base if init == DEFAULT_INIT else f"{base}-{init}"
 
 
-def budget_suffix(budget: tuple) -> str:
-    """``-e<epochs>`` (and ``-b<max_batches>``, and other budget settings) of a budget."""
+#: How a label names each budget setting (:data:`analysis.scale.run_files.PRUNE_BUDGET`):
+#: ``-e<epochs>`` and ``-b<max batches>`` always (where set), the others where they differ.
+SUFFIX = {"epochs": "e", "max_batches": "b", "batch_size": "bs", "synthetic": "syn",
+          "val_size": "val", "dataset": "", "mask_head": "head", "mask_shortcuts": "sc",
+          "model": ""}
+
+
+def budget_suffix(budget: tuple, differ: Sequence[str] = ()) -> str:
+    """``-e<epochs>`` (and ``-b<max_batches>`` where set) of a budget, then every other budget
+    setting named in ``differ`` (those that differ between the runs drawn together:
+    ``-bs32``, ``-syn48``, ``-val500``, ``-headTrue``, ``-<dataset>``)."""
     b = dict(budget)
     out = f"-e{b.get('epochs')}"
     if b.get("max_batches"):
         out += f"-b{b['max_batches']}"
+    for k in differ:
+        if k not in ("epochs", "max_batches") and k in b:
+            out += f"-{SUFFIX.get(k, k)}{b[k]}"
     return out
 
 
@@ -243,12 +255,17 @@ def split_budgets(runs: list[dict]) -> list[str]:
         budgets = {r["budget"] for r in sel}
         if len(budgets) < 2:
             continue
+        keys = dict.fromkeys(k for b in budgets for k, _ in b)
+        differ = [k for k in keys if len({dict(b).get(k) for b in budgets}) > 1]
         for r in sel:
-            r["label"] += budget_suffix(r["budget"])
-            r["legend"] += f" ({budget_suffix(r['budget'])[1:]})"
+            suffix = budget_suffix(r["budget"], differ)
+            r["label"] += suffix
+            r["legend"] += f" ({suffix[1:]})"
+        named = ", ".join(f"-{SUFFIX.get(k, k)}<{k.replace('_', ' ')}>" if SUFFIX.get(k, k)
+                          else f"-<{k}>" for k in differ if k not in ("epochs", "max_batches"))
         notes.append(f"note: {mm[0]} {mm[1]}: runs of {len(budgets)} training budgets; each "
-                     "label is split by budget (-e<epochs>, -b<max batches>) so that no front "
-                     "mixes them")
+                     "label is split by budget (-e<epochs>, -b<max batches>"
+                     + (f", {named}" if named else "") + ") so that no front mixes them")
     return notes
 
 

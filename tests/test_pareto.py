@@ -365,3 +365,22 @@ def test_compare_judges_two_series_with_the_one_front_comparison(tmp_path, capsy
     assert run(pareto.main, [str(root), "--out", str(out), "--compare", "cp", "nope"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "no series 'nope'" in err[0]
+
+
+def test_a_label_names_every_budget_setting_that_differs(tmp_path, capsys):
+    """Batch 128 and batch 32 with the same epochs and max batches (issue 53): two labels that
+    say so (cp-e3-b10-bs128, cp-e3-b10-bs32), one front each, on the console and in every
+    file, never one label for both."""
+    root = tmp_path / "runs"
+    for bs, base in ((128, 0.9), (32, 0.6)):
+        for r in (0.5, 0.1):
+            write_prune(root, "supermask", "cp", 0, r, base + r / 10, sm_layers(r), lam=r,
+                        epochs=3, max_batches=10, batch_size=bs, mask_head=False)
+    out = tmp_path / "out"
+    assert run(pareto.main, [str(root), "--out", str(out)]) == 0
+    cap = capsys.readouterr()
+    labels = {"cp-e3-b10-bs128", "cp-e3-b10-bs32"}
+    assert {r["label"] for r in read_csv(out / "runs.csv")} == labels
+    assert {r["label"] for r in read_csv(out / "pareto.csv")} == labels
+    assert "-bs<batch size>" in cap.err
+    assert all(lab in cap.out for lab in labels)
