@@ -26,6 +26,9 @@ warning line. Writes, under --out:
   allocation from the dense one) and ``points_regression.csv`` (final validation loss per
   setting);
 * ``pareto_<experiment>.png``: test accuracy against weights remaining, one front per group;
+* ``hyper_generalization.png`` / ``.csv``: supermask MC settings run at two or more n, linked
+  across n (`fig:app_hyper_gen_scatter`, `fig:app_hyper_gen_parallel`), with the console's
+  reading of the paper's observation (:mod:`analysis.scale.hyper`);
 * ``layers_over_training.png`` / ``.csv``: remaining weights per layer over training (left: the
   fraction left in each layer; right: each layer's share of the weights left) for one joint run
   of CP, MC and GMP at matched sparsity (`sec:sparsities_throughout`): the sparsest MC front run
@@ -52,6 +55,8 @@ from analysis.pareto import fraction_axis
 from analysis.scale.claims import joint_fronts
 from analysis.scale.compare import compare
 from analysis.scale.fronts import front
+from analysis.scale.hyper import COLUMNS as HYPER_COLUMNS
+from analysis.scale.hyper import carry_over, carry_over_text, generalization_rows
 from analysis.scale.outputs import Outputs, check_in_folder, check_out, inside, out_folder
 from analysis.scale.robust import by_study, judge
 from analysis.scale.run_files import (
@@ -68,6 +73,7 @@ from analysis.scale.run_files import (
 )
 from analysis.scale.runs import (
     ACC_FLOOR,
+    STALLED_ACC,
     RunRecord,
     allocation_shares,
     by_budget,
@@ -334,7 +340,7 @@ def plot_pareto(files: Outputs, plotted: list[dict], experiment: str) -> None:
                         xerr=[p["rem_sd"] for p in spread], yerr=[p["acc_sd"] for p in spread],
                         fmt="none", lw=0.7, capsize=1.5, color=line.get_color(), alpha=0.8)
     ax.axhline(ACC_FLOOR, color="grey", lw=0.6, ls=":",
-               label=f"accuracy floor {ACC_FLOOR:g} (sets the compared range)")
+               label=f"accuracy floor {ACC_FLOOR:g} (a setting below it is on no front)")
     fraction_axis(ax, [p["remaining"] for p in plotted])
     ax.set_xlabel("weights remaining (fraction of the masked weights)")
     ax.set_ylabel("test accuracy (seed mean; bars: +-1 seed s.d.)")
@@ -343,6 +349,59 @@ def plot_pareto(files: Outputs, plotted: list[dict], experiment: str) -> None:
     ax.legend(fontsize=6, ncol=2)
     files.figure(f"pareto_{experiment}.png", fig)
     plt.close(fig)
+
+
+def plot_hyper(files: Outputs, rows: list[dict]) -> list[str]:
+    """hyper_generalization.png / .csv (`fig:app_hyper_gen_scatter`,
+    `fig:app_hyper_gen_parallel`): left, each (setting, n)'s seed means, the same setting's
+    points linked across n, chance accuracy shaded; right, one line per (setting, n) across the
+    hyperparameters, its remaining fraction and accuracy, coloured by remaining (red: sparse)
+    and faded off its n's front. Returns :func:`analysis.scale.hyper.carry_over`'s lines."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    files.csv("hyper_generalization.csv", list(HYPER_COLUMNS),
+              [[r[k] for k in HYPER_COLUMNS] for r in rows])
+    fig, (ax, par) = plt.subplots(1, 2, figsize=(11, 4.2))
+    markers = dict(zip(sorted({r["n"] for r in rows}), "os^Dv"))
+    colors = plt.get_cmap("tab10").colors
+    for i, key in enumerate(sorted({(r["method"], r["param"], r["key"]) for r in rows})):
+        mine = sorted((r for r in rows if (r["method"], r["param"], r["key"]) == key),
+                      key=lambda r: r["n"])
+        c = colors[i % len(colors)]
+        ax.plot([r["remaining"] for r in mine], [r["test_acc"] for r in mine], color=c, lw=0.8)
+        for r in mine:
+            ax.scatter(r["remaining"], r["test_acc"], marker=markers[r["n"]], color=c, s=22)
+    for n, mk in markers.items():
+        ax.scatter([], [], marker=mk, color="grey", label=f"n = {n}")
+    ax.axhspan(0, STALLED_ACC, color="red", alpha=0.12, label="chance (failed runs)")
+    fraction_axis(ax, [r["remaining"] for r in rows])
+    ax.set_xlabel("weights remaining")
+    ax.set_ylabel("test accuracy (seed mean)")
+    ax.set_title("one setting at several n (linked)")
+    ax.legend(fontsize=7)
+    ax.grid(True, which="both", alpha=0.3)
+    axes = ["log10 lam", "log10 mask lr", "log10 n", "log10 remaining", "test acc"]
+    vals = [[math.log10(r["lam"]), math.log10(r["mask_lr"]), math.log10(r["n"]),
+             math.log10(r["remaining"]), r["test_acc"]] for r in rows]
+    lo = [min(v[i] for v in vals) for i in range(len(axes))]
+    hi = [max(v[i] for v in vals) for i in range(len(axes))]
+    scaled = [[(v[i] - lo[i]) / (hi[i] - lo[i]) if hi[i] > lo[i] else 0.5
+               for i in range(len(axes))] for v in vals]
+    cmap = plt.get_cmap("RdYlGn")
+    for r, y in zip(rows, scaled):
+        par.plot(range(len(axes)), y, color=cmap(y[3]), alpha=0.9 if r["on_front"] else 0.25,
+                 lw=1.2 if r["on_front"] else 0.8)
+    par.set_xticks(range(len(axes)), [f"{a}\n{lo[i]:.3g}..{hi[i]:.3g}"
+                                      for i, a in enumerate(axes)], fontsize=7)
+    par.set_yticks([0, 1], ["min", "max"])
+    par.set_title("each (setting, n): colour = remaining (red sparse); faded off its n's front",
+                  fontsize=8)
+    files.figure("hyper_generalization.png", fig)
+    plt.close(fig)
+    return [carry_over_text(c) for c in carry_over(rows)]
 
 
 def chosen_runs(loaded: Sequence[tuple[RunRecord, Path]]) -> list[tuple[str, RunRecord, Path]]:
@@ -449,6 +508,10 @@ def report(out: Path, experiments: Sequence[str], baselines: Sequence[Path] = ()
             plotted = write_points(files, records, exp)
             if exp != "regression":
                 plot_pareto(files, plotted, exp)
+    hyper = generalization_rows(records) if "supermask" in experiments else []
+    if hyper:
+        for line in plot_hyper(files, hyper):
+            print(f"hyperparameters across n: {line}")
     if "joint" in experiments:
         chosen = chosen_runs([(r, f) for r, f in loaded if r.experiment == "joint"])
         if chosen:
