@@ -163,9 +163,10 @@ def test_zoo_trains_exports_and_reproduces(factory, zoo_data, tmp_path):
             assert P.main(args) == 0, (mode, method)
             (folder,) = out.iterdir()
             summary = json.loads((folder / "summary.json").read_text())
-            X.export(folder, "pt2", tmp_path / f"{mode}-{method}.pt2")
+            X.export(folder, "pt2", tmp_path / f"{mode}-{method}.pt2", model=f"_zoo:{factory}")
             net = torch.export.load(str(tmp_path / f"{mode}-{method}.pt2")).module()
-            sparse = X.load_sparse(_sparse(folder, tmp_path), model=f"_zoo:{factory}")
+            sparse = X.load_sparse(_sparse(folder, tmp_path, f"_zoo:{factory}"),
+                                   model=f"_zoo:{factory}")
             with torch.no_grad():
                 got, ref = net(x), sparse(x)
             torch.testing.assert_close(got, ref, rtol=1e-5, atol=1e-5)
@@ -178,9 +179,9 @@ def test_zoo_trains_exports_and_reproduces(factory, zoo_data, tmp_path):
                 assert acc == summary["final_test_acc"], (mode, method)
 
 
-def _sparse(folder: Path, tmp: Path) -> Path:
+def _sparse(folder: Path, tmp: Path, model: str) -> Path:
     path = tmp / f"{folder.name}.sparse.pt"
-    X.export(folder, "sparse", path)
+    X.export(folder, "sparse", path, model=model)
     return path
 
 
