@@ -281,6 +281,44 @@ def test_sigterm_checkpoint_and_resume_give_the_same_numbers(tmp_path, dropout):
     assert not [p for p in os.listdir(folder) if p.endswith(".tmp")]
 
 
+def test_a_step_that_does_not_end_is_cut_soon_after_a_signal(tmp_path, monkeypatch):
+    """Issue 50: a SIGTERM during a step that would run for long (here a hook that waits 20 s,
+    as a step with a huge --n did for 10 minutes) stops the run once ``STOP_GRACE`` seconds
+    have passed, without waiting for the step: RunInterrupted saying no checkpoint was written,
+    the checkpoint of epoch 1 intact; the rerun resumes from it and equals the uninterrupted
+    run."""
+    import time
+
+    import pbscale.runs.loop as loop_module
+
+    monkeypatch.setattr(loop_module, "STOP_GRACE", 0.2)
+    loop = LoopConfig(epochs=2, seed=1)
+    whole = _run(tmp_path / "whole", loop)
+    waited = []
+
+    def long_step(epoch, i):
+        if (epoch, i) == (1, 1):
+            os.kill(os.getpid(), signal.SIGTERM)
+            t0 = time.monotonic()
+            while time.monotonic() - t0 < 20:  # a step that does not end soon
+                time.sleep(0.01)
+            waited.append(True)  # reached only if the signal was not acted on
+
+    with pytest.raises(RunInterrupted, match="did not end within 0.2 s") as exc:
+        _run(tmp_path / "cut", loop, step_hook=long_step)
+    assert exc.value.code == 143 and not waited
+    (folder,) = (tmp_path / "cut").iterdir()
+    state = torch.load(folder / "checkpoint.pt", weights_only=True)
+    assert state["epoch"] == 1 and state.get("position") is None  # epoch 1's, untouched
+    _run(tmp_path / "cut", loop)
+
+    def rows(path):
+        return [{k: v for k, v in r.items() if not k.endswith("seconds")}
+                for r in io.read_csv(path)]
+
+    assert str(rows(folder / "metrics.csv")) == str(rows(whole / "metrics.csv"))
+
+
 @pytest.mark.parametrize("old", ["missing", "none"])
 def test_a_checkpoint_without_the_stream_resumes_with_one_warning(tmp_path, capsys, old):
     """A checkpoint whose method state holds no stream (written before the MC samples had one:

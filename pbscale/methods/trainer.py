@@ -111,7 +111,7 @@ class LogitsFamily(Family):
         return MaskTrainer(config, layout.d, plan.mask_steps, layout.device,
                            bytes_per_sample=plan.bytes_per_sample, layers=plan.layers,
                            target=plan.setting("target", 1.0),
-                           joint=plan.weight_optimizer is not None)
+                           joint=plan.weight_optimizer is not None, world=plan.world)
 
     # ------------------------------------------------------------------ the method
 
@@ -184,14 +184,15 @@ class MaskTrainer:
     (edge-popup); both fixed here. ``shard``: set by sample parallelism
     (:func:`pbscale.execution.distributed.rank_strategy`), passed to each step. ``joint``: the
     network weights will train on its steps' loss (a joint run), so a step keeps all its n
-    samples' masks and activations until the backward (:func:`check_sample_memory`).
+    samples' masks and activations until the backward (:func:`check_sample_memory`); under
+    torchrun (``world`` ranks splitting the samples) each rank keeps only its share.
     """
 
     def __init__(self, config: MethodConfig, d: int, total_steps: int,
                  device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32,
                  bytes_per_sample: int | None = None, *,
                  layers: tuple[int, ...] | None = None, target: float = 1.0,
-                 joint: bool = False) -> None:
+                 joint: bool = False, world: int = 1) -> None:
         family = config.family
         if not isinstance(family, LogitsFamily):
             raise PBInputError(f"{family.text} trains no mask logits; use one of "
@@ -223,7 +224,8 @@ class MaskTrainer:
             self.chunk = auto_chunk(config.n, per_sample, self.device)
         if family.caps.samples:  # n masks of d entries per step: bounded by memory
             check_sample_memory(config.n, d, self.chunk, per_sample, self.device, joint=joint,
-                                itemsize=torch.empty((), dtype=dtype).element_size())
+                                itemsize=torch.empty((), dtype=dtype).element_size(),
+                                world=world)
         self.step_count = 0
         #: the L0 strength per weight in force (``config.lam`` unless a controller steers it,
         #: :class:`pbscale.pruning.lam_control.LamController`; checkpointed); acts only for a family

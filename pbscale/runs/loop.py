@@ -64,8 +64,10 @@ was already checkpointed, once more before ``summary.json``). Distribution
 from __future__ import annotations
 
 import math
+import os
 import signal
 import sys
+import threading
 import time
 import warnings
 from collections.abc import Callable, Iterator, Sequence
@@ -136,14 +138,39 @@ def flush_denormals(device: torch.device) -> Iterator[None]:
         torch.set_flush_denormal(False)
 
 
+#: Seconds the loop waits, after a SIGTERM or SIGINT, for the step in progress to end (and
+#: the run to checkpoint before the next one): a step that takes longer (a huge --n, a slow
+#: evaluation) is cut then, without a new checkpoint (:func:`_signal_flag`).
+STOP_GRACE = 5.0
+
+
 @contextmanager
 def _signal_flag() -> Iterator[dict]:
     """Turns SIGTERM and SIGINT (Ctrl-C) into a flag the loop checks after every step (main
-    thread only); ``flag["signal"]`` is the last one received."""
-    flag: dict[str, Any] = {"term": False, "signal": signal.SIGTERM}
+    thread only); ``flag["signal"]`` is the last one received. So that a run acts within
+    seconds whatever it is doing, a second signal, or the first one not acted on within
+    :data:`STOP_GRACE` seconds (a timer sends it again), raises
+    :class:`pbexact.errors.RunInterrupted` where the run is: the step in progress is dropped and
+    no checkpoint is written, the last one stays (the run resumes from it, exactly). The loop
+    marks the flag ``acting`` once it checkpoints (:func:`_stop_requested`), which stops the
+    timer."""
+    flag: dict[str, Any] = {"term": False, "signal": signal.SIGTERM, "acting": False,
+                            "timer": None}
 
     def handler(signum: int, _frame: Any) -> None:
+        if flag["term"]:
+            if flag["acting"]:  # the checkpoint is being written: let it finish
+                return
+            name = signal.Signals(signum).name
+            raise RunInterrupted(signum, f"{name}: the step in progress did not end within "
+                                         f"{STOP_GRACE:g} s of the signal; stopped without a "
+                                         "new checkpoint (the last one is intact and the run "
+                                         "resumes from it)")
         flag.update(term=True, signal=signum)
+        timer = threading.Timer(STOP_GRACE, os.kill, (os.getpid(), signum))
+        timer.daemon = True
+        timer.start()
+        flag["timer"] = timer
 
     olds = {}
     try:
@@ -155,8 +182,17 @@ def _signal_flag() -> Iterator[dict]:
     try:
         yield flag
     finally:
+        _stop_timer(flag)
         for sig, old in olds.items():
             signal.signal(sig, old)
+
+
+def _stop_timer(flag: dict) -> None:
+    """Cancel the timer a first signal started (:func:`_signal_flag`), if any."""
+    timer = flag.get("timer")
+    if timer is not None:
+        timer.cancel()
+        flag["timer"] = None
 
 
 def _set_lrs(optimizers: list[torch.optim.Optimizer], factor: float) -> None:
@@ -466,6 +502,9 @@ def _stop_requested(hooks: Sequence[RunHooks], flag: dict) -> bool:
     RankSync`), by any rank, so that all ranks checkpoint before the same step."""
     for h in hooks:
         flag["term"] = h.stop_requested(flag["term"])
+    if flag["term"]:  # the loop acts now: it checkpoints, so the timer must not cut it
+        flag["acting"] = True
+        _stop_timer(flag)
     return flag["term"]
 
 
