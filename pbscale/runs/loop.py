@@ -91,6 +91,7 @@ from pbscale.runs.contracts import (
     StepHook,
     Task,
 )
+from pbscale.runs.divergence import check_finite, check_metrics
 from pbscale.runs.records import (
     PROVENANCE,
     Diverged,
@@ -518,68 +519,31 @@ def _frozen_mask(hooks: Sequence[RunHooks], method: Method,
     return method.mode_mask()
 
 
-def check_finite(method: Method, epoch: int, flags: dict[str, str],
-                 weights: Sequence[torch.nn.Parameter] = (),
-                 step: tuple[int, int, torch.Tensor | None] | None = None) -> None:
-    """Stop a diverged run (:class:`pbscale.runs.records.Diverged`) with one line naming where
-    and the flag to lower (``flags``, see :data:`LR_FLAGS`): mask logits
-    (:meth:`Method.check_finite`) or weights that became NaN or inf after ``epoch`` (0-based),
-    or, with ``step`` = (step number, batch, fixed mask), a step whose training loss is not
-    finite."""
-    where = (f"step {step[0]} (epoch {epoch + 1}, batch {step[1]})" if step is not None
-             else f"epoch {epoch + 1}")
-    at = step[0] if step is not None else None
-    try:
-        method.check_finite(where, flags)
-    except Diverged:
-        raise
-    except PBInputError as exc:
-        raise Diverged(str(exc), epoch + 1, at, where) from None
-    if any(not bool(torch.isfinite(p).all()) for p in weights):
-        raise Diverged(f"the network weights became NaN or inf in {where}: the weight "
-                       f"learning rate is too large; lower {flags['weights']}", epoch + 1, at,
-                       where)
-    if step is not None:
-        masks_train = bool(method.optimizers) and step[2] is None
-        lower = " or ".join(dict.fromkeys(
-            ([flags["masks"]] if masks_train else []) + ([flags["weights"]] if weights else [])))
-        raise Diverged(f"the training loss became NaN or inf at {where}: the run diverged; "
-                       f"lower {lower or flags['masks']}", epoch + 1, at, where)
-
-
-def check_metrics(metrics: dict, epoch: int, flags: dict[str, str], joint: bool) -> None:
-    """Stop a run (:class:`pbscale.runs.records.Diverged`) whose evaluation after ``epoch``
-    (0-based) has a NaN or inf loss (``*loss`` entries) although every step's loss, the logits
-    and the weights were finite: the weights grew past what the network's float32 outputs
-    hold. Masks only switch weights on and off, so the flag named is the weight learning rate
-    where weights train (``joint``), else the masks'."""
-    bad = [k for k, v in metrics.items()
-           if k.endswith("loss") and isinstance(v, float) and not math.isfinite(v)]
-    if bad:
-        flag = flags["weights"] if joint else flags["masks"]
-        raise Diverged(f"the evaluation's {bad[0]} became NaN or inf after epoch {epoch + 1}: "
-                       f"the run diverged; lower {flag}", epoch + 1, None,
-                       f"the evaluation after epoch {epoch + 1}")
-
-
 def train_step(f: BatchedLoss, method: Method, weight_optimizer: torch.optim.Optimizer | None,
                opts: list[torch.optim.Optimizer], fixed: torch.Tensor | None,
                joint: bool) -> float:
     """One step: masks train (surrogate of the method) or are fixed (warm-up / frozen: only the
-    weights train, on the loss of the fixed mask). Returns the training loss."""
+    weights train, on the loss of the fixed mask). Returns the training loss. A loss that is
+    NaN or inf makes no update (the run stops on it: :func:`check_finite` then reads the
+    parameters the loss came from, to name the cause)."""
     if fixed is not None:
         if not joint:
             with torch.no_grad():
                 return float(f(fixed[None])[0])
         weight_optimizer.zero_grad()
         loss = f(fixed[None])[0]
+        value = float(loss.detach())
+        if not math.isfinite(value):
+            return value
         if loss.requires_grad:  # else f differentiated it itself (a group, member by member)
             loss.backward()
         weight_optimizer.step()
-        return float(loss.detach())
+        return value
     for opt in opts:
         opt.zero_grad()
     value, loss = method.surrogate(f, weights=joint)
+    if isinstance(loss, float) and not math.isfinite(loss):
+        return loss
     if value.requires_grad:  # else nothing trains this step (a fixed mask over fixed weights)
         value.backward()
     method.apply()
