@@ -55,11 +55,10 @@ def check_finite(method: Method, epoch: int, flags: dict[str, str],
     if step is not None:
         if weights:
             big = max(float(p.detach().abs().max()) for p in weights)
-            raise Diverged(f"the training loss became NaN or inf at {where} with finite "
-                           f"weights and mask logits: the weights grew past what float32 "
-                           f"outputs hold (largest |weight| {big:.3g}, and masks only switch "
-                           f"weights on and off); lower {flags['weights']}", epoch + 1, at,
-                           where, flags["weights"])
+            raise Diverged(f"the training loss became NaN or inf at {where} from finite "
+                           f"weights (largest |weight| {big:.3g}) and mask logits: the weights' "
+                           f"outputs overflowed (masks only switch weights on and off); lower "
+                           f"{flags['weights']}", epoch + 1, at, where, flags["weights"])
         raise Diverged(f"the training loss became NaN or inf at {where}: the run diverged; "
                        f"lower {flags['masks']}", epoch + 1, at, where, flags["masks"])
 
