@@ -224,3 +224,40 @@ def test_a_mask_that_is_not_binary_is_refused(finished, tmp_path, capsys) -> Non
         assert not (tmp_path / f"{fmt}.out").exists()
     with pytest.raises(PBInputError, match="not only 0 and 1"):
         P.load_pruned("lenet", run / "pruned.pt")
+
+
+def test_out_under_a_file_and_a_dangling_symlink_are_refused(finished, tmp_path, capsys) -> None:
+    """--out FILE/x names the file it is under (a3f3b10 said the folder does not exist); a
+    dangling symlink as --out is refused and stays a dangling symlink (the injected bug of
+    issue 50: without export's symlink check the atomic write put a regular file in the
+    link's place)."""
+    afile = tmp_path / "afile"
+    afile.write_text("keep")
+    err = refused(capsys, finished, "sparse", afile / "x")
+    assert f"is under {afile}, which is a file" in err, err
+    dangling = tmp_path / "dangling"
+    dangling.symlink_to(tmp_path / "nowhere")
+    for fmt in FORMATS:
+        assert "symlink" in refused(capsys, finished, fmt, dangling)
+        assert dangling.is_symlink() and not (tmp_path / "nowhere").exists()
+    assert afile.read_text() == "keep"
+
+
+def test_a_full_disk_says_export_again_not_resume(finished, tmp_path, capsys,
+                                                  monkeypatch) -> None:
+    """ENOSPC while the export is written (emulated): one line saying that a file already at
+    --out is intact and how to go on; nothing there resumes, so it does not say so."""
+    import errno
+
+    from pbscale.runs import io as runio
+
+    def full(path, data):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(runio, "atomic_write_bytes", full)
+    out = tmp_path / "net.pt"
+    out.write_bytes(b"old")
+    err = refused(capsys, finished, "sparse", out)
+    assert "No space left on device" in err and "a file already there is intact" in err, err
+    assert "free disk space" in err and "resume" not in err
+    assert out.read_bytes() == b"old"

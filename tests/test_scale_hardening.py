@@ -265,3 +265,26 @@ def test_a_damaged_finished_run_is_not_finished_anywhere(tmp_path):
     (folder / "summary.json").unlink()
     (folder / "config.json").write_text("not json")
     assert records.status(sweep)["finished"] == [] and records.todo(sweep) == ([r], [])
+
+
+@pytest.mark.parametrize("key,value,words", [
+    ("final_test_acc", "NaN", "final_test_acc is 'NaN', not a number"),
+    ("final_remaining", -3, "final_remaining is -3, not a fraction in [0, 1]"),
+    ("final_remaining_fc1", None, "final_remaining_fc1 is None, not a number"),
+])
+def test_a_summary_with_values_of_the_wrong_kind_is_refused_on_rerun(tmp_path, capsys, key,
+                                                                      value, words):
+    """Issue 50: a finished run's summary.json edited to hold a string, null or a fraction out
+    of [0, 1], then the same command: one line naming the file and the value (a3f3b10 raised
+    ValueError: Unknown format code 'f' formatting the string)."""
+    argv = ["--synthetic", "48", "--epochs", "1", "--max-batches", "1", "--batch-size", "8",
+            "--quiet", "--out", str(tmp_path)]
+    code, err = _prune(argv, capsys)
+    assert code == 0, err
+    (folder,) = tmp_path.glob("lenet-*")
+    summary = json.loads((folder / "summary.json").read_text())
+    summary[key] = value
+    (folder / "summary.json").write_text(json.dumps(summary))
+    code, err = _prune(argv, capsys)
+    line = _one_line(err)
+    assert code == 2 and "summary.json" in line and words in line, line
