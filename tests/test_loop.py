@@ -361,6 +361,44 @@ def test_a_checkpoint_without_the_stream_resumes_with_one_warning(tmp_path, caps
         tr.load_state_dict(tr.state_dict())
 
 
+def test_a_cpu_checkpoints_stream_resumed_without_one_is_warned(tmp_path, capsys,
+                                                                 monkeypatch):
+    """Issue 50: a checkpoint written on the CPU (with the MC samples' counter stream) resumed
+    by a run that has no stream (a GPU run; emulated here by a CPU trainer whose stream is
+    removed) says so in one warning line naming the checkpoint; a3f3b10 dropped the stream
+    silently."""
+    tr = M.MaskTrainer(M.MethodConfig(method="arms", n=2, seed=1), 10, 10)
+    state = tr.state_dict()
+    assert state["stream"] is not None
+    gpu_like = M.MaskTrainer(M.MethodConfig(method="arms", n=2, seed=1), 10, 10)
+    gpu_like.stream = None
+    with pytest.warns(ResumeWarning, match="holds the MC samples' CPU stream"):
+        gpu_like.load_state_dict(state)
+    # through the loop: the one warning line of a resumed run
+    loop = LoopConfig(epochs=2, seed=1)
+
+    def term(epoch, i):
+        if (epoch, i) == (1, 1):
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    with pytest.raises(RunInterrupted):
+        _run(tmp_path, loop, method="arms", step_hook=term)
+    made = M.MaskTrainer.__init__
+
+    def without_stream(self, *args, **kwargs):
+        made(self, *args, **kwargs)
+        self.stream = None
+
+    monkeypatch.setattr(M.MaskTrainer, "__init__", without_stream)
+    capsys.readouterr()
+    _run(tmp_path, loop, method="arms")
+    (ckpt,) = tmp_path.glob("*/checkpoint.pt")
+    lines = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    assert lines == [f"warning: resuming {ckpt}: "
+                     f"{M.trainer.STREAM_NOT_USED.format(device='cpu')}; delete it to start "
+                     "the run over"], lines
+
+
 def test_config_mismatch_is_refused_and_options_are_checked(tmp_path):
     loop = LoopConfig(epochs=1, seed=0)
     folder = _run(tmp_path, loop, joint=False)

@@ -171,6 +171,15 @@ STREAM_NOT_RESUMED = (
     "numbers differ from an uninterrupted run's")
 
 
+#: What a resumed run does when its checkpoint holds the CPU's stream of MC samples and the run
+#: has none (on a GPU, whose samplers draw from the run's generator).
+STREAM_NOT_USED = (
+    "it holds the MC samples' CPU stream (written on the CPU), which the run on {device} does "
+    "not use: its samples come from the device's generator, so from here the run's numbers "
+    "differ from an uninterrupted run's (resume on the CPU, --device cpu, to continue the "
+    "stream)")
+
+
 class MaskTrainer:
     """Mask logits r of shape (P,) and one optimizer step per call of :meth:`step`; the run
     loop's :class:`pbscale.runs.contracts.Method` of every :class:`LogitsFamily`, which it calls
@@ -389,7 +398,9 @@ class MaskTrainer:
         """Restore :meth:`state_dict`'s state. A state without the MC samples' stream (written
         before it existed, or on a GPU) while this trainer has one warns
         :class:`pbscale.runs.contracts.ResumeWarning` (:data:`STREAM_NOT_RESUMED`): the samples
-        go on from the fresh stream of the run's seed."""
+        go on from the fresh stream of the run's seed; a state with the stream (written on the
+        CPU) while this trainer has none (on a GPU) warns too (:data:`STREAM_NOT_USED`): the
+        stream is not silently dropped."""
         with torch.no_grad():
             self.r.copy_(state["r"].to(self.r.device))
         self.opt.load_state_dict(state["opt"])
@@ -399,6 +410,9 @@ class MaskTrainer:
                 self.stream.load_state_dict(state["stream"])
             else:
                 warnings.warn(STREAM_NOT_RESUMED, ResumeWarning, stacklevel=2)
+        elif state.get("stream") is not None:
+            warnings.warn(STREAM_NOT_USED.format(device=self.device), ResumeWarning,
+                          stacklevel=2)
         self.step_count = int(state["step_count"])
         self.lam = float(state.get("lam", self.config.lam))  # older checkpoints: the config's
         if self.control is not None:
