@@ -139,24 +139,31 @@ def flush_denormals(device: torch.device) -> Iterator[None]:
         torch.set_flush_denormal(False)
 
 
-#: Seconds the loop waits, after a SIGTERM or SIGINT, for the step in progress to end (and
-#: the run to checkpoint before the next one): a step that takes longer (a huge --n, a slow
-#: evaluation) is cut then, without a new checkpoint (:func:`_signal_flag`).
+#: Seconds the loop waits at least, after a SIGTERM or SIGINT, for the step in progress to end
+#: (and the run to checkpoint before the next one); where the run's steps (or an epoch's
+#: evaluation and checkpoint) took longer, twice the longest seen so far, up to
+#: :data:`STOP_GRACE_MAX`. A step that takes longer still (a huge --n) is cut then, without a
+#: new checkpoint (:func:`_signal_flag`).
 STOP_GRACE = 5.0
+#: The most seconds the loop waits for the step in progress after a signal (schedulers
+#: commonly send SIGKILL 30 s after SIGTERM).
+STOP_GRACE_MAX = 25.0
 
 
 @contextmanager
 def _signal_flag() -> Iterator[dict]:
     """Turns SIGTERM and SIGINT (Ctrl-C) into a flag the loop checks after every step (main
     thread only); ``flag["signal"]`` is the last one received. So that a run acts within
-    seconds whatever it is doing, a second signal, or the first one not acted on within
-    :data:`STOP_GRACE` seconds (a timer sends it again), raises
+    seconds whatever it is doing, a second signal, or the first one not acted on within the
+    grace (:data:`STOP_GRACE` seconds, or twice the longest step seen, ``flag["longest"]``, up
+    to :data:`STOP_GRACE_MAX`; a timer sends the signal again), raises
     :class:`pbexact.errors.RunInterrupted` where the run is: the step in progress is dropped and
     no checkpoint is written, the last one stays (the run resumes from it, exactly). The loop
     marks the flag ``acting`` once it checkpoints (:func:`_stop_requested`), which stops the
     timer."""
     flag: dict[str, Any] = {"term": False, "signal": signal.SIGTERM, "acting": False,
-                            "timer": None}
+                            "timer": None, "longest": 0.0, "grace": STOP_GRACE,
+                            "mark": time.perf_counter()}
 
     def handler(signum: int, _frame: Any) -> None:
         if flag["term"]:
@@ -164,11 +171,12 @@ def _signal_flag() -> Iterator[dict]:
                 return
             name = signal.Signals(signum).name
             raise RunInterrupted(signum, f"{name}: the step in progress did not end within "
-                                         f"{STOP_GRACE:g} s of the signal; stopped without a "
-                                         "new checkpoint (the last one is intact and the run "
-                                         "resumes from it)")
+                                         f"{flag['grace']:.3g} s of the signal; stopped "
+                                         "without a new checkpoint (the last one is intact and "
+                                         "the run resumes from it)")
         flag.update(term=True, signal=signum)
-        timer = threading.Timer(STOP_GRACE, os.kill, (os.getpid(), signum))
+        flag["grace"] = min(max(STOP_GRACE, 2 * flag["longest"]), STOP_GRACE_MAX)
+        timer = threading.Timer(flag["grace"], os.kill, (os.getpid(), signum))
         timer.daemon = True
         timer.start()
         flag["timer"] = timer
@@ -501,6 +509,8 @@ def _read_losses(losses: list) -> list[float]:
 def _stop_requested(hooks: Sequence[RunHooks], flag: dict) -> bool:
     """SIGTERM seen by this process or, through the hooks (:class:`pbscale.execution.distributed.
     RankSync`), by any rank, so that all ranks checkpoint before the same step."""
+    now = time.perf_counter()  # the time since the last check: one step (or an epoch's end)
+    flag["longest"], flag["mark"] = max(flag["longest"], now - flag["mark"]), now
     for h in hooks:
         flag["term"] = h.stop_requested(flag["term"])
     if flag["term"]:  # the loop acts now: it checkpoints, so the timer must not cut it
