@@ -311,31 +311,36 @@ def divergence(folder: Path) -> str:
 
 def readable_summary(folder: Path) -> dict | None:
     """The run folder's summary.json when it is a regular file holding a JSON object whose
-    values read back (:func:`pbscale.runs.io.read_summary`: metrics that are numbers,
-    fractions in [0, 1]), else None."""
+    values read back (:func:`pbscale.runs.io.summary_problem`: metrics that are numbers,
+    fractions in [0, 1]), else None (:func:`summary_damage` says why)."""
     path = folder / "summary.json"
     if not path.is_file():
         return None
     try:
-        return io.read_summary(path)
+        summary = io.read_json(path)
     except (OSError, ValueError):  # PBInputError is a ValueError
         return None
+    if not isinstance(summary, dict) or io.summary_problem(summary):
+        return None
+    return summary
 
 
 def summary_damage(folder: Path) -> str | None:
     """Why the run folder's summary.json cannot be read as a finished run's (missing, not a
     regular file, truncated, not a JSON object, a value of the wrong kind or out of its range:
-    the one-line reason), or None when it can."""
+    the one-line reason), or None when it can (:func:`readable_summary`)."""
     path = folder / "summary.json"
     if not path.is_file():
         return f"no summary.json in {folder}"
     try:
-        io.read_summary(path)
+        summary = io.read_json(path)
     except OSError as exc:
         return f"cannot read {path} ({exc.strerror})"
     except ValueError as exc:  # PBInputError is a ValueError
         return str(exc).split(";")[0]
-    return None
+    if not isinstance(summary, dict):
+        return f"{path} holds a {type(summary).__name__}, not a JSON object"
+    return io.summary_problem(summary)
 
 
 def saved_text(sweep: Sweep, run: Run, folders: dict[str, Path]) -> str:
