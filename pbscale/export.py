@@ -33,6 +33,7 @@ from __future__ import annotations
 import io
 import logging
 import math
+import re
 import sys
 import warnings
 from collections.abc import Iterator
@@ -50,6 +51,7 @@ from pbexact.io import path_problem
 from pbscale.nets.models import MODELS
 from pbscale.nets.network import (
     IMPORT_PATH,
+    NETWORK_INITS,
     NetworkSource,
     importable,
     network_id,
@@ -260,10 +262,11 @@ def check_identity(folder: Path, task: dict, source: NetworkSource) -> None:
     if source.builtin or recorded is None:
         return
     seed, init = task.get("seed", 0), task.get("init", "kaiming_normal")
-    if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0 or not isinstance(
-            init, str):
-        raise PBInputError(f"damaged run file {folder / 'config.json'} (its task's seed or "
-                           f"init); {runio.DAMAGED_FIX}")
+    if (not isinstance(seed, int) or isinstance(seed, bool) or seed < 0
+            or init not in NETWORK_INITS or not isinstance(recorded, str)
+            or not re.fullmatch(r"[0-9a-f]{16}", recorded)):
+        raise PBInputError(f"damaged run file {folder / 'config.json'} (its task's seed, init "
+                           f"or network_id); {runio.DAMAGED_FIX}")
     net = source.build(seed, init)
     if network_id(net, source.spec, init) != recorded:
         shapes = {k: tuple(v.shape) for k, v in net.state_dict().items()}

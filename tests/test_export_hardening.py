@@ -202,6 +202,7 @@ def test_the_users_network_must_be_named_and_be_the_runs(own_run, tmp_path, caps
     assert out.is_file()
     assert X.export(own_run, "sparse", tmp_path / "s.pt", model=ownnet.net).is_file()
     sys.modules.pop("ownnet")
+    original = (own_run / "config.json").read_text()
     path = Path(ownnet.__file__)
     path.write_text(NET.replace("12", "140"))  # the same import path, another network
     capsys.readouterr()
@@ -209,6 +210,13 @@ def test_the_users_network_must_be_named_and_be_the_runs(own_run, tmp_path, caps
                    "ownnet:net"]) == 2
     err = capsys.readouterr().err
     assert "another network than the run's" in err and "(140, 64)" in err, err
+    for key, value in (("network_id", 5), ("network_id", "zz"), ("seed", "x"),
+                       ("init", "bogus")):  # edited: damaged, not another network
+        (own_run / "config.json").write_text(original)
+        edit(own_run, "config.json", ("task", key), value)
+        assert X.main([str(own_run), "--out", str(tmp_path / "again.pt2"), "--model",
+                       "ownnet:net"]) == 2
+        assert "damaged run file" in capsys.readouterr().err
 
 
 def test_a_mask_that_is_not_binary_is_refused(finished, tmp_path, capsys) -> None:

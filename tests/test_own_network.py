@@ -298,6 +298,8 @@ def bad_dir(tmp_path_factory) -> Path:
     u64[5] = 2**64 - 1
     np.savez(root / "uint64.npz", **{**good, "y_train": u64})
     (root / "folder.npz").mkdir()
+    crafted_npz(root / "negative.npz", good, {"x_train": (-5, 1, 8, 8)})
+    os.mkfifo(root / "fifo.npz")
     return root
 
 
@@ -337,6 +339,8 @@ BAD = [
      r"x_train \[10000000000, 1, 8, 8\] uint8.*store at most [\d,]+ training examples"),
     (["--model", "badnets:ok", "--data", "lying.npz"],
      r"x_train declares \[320, 1, 8, 8\] uint8 \(20,480 bytes\), but the archive holds"),
+    (["--model", "badnets:ok", "--data", "negative.npz"], r"\[-5, 1, 8, 8\], with a negative"),
+    (["--model", "badnets:ok", "--data", "fifo.npz"], r"fifo.npz is not a regular file"),
     (["--model", "badnets:ok", "--data", "uint64.npz"],
      r"y_train holds 18446744073709551615, past the largest int64"),
     (["--model", "badnets:ok", "--data", "good.npz", "--masked", "conv*"],

@@ -271,6 +271,7 @@ def test_a_damaged_finished_run_is_not_finished_anywhere(tmp_path):
     ("final_test_acc", "NaN", "final_test_acc is 'NaN', not a number"),
     ("final_remaining", -3, "final_remaining is -3, not a fraction in [0, 1]"),
     ("final_remaining_fc1", None, "final_remaining_fc1 is None, not a number"),
+    ("seconds_per_epoch", -1, "seconds_per_epoch is -1, a negative time"),
 ])
 def test_a_summary_with_values_of_the_wrong_kind_is_refused_on_rerun(tmp_path, capsys, key,
                                                                       value, words):

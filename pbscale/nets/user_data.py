@@ -90,6 +90,9 @@ def declared(path: Path) -> dict[str, Declared]:
         raise PBInputError(f"--data {path} is not a readable .npz file ({type(e).__name__}: "
                            f"{str(e)[:160]}); {HOW}") from None
     for name, d in out.items():
+        if any(n < 0 for n in d.shape):
+            raise PBInputError(f"--data {path}: {name} declares the shape {list(d.shape)}, with "
+                               f"a negative size (a damaged or edited file); {HOW}")
         if d.dtype.hasobject:
             raise PBInputError(f"--data {path} holds Python objects (pickles) in {name}, which "
                                f"are never loaded; store plain numeric arrays: {HOW}")
@@ -134,6 +137,9 @@ def read_npz(path: str | Path) -> dict[str, np.ndarray]:
     if path.is_dir():
         raise PBInputError(f"--data {path} is a folder; give the .npz file of your arrays "
                            f"({HOW})")
+    if path.exists() and not path.is_file():
+        raise PBInputError(f"--data {path} is not a regular file (a FIFO, socket or device); "
+                           f"give the .npz file of your arrays ({HOW})")
     if not path.is_file():
         raise PBInputError(f"--data {path}: no such file; give the .npz file of your arrays "
                            f"({HOW})")

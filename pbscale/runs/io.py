@@ -71,7 +71,7 @@ def summary_problem(summary: dict) -> str | None:
         if (remaining or key.endswith("acc")) and not 0 <= value <= 1 and not (
                 math.isnan(value) and not remaining):
             return f"{key} is {value!r}, not a fraction in [0, 1]"
-        if key.endswith("seconds") and value < 0:
+        if "seconds" in key and value < 0:
             return f"{key} is {value!r}, a negative time"
     return None
 
