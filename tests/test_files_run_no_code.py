@@ -131,7 +131,7 @@ def test_pareto_and_scale_report_read_such_runs_without_importing(finished, evil
 def test_sweep_commands_read_such_files_without_importing(finished, evil, tmp_path, capsys):
     toml = tmp_path / "s.toml"
     toml.write_text('[sweep]\ncommand = "prune"\nout = "o"\n[base]\n'
-                    f'model = "{EVIL}:make"\nsynthetic = 48\nepochs = 1\n')
+                    f'model = "{EVIL}:make"\ndataset = "mnist"\nsynthetic = 48\nepochs = 1\n')
     loaded = sweep_file.load(toml)
     untouched(evil)
     (run_id,) = [r.id for r in loaded.runs]
