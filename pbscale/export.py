@@ -8,8 +8,12 @@ arrays as they are (``data.json``'s ``input_dtype``), and returns the network's 
 logits (N, 10) of the paper's networks): the run's test-time transform (x / 255 - mean) / std
 of ``data.json`` is its first operation for images (:class:`Standardized`), and each mask is
 folded into its weight (``weight_orig * weight_mask``, a plain weight with exact zeros). A
-user's own network (``--model package.module:factory``) is built again from the import path
-the run records, so that module must import where the export runs. Formats:
+user's own network is built again only from what the user names (``--model
+package.module:factory``, or ``model=`` in Python): a run folder never chooses code to run. The
+name must be the import path the run records, checked before anything is imported, and the
+network it builds must be the run's (config.json's ``network_id``: the import path and every
+parameter's name, shape and dtype); a missing or another one is a one-line refusal
+(:func:`network_source`). Formats:
 
 * ``pt2`` (the default): ``torch.export`` of that network (dynamic batch size), what torch
   recommends since it deprecated ``torch.jit.trace``; ``torch.export.load(FILE).module()``
@@ -29,6 +33,7 @@ from __future__ import annotations
 import io
 import logging
 import math
+import re
 import sys
 import warnings
 from collections.abc import Iterator
@@ -44,8 +49,16 @@ from pbexact.cli import ArgumentParser, run_main
 from pbexact.errors import PBInputError
 from pbexact.io import path_problem
 from pbscale.nets.models import MODELS
-from pbscale.nets.network import IMPORT_PATH, NetworkSource, importable, source_for
-from pbscale.pruning.outputs import load_pruned, pruned_names
+from pbscale.nets.network import (
+    IMPORT_PATH,
+    NETWORK_INITS,
+    NetworkSource,
+    importable,
+    network_id,
+    source_for,
+)
+from pbscale.nets.network import argument as model_argument
+from pbscale.pruning.outputs import check_masks, load_pruned, pruned_names
 from pbscale.runs import io as runio
 
 FORMATS = ("pt2", "torchscript", "onnx", "sparse")
@@ -80,6 +93,14 @@ def read_run(folder: str | Path) -> tuple[str, dict]:
     """(model: a name of :data:`pbscale.nets.models.MODELS` or the user's import path, data.json) of
     a finished pruning run folder; a folder that is not one is a one-line
     :class:`PBInputError`."""
+    model, data, _ = read_recorded(folder)
+    return model, data
+
+
+def read_recorded(folder: str | Path) -> tuple[str, dict, dict]:
+    """:func:`read_run`'s (model, data.json) and config.json's "task" (the run's settings: its
+    seed, initialization and, for the user's network, ``network_id``), all checked; nothing is
+    imported."""
     folder = Path(folder)
     problem = path_problem(str(folder))
     if problem:
@@ -98,7 +119,7 @@ def read_run(folder: str | Path) -> tuple[str, dict]:
                            f"{runio.DAMAGED_FIX}")
     check_finished(folder)
     check_transform(folder, data)
-    return model, data
+    return model, data, task
 
 
 def check_finished(folder: Path) -> None:
@@ -148,7 +169,9 @@ def check_transform(folder: Path, data: dict) -> None:
 
 def read_pruned_state(folder: Path) -> dict:
     """The run's pruned.pt (``weights_only=True``), refused in one line when it is damaged (not
-    a torch file, or not a state dict of tensors) or holds NaN or inf values."""
+    a torch file, or not a state dict of tensors), holds NaN or inf values or a mask that is
+    not 0/1 (:func:`pbscale.pruning.outputs.check_masks`: an edited mask would scale the
+    weights it keeps)."""
     path = folder / "pruned.pt"
     state = runio.load_checkpoint(path)
     if not isinstance(state, dict) or not all(
@@ -159,6 +182,7 @@ def read_pruned_state(folder: Path) -> dict:
     if bad:
         raise PBInputError(f"{path} holds NaN or inf values ({bad[0]}): the run diverged; "
                            f"export a run that finished with finite weights")
+    check_masks(state, path)
     return state
 
 
@@ -189,27 +213,85 @@ def checked_network(folder: str | Path, model: object = None) -> tuple[nn.Module
     return net, x
 
 
+def model_hint(spec: str) -> str:
+    """How the user names the network ``spec`` of a run: ``--model spec`` where it is an import
+    path another process can import, else ``model=`` in Python."""
+    if importable(spec):
+        return (f"pass --model {spec} (in Python: model={spec!r} or the factory itself) if "
+                "that is the code you mean to run")
+    return ("it was given as a Python object that no other process can import: export from "
+            "Python with model=<that network or its factory>")
+
+
 def network_source(spec: str, model: object = None) -> NetworkSource:
-    """The network ``spec`` (a run's recorded model) to build again: ``model`` when given (an
-    ``nn.Module``, a factory or an import path: the user's own object), else the recorded
-    import path, which must be importable here (one line when it is not)."""
-    if model is not None:
-        return source_for(model)  # type: ignore[arg-type]
-    if not importable(spec):
-        raise PBInputError(f"the run's network {spec} was given as a Python object that another "
-                           "process cannot import; define it in a module and train with "
-                           "--model package.module:factory, or export from Python: "
-                           "pbscale.export.export(run, fmt, out, model=net)")
-    return source_for(spec)
+    """The network ``spec`` (a run's recorded model, or a sparse file's) to build again. A
+    built-in model needs nothing (``model`` may name it again). The user's own network is
+    built only from ``model`` (an import path, a factory or an ``nn.Module``): the recorded
+    name alone never imports or calls anything, so a run folder or file that names code cannot
+    run it. ``model`` must name the recorded import path: a string is compared before it is
+    imported, an object by the import path it has. Missing or another: a one-line
+    :class:`PBInputError`."""
+    if model is None:
+        if spec in MODELS:
+            return source_for(spec)
+        raise PBInputError(f"the run's network is your own code, {spec}, and a run folder never "
+                           f"chooses code to run; {model_hint(spec)}")
+    if isinstance(model, str):
+        if model != spec:  # compared before anything is imported
+            what = "the built-in " if spec in MODELS else ""
+            fix = ("leave --model out" if spec in MODELS
+                   else f"pass --model {spec}" if importable(spec) else model_hint(spec))
+            raise PBInputError(f"--model {model} is not the run's network (it was trained on "
+                               f"{what}{spec}); {fix}")
+        return source_for(model)
+    source = source_for(model)  # type: ignore[arg-type]
+    if source.spec != spec:
+        raise PBInputError(f"model= is {source.spec}, not the run's network {spec} (the import "
+                           "path a run records); pass the network or factory it was trained "
+                           "with")
+    return source
+
+
+def check_identity(folder: Path, task: dict, source: NetworkSource) -> None:
+    """Refuse (one line) a network ``source`` that is not the run's: built with the run's seed
+    and initialization, its :func:`pbscale.nets.network.network_id` (the import path, every
+    parameter's and buffer's name, shape and dtype, and with ``init`` "model" their values)
+    must be config.json's "network_id" (a built-in model, or a run written before the id was
+    recorded: nothing to compare)."""
+    recorded = task.get("network_id")
+    if source.builtin or recorded is None:
+        return
+    seed, init = task.get("seed", 0), task.get("init", "kaiming_normal")
+    if (not isinstance(seed, int) or isinstance(seed, bool) or seed < 0
+            or init not in NETWORK_INITS or not isinstance(recorded, str)
+            or not re.fullmatch(r"[0-9a-f]{16}", recorded)):
+        raise PBInputError(f"damaged run file {folder / 'config.json'} (its task's seed, init "
+                           f"or network_id); {runio.DAMAGED_FIX}")
+    net = source.build(seed, init)
+    if network_id(net, source.spec, init) != recorded:
+        shapes = {k: tuple(v.shape) for k, v in net.state_dict().items()}
+        state = runio.load_checkpoint(folder / "pruned.pt") or {}
+        stored = {k.removesuffix("_orig"): tuple(v.shape) for k, v in state.items()
+                  if torch.is_tensor(v) and not k.endswith("_mask")}
+        diff = next((f"{k}: {shapes.get(k)} here, {stored.get(k)} in the run"
+                     for k in [*shapes, *stored] if shapes.get(k) != stored.get(k)), None)
+        detail = (f" ({diff})" if diff else
+                  " (its parameters' names, shapes and dtypes" +
+                  (", or with --init model their values," if init == "model" else "") +
+                  " differ from those config.json records)")
+        raise PBInputError(f"{source.spec} now builds another network than the run's"
+                           f"{detail}; export with the code the run was trained with")
 
 
 def plain_network(folder: str | Path, model: object = None) -> nn.Module:
     """The run's pruned network as plain modules, masks folded into the weights
     (``torch.nn.utils.prune.remove``), after its test-time transform (:class:`Standardized`);
-    in eval mode. ``model``: the user's network when the recorded import path cannot be used
-    (:func:`network_source`)."""
-    spec, data = read_run(folder)
-    net = read_pruned(Path(folder), network_source(spec, model))
+    in eval mode. ``model``: the user's network (:func:`network_source`), required for a run of
+    one and checked against the run's identity (:func:`check_identity`)."""
+    spec, data, task = read_recorded(folder)
+    source = network_source(spec, model)
+    check_identity(Path(folder), task, source)
+    net = read_pruned(Path(folder), source)
     mods = dict(net.named_modules())
     for name in _masked(net):
         owner, _, param = name.rpartition(".")
@@ -277,23 +359,28 @@ def load_sparse(path: str | Path, model: object = None) -> nn.Module:
         weight[mask] = blob[f"values.{name}"]
         state[name] = weight.reshape(shape)
     net = network_source(str(spec), model).build(0, "model")
-    net.load_state_dict(state)
+    try:
+        net.load_state_dict(state)
+    except RuntimeError as exc:
+        first = str(exc).strip().splitlines()
+        raise PBInputError(f"{path} does not hold the network model= builds ("
+                           f"{first[-1].strip()[:120] if first else 'other parameters'}); pass "
+                           f"the network the file was exported from") from None
     return Standardized(net, blob["mean"], blob["std"], blob["input_shape"],
                         blob.get("input_dtype", "uint8")).eval()
 
 
 def export(folder: str | Path, fmt: str, out: str | Path, model: object = None) -> Path:
     """Write the run's network to ``out`` in format ``fmt`` (:data:`FORMATS`); returns it.
-    ``model``: the user's network when the run's recorded import path cannot be imported
-    (:func:`network_source`)."""
+    ``model``: for a run of the user's own network, that network (its import path, factory or
+    an ``nn.Module``: :func:`network_source`), which must be the run's; nothing the run folder
+    names is imported or called."""
     out = Path(out)
     if fmt not in FORMATS:
         raise PBInputError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")
     runio.check_output_file(out)
     if fmt == "sparse":
-        spec, _ = read_run(folder)
-        if model is not None or spec in MODELS or importable(spec):  # else: the bits alone
-            checked_network(folder, model)
+        checked_network(folder, model)
         save_sparse(folder, out)
         return out
     net, x = checked_network(folder, model)
@@ -371,6 +458,10 @@ def build_parser() -> ArgumentParser:
                         "torchscript: torch.jit.trace (deprecated by torch); onnx; sparse: "
                         "masks as bits and the kept weights only")
     p.add_argument("--out", required=True, help="file to write (required)")
+    p.add_argument("--model", type=model_argument, default=None,
+                   help="a run of your own network: the package.module:factory it was trained "
+                        "with (a run folder never chooses code to run; it must match the "
+                        "run's recorded network)")
     return p
 
 
@@ -380,7 +471,7 @@ def main(argv: list[str] | None = None) -> int:
         return args
 
     def body() -> None:
-        out = export(args.run, args.format, args.out)
+        out = export(args.run, args.format, args.out, model=args.model)
         print(f"wrote {out} ({args.format}, {out.stat().st_size:,} bytes)")
 
     return run_main(body)
@@ -391,6 +482,7 @@ if __name__ == "__main__":
 
 
 __all__ = ["FORMATS", "INPUT_DTYPES", "MAX_INPUT", "SPARSE_FORMAT", "Standardized", "build_parser",
-           "check_finished", "check_transform", "checked_network", "example_input", "export",
-           "load_sparse", "main", "network_source", "plain_network", "read_pruned",
-           "read_pruned_state", "read_run", "save_sparse"]
+           "check_finished", "check_identity", "check_transform", "checked_network",
+           "example_input", "export", "load_sparse", "main", "model_hint", "network_source",
+           "plain_network", "read_pruned", "read_pruned_state", "read_recorded", "read_run",
+           "save_sparse"]

@@ -32,7 +32,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
+from typing import Any
 
 from pbexact.cli import (
     ArgumentParser,
@@ -289,15 +290,37 @@ GROUPING = Grouping("pbscale.prune", (), lambda full: True, group_argv,
                     member_key, axes=GROUP_FREE)
 
 
+def config_fields(options: Mapping[str, Any], given: Collection[str]) -> dict:
+    """The :class:`PruneConfig` fields of parsed ``options`` (the parser's dests), the method's
+    own settings gathered, ``param`` left to the method's default unless ``given``; ``lam`` and
+    ``mask_lr`` as the parser holds them (a value or a list: one run of a group each)."""
+    fields = {k: v for k, v in options.items() if k in PruneConfig.__dataclass_fields__}
+    fields["settings"] = settings_of(dict(options), options["method"])
+    if "param" not in given:  # left out: the method's own default (PruneConfig.resolved)
+        fields["param"] = ""
+    return fields
+
+
+def check_options(options: Mapping[str, Any], given: Collection[str] = ()) -> None:
+    """Refuse (one-line :class:`PBInputError`) the options of one run (the parser's dests,
+    defaults filled in, as a sweep holds them; ``given``: those set) that the run itself
+    refuses before it trains: each of its configurations (a lam or mask-lr list makes several),
+    resolved and validated as :func:`main` does (:meth:`PruneConfig.validate`: fractions such
+    as --lam-target in [0, 1], the method's own settings such as --cp-final-tau in (0, 1]).
+    A sweep checks every run with it before it launches one (:mod:`pbscale.sweep.file`)."""
+    fields = config_fields(options, given)
+    lams, lrs = _listed(fields.pop("lam")), _listed(fields.pop("mask_lr"))
+    for lam in lams:
+        for lr in lrs:
+            PruneConfig(**fields, lam=lam, mask_lr=lr).resolved().validate()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args_or_code(argv)
     if isinstance(args, int):  # argparse's one-line error (2) or --help (0)
         return args
-    fields = {k: v for k, v in vars(args).items() if k in PruneConfig.__dataclass_fields__}
-    fields["settings"] = settings_of(vars(args), args.method)
-    if "param" not in args.given:  # left out: the method's own default (PruneConfig.resolved)
-        fields["param"] = ""
+    fields = config_fields(vars(args), args.given)
     lams, lrs = fields.pop("lam"), fields.pop("mask_lr")
     seeds = args.seeds if args.seeds is not None else [args.seed]
 

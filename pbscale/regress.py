@@ -13,6 +13,8 @@ points (``val_loss_chosen``; ``val_loss`` is the mean over the 5 masks); CP uses
 from __future__ import annotations
 
 import sys
+from collections.abc import Collection, Mapping
+from typing import Any
 
 from pbexact.cli import (
     ArgumentParser,
@@ -93,6 +95,23 @@ def build_parser() -> ArgumentParser:
     return p
 
 
+def method_config(options: Mapping[str, Any]) -> MethodConfig:
+    """The run's :class:`MethodConfig` from parsed ``options`` (the parser's dests), validated
+    as it is made."""
+    o = options
+    return MethodConfig(method=o["method"], n=o["n"], param=o["param"], lr=o["lr"],
+                        optimizer=o["optimizer"], seed=o["seed"], chunk=o["chunk"],
+                        lam=o["lam"], settings=settings_of(dict(o), o["method"]))
+
+
+def check_options(options: Mapping[str, Any], given: Collection[str] = ()) -> None:
+    """Refuse (one-line :class:`PBInputError`) the options of one run (the parser's dests,
+    defaults filled in, as a sweep holds them) that the run itself refuses before it trains:
+    its method's configuration (:func:`method_config`). A sweep checks every run with it
+    before it launches one (:mod:`pbscale.sweep.file`)."""
+    method_config(options)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args_or_code(argv)
@@ -101,9 +120,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def body() -> int:
         try:
-            cfg = MethodConfig(method=args.method, n=args.n, param=args.param, lr=args.lr,
-                               optimizer=args.optimizer, seed=args.seed, chunk=args.chunk,
-                               lam=args.lam, settings=settings_of(vars(args), args.method))
+            cfg = method_config(vars(args))
             given = given_options(parser, argv)
             ignored = ignored_options(cfg, given)
             if ignored:  # e.g. --n with cp: one warning line, the run goes on

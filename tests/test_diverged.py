@@ -23,7 +23,7 @@ from pbscale.runs.records import DIVERGED, read_diverged, write_diverged
 
 TINY = dict(model="lenet", synthetic=48, epochs=3, max_batches=2, batch_size=8, n=2,
             eval_masks=2, eval_batches=1, method="arms")
-KEYS = {"epoch", "step", "where", "reason", "last_metrics"}
+KEYS = {"epoch", "step", "where", "reason", "flag", "last_metrics"}
 
 
 @pytest.fixture
@@ -217,3 +217,81 @@ def test_a_sweep_counts_diverged_runs_apart(tmp_path) -> None:
     assert res.returncode == 0 and f"diverged 1: {bad.id}" in res.stderr
     again = _sweep_cli("run", str(path), "--jobs", "1")
     assert again.returncode == 0 and "nothing to run" in again.stderr
+
+
+# ------------------------------------------------------------------ the cause (issue 50)
+
+#: The issue's two runs, on small synthetic data: the weight rate diverges them (at step 3 and
+#: step 2), while a3f3b10 blamed the mask rate (the NaN loss's gradient had reached the logits).
+CAUSED_BY_LR = {
+    "cp": ["--method", "cp", "--lr", "1e8", "--mask-lr", "1e-6"],
+    "hardconcrete": ["--method", "hardconcrete", "--lr", "1e30"],
+}
+
+
+@pytest.mark.parametrize("method", list(CAUSED_BY_LR))
+def test_divergence_names_its_cause(tmp_path, capsys, method) -> None:
+    """Joint runs whose weights overflow the forward: the line, diverged.json (its reason and
+    its "flag") and the rerun's refusal all name the weights and --lr, never --mask-lr."""
+    args = ["--model", "lenet", "--mode", "joint", *CAUSED_BY_LR[method], "--synthetic", "256",
+            "--batch-size", "32", "--max-batches", "4", "--epochs", "1", "--quiet",
+            "--threads", "1", "--out", str(tmp_path)]
+    assert run(prune.main, args) == 2
+    line = one_line(capsys.readouterr().err)
+    assert line.endswith("lower --lr") and "weights" in line and "--mask-lr" not in line, line
+    (folder,) = tmp_path.glob("lenet-*")
+    record = read_diverged(folder)
+    assert record["flag"] == "--lr" and line == f"error: {record['reason']}"
+    assert run(prune.main, args) == 2
+    again = one_line(capsys.readouterr().err)
+    assert "diverged before" in again and "lower --lr (another run folder)" in again, again
+    assert "weights" in again and "--mask-lr" not in again
+
+
+def test_the_cause_is_what_went_non_finite() -> None:
+    """check_finite on its own: the mask logits alone name the masks' flag, the weights alone
+    the weights', both both; a non-finite training loss from finite parameters (the step made
+    no update) names the weights where they train, else the masks."""
+    import torch
+
+    from pbscale.runs.loop import LR_FLAGS, check_finite
+    from pbscale.runs.records import Diverged
+
+    class Logits:
+        def __init__(self, finite: bool) -> None:
+            self.finite = finite
+
+        def check_finite(self, where, flags):
+            if not self.finite:
+                raise PBInputError(f"the mask logits became NaN or inf in {where}; lower "
+                                   f"{flags['masks']}")
+
+    flags = {**LR_FLAGS, **PruneTask.lr_flags}  # pbscale.prune's: --mask-lr, --lr
+    good, bad = torch.nn.Parameter(torch.ones(3)), torch.nn.Parameter(torch.ones(3))
+    bad.data[1] = math.inf
+    cases = [(Logits(False), [good], None, "--mask-lr"), (Logits(True), [bad], None, "--lr"),
+             (Logits(False), [bad], None, "--lr and --mask-lr"),
+             (Logits(True), [good], (5, 2, None), "--lr"),
+             (Logits(True), [], (5, 2, None), "--mask-lr")]
+    for method, weights, step, flag in cases:
+        with pytest.raises(Diverged) as exc:
+            check_finite(method, 0, flags, weights, step=step)
+        assert exc.value.flag == flag and str(exc.value).endswith(f"lower {flag}"), exc.value
+    check_finite(Logits(True), 0, flags, [good])  # nothing non-finite: no divergence
+
+
+def test_a_group_member_names_the_cause_its_separate_run_names(tmp_path) -> None:
+    """Seeds 0 and 1 of the issue's CP run as a group: each member's record is its separate
+    run's (the cause and --lr), since a member whose loss is NaN makes no update either."""
+    base = dict(model="lenet", mode="joint", method="cp", lr=1e8, mask_lr=1e-6, synthetic=256,
+                batch_size=32, max_batches=4, epochs=1)
+    cfgs = [prune.PruneConfig(**base, seed=s) for s in (0, 1)]
+    with pytest.raises(PBInputError, match="every run of the group diverged"):
+        prune.run_group(cfgs, tmp_path / "grp", quiet=True)
+    with pytest.raises(PBInputError, match="lower --lr$"):
+        prune.run(cfgs[0], tmp_path / "sep", quiet=True)
+    (sep,) = (tmp_path / "sep").glob("lenet-*")
+    a, b = read_diverged(sep), read_diverged(tmp_path / "grp" / sep.name)
+    assert {k: a[k] for k in KEYS - {"last_metrics"}} == \
+        {k: b[k] for k in KEYS - {"last_metrics"}}
+    assert a["flag"] == "--lr"

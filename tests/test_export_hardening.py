@@ -1,7 +1,9 @@
 """pbscale.export refuses damaged or tampered run folders and unsafe ``--out`` paths in one
 line (exit 2), in every format, and writes atomically: the cases of issue 38 (a damaged or
 edited pruned.pt, config.json or data.json; a run without summary.json; NaN weights; an
-``--out`` that is a device node, FIFO or symlink; a full disk under ``ulimit -f``)."""
+``--out`` that is a device node, FIFO or symlink; a full disk under ``ulimit -f``) and of
+issue 50 (a run of the user's network exported without its --model, with another one, or with
+a factory that now builds another network; a mask that is not 0/1)."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from pbexact.errors import PBInputError
 from pbscale import export as X
 from pbscale import prune as P
 
@@ -143,3 +146,126 @@ def test_a_full_disk_is_one_line_and_keeps_the_old_file(finished, tmp_path, fmt)
     assert len(proc.stderr.strip().splitlines()) == 1 and "ulimit -f" in proc.stderr
     assert out.read_bytes() == b"old"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["net.out"]
+
+
+# ------------------------------------------------------------------ the user's network (issue 50)
+
+NET = '''
+from torch import nn
+
+
+def net():
+    return nn.Sequential(nn.Flatten(), nn.Linear(64, 12), nn.ReLU(), nn.Linear(12, 10))
+
+
+def other():
+    return net()
+'''
+
+
+@pytest.fixture
+def own_run(tmp_path, monkeypatch) -> Path:
+    """A finished run of ``ownnet:net`` (a module on the path) on small arrays."""
+    import _zoo
+    import numpy as np
+
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "ownnet.py").write_text(NET)
+    monkeypatch.syspath_prepend(str(home))
+    sys.modules.pop("ownnet", None)
+    np.savez(home / "d.npz", **_zoo.arrays("gray", seed=1))
+    assert P.main(["--model", "ownnet:net", "--data", str(home / "d.npz"), "--epochs", "1",
+                   "--batch-size", "32", "--max-batches", "2", "--quiet", "--threads", "1",
+                   "--out", str(tmp_path / "runs")]) == 0
+    (run,) = (tmp_path / "runs").iterdir()
+    yield run
+    sys.modules.pop("ownnet", None)
+
+
+def test_the_users_network_must_be_named_and_be_the_runs(own_run, tmp_path, capsys) -> None:
+    """Without --model, with another import path, or with a factory that now builds another
+    network, the export is refused in one line naming the fix; --model with the run's import
+    path (or the factory itself in Python) exports."""
+    out = tmp_path / "net.pt2"
+    assert "--model ownnet:net" in refused(capsys, own_run, "pt2", out)
+    for fmt in ("pt2", "sparse"):
+        assert X.main([str(own_run), "--format", fmt, "--out", str(out), "--model",
+                       "ownnet:other"]) == 2
+        assert "not the run's network" in capsys.readouterr().err
+    import ownnet
+
+    with pytest.raises(PBInputError, match="not the run's network ownnet:net"):
+        X.export(own_run, "pt2", out, model=ownnet.other)
+    assert not out.exists()
+    assert X.main([str(own_run), "--out", str(out), "--model", "ownnet:net"]) == 0
+    assert out.is_file()
+    assert X.export(own_run, "sparse", tmp_path / "s.pt", model=ownnet.net).is_file()
+    sys.modules.pop("ownnet")
+    original = (own_run / "config.json").read_text()
+    path = Path(ownnet.__file__)
+    path.write_text(NET.replace("12", "140"))  # the same import path, another network
+    capsys.readouterr()
+    assert X.main([str(own_run), "--out", str(tmp_path / "again.pt2"), "--model",
+                   "ownnet:net"]) == 2
+    err = capsys.readouterr().err
+    assert "another network than the run's" in err and "(140, 64)" in err, err
+    for key, value in (("network_id", 5), ("network_id", "zz"), ("seed", "x"),
+                       ("init", "bogus")):  # edited: damaged, not another network
+        (own_run / "config.json").write_text(original)
+        edit(own_run, "config.json", ("task", key), value)
+        assert X.main([str(own_run), "--out", str(tmp_path / "again.pt2"), "--model",
+                       "ownnet:net"]) == 2
+        assert "damaged run file" in capsys.readouterr().err
+
+
+def test_a_mask_that_is_not_binary_is_refused(finished, tmp_path, capsys) -> None:
+    """pruned.pt's mask edited to mask * 3 - 7 (the weights it keeps would be scaled by -4
+    and the pruned ones by -7) is refused in every format, and by load_pruned."""
+    run = copy(finished, tmp_path)
+    state = torch.load(run / "pruned.pt", weights_only=True)
+    state["fc1.weight_mask"] = state["fc1.weight_mask"] * 3 - 7
+    torch.save(state, run / "pruned.pt")
+    for fmt in FORMATS:
+        err = refused(capsys, run, fmt, tmp_path / f"{fmt}.out")
+        assert "fc1.weight_mask holds" in err and "not only 0 and 1" in err, err
+        assert not (tmp_path / f"{fmt}.out").exists()
+    with pytest.raises(PBInputError, match="not only 0 and 1"):
+        P.load_pruned("lenet", run / "pruned.pt")
+
+
+def test_out_under_a_file_and_a_dangling_symlink_are_refused(finished, tmp_path, capsys) -> None:
+    """--out FILE/x names the file it is under (a3f3b10 said the folder does not exist); a
+    dangling symlink as --out is refused and stays a dangling symlink (the injected bug of
+    issue 50: without export's symlink check the atomic write put a regular file in the
+    link's place)."""
+    afile = tmp_path / "afile"
+    afile.write_text("keep")
+    err = refused(capsys, finished, "sparse", afile / "x")
+    assert f"is under {afile}, which is a file" in err, err
+    dangling = tmp_path / "dangling"
+    dangling.symlink_to(tmp_path / "nowhere")
+    for fmt in FORMATS:
+        assert "symlink" in refused(capsys, finished, fmt, dangling)
+        assert dangling.is_symlink() and not (tmp_path / "nowhere").exists()
+    assert afile.read_text() == "keep"
+
+
+def test_a_full_disk_says_export_again_not_resume(finished, tmp_path, capsys,
+                                                  monkeypatch) -> None:
+    """ENOSPC while the export is written (emulated): one line saying that a file already at
+    --out is intact and how to go on; nothing there resumes, so it does not say so."""
+    import errno
+
+    from pbscale.runs import io as runio
+
+    def full(path, data):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(runio, "atomic_write_bytes", full)
+    out = tmp_path / "net.pt"
+    out.write_bytes(b"old")
+    err = refused(capsys, finished, "sparse", out)
+    assert "No space left on device" in err and "a file already there is intact" in err, err
+    assert "free disk space" in err and "resume" not in err
+    assert out.read_bytes() == b"old"

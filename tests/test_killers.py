@@ -11,7 +11,12 @@ separate run's, ``tests/test_group_equality.py``.)
 
 And of issue 44: a resume that drops the state of the MC samples' counter stream (a
 ``MaskTrainer`` that loads a checkpoint but not its "stream", or saves none), which the loop's
-resume test (``tests/test_loop.py``) must catch."""
+resume test (``tests/test_loop.py``) must catch.
+
+And of issue 50: not checkpointing the lambda controller's state (``--lam-target``: its last
+remaining fraction, or lambda itself), killed here; dropping export's symlink check (a dangling
+symlink as ``--out`` got a regular file in its place), killed by
+``tests/test_export_hardening.py::test_out_under_a_file_and_a_dangling_symlink_are_refused``."""
 
 from __future__ import annotations
 
@@ -157,3 +162,45 @@ def test_a_resume_that_drops_the_stream_is_caught(bug, tmp_path, monkeypatch) ->
     monkeypatch.setattr(MaskTrainer, name, bug(getattr(MaskTrainer, name)))
     with pytest.raises(AssertionError):
         resume(tmp_path / "bug", 0.0)
+
+
+# ------------------------------------------------------------------ issue 50
+
+
+def test_a_resumed_lam_target_run_keeps_its_controllers_state(tmp_path) -> None:
+    """Kills "the lambda controller's state is not checkpointed": a --lam-target run cut by
+    SIGTERM mid-epoch keeps the controller's last remaining fraction (and lambda) in its
+    checkpoint, and its resumed run is the uninterrupted one, lam column included; a
+    controller that restarted (its last fraction forgotten, or lambda back at --lam) foresees
+    another fraction at its next check and moves lambda elsewhere. Tiny synthetic CP runs
+    (checks every step)."""
+    import os
+    import signal
+
+    from pbexact.errors import RunInterrupted
+
+    cfg = prune.PruneConfig(model="lenet", synthetic=96, epochs=2, max_batches=6,
+                            batch_size=8, val_size=16, method="cp", lam=3e-4, mask_lr=0.5,
+                            lam_target=0.15)  # near the fraction reached: steps within the clip
+    whole = Path(prune.run(cfg, tmp_path / "whole", quiet=True)["folder"])
+
+    def cut(epoch: int, i: int) -> None:
+        if (epoch, i) == (0, 4):
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    with pytest.raises(RunInterrupted):
+        prune.run(cfg, tmp_path / "cut", quiet=True, step_hook=cut)
+    (folder,) = (tmp_path / "cut").glob("lenet-*")
+    state = torch.load(folder / "checkpoint.pt", weights_only=True)
+    (kept,) = state["hooks"].values()
+    assert isinstance(kept["last"], float) and 0 < kept["last"] < 1
+    assert state["method"]["lam"] != cfg.lam  # lambda moved before the cut, and is kept
+    prune.run(cfg, tmp_path / "cut", quiet=True)
+
+    def rows(path: Path) -> list[dict]:
+        return [{k: v for k, v in r.items() if "seconds" not in k and v == v}
+                for r in runio.read_csv(path / "metrics.csv")]
+
+    assert rows(folder) == rows(whole)
+    lams = [r["lam"] for r in rows(whole)]
+    assert len(set(lams)) == len(lams)  # every epoch ends at another lambda

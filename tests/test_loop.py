@@ -281,6 +281,46 @@ def test_sigterm_checkpoint_and_resume_give_the_same_numbers(tmp_path, dropout):
     assert not [p for p in os.listdir(folder) if p.endswith(".tmp")]
 
 
+def test_a_step_that_does_not_end_is_cut_soon_after_a_signal(tmp_path, monkeypatch):
+    """Issue 50: a SIGTERM during a step that would run for long (here a hook that waits 20 s,
+    as a step with a huge --n did for 10 minutes) stops the run once the grace has passed
+    (``STOP_GRACE``, or twice the longest step seen, at most ``STOP_GRACE_MAX``: here 0.2 to
+    1 s), without waiting for the step: RunInterrupted saying no checkpoint was written,
+    the checkpoint of epoch 1 intact; the rerun resumes from it and equals the uninterrupted
+    run."""
+    import time
+
+    import pbscale.runs.loop as loop_module
+
+    monkeypatch.setattr(loop_module, "STOP_GRACE", 0.2)
+    monkeypatch.setattr(loop_module, "STOP_GRACE_MAX", 1.0)
+    loop = LoopConfig(epochs=2, seed=1)
+    whole = _run(tmp_path / "whole", loop)
+    waited = []
+
+    def long_step(epoch, i):
+        if (epoch, i) == (1, 1):
+            os.kill(os.getpid(), signal.SIGTERM)
+            t0 = time.monotonic()
+            while time.monotonic() - t0 < 20:  # a step that does not end soon
+                time.sleep(0.01)
+            waited.append(True)  # reached only if the signal was not acted on
+
+    with pytest.raises(RunInterrupted, match=r"did not end within (0\.[2-9]\d*|1) s") as exc:
+        _run(tmp_path / "cut", loop, step_hook=long_step)
+    assert exc.value.code == 143 and not waited
+    (folder,) = (tmp_path / "cut").iterdir()
+    state = torch.load(folder / "checkpoint.pt", weights_only=True)
+    assert state["epoch"] == 1 and state.get("position") is None  # epoch 1's, untouched
+    _run(tmp_path / "cut", loop)
+
+    def rows(path):
+        return [{k: v for k, v in r.items() if not k.endswith("seconds")}
+                for r in io.read_csv(path)]
+
+    assert str(rows(folder / "metrics.csv")) == str(rows(whole / "metrics.csv"))
+
+
 @pytest.mark.parametrize("old", ["missing", "none"])
 def test_a_checkpoint_without_the_stream_resumes_with_one_warning(tmp_path, capsys, old):
     """A checkpoint whose method state holds no stream (written before the MC samples had one:
@@ -321,6 +361,44 @@ def test_a_checkpoint_without_the_stream_resumes_with_one_warning(tmp_path, caps
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         tr.load_state_dict(tr.state_dict())
+
+
+def test_a_cpu_checkpoints_stream_resumed_without_one_is_warned(tmp_path, capsys,
+                                                                 monkeypatch):
+    """Issue 50: a checkpoint written on the CPU (with the MC samples' counter stream) resumed
+    by a run that has no stream (a GPU run; emulated here by a CPU trainer whose stream is
+    removed) says so in one warning line naming the checkpoint; a3f3b10 dropped the stream
+    silently."""
+    tr = M.MaskTrainer(M.MethodConfig(method="arms", n=2, seed=1), 10, 10)
+    state = tr.state_dict()
+    assert state["stream"] is not None
+    gpu_like = M.MaskTrainer(M.MethodConfig(method="arms", n=2, seed=1), 10, 10)
+    gpu_like.stream = None
+    with pytest.warns(ResumeWarning, match="holds the MC samples' CPU stream"):
+        gpu_like.load_state_dict(state)
+    # through the loop: the one warning line of a resumed run
+    loop = LoopConfig(epochs=2, seed=1)
+
+    def term(epoch, i):
+        if (epoch, i) == (1, 1):
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    with pytest.raises(RunInterrupted):
+        _run(tmp_path, loop, method="arms", step_hook=term)
+    made = M.MaskTrainer.__init__
+
+    def without_stream(self, *args, **kwargs):
+        made(self, *args, **kwargs)
+        self.stream = None
+
+    monkeypatch.setattr(M.MaskTrainer, "__init__", without_stream)
+    capsys.readouterr()
+    _run(tmp_path, loop, method="arms")
+    (ckpt,) = tmp_path.glob("*/checkpoint.pt")
+    lines = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    assert lines == [f"warning: resuming {ckpt}: "
+                     f"{M.trainer.STREAM_NOT_USED.format(device='cpu')}; delete it to start "
+                     "the run over"], lines
 
 
 def test_config_mismatch_is_refused_and_options_are_checked(tmp_path):

@@ -15,12 +15,14 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
 import subprocess
 import sys
 import textwrap
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -28,6 +30,7 @@ import pytest
 import torch
 from torch import nn
 
+from pbexact.errors import PBInputError
 from pbscale import export as X
 from pbscale import prune as P
 from pbscale.nets.data import read_mnist
@@ -163,9 +166,10 @@ def test_zoo_trains_exports_and_reproduces(factory, zoo_data, tmp_path):
             assert P.main(args) == 0, (mode, method)
             (folder,) = out.iterdir()
             summary = json.loads((folder / "summary.json").read_text())
-            X.export(folder, "pt2", tmp_path / f"{mode}-{method}.pt2")
+            X.export(folder, "pt2", tmp_path / f"{mode}-{method}.pt2", model=f"_zoo:{factory}")
             net = torch.export.load(str(tmp_path / f"{mode}-{method}.pt2")).module()
-            sparse = X.load_sparse(_sparse(folder, tmp_path), model=f"_zoo:{factory}")
+            sparse = X.load_sparse(_sparse(folder, tmp_path, f"_zoo:{factory}"),
+                                   model=f"_zoo:{factory}")
             with torch.no_grad():
                 got, ref = net(x), sparse(x)
             torch.testing.assert_close(got, ref, rtol=1e-5, atol=1e-5)
@@ -178,9 +182,9 @@ def test_zoo_trains_exports_and_reproduces(factory, zoo_data, tmp_path):
                 assert acc == summary["final_test_acc"], (mode, method)
 
 
-def _sparse(folder: Path, tmp: Path) -> Path:
+def _sparse(folder: Path, tmp: Path, model: str) -> Path:
     path = tmp / f"{folder.name}.sparse.pt"
-    X.export(folder, "sparse", path)
+    X.export(folder, "sparse", path, model=model)
     return path
 
 
@@ -278,7 +282,8 @@ def bad_dir(tmp_path_factory) -> Path:
     good = _zoo.arrays("gray")
     np.savez(root / "good.npz", **good)
     np.savez(root / "nan.npz", **{**good, "x_train": good["x_train"].astype(np.float32) *
-                                  np.where(np.arange(160)[:, None, None, None] == 3, np.nan, 1)})
+                                  np.where(np.arange(160)[:, None, None, None] == 3, np.nan, 1),
+                                  "x_test": good["x_test"].astype(np.float32)})
     np.savez(root / "empty.npz", **{**good, "x_test": good["x_test"][:0],
                                     "y_test": good["y_test"][:0]})
     np.savez(root / "short.npz", **{**good, "y_train": good["y_train"][:-1]})
@@ -287,7 +292,27 @@ def bad_dir(tmp_path_factory) -> Path:
     np.savez(root / "shapes.npz", **{**good, "x_test": good["x_test"][:, :, :4]})
     np.savez(root / "labels.npz", **{**good, "y_train": good["y_train"] + 20})
     (root / "junk.npz").write_bytes(b"not a zip file at all")
+    crafted_npz(root / "huge.npz", good, {"x_train": (10**10, 1, 8, 8), "y_train": (10**10,)})
+    crafted_npz(root / "lying.npz", good, {"x_train": (320, 1, 8, 8), "y_train": (320,)})
+    u64 = good["y_train"].astype(np.uint64)
+    u64[5] = 2**64 - 1
+    np.savez(root / "uint64.npz", **{**good, "y_train": u64})
+    (root / "folder.npz").mkdir()
+    crafted_npz(root / "negative.npz", good, {"x_train": (-5, 1, 8, 8)})
+    os.mkfifo(root / "fifo.npz")
     return root
+
+
+def crafted_npz(path: Path, arrays: dict[str, np.ndarray], lie: dict[str, tuple]) -> None:
+    """An .npz of ``arrays`` whose members named in ``lie`` declare that shape in their header
+    (their data as it is): what an edited or hostile file holds."""
+    with zipfile.ZipFile(path, "w") as archive:
+        for name, a in arrays.items():
+            buf = io.BytesIO()
+            header = np.lib.format.header_data_from_array_1_0(a)
+            header["shape"] = lie.get(name, a.shape)
+            np.lib.format.write_array_header_1_0(buf, header)
+            archive.writestr(f"{name}.npy", buf.getvalue() + a.tobytes())
 
 
 BAD = [
@@ -309,6 +334,15 @@ BAD = [
     (["--model", "badnets:ok", "--data", "shapes.npz"], r"store every split alike"),
     (["--model", "badnets:ok", "--data", "junk.npz"], r"is not a readable .npz"),
     (["--model", "badnets:ok", "--data", "nope.npz"], r"no such file"),
+    (["--model", "badnets:ok", "--data", "folder.npz"], r"folder.npz is a folder"),
+    (["--model", "badnets:ok", "--data", "huge.npz"],
+     r"x_train \[10000000000, 1, 8, 8\] uint8.*store at most [\d,]+ training examples"),
+    (["--model", "badnets:ok", "--data", "lying.npz"],
+     r"x_train declares \[320, 1, 8, 8\] uint8 \(20,480 bytes\), but the archive holds"),
+    (["--model", "badnets:ok", "--data", "negative.npz"], r"\[-5, 1, 8, 8\], with a negative"),
+    (["--model", "badnets:ok", "--data", "fifo.npz"], r"fifo.npz is not a regular file"),
+    (["--model", "badnets:ok", "--data", "uint64.npz"],
+     r"y_train holds 18446744073709551615, past the largest int64"),
     (["--model", "badnets:ok", "--data", "good.npz", "--masked", "conv*"],
      r"pattern 'conv\*' matches no parameter"),
     (["--model", "badnets:ok", "--data", "good.npz", "--masked", "1.bias"],
@@ -333,6 +367,21 @@ def test_bad_input_is_one_line_before_training(args, match, bad_dir, monkeypatch
     assert code == 2 and len(err) == 1 and err[0].startswith("error: "), err
     assert re.search(match, err[0]), err[0]
     assert not (bad_dir / "runs").exists() or not any((bad_dir / "runs").iterdir())
+
+
+def test_a_data_files_layout_is_checked_before_its_arrays_are_read(bad_dir, monkeypatch):
+    """A zip bomb (here: any file) whose layout is wrong is refused from its headers, before
+    numpy decompresses an array: np.load is never called."""
+    from pbscale.nets import user_data
+
+    def no_load(*args, **kwargs):
+        raise AssertionError("np.load read the arrays before their headers were checked")
+
+    monkeypatch.setattr(np, "load", no_load)
+    for name, match in (("short.npz", "y_train has 159"), ("shapes.npz", "alike"),
+                        ("huge.npz", "training examples"), ("lying.npz", "archive holds")):
+        with pytest.raises(PBInputError, match=match):
+            user_data.read_npz(bad_dir / name)
 
 
 def test_a_float_target_regression_reports_loss_not_accuracy(zoo_data, tmp_path, capsys):

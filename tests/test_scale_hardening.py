@@ -20,7 +20,7 @@ from analysis.cli import run
 from pbexact.errors import PBInputError
 from pbscale import prune
 from pbscale.methods import REGISTRY, MaskTrainer, MethodConfig
-from pbscale.methods.samplers import check_sample_memory, free_memory
+from pbscale.methods.samplers import SAMPLE_BYTES, check_sample_memory, free_memory
 from pbscale.pruning.config import prune_methods
 from pbscale.regression.group import MaskTrainerGroup
 from pbscale.runs.records import env_info, run_folder
@@ -134,7 +134,7 @@ def test_samples_beyond_memory_are_refused_naming_the_cost(tmp_path, capsys):
     check_sample_memory(fits, d, fits, 12 * d, joint=True)
     with pytest.raises(PBInputError, match=r"lower --n to at most [\d,]+$") as err:
         check_sample_memory(2 * free // (12 * d), d, 1, 12 * d, joint=True)
-    assert "of masks and activations" in str(err.value)
+    assert "of masks, activations, indices and losses" in str(err.value)
     code, err = _prune(["--method", "arms", "--mode", "joint", "--synthetic", "48",
                         "--n", str(10**7), "--out", str(tmp_path)], capsys)
     line = _one_line(err)
@@ -169,7 +169,8 @@ def test_the_sample_memory_check_counts_what_each_path_holds(monkeypatch):
     line = str(err.value)
     largest = int(line.rsplit(" ", 1)[1].replace(",", ""))
     assert "\n" not in line and line.endswith(f"lower --n to at most {largest:,}"), line
-    assert largest == free // (16 * d)  # the default working set: 16 d bytes per sample
+    # the default working set, 16 d bytes per sample, and the step's indices and losses
+    assert largest == free // (16 * d + SAMPLE_BYTES)
     MaskTrainer(MethodConfig("arms", n=largest, chunk=chunk, seed=0), d, 10, joint=True)
     # a joint pruning run tells its trainer (Plan.weight_optimizer set): refused likewise
     from pbscale.methods import Plan, get_family
@@ -184,8 +185,51 @@ def test_the_sample_memory_check_counts_what_each_path_holds(monkeypatch):
     with pytest.raises(PBInputError, match="on cuda; lower --n"):
         check_sample_memory(n, d, chunk, 16 * d, "cuda", joint=True)
     # a chunk too large to hold is refused on any path, at the largest n that fits
-    with pytest.raises(PBInputError, match=f"at most {free // (20 * d):,}$"):
+    with pytest.raises(PBInputError, match=f"at most {free // (20 * d + SAMPLE_BYTES):,}$"):
         check_sample_memory(n, d, n, 16 * d)
+
+
+def test_per_sample_arrays_and_torchrun_shares_are_counted(monkeypatch, tmp_path, capsys):
+    """Issue 50: the fused step's O(n) index arrays and losses (SAMPLE_BYTES a sample) are
+    counted at any n, so --method arms --n 10^9 in supermask mode (whose chunks stream) is
+    refused before law_rule would allocate 16 GB of int64 indices, naming the largest n that
+    fits; under torchrun a joint step keeps only ceil(n / world) samples' working sets on each
+    rank, so the check counts that share (it refused n that two ranks hold). No memory is
+    allocated: the free memory is injected."""
+    import pbscale.methods.samplers as samplers
+    from pbscale.methods import Plan, get_family
+    from pbscale.regression.group import FlatLayout
+
+    d, chunk, free = 1000, 8, 64 * 2**20
+    monkeypatch.setattr(samplers, "free_memory", lambda device="cpu": free)
+    huge = MethodConfig("arms", n=10**9, chunk=chunk, seed=0)
+    with pytest.raises(PBInputError) as err:
+        MaskTrainer(huge, d, 10)
+    line = str(err.value)
+    largest = int(line.rsplit(" ", 1)[1].replace(",", ""))
+    assert largest == (free - chunk * 20 * d) // SAMPLE_BYTES, line
+    MaskTrainer(MethodConfig("arms", n=largest, chunk=chunk, seed=0), d, 10)
+    with pytest.raises(PBInputError):
+        MaskTrainer(MethodConfig("arms", n=largest + 1, chunk=chunk, seed=0), d, 10)
+    # joint: n whose working sets fit on two ranks but not on one
+    per = 16 * d
+    n = int(1.5 * free // (per + SAMPLE_BYTES))
+    with pytest.raises(PBInputError, match="lower --n"):
+        check_sample_memory(n, d, chunk, per, joint=True)
+    check_sample_memory(n, d, chunk, per, joint=True, world=2)
+    weights = torch.nn.Parameter(torch.zeros(1))
+    opt = torch.optim.SGD([weights], lr=0.1)
+    cfg = MethodConfig("arms", n=n, chunk=chunk, seed=0)
+    layout = FlatLayout(d, torch.device("cpu"))
+    with pytest.raises(PBInputError, match="lower --n"):
+        get_family("arms").make(cfg, layout, Plan(weight_optimizer=opt))
+    get_family("arms").make(cfg, layout, Plan(weight_optimizer=opt, world=2))
+    # the command line, with the machine's real free memory: one line, nothing written
+    monkeypatch.undo()
+    code, err = _prune(["--method", "arms", "--mode", "supermask", "--synthetic", "48",
+                        "--n", str(10**12), "--out", str(tmp_path)], capsys)
+    assert code == 2 and "indices and losses" in _one_line(err), err
+    assert not list(tmp_path.iterdir())
 
 
 @pytest.mark.parametrize("text", ["{", "[1, 2]", '"x"', '{"sweep_ids": 3}'])
@@ -221,3 +265,27 @@ def test_a_damaged_finished_run_is_not_finished_anywhere(tmp_path):
     (folder / "summary.json").unlink()
     (folder / "config.json").write_text("not json")
     assert records.status(sweep)["finished"] == [] and records.todo(sweep) == ([r], [])
+
+
+@pytest.mark.parametrize("key,value,words", [
+    ("final_test_acc", "NaN", "final_test_acc is 'NaN', not a number"),
+    ("final_remaining", -3, "final_remaining is -3, not a fraction in [0, 1]"),
+    ("final_remaining_fc1", None, "final_remaining_fc1 is None, not a number"),
+    ("seconds_per_epoch", -1, "seconds_per_epoch is -1, a negative time"),
+])
+def test_a_summary_with_values_of_the_wrong_kind_is_refused_on_rerun(tmp_path, capsys, key,
+                                                                      value, words):
+    """Issue 50: a finished run's summary.json edited to hold a string, null or a fraction out
+    of [0, 1], then the same command: one line naming the file and the value (a3f3b10 raised
+    ValueError: Unknown format code 'f' formatting the string)."""
+    argv = ["--synthetic", "48", "--epochs", "1", "--max-batches", "1", "--batch-size", "8",
+            "--quiet", "--out", str(tmp_path)]
+    code, err = _prune(argv, capsys)
+    assert code == 0, err
+    (folder,) = tmp_path.glob("lenet-*")
+    summary = json.loads((folder / "summary.json").read_text())
+    summary[key] = value
+    (folder / "summary.json").write_text(json.dumps(summary))
+    code, err = _prune(argv, capsys)
+    line = _one_line(err)
+    assert code == 2 and "summary.json" in line and words in line, line

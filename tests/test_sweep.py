@@ -274,7 +274,9 @@ method = ["cp", "arms"]
 n = 2
 
 [[grid]]
-method = "mp"   # refused in supermask mode: this run fails
+method = "cp"   # a data file that is not there: this run fails when it starts
+synthetic = 0
+data = "nope.npz"
 """
 
 
@@ -291,7 +293,7 @@ def test_prune_sweep_feeds_analysis_pareto(tmp_path):
     failed = s.runs[-1]
     assert sweep.state_of(s, failed) == "failed"
     assert sweep.read_record(s, failed)["returncode"] == 2
-    assert "use --mode joint" in (s.record_dir / f"{failed.id}.log").read_text()
+    assert "nope.npz: no such file" in (s.record_dir / f"{failed.id}.log").read_text()
     assert str(s.record_dir / f"{failed.id}.log") in proc.stdout
     fig = tmp_path / "fig"
     res = subprocess.run([sys.executable, "-m", "analysis.pareto", str(out), "--out", str(fig)],

@@ -162,6 +162,38 @@ def test_results_csv_paths_and_damaged_run_folders(tmp_path, capsys):
     assert code == 0 and f"folder: {good}" in out
 
 
+def test_results_skip_wrong_values_and_a_damaged_record_defers_to_the_folder(tmp_path,
+                                                                             capsys):
+    """Issue 50: a summary.json whose values are of the wrong kind or out of range
+    (``final_test_acc: "x"``, ``final_remaining: -3``) is not a finished run: ``results`` skips
+    it with one warning naming the value (as analysis.pareto does) and ``status`` does not
+    count it; a truncated record of a run whose folder holds a readable summary shows it
+    finished, not pending."""
+    path = _write(tmp_path, HEAD + "[[grid]]\nseed = [0, 1, 2]\n")
+    s = sweep.load(path)
+    good = _fake_finished_run(s, s.runs[0], "good")
+    _fake_finished_run(s, s.runs[1], "letters", {"final_val_loss": 0.5, "final_test_acc": "x"})
+    _fake_finished_run(s, s.runs[2], "negative", {"final_val_loss": 0.5,
+                                                  "final_remaining": -3})
+    code, out, err = _main(capsys, "results", str(path))
+    assert code == 0, err
+    assert [line.split()[-1] for line in out.splitlines()[1:]] == ["good"]
+    skipped = [line for line in err.splitlines() if line.startswith("warning: skipped")]
+    assert len(skipped) == 2, err
+    assert any("final_test_acc is 'x', not a number" in line for line in skipped), skipped
+    assert any("final_remaining is -3, not a fraction" in line for line in skipped), skipped
+    code, out, _ = _main(capsys, "status", str(path))
+    assert code == 0 and "finished 1," in out and "pending 2" in out, out
+    record = s.record_dir / f"{s.runs[0].id}.json"
+    record.parent.mkdir(parents=True, exist_ok=True)
+    io.write_json(record, {"id": s.runs[0].id, "state": "finished", "returncode": 0})
+    record.write_text(record.read_text()[:20])  # truncated
+    code, out, _ = _main(capsys, "status", str(path), "-v")
+    assert code == 0 and "finished 1," in out and f"folder: {good}" in out, out
+    code, out, err = _main(capsys, "run", str(path), "--dry-run")
+    assert code == 0 and good.name not in out
+
+
 # ---------------------------------------------------------------------- values
 
 
@@ -180,6 +212,29 @@ def test_results_csv_paths_and_damaged_run_folders(tmp_path, capsys):
 def test_values_checked_with_the_commands_parser(tmp_path, table, words):
     with pytest.raises(PBInputError, match=re.escape(words)):
         sweep.load(_write(tmp_path, HEAD + f"[[grid]]\n{table}\n"))
+
+
+@pytest.mark.parametrize("command, table, words", [
+    ("prune", 'method = "cp"\nlam_target = 5.0', "--lam-target is a fraction"),
+    ("prune", 'method = "cp"\ncp_final_tau = [0.5, 0.0]', "0 < final_tau <= 1"),
+    ("prune", 'method = "arms"\nmask_lr = "0.1,0.2"\nlam_target = 0.5\nlam = 0.0',
+     "give --lam > 0"),
+    ("regress", 'method = "loorf"\nn = 1', "LOORF needs n >= 2"),
+])
+def test_runs_are_checked_as_the_run_checks_them_before_anything_starts(tmp_path, capsys,
+                                                                        command, table, words):
+    """Issue 50: values each flag's parser accepts but the run itself refuses when it starts
+    (a3f3b10 passed them, and --dry-run listed the runs; every child then failed) are
+    refused by the sweep's check of every run, before status, results or run do anything:
+    one line naming the file, the run and the run's own message."""
+    path = _write(tmp_path, f'[sweep]\ncommand = "{command}"\nout = "o"\n[[grid]]\n{table}\n'
+                  + ('synthetic = 48\n' if command == "prune" else ""))
+    for args in (["status", str(path)], ["run", str(path), "--dry-run"],
+                 ["results", str(path)]):
+        code, out, err = _main(capsys, *args)
+        _one_line_error(code, err)
+        assert str(path) in err and "would be refused when it starts" in err and words in err
+    assert not (tmp_path / "o").exists()
 
 
 def test_switches_take_booleans_only(tmp_path):

@@ -148,7 +148,8 @@ class Plan:
     sizes of the layers the flat mask covers (None: one layer of d), the tool's own settings
     (``run``: e.g. :class:`pbscale.pruning.config.PruneConfig`, read by the names of
     :data:`PRUNE_SETTINGS` a family uses), the weights' optimizer of a joint run and the memory
-    of one mask in a chunk (None: 16 d bytes)."""
+    of one mask in a chunk (None: 16 d bytes) and the number of torchrun ranks that split the
+    samples (``world``: 1 in one process; a joint step holds only a rank's share of them)."""
 
     epochs: int = 1
     steps_per_epoch: int = 1
@@ -157,6 +158,7 @@ class Plan:
     run: Any = None
     weight_optimizer: torch.optim.Optimizer | None = None
     bytes_per_sample: int | None = None
+    world: int = 1
 
     def setting(self, name: str, default: Any) -> Any:
         """The tool's setting ``name`` (``default`` when the tool has none)."""

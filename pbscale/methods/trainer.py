@@ -111,7 +111,7 @@ class LogitsFamily(Family):
         return MaskTrainer(config, layout.d, plan.mask_steps, layout.device,
                            bytes_per_sample=plan.bytes_per_sample, layers=plan.layers,
                            target=plan.setting("target", 1.0),
-                           joint=plan.weight_optimizer is not None)
+                           joint=plan.weight_optimizer is not None, world=plan.world)
 
     # ------------------------------------------------------------------ the method
 
@@ -171,6 +171,15 @@ STREAM_NOT_RESUMED = (
     "numbers differ from an uninterrupted run's")
 
 
+#: What a resumed run does when its checkpoint holds the CPU's stream of MC samples and the run
+#: has none (on a GPU, whose samplers draw from the run's generator).
+STREAM_NOT_USED = (
+    "it holds the MC samples' CPU stream (written on the CPU), which the run on {device} does "
+    "not use: its samples come from the device's generator, so from here the run's numbers "
+    "differ from an uninterrupted run's (resume on the CPU, --device cpu, to continue the "
+    "stream)")
+
+
 class MaskTrainer:
     """Mask logits r of shape (P,) and one optimizer step per call of :meth:`step`; the run
     loop's :class:`pbscale.runs.contracts.Method` of every :class:`LogitsFamily`, which it calls
@@ -184,14 +193,15 @@ class MaskTrainer:
     (edge-popup); both fixed here. ``shard``: set by sample parallelism
     (:func:`pbscale.execution.distributed.rank_strategy`), passed to each step. ``joint``: the
     network weights will train on its steps' loss (a joint run), so a step keeps all its n
-    samples' masks and activations until the backward (:func:`check_sample_memory`).
+    samples' masks and activations until the backward (:func:`check_sample_memory`); under
+    torchrun (``world`` ranks splitting the samples) each rank keeps only its share.
     """
 
     def __init__(self, config: MethodConfig, d: int, total_steps: int,
                  device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32,
                  bytes_per_sample: int | None = None, *,
                  layers: tuple[int, ...] | None = None, target: float = 1.0,
-                 joint: bool = False) -> None:
+                 joint: bool = False, world: int = 1) -> None:
         family = config.family
         if not isinstance(family, LogitsFamily):
             raise PBInputError(f"{family.text} trains no mask logits; use one of "
@@ -223,7 +233,8 @@ class MaskTrainer:
             self.chunk = auto_chunk(config.n, per_sample, self.device)
         if family.caps.samples:  # n masks of d entries per step: bounded by memory
             check_sample_memory(config.n, d, self.chunk, per_sample, self.device, joint=joint,
-                                itemsize=torch.empty((), dtype=dtype).element_size())
+                                itemsize=torch.empty((), dtype=dtype).element_size(),
+                                world=world)
         self.step_count = 0
         #: the L0 strength per weight in force (``config.lam`` unless a controller steers it,
         #: :class:`pbscale.pruning.lam_control.LamController`; checkpointed); acts only for a family
@@ -387,7 +398,9 @@ class MaskTrainer:
         """Restore :meth:`state_dict`'s state. A state without the MC samples' stream (written
         before it existed, or on a GPU) while this trainer has one warns
         :class:`pbscale.runs.contracts.ResumeWarning` (:data:`STREAM_NOT_RESUMED`): the samples
-        go on from the fresh stream of the run's seed."""
+        go on from the fresh stream of the run's seed; a state with the stream (written on the
+        CPU) while this trainer has none (on a GPU) warns too (:data:`STREAM_NOT_USED`): the
+        stream is not silently dropped."""
         with torch.no_grad():
             self.r.copy_(state["r"].to(self.r.device))
         self.opt.load_state_dict(state["opt"])
@@ -397,6 +410,9 @@ class MaskTrainer:
                 self.stream.load_state_dict(state["stream"])
             else:
                 warnings.warn(STREAM_NOT_RESUMED, ResumeWarning, stacklevel=2)
+        elif state.get("stream") is not None:
+            warnings.warn(STREAM_NOT_USED.format(device=self.device), ResumeWarning,
+                          stacklevel=2)
         self.step_count = int(state["step_count"])
         self.lam = float(state.get("lam", self.config.lam))  # older checkpoints: the config's
         if self.control is not None:

@@ -40,6 +40,7 @@ import dataclasses
 import math
 import resource
 import sys
+from collections.abc import Callable, Collection
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
@@ -115,11 +116,13 @@ class Member:
 class OptimizerGroup:
     """The members' weight optimizers as the one the loop steps: their parameter groups (the
     loop's learning-rate schedule sets each), one ``zero_grad`` / ``step`` over all (a member
-    that stopped has no gradients, so its optimizer leaves its weights alone), the state of
-    each."""
+    that stopped has no gradients, so its optimizer leaves its weights alone; one whose loss of
+    this step is NaN or inf, ``skip()`` of its index, is not stepped: as its separate run, it
+    stops with the weights its loss came from), the state of each."""
 
-    def __init__(self, optimizers: list[torch.optim.Optimizer]) -> None:
-        self.optimizers = optimizers
+    def __init__(self, optimizers: list[torch.optim.Optimizer],
+                 skip: Callable[[], Collection[int]] = frozenset) -> None:
+        self.optimizers, self.skip = optimizers, skip
 
     @property
     def param_groups(self) -> list[dict]:
@@ -130,8 +133,10 @@ class OptimizerGroup:
             o.zero_grad()
 
     def step(self) -> None:
-        for o in self.optimizers:
-            o.step()
+        skip = self.skip()
+        for g, o in enumerate(self.optimizers):
+            if g not in skip:
+                o.step()
 
     def state_dict(self) -> dict:
         return {"members": [o.state_dict() for o in self.optimizers]}
@@ -213,6 +218,19 @@ class GroupMethod(MemberBook):
         losses = [v for v in self.step_losses.values() if math.isfinite(v)]
         self.pending += [(g, None) for g, v in self.step_losses.items() if not math.isfinite(v)]
         return value, sum(losses) / len(losses) if losses else math.nan
+
+    def pending_members(self) -> set[int]:
+        """The members whose loss of this step was NaN or inf (to be settled)."""
+        return {g for g, _ in self.pending}
+
+    def apply(self) -> None:
+        """Each training member's optimizer step, but those of a member whose loss of this step
+        was NaN or inf: it stops with the logits its loss came from, as its separate run does
+        (:func:`pbscale.runs.loop.train_step`), so the divergence names the same cause."""
+        skip = self.pending_members()
+        for g in self.training():
+            if g not in skip:
+                self.book[g].apply()
 
     def settle(self) -> None:
         """Record the members whose last step's loss was NaN or inf (``pending``: (index,
@@ -525,7 +543,7 @@ def _train_locked(members: list[Member], out: str | Path, device: torch.device,
     task = GroupTask(todo, method, device)
     loop = dataclasses.replace(todo[0].loop, seed=0)
     opts = [m.weight_opt for m in todo if m.weight_opt is not None]
-    weight_opt = OptimizerGroup(opts) if opts else None
+    weight_opt = OptimizerGroup(opts, method.pending_members) if opts else None
     folder = group_folder(todo, out)
     for m in todo:
         m.record["info"].update(group=f"{GROUPS}/{folder.name}", grouped_runs=len(todo))

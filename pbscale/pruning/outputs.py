@@ -12,6 +12,7 @@ import torch
 from torch import nn
 from torch.nn.utils import prune as torch_prune
 
+from pbexact.errors import PBInputError
 from pbscale.nets.network import NetworkSource, source_for
 from pbscale.pruning.evaluation import MaskEvaluation
 from pbscale.runs import io as runio
@@ -68,12 +69,31 @@ def pruned_names(state: dict) -> list[str]:
             and k.removesuffix("_mask") not in state]
 
 
+def check_masks(state: dict, path: str | Path) -> None:
+    """Refuse (one-line :class:`PBInputError` naming the file) a ``pruned.pt`` state dict whose
+    masks (``<p>_mask`` of :func:`pruned_names`) hold anything but 0 and 1: ``prune`` multiplies
+    the weights by the mask, so an edited mask (``mask * 3 - 7``) would scale the weights it
+    keeps instead of keeping or pruning them."""
+    for name in pruned_names(state):
+        mask = state[f"{name}_mask"]
+        if not torch.is_tensor(mask):
+            continue
+        wrong = (mask != 0) & (mask != 1)
+        if bool(wrong.any()):
+            value = mask[wrong].flatten()[0].item()
+            raise PBInputError(f"damaged run file {path} ({name}_mask holds {value:g}, not only "
+                               f"0 and 1: the file was edited); {runio.DAMAGED_FIX}")
+
+
 def load_pruned(model: str | NetworkSource, path: str | Path) -> nn.Module:
     """The run's network (a name of :data:`pbscale.nets.models.MODELS`, the user's import path
     ``module:factory``, or a :class:`pbscale.nets.network.NetworkSource`) with the pruned weights of
     ``pruned.pt``, by plain PyTorch: ``prune.identity`` on the masked parameters, then
-    ``load_state_dict`` of ``torch.load(path, weights_only=True)``; in eval mode."""
+    ``load_state_dict`` of ``torch.load(path, weights_only=True)``; in eval mode. A mask that is
+    not 0/1 is refused (:func:`check_masks`)."""
     state = torch.load(path, map_location="cpu", weights_only=True)
+    if isinstance(state, dict):
+        check_masks(state, path)
     source = model if isinstance(model, NetworkSource) else source_for(model)
     net = source.build(0, "model")  # every weight comes from the file
     mods = dict(net.named_modules())

@@ -93,8 +93,10 @@ def build(cfg: PruneConfig, data: datamod.Data, dev: torch.device,
         loop = LoopConfig(epochs=E, seed=cfg.seed, mask_milestones=milestones,
                           mask_gamma=gamma, weight_milestones=wm,
                           weight_gamma=WEIGHT_GAMMA, mask_warmup=warmup, freeze_masks=freeze)
+    world = shard.world if shard is not None and family.caps.split_samples else 1
     plan = Plan(epochs=E, steps_per_epoch=S, mask_steps=max(loop.mask_epochs() * S, 1),
-                layers=tuple(task.layout.sizes), run=cfg, weight_optimizer=weight_opt)
+                layers=tuple(task.layout.sizes), run=cfg, weight_optimizer=weight_opt,
+                world=world)
     method = family.make(cfg.method_config(), task.layout, plan)
     return task, method, loop, weight_opt
 

@@ -8,6 +8,7 @@ import csv
 import errno
 import io
 import json
+import math
 import stat
 import warnings
 from collections.abc import Iterator
@@ -23,8 +24,8 @@ from pbexact.io import atomic_write_bytes, atomic_write_text
 
 __all__ = ["DAMAGED_FIX", "DIVERGED", "WRITE_FIXES", "atomic_write_text", "check_output_file",
            "checkpoint_bytes", "load_checkpoint", "read_csv", "read_diverged", "read_json",
-           "read_summary", "regular_file", "save_checkpoint", "write_csv", "write_diverged",
-           "write_json", "write_output", "writing"]
+           "read_summary", "regular_file", "save_checkpoint", "summary_problem", "write_csv",
+           "write_diverged", "write_json", "write_output", "writing"]
 
 
 #: What to do about a damaged run file (named in every such error).
@@ -56,16 +57,39 @@ def read_json(path: str | Path) -> Any:
         raise PBInputError(f"damaged run file {path} ({why}); {DAMAGED_FIX}") from None
 
 
+def summary_problem(summary: dict) -> str | None:
+    """Why the values of a ``summary.json`` object cannot be read back, or None: every
+    ``final_*`` entry (a metric of the last epoch) and the seconds must be numbers (not
+    strings, booleans or null), the fractions (``final_remaining*``, ``final_*acc``) in
+    [0, 1] (an accuracy may be NaN: no test set), the seconds not negative."""
+    for key, value in summary.items():
+        if not (key.startswith("final_") or key in ("train_seconds", "seconds_per_epoch")):
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return f"{key} is {value!r}, not a number"
+        remaining = key.startswith("final_remaining")
+        if (remaining or key.endswith("acc")) and not 0 <= value <= 1 and not (
+                math.isnan(value) and not remaining):
+            return f"{key} is {value!r}, not a fraction in [0, 1]"
+        if "seconds" in key and value < 0:
+            return f"{key} is {value!r}, a negative time"
+    return None
+
+
 def read_summary(path: str | Path, keys: tuple[str, ...] = ()) -> dict:
-    """The ``summary.json`` of a finished run: a JSON object holding ``keys``; anything else
-    (``[]``, ``{}``, entries missing, truncated) raises a one-line :class:`PBInputError` naming
-    the file and the fix."""
+    """The ``summary.json`` of a finished run: a JSON object holding ``keys``, its values
+    readable (:func:`summary_problem`); anything else (``[]``, ``{}``, entries missing,
+    ``"final_test_acc": "NaN"``, a fraction of -3, truncated) raises a one-line
+    :class:`PBInputError` naming the file and the fix."""
     summary = read_json(path)
     missing = [k for k in keys if not isinstance(summary, dict) or k not in summary]
     if not isinstance(summary, dict) or not summary or missing:
         what = "not a JSON object" if not isinstance(summary, dict) else (
             f"no {missing[0]!r} entry" if missing else "empty")
         raise PBInputError(f"damaged run file {path} ({what}); {DAMAGED_FIX}")
+    problem = summary_problem(summary)
+    if problem:
+        raise PBInputError(f"damaged run file {path} ({problem}); {DAMAGED_FIX}")
     return summary
 
 
@@ -110,15 +134,22 @@ def read_diverged(folder: str | Path) -> dict | None:
 
 
 @contextmanager
-def writing(path: str | Path) -> Iterator[None]:
+def writing(path: str | Path, output: bool = False) -> Iterator[None]:
     """Turns an OSError while ``path`` is written into a one-line :class:`PBInputError` naming
     the file and the fix its cause asks for (:data:`WRITE_FIXES`; disk full or quota: free
-    disk space and rerun). The writes are atomic, so the file's previous version, and with it
-    a run's last checkpoint, is intact."""
+    disk space and rerun, which resumes a run). The writes are atomic, so the file's previous
+    version, and with it a run's last checkpoint, is intact. ``output``: ``path`` is a file a
+    command was asked to write (an export's ``--out``), not a run's: the line says that a file
+    already there is intact and to run the command again (nothing resumes)."""
     try:
         yield
     except OSError as exc:
         why = exc.strerror or str(exc) or type(exc).__name__
+        if output:
+            fix = WRITE_FIXES.get(exc.errno, "free disk space or choose another --out, then "
+                                             "run the command again")
+            raise PBInputError(f"cannot write {path} ({why}); a file already there is intact: "
+                               f"{fix}") from None
         fix = WRITE_FIXES.get(exc.errno, "free disk space and rerun the same command to resume")
         raise PBInputError(
             f"cannot write {path} ({why}); the files written before, a run's last checkpoint "
@@ -140,9 +171,13 @@ def check_output_file(path: str | Path, flag: str = "--out") -> Path:
         raise PBInputError(f"{flag} {path} is {what}; name a new or regular file")
     if path.is_dir():
         raise PBInputError(f"{flag} {path} is a folder; give a file name, e.g. {path / 'net'}")
-    if not path.absolute().parent.is_dir():
-        raise PBInputError(f"{flag} {path}: folder {path.absolute().parent} does not exist; "
-                           "create it first")
+    parent = path.absolute().parent
+    above = next((p for p in (parent, *parent.parents) if p.exists() or p.is_symlink()), None)
+    if above is not None and not above.is_dir():
+        raise PBInputError(f"{flag} {path} is under {above}, which is a file, not a folder; "
+                           "name a file in a folder")
+    if not parent.is_dir():
+        raise PBInputError(f"{flag} {path}: folder {parent} does not exist; create it first")
     return path
 
 
@@ -151,7 +186,7 @@ def write_output(path: str | Path, data: bytes, flag: str = "--out") -> Path:
     (:func:`check_output_file`) and atomically (a temporary file, then a rename: a failed write,
     e.g. a full disk or ``ulimit -f``, is one line and leaves a file already there intact)."""
     path = check_output_file(path, flag)
-    with writing(path):
+    with writing(path, output=True):
         atomic_write_bytes(path, data)
     return path
 

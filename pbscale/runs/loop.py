@@ -64,8 +64,10 @@ was already checkpointed, once more before ``summary.json``). Distribution
 from __future__ import annotations
 
 import math
+import os
 import signal
 import sys
+import threading
 import time
 import warnings
 from collections.abc import Callable, Iterator, Sequence
@@ -89,6 +91,7 @@ from pbscale.runs.contracts import (
     StepHook,
     Task,
 )
+from pbscale.runs.divergence import check_finite, check_metrics
 from pbscale.runs.records import (
     PROVENANCE,
     Diverged,
@@ -136,14 +139,47 @@ def flush_denormals(device: torch.device) -> Iterator[None]:
         torch.set_flush_denormal(False)
 
 
+#: Seconds the loop waits at least, after a SIGTERM or SIGINT, for the step in progress to end
+#: (and the run to checkpoint before the next one); where the run's steps (or an epoch's
+#: evaluation and checkpoint) took longer, twice the longest seen so far, up to
+#: :data:`STOP_GRACE_MAX`. A step that takes longer still (a huge --n) is cut then, without a
+#: new checkpoint (:func:`_signal_flag`).
+STOP_GRACE = 5.0
+#: The most seconds the loop waits for the step in progress after a signal (schedulers
+#: commonly send SIGKILL 30 s after SIGTERM).
+STOP_GRACE_MAX = 25.0
+
+
 @contextmanager
 def _signal_flag() -> Iterator[dict]:
     """Turns SIGTERM and SIGINT (Ctrl-C) into a flag the loop checks after every step (main
-    thread only); ``flag["signal"]`` is the last one received."""
-    flag: dict[str, Any] = {"term": False, "signal": signal.SIGTERM}
+    thread only); ``flag["signal"]`` is the last one received. So that a run acts within
+    seconds whatever it is doing, a second signal, or the first one not acted on within the
+    grace (:data:`STOP_GRACE` seconds, or twice the longest step seen, ``flag["longest"]``, up
+    to :data:`STOP_GRACE_MAX`; a timer sends the signal again), raises
+    :class:`pbexact.errors.RunInterrupted` where the run is: the step in progress is dropped and
+    no checkpoint is written, the last one stays (the run resumes from it, exactly). The loop
+    marks the flag ``acting`` once it checkpoints (:func:`_stop_requested`), which stops the
+    timer."""
+    flag: dict[str, Any] = {"term": False, "signal": signal.SIGTERM, "acting": False,
+                            "timer": None, "longest": 0.0, "grace": STOP_GRACE,
+                            "mark": time.perf_counter()}
 
     def handler(signum: int, _frame: Any) -> None:
+        if flag["term"]:
+            if flag["acting"]:  # the checkpoint is being written: let it finish
+                return
+            name = signal.Signals(signum).name
+            raise RunInterrupted(signum, f"{name}: the step in progress did not end within "
+                                         f"{flag['grace']:.3g} s of the signal; stopped "
+                                         "without a new checkpoint (the last one is intact and "
+                                         "the run resumes from it)")
         flag.update(term=True, signal=signum)
+        flag["grace"] = min(max(STOP_GRACE, 2 * flag["longest"]), STOP_GRACE_MAX)
+        timer = threading.Timer(flag["grace"], os.kill, (os.getpid(), signum))
+        timer.daemon = True
+        timer.start()
+        flag["timer"] = timer
 
     olds = {}
     try:
@@ -155,8 +191,17 @@ def _signal_flag() -> Iterator[dict]:
     try:
         yield flag
     finally:
+        _stop_timer(flag)
         for sig, old in olds.items():
             signal.signal(sig, old)
+
+
+def _stop_timer(flag: dict) -> None:
+    """Cancel the timer a first signal started (:func:`_signal_flag`), if any."""
+    timer = flag.get("timer")
+    if timer is not None:
+        timer.cancel()
+        flag["timer"] = None
 
 
 def _set_lrs(optimizers: list[torch.optim.Optimizer], factor: float) -> None:
@@ -464,8 +509,13 @@ def _read_losses(losses: list) -> list[float]:
 def _stop_requested(hooks: Sequence[RunHooks], flag: dict) -> bool:
     """SIGTERM seen by this process or, through the hooks (:class:`pbscale.execution.distributed.
     RankSync`), by any rank, so that all ranks checkpoint before the same step."""
+    now = time.perf_counter()  # the time since the last check: one step (or an epoch's end)
+    flag["longest"], flag["mark"] = max(flag["longest"], now - flag["mark"]), now
     for h in hooks:
         flag["term"] = h.stop_requested(flag["term"])
+    if flag["term"]:  # the loop acts now: it checkpoints, so the timer must not cut it
+        flag["acting"] = True
+        _stop_timer(flag)
     return flag["term"]
 
 
@@ -479,68 +529,31 @@ def _frozen_mask(hooks: Sequence[RunHooks], method: Method,
     return method.mode_mask()
 
 
-def check_finite(method: Method, epoch: int, flags: dict[str, str],
-                 weights: Sequence[torch.nn.Parameter] = (),
-                 step: tuple[int, int, torch.Tensor | None] | None = None) -> None:
-    """Stop a diverged run (:class:`pbscale.runs.records.Diverged`) with one line naming where
-    and the flag to lower (``flags``, see :data:`LR_FLAGS`): mask logits
-    (:meth:`Method.check_finite`) or weights that became NaN or inf after ``epoch`` (0-based),
-    or, with ``step`` = (step number, batch, fixed mask), a step whose training loss is not
-    finite."""
-    where = (f"step {step[0]} (epoch {epoch + 1}, batch {step[1]})" if step is not None
-             else f"epoch {epoch + 1}")
-    at = step[0] if step is not None else None
-    try:
-        method.check_finite(where, flags)
-    except Diverged:
-        raise
-    except PBInputError as exc:
-        raise Diverged(str(exc), epoch + 1, at, where) from None
-    if any(not bool(torch.isfinite(p).all()) for p in weights):
-        raise Diverged(f"the network weights became NaN or inf in {where}: the weight "
-                       f"learning rate is too large; lower {flags['weights']}", epoch + 1, at,
-                       where)
-    if step is not None:
-        masks_train = bool(method.optimizers) and step[2] is None
-        lower = " or ".join(dict.fromkeys(
-            ([flags["masks"]] if masks_train else []) + ([flags["weights"]] if weights else [])))
-        raise Diverged(f"the training loss became NaN or inf at {where}: the run diverged; "
-                       f"lower {lower or flags['masks']}", epoch + 1, at, where)
-
-
-def check_metrics(metrics: dict, epoch: int, flags: dict[str, str], joint: bool) -> None:
-    """Stop a run (:class:`pbscale.runs.records.Diverged`) whose evaluation after ``epoch``
-    (0-based) has a NaN or inf loss (``*loss`` entries) although every step's loss, the logits
-    and the weights were finite: the weights grew past what the network's float32 outputs
-    hold. Masks only switch weights on and off, so the flag named is the weight learning rate
-    where weights train (``joint``), else the masks'."""
-    bad = [k for k, v in metrics.items()
-           if k.endswith("loss") and isinstance(v, float) and not math.isfinite(v)]
-    if bad:
-        flag = flags["weights"] if joint else flags["masks"]
-        raise Diverged(f"the evaluation's {bad[0]} became NaN or inf after epoch {epoch + 1}: "
-                       f"the run diverged; lower {flag}", epoch + 1, None,
-                       f"the evaluation after epoch {epoch + 1}")
-
-
 def train_step(f: BatchedLoss, method: Method, weight_optimizer: torch.optim.Optimizer | None,
                opts: list[torch.optim.Optimizer], fixed: torch.Tensor | None,
                joint: bool) -> float:
     """One step: masks train (surrogate of the method) or are fixed (warm-up / frozen: only the
-    weights train, on the loss of the fixed mask). Returns the training loss."""
+    weights train, on the loss of the fixed mask). Returns the training loss. A loss that is
+    NaN or inf makes no update (the run stops on it: :func:`check_finite` then reads the
+    parameters the loss came from, to name the cause)."""
     if fixed is not None:
         if not joint:
             with torch.no_grad():
                 return float(f(fixed[None])[0])
         weight_optimizer.zero_grad()
         loss = f(fixed[None])[0]
+        value = float(loss.detach())
+        if not math.isfinite(value):
+            return value
         if loss.requires_grad:  # else f differentiated it itself (a group, member by member)
             loss.backward()
         weight_optimizer.step()
-        return float(loss.detach())
+        return value
     for opt in opts:
         opt.zero_grad()
     value, loss = method.surrogate(f, weights=joint)
+    if isinstance(loss, float) and not math.isfinite(loss):
+        return loss
     if value.requires_grad:  # else nothing trains this step (a fixed mask over fixed weights)
         value.backward()
     method.apply()

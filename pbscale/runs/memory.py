@@ -1,8 +1,10 @@
 """Peak-memory measurement for one call: CUDA's allocator counter on GPU; on CPU the growth of
-the process's peak resident set (VmHWM, reset through /proc/self/clear_refs, Linux only)."""
+the process's peak resident set (VmHWM, reset through /proc/self/clear_refs, Linux only); and
+the memory the process may still take on the CPU (:func:`cpu_available`)."""
 
 from __future__ import annotations
 
+import resource
 from collections.abc import Callable
 from pathlib import Path
 
@@ -32,3 +34,24 @@ def peak_memory(fn: Callable[[], object], device: torch.device | str = "cpu") ->
     before = _status("VmRSS:")
     fn()
     return _status("VmHWM:") - before
+
+
+def cpu_available() -> int:
+    """Bytes the process may still allocate on the CPU: the machine's MemAvailable
+    (``/proc/meminfo``; 2 GiB assumed without it), bounded by what the address-space limit
+    (``ulimit -v``) leaves the process."""
+    free = 2 * 2**30
+    try:
+        with open("/proc/meminfo") as fh:
+            free = next(int(line.split()[1]) * 1024 for line in fh
+                        if line.startswith("MemAvailable:"))
+    except (OSError, StopIteration, ValueError):
+        pass
+    limit = resource.getrlimit(resource.RLIMIT_AS)[0]
+    if limit == resource.RLIM_INFINITY:
+        return free
+    try:
+        used = _status("VmSize:")
+    except (OSError, StopIteration, ValueError):
+        return free
+    return max(min(free, limit - used), 0)

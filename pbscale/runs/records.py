@@ -157,19 +157,23 @@ def read_state(path: str | Path) -> dict[str, Any] | None:
 
 class Diverged(PBInputError):
     """A run diverged (a NaN or inf training loss, mask logits, weights or evaluation loss):
-    the one-line message names where and the flag to lower; ``epoch`` (1-based, as the message
-    counts), ``step`` (the global step, 1-based, or None for a check after the epoch) and
-    ``where`` (the message's place, e.g. "step 2880 (epoch 7, batch 80)") say where."""
+    the one-line message names where, what went non-finite and the flag to lower; ``epoch``
+    (1-based, as the message counts), ``step`` (the global step, 1-based, or None for a check
+    after the epoch) and ``where`` (the message's place, e.g. "step 2880 (epoch 7, batch 80)")
+    say where, ``flag`` the learning-rate flag (or flags) the cause asks to lower."""
 
-    def __init__(self, message: str, epoch: int, step: int | None, where: str) -> None:
+    def __init__(self, message: str, epoch: int, step: int | None, where: str,
+                 flag: str | None = None) -> None:
         super().__init__(message)
-        self.epoch, self.step, self.where = int(epoch), step, where
+        self.epoch, self.step, self.where, self.flag = int(epoch), step, where, flag
 
     def record(self, last_metrics: dict) -> dict:
-        """What :func:`write_diverged` writes: epoch, step, where, reason (the message) and
-        ``last_metrics`` (the last finished epoch's metrics row, {} if none)."""
+        """What :func:`write_diverged` writes: epoch, step, where, reason (the message), the
+        flag to lower (when known) and ``last_metrics`` (the last finished epoch's metrics
+        row, {} if none)."""
         return {"epoch": self.epoch, "step": self.step, "where": self.where,
-                "reason": str(self), "last_metrics": last_metrics}
+                "reason": str(self), **({"flag": self.flag} if self.flag else {}),
+                "last_metrics": last_metrics}
 
 
 def last_metrics(folder: Path, metrics_file: str) -> dict:
@@ -187,12 +191,15 @@ def last_metrics(folder: Path, metrics_file: str) -> dict:
 
 
 def diverged_refusal(folder: Path, record: dict) -> PBInputError:
-    """The one-line refusal to train again a run that diverged before (its record)."""
+    """The one-line refusal to train again a run that diverged before: its record's cause and
+    the flag it names (a record written before the flag was recorded: "the rate it names")."""
+    flag = record.get("flag")
+    lower = f"lower {flag}" if isinstance(flag, str) and flag else "lower the rate it names"
     return PBInputError(
         f"{folder} diverged before, at {record.get('where', '?')} (recorded in {DIVERGED}: "
-        f"{record['reason'].split(';')[0]}); the same settings diverge again: lower the rate "
-        f"it names (another run folder), or delete {folder / DIVERGED} to train it again "
-        f"from its last checkpoint")
+        f"{record['reason'].split(';')[0]}); the same settings diverge again: {lower} "
+        f"(another run folder), or delete {folder / DIVERGED} to train it again from its last "
+        f"checkpoint")
 
 
 @contextmanager

@@ -40,6 +40,7 @@ from .records import (
     results,
     saved_text,
     status,
+    summary_damage,
     todo,
 )
 
@@ -168,7 +169,9 @@ def write_results(sweep: Sweep, csv: str | None) -> int:
     damaged: list[Path] = []
     rows = results(sweep, damaged)
     for p in damaged:
-        print(f"warning: skipped {p}: damaged or not a JSON object", file=sys.stderr)
+        why = summary_damage(p.parent) if p.name == "summary.json" else None
+        print(f"warning: skipped {p}: {why or 'damaged or not a JSON object'}",
+              file=sys.stderr)
     if not rows:
         raise PBInputError(f"no finished runs of {sweep.path} in {sweep.out}; run the "
                            "sweep first")

@@ -5,10 +5,12 @@ the job interface, :mod:`pbscale.sweep.jobs`).
 Every value of ``[base]`` and ``[[grid]]`` is checked with the command's own argparse parser
 before anything is launched: a switch (``action="store_true"``) takes ``true`` or ``false``, a
 flag that takes a value refuses booleans, and a value goes through the flag's ``type`` and
-``choices`` as the command line would. A run is named by its canonical options (the values as the
-command parses them, every default filled in), so one run written in two spellings (``"0.1"`` and
-``0.1``, ``1`` and ``1.0`` for a float flag, a default spelled out or left out) is one run with
-one id.
+``choices`` as the command line would. Then every run is checked as the run itself would check
+its options before it trains (:func:`pbscale.sweep.jobs.checker`): ``lam_target = 5.0`` or
+``cp_final_tau = 0.0`` are refused by ``status`` and ``run --dry-run``, not by each child. A
+run is named by its canonical options (the values as the command parses them, every default
+filled in), so one run written in two spellings (``"0.1"`` and ``0.1``, ``1`` and ``1.0`` for a
+float flag, a default spelled out or left out) is one run with one id.
 """
 
 from __future__ import annotations
@@ -361,6 +363,14 @@ def load(path: str | Path, out: str | Path | None = None) -> Sweep:
         key = run_id(command, full)
         old = run_id(command, in_run_id(actions, {**defaults, **spelled}))
         runs.setdefault(key, Run(options, key, full, old))
+    check = jobs.checker(command)
+    if check is not None:  # the run's own validation, before anything starts
+        for r in runs.values():
+            try:
+                check(r.full, set(r.options))
+            except PBInputError as e:
+                raise PBInputError(f"{path}: the run {label(r) or '(the defaults)'} would be "
+                                   f"refused when it starts: {e}") from None
     record_dir = record_dir_of(target, path)
     if record_dir.is_symlink() or record_dir.exists():
         inside(record_dir, target)  # records are written only under the sweep's out

@@ -1,7 +1,9 @@
 """The job interface of :mod:`pbscale.sweep`: what a sweep knows of the commands it runs.
 
 A command (:class:`Command`) is a module run as ``python -m MODULE`` whose ``build_parser()``
-gives its options (the sweep checks every value with it and names a run by them) and which
+gives its options (the sweep checks every value with it and names a run by them), whose
+``check_options(options, given)`` refuses a run's options as the run itself would before it
+trains (:func:`checker`; the sweep checks every run with it before launching any) and which
 takes ``--out``, ``--threads`` and ``--quiet``. A command whose runs can train together as a
 group (G runs in one process) names a grouping module whose ``GROUPING`` (:class:`Grouping`)
 says which runs group (those that differ only in its axes, e.g. seed and learning rate, and
@@ -14,7 +16,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 
@@ -56,6 +58,14 @@ COMMANDS: dict[str, Command] = {
 def parser(command: str) -> argparse.ArgumentParser:
     """The argparse parser of a command (its module's ``build_parser()``)."""
     return importlib.import_module(COMMANDS[command].module).build_parser()
+
+
+def checker(command: str) -> Callable[[dict, Collection[str]], None] | None:
+    """The command's own check of one run, ``check_options(options, given)`` of its module
+    (the options as its parser holds them, defaults filled in; ``given``: those the sweep sets):
+    what the run would refuse before it trains, as a one-line ``PBInputError``; None where the
+    module has none."""
+    return getattr(importlib.import_module(COMMANDS[command].module), "check_options", None)
 
 
 def grouping(command: str) -> Grouping | None:

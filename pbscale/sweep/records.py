@@ -110,11 +110,11 @@ def state_of(sweep: Sweep, run: Run, done: set[str] | None = None,
 def _state(sweep: Sweep, run: Run, done: set[str] | None) -> str:
     """:func:`state_of` without the divergence records."""
     rec = read_record(sweep, run)
-    if rec is None:
-        return "pending"
-    state = rec.get("state", "pending")
-    if state not in STATES:
-        return "pending"
+    state = rec.get("state", "pending") if rec is not None else "pending"
+    if rec is None or state not in STATES:  # no record, or a damaged one: its folder decides
+        if done is None:
+            done = set(finished_folders(sweep))
+        return "finished" if run.id in done else "pending"
     if state == "finished":  # only while its folder still holds a readable summary
         if done is None:
             done = set(finished_folders(sweep))
@@ -310,8 +310,9 @@ def divergence(folder: Path) -> str:
 
 
 def readable_summary(folder: Path) -> dict | None:
-    """The run folder's summary.json when it is a regular file holding a JSON object, else
-    None."""
+    """The run folder's summary.json when it is a regular file holding a JSON object whose
+    values read back (:func:`pbscale.runs.io.summary_problem`: metrics that are numbers,
+    fractions in [0, 1]), else None (:func:`summary_damage` says why)."""
     path = folder / "summary.json"
     if not path.is_file():
         return None
@@ -319,7 +320,27 @@ def readable_summary(folder: Path) -> dict | None:
         summary = io.read_json(path)
     except (OSError, ValueError):  # PBInputError is a ValueError
         return None
-    return summary if isinstance(summary, dict) else None
+    if not isinstance(summary, dict) or io.summary_problem(summary):
+        return None
+    return summary
+
+
+def summary_damage(folder: Path) -> str | None:
+    """Why the run folder's summary.json cannot be read as a finished run's (missing, not a
+    regular file, truncated, not a JSON object, a value of the wrong kind or out of its range:
+    the one-line reason), or None when it can (:func:`readable_summary`)."""
+    path = folder / "summary.json"
+    if not path.is_file():
+        return f"no summary.json in {folder}"
+    try:
+        summary = io.read_json(path)
+    except OSError as exc:
+        return f"cannot read {path} ({exc.strerror})"
+    except ValueError as exc:  # PBInputError is a ValueError
+        return str(exc).split(";")[0]
+    if not isinstance(summary, dict):
+        return f"{path} holds a {type(summary).__name__}, not a JSON object"
+    return io.summary_problem(summary)
 
 
 def saved_text(sweep: Sweep, run: Run, folders: dict[str, Path]) -> str:
