@@ -117,13 +117,20 @@ def test_only_the_onnx_notes_are_dropped(caplog):
     import warnings
 
     log = logging.getLogger(X.ONNX_NOTE_LOGGER)
-    with warnings.catch_warnings(record=True) as seen:
-        warnings.simplefilter("always")
-        with caplog.at_level(logging.WARNING), X.onnx_notes_dropped():
-            log.warning("torchvision is not installed. Skipping torchvision::nms")
-            log.warning("another note")
-            warnings.warn("`isinstance(treespec, LeafSpec)` is deprecated", FutureWarning,
-                          stacklevel=1)
-            warnings.warn("something else", FutureWarning, stacklevel=1)
+    # torch's "torch" logger does not propagate to the root once torch has set up its logging,
+    # so the records are caught on the exporter's own logger, where the filter acts
+    log.addHandler(caplog.handler)
+    try:
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            with caplog.at_level(logging.WARNING, logger=X.ONNX_NOTE_LOGGER), \
+                    X.onnx_notes_dropped():
+                log.warning("torchvision is not installed. Skipping torchvision::nms")
+                log.warning("another note")
+                warnings.warn("`isinstance(treespec, LeafSpec)` is deprecated", FutureWarning,
+                              stacklevel=1)
+                warnings.warn("something else", FutureWarning, stacklevel=1)
+    finally:
+        log.removeHandler(caplog.handler)
     assert [r.getMessage() for r in caplog.records] == ["another note"]
     assert [str(w.message) for w in seen] == ["something else"]
