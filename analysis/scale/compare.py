@@ -105,6 +105,22 @@ def _spread(targets: Sequence[float]) -> list[float]:
     return out
 
 
+def reaches_by_construction(r: RunRecord) -> bool:
+    """Whether run r's method reaches a remaining fraction by construction (it takes --target
+    and has no L0 term): by what the run recorded, else by its registry family's current
+    capabilities (a run made before runs recorded their settings lists, for some methods, an
+    L0 weight its method never read)."""
+    uses = r.info.settings if r.info is not None and r.info.source == "run" else None
+    if uses is None:
+        from pbscale.methods import REGISTRY
+
+        fam = REGISTRY.get(r.method)
+        uses = frozenset(fam.caps.uses) if fam is not None else (
+            r.info.settings if r.info is not None and r.info.settings is not None
+            else frozenset())
+    return "target" in uses and "lam" not in uses
+
+
 def command_for(r: RunRecord, target: str, seeds: str) -> str:
     """A ``python -m pbscale.prune`` line that reruns the setting of run r at the budget
     ``target`` (a shell word: a number or ``$t``) with ``seeds``: --target for a method that
@@ -122,8 +138,7 @@ def command_for(r: RunRecord, target: str, seeds: str) -> str:
             parts.append(f"--{k.replace('_', '-')} {s[k]}")
     if s.get("mask_head"):
         parts.append("--mask-head")
-    uses = r.info.settings if r.info is not None else frozenset()
-    if "target" in uses and "lam" not in uses or r.method in ("mp", "gmp", "edgepopup"):
+    if reaches_by_construction(r):
         parts.append(f"--target {target}")
     else:
         parts.append(f"--lam {s.get('lam', 1e-4):g} --lam-target {target}")
