@@ -72,6 +72,7 @@ from .registry import (
     Settings,
     get_family,
     names,
+    own_families,
     register,
     setting,
 )
@@ -88,35 +89,36 @@ from .samplers import (
 )
 from .trainer import Gradient, LogitsFamily, MaskTrainer, StepArgs
 
-# the families, in registration order (FAMILY_MODULES), each importing the names above
-from .mc import MCFamily, mc_gradient, mc_surrogate, register_estimator  # isort: skip
-from .cp import (  # isort: skip
-    CPFamily,
-    CPSettings,
-    CPStep,
-    cp_hard_mask,
-    cp_relaxed_loss,
-    cp_step,
-    cp_temperature,
-)
-from .hybrids import (  # isort: skip
-    RELAX_HIDDEN,
-    RELAX_LR,
-    RELAX_WEIGHT_DECAY,
-    HybridControl,
-    HybridFamily,
-    PerSeedControl,
-    PerSeedMLP,
-    make_control,
-    rebar_relax,
-    rebar_relax_step,
-    straight_through,
-)
-from .magnitude import MagnitudeFamily  # isort: skip
+# the families, in registration order (FAMILY_MODULES), each importing the names above;
+# their colours are checked by the tests, not with matplotlib at start-up (own_families)
+with own_families():
+    from .mc import MCFamily, mc_gradient, mc_surrogate, register_estimator  # isort: skip
+    from .cp import (  # isort: skip
+        CPFamily,
+        CPSettings,
+        CPStep,
+        cp_hard_mask,
+        cp_relaxed_loss,
+        cp_step,
+        cp_temperature,
+    )
+    from .hybrids import (  # isort: skip
+        RELAX_HIDDEN,
+        RELAX_LR,
+        RELAX_WEIGHT_DECAY,
+        HybridControl,
+        HybridFamily,
+        PerSeedControl,
+        PerSeedMLP,
+        make_control,
+        rebar_relax,
+        rebar_relax_step,
+        straight_through,
+    )
+    from .magnitude import MagnitudeFamily  # isort: skip
 
-for _module in FAMILY_MODULES:  # beyond, and any module added to the tuple, in its order
-    import_module(f".{_module}", __name__)
-
+    for _module in FAMILY_MODULES:  # beyond, and any module added to the tuple, in its order
+        import_module(f".{_module}", __name__)
 
 
 def load_plugins(value: str) -> None:
