@@ -22,7 +22,9 @@ Modules, by concern. The contract, which a method is written against:
   samplers and the chunk size; :mod:`~pbscale.methods.schedules`: the kept fraction, the
   magnitude cut, GMP's schedule and the per-layer top-k, one definition each;
 * :mod:`~pbscale.methods.options`: every family's own settings as command-line options, and
-  the help texts that name methods.
+  the help texts that name methods;
+* :mod:`~pbscale.methods.optimizers`: the mask logits' RMSprop and SGD on the CPU (torch.optim's
+  numbers and ``state_dict``, without the import of torch._dynamo its first call makes).
 
 The families (:data:`FAMILY_MODULES`, imported in that order, the registration order of
 :data:`REGISTRY`, which every list of methods follows):
