@@ -206,8 +206,12 @@ def gunzip(blob: bytes) -> bytes | bytearray:
                 out[pos:pos + len(chunk)] = chunk
                 pos += len(chunk)
                 data = inflate.unconsumed_tail
+        rest = inflate.flush()  # what the last input left pending (part of a match)
     except zlib.error:
         return gzip.decompress(blob)
+    if rest and pos + len(rest) <= size:
+        out[pos:pos + len(rest)] = rest
+        pos += len(rest)
     if not (inflate.eof and not inflate.unused_data and pos == size):
         return gzip.decompress(blob)
     return out
