@@ -38,6 +38,33 @@ def test_data_is_fixed_by_data_seed():
     assert float(a.y_train.min()) == 0.0 and float(a.y_train.max()) == pytest.approx(1.0)
 
 
+def test_target_is_the_two_pass_forward():
+    """The target network runs once on the training inputs, in place: the same values, bit for
+    bit, as running it on the training and validation inputs beside the statistics' own pass
+    out of place (the code before), at a size where the products are blocked."""
+    from torch import nn
+
+    p = make_problem(3, n_train=2000, n_valid=700, backbone_hidden=(6, 6),
+                     target_hidden=(300, 300, 300))
+    gen = torch.Generator().manual_seed(3)
+    x_train = torch.rand((2000, 10), generator=gen, dtype=torch.float64) * 2 - 1
+    x_valid = torch.rand((700, 10), generator=gen, dtype=torch.float64) * 2 - 1
+    widths = (10, 300, 300, 300, 1)
+    weights = [1 - 2 * (torch.rand((b, a), generator=gen, dtype=torch.float64) < 0.5).double()
+               for a, b in zip(widths[:-1], widths[1:])]
+    h_train, hs = x_train, [x_train, x_valid]
+    for i, w in enumerate(weights):
+        h_train, hs = h_train @ w.T, [h @ w.T for h in hs]
+        if i < len(weights) - 1:
+            mean, var = h_train.mean(0), h_train.var(0, unbiased=False)
+            norm = torch.rsqrt(var + 1e-5)
+            h_train = nn.functional.leaky_relu((h_train - mean) * norm)
+            hs = [nn.functional.leaky_relu((h - mean) * norm) for h in hs]
+    lo, hi = hs[0].min(), hs[0].max()
+    assert torch.equal(p.y_train, ((hs[0] - lo) / (hi - lo)).float())
+    assert torch.equal(p.y_valid, ((hs[1] - lo) / (hi - lo)).float())
+
+
 @pytest.mark.parametrize(
     "kwargs, words",
     [

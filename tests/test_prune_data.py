@@ -5,6 +5,7 @@ augmentation."""
 import gzip
 import hashlib
 import io
+import os
 import shutil
 import tarfile
 from pathlib import Path
@@ -97,6 +98,31 @@ def test_mnist_missing_and_corrupt_one_line_errors(tmp_path):
     (tmp_path / "train-images-idx3-ubyte.gz").write_bytes(b"not gzip")
     with pytest.raises(PBInputError, match="corrupt"):
         data.read_mnist(tmp_path)
+
+
+def test_gunzip_one_buffer_and_fallbacks():
+    """A gzip member decompresses into one bytearray of its size (MNIST's parse then views it
+    without a copy); two members, a trailer that lies, a cut file or no gzip at all go
+    through gzip.decompress, with its errors."""
+    raw = bytes(np.random.default_rng(1).integers(0, 3, 3_000_000).astype(np.uint8))
+    out = data.gunzip(gzip.compress(raw))
+    assert isinstance(out, bytearray) and out == raw
+    assert data.gunzip(gzip.compress(b"")) == b""
+    two = gzip.compress(raw[:1000]) + gzip.compress(raw[1000:2000])
+    assert data.gunzip(two) == raw[:2000]
+    for size in (100, 2 ** 32 - 1):  # too small; more than deflate makes of the file
+        lying = bytearray(gzip.compress(raw[:5000]))
+        lying[-4:] = size.to_bytes(4, "little")
+        with pytest.raises(OSError):
+            data.gunzip(bytes(lying))
+    with pytest.raises(EOFError):
+        data.gunzip(gzip.compress(os.urandom(1000))[:-20])
+    with pytest.raises(OSError):
+        data.gunzip(b"not a gzip file at all")
+    head = bytes([0, 0, 8, 2, 0, 0, 0, 2, 0, 0, 0, 3])
+    view = data.parse_idx(bytearray(head + bytes(range(6))))
+    assert view.shape == (2, 3) and view.flags.writeable and view.base is not None
+    assert view[1, 2] == 5
 
 
 def test_cifar_binary_reader(tmp_path):

@@ -22,7 +22,9 @@ Modules, by concern. The contract, which a method is written against:
   samplers and the chunk size; :mod:`~pbscale.methods.schedules`: the kept fraction, the
   magnitude cut, GMP's schedule and the per-layer top-k, one definition each;
 * :mod:`~pbscale.methods.options`: every family's own settings as command-line options, and
-  the help texts that name methods.
+  the help texts that name methods;
+* :mod:`~pbscale.methods.optimizers`: the mask logits' RMSprop and SGD on the CPU (torch.optim's
+  numbers and ``state_dict``, without the import of torch._dynamo its first call makes).
 
 The families (:data:`FAMILY_MODULES`, imported in that order, the registration order of
 :data:`REGISTRY`, which every list of methods follows):
@@ -72,6 +74,7 @@ from .registry import (
     Settings,
     get_family,
     names,
+    own_families,
     register,
     setting,
 )
@@ -88,35 +91,36 @@ from .samplers import (
 )
 from .trainer import Gradient, LogitsFamily, MaskTrainer, StepArgs
 
-# the families, in registration order (FAMILY_MODULES), each importing the names above
-from .mc import MCFamily, mc_gradient, mc_surrogate, register_estimator  # isort: skip
-from .cp import (  # isort: skip
-    CPFamily,
-    CPSettings,
-    CPStep,
-    cp_hard_mask,
-    cp_relaxed_loss,
-    cp_step,
-    cp_temperature,
-)
-from .hybrids import (  # isort: skip
-    RELAX_HIDDEN,
-    RELAX_LR,
-    RELAX_WEIGHT_DECAY,
-    HybridControl,
-    HybridFamily,
-    PerSeedControl,
-    PerSeedMLP,
-    make_control,
-    rebar_relax,
-    rebar_relax_step,
-    straight_through,
-)
-from .magnitude import MagnitudeFamily  # isort: skip
+# the families, in registration order (FAMILY_MODULES), each importing the names above;
+# their colours are checked by the tests, not with matplotlib at start-up (own_families)
+with own_families():
+    from .mc import MCFamily, mc_gradient, mc_surrogate, register_estimator  # isort: skip
+    from .cp import (  # isort: skip
+        CPFamily,
+        CPSettings,
+        CPStep,
+        cp_hard_mask,
+        cp_relaxed_loss,
+        cp_step,
+        cp_temperature,
+    )
+    from .hybrids import (  # isort: skip
+        RELAX_HIDDEN,
+        RELAX_LR,
+        RELAX_WEIGHT_DECAY,
+        HybridControl,
+        HybridFamily,
+        PerSeedControl,
+        PerSeedMLP,
+        make_control,
+        rebar_relax,
+        rebar_relax_step,
+        straight_through,
+    )
+    from .magnitude import MagnitudeFamily  # isort: skip
 
-for _module in FAMILY_MODULES:  # beyond, and any module added to the tuple, in its order
-    import_module(f".{_module}", __name__)
-
+    for _module in FAMILY_MODULES:  # beyond, and any module added to the tuple, in its order
+        import_module(f".{_module}", __name__)
 
 
 def load_plugins(value: str) -> None:

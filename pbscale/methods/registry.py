@@ -37,8 +37,10 @@ run's hash at CP's defaults: :data:`LEGACY_KEYS`).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -383,18 +385,46 @@ def color_distance(a: str, b: str) -> float:
     return math.dist(lab(a), lab(b))
 
 
+#: Whether :func:`register` checks colours (off inside :func:`own_families`).
+_colors_checked = [True]
+
+
+@contextlib.contextmanager
+def own_families() -> Iterator[None]:
+    """While pbscale registers its own families (:mod:`pbscale.methods` imports them inside):
+    their colours are not checked as they register, so a run imports no matplotlib (0.1 s and
+    15 MiB at start-up); ``tests/test_method_registry.py`` checks them (each drawn by
+    matplotlib, :data:`MIN_COLOR_DISTANCE` apart). A family registered later is checked,
+    against these too."""
+    _colors_checked[0] = False
+    try:
+        yield
+    finally:
+        _colors_checked[0] = True
+
+
 def register(family: Family | type[Family]) -> Any:
     """Add a family (an instance, or a class instantiated without arguments) to
     :data:`REGISTRY`; returns its argument, so it works as a class decorator. A name that is
     empty, taken, or the name of a shared setting, a colour matplotlib cannot draw, and a
-    colour drawn within :data:`MIN_COLOR_DISTANCE` of another method's, are refused."""
-    from matplotlib.colors import is_color_like
-
+    colour drawn within :data:`MIN_COLOR_DISTANCE` of another method's, are refused (the
+    colours of pbscale's own families by the tests: :func:`own_families`)."""
     obj = family() if isinstance(family, type) else family
     if not obj.name or obj.name in REGISTRY or obj.name in MethodConfig.__dataclass_fields__:
         raise ValueError(f"method name {obj.name!r} is empty, registered twice or a setting's")
     if not isinstance(obj.caps, Capabilities):
         raise ValueError(f"{obj.name}: caps must be a Capabilities, got {obj.caps!r}")
+    if _colors_checked[0]:
+        check_color(obj)
+    REGISTRY[obj.name] = obj
+    return family
+
+
+def check_color(obj: Family) -> None:
+    """Refuse (ValueError) a family's colour that matplotlib cannot draw, or that draws within
+    :data:`MIN_COLOR_DISTANCE` of a registered method's."""
+    from matplotlib.colors import is_color_like
+
     if not is_color_like(obj.color):
         raise ValueError(f"{obj.name}: {obj.color!r} is no colour matplotlib draws; choose one "
                          "such as 'C0' or 'teal'")
@@ -404,8 +434,6 @@ def register(family: Family | type[Family]) -> Any:
         raise ValueError(f"{obj.name}: colour {obj.color!r} draws like {near[1].name}'s "
                          f"{near[1].color!r} (Delta E {near[0]:.0f} < {MIN_COLOR_DISTANCE:.0f});"
                          " choose another")
-    REGISTRY[obj.name] = obj
-    return family
 
 
 def names(command: str | None = None, **flags: Any) -> tuple[str, ...]:

@@ -22,7 +22,8 @@ from pbscale.runs.contracts import BatchedLoss, ResumeWarning
 
 from .counter_stream import CounterStream
 from .estimate import Estimate, dense_regularizer, surrogate_loss
-from .registry import OPTIMIZERS, Capabilities, Family, MethodConfig, Plan, Settings, names
+from .optimizers import mask_optimizer
+from .registry import Capabilities, Family, MethodConfig, Plan, Settings, names
 from .samplers import BernoulliSampler, auto_chunk, check_sample_memory
 
 
@@ -216,7 +217,7 @@ class MaskTrainer:
         self.param = get_parametrization(config.param)
         r0 = family.initial_logits(self.param, d, torch.Generator().manual_seed(config.seed))
         self.r = nn.Parameter(r0.to(device=self.device, dtype=dtype))
-        self.opt = OPTIMIZERS[config.optimizer]([self.r], lr=config.lr)
+        self.opt = mask_optimizer(config.optimizer, [self.r], config.lr)  # torch's on a GPU
         self.generator = torch.Generator(device=self.device)
         self.generator.manual_seed(config.seed)
         #: on the CPU the MC samples' own counter-based stream (the fused step,

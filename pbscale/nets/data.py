@@ -16,6 +16,7 @@ import hashlib
 import io
 import tarfile
 import urllib.request
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +26,7 @@ import torch
 
 from pbexact.errors import PBInputError
 from pbexact.io import atomic_write_bytes, check_out_dir
+from pbscale.nets.standardize import image_constants
 
 #: sha256 of the decompressed MNIST IDX files (shared/data/README.md; the original bytes).
 MNIST_SHA256 = {
@@ -178,7 +180,44 @@ def _mnist_missing(data_dir: Path, name: str) -> PBInputError:
     )
 
 
-def _read_mnist_file(data_dir: Path, name: str, sha256: dict[str, str]) -> bytes:
+#: The most bytes deflate makes of one byte (its longest match per code: 258 / 2 bits).
+MAX_INFLATION = 1032
+
+
+def gunzip(blob: bytes) -> bytes | bytearray:
+    """The decompressed bytes of a gzip file's contents ``blob``: written piece by piece into
+    one buffer of the size its trailer states (``gzip.decompress`` grows its output, leaving a
+    free block of about that size on the heap, which the training commands keep:
+    :mod:`pbscale.runs.allocator`), or by ``gzip.decompress`` where the stream is not one gzip
+    member of that size (its errors are gzip's)."""
+    size = int.from_bytes(blob[-4:], "little") if len(blob) >= 18 else 0
+    if size > MAX_INFLATION * len(blob):  # a trailer no deflate stream can have
+        return gzip.decompress(blob)
+    out, pos = bytearray(size), 0
+    inflate = zlib.decompressobj(wbits=31)  # one gzip member, header and trailer checked
+    view, piece = memoryview(blob), 1 << 20
+    try:
+        for start in range(0, len(blob), piece):
+            data = view[start:start + piece]
+            while data:
+                chunk = inflate.decompress(data, piece)
+                if pos + len(chunk) > size:
+                    return gzip.decompress(blob)
+                out[pos:pos + len(chunk)] = chunk
+                pos += len(chunk)
+                data = inflate.unconsumed_tail
+        rest = inflate.flush()  # what the last input left pending (part of a match)
+    except zlib.error:
+        return gzip.decompress(blob)
+    if rest and pos + len(rest) <= size:
+        out[pos:pos + len(rest)] = rest
+        pos += len(rest)
+    if not (inflate.eof and not inflate.unused_data and pos == size):
+        return gzip.decompress(blob)
+    return out
+
+
+def _read_mnist_file(data_dir: Path, name: str, sha256: dict[str, str]) -> bytes | bytearray:
     plain, gz = data_dir / name, data_dir / f"{name}.gz"
     if plain.exists():
         raw = plain.read_bytes()
@@ -186,7 +225,7 @@ def _read_mnist_file(data_dir: Path, name: str, sha256: dict[str, str]) -> bytes
     elif gz.exists():
         where = gz
         try:
-            raw = gzip.decompress(gz.read_bytes())
+            raw = gunzip(gz.read_bytes())
         except (OSError, EOFError) as e:
             raise PBInputError(f"{gz} is corrupt ({e}); {NOT_MNIST_FIX}") from None
     else:
@@ -200,9 +239,9 @@ def _read_mnist_file(data_dir: Path, name: str, sha256: dict[str, str]) -> bytes
     return raw
 
 
-def parse_idx(raw: bytes) -> np.ndarray:
+def parse_idx(raw: bytes | bytearray) -> np.ndarray:
     """An IDX file (big-endian header: magic 0x0000 type ndim, then the dimensions) of unsigned
-    bytes -> uint8 array of its shape."""
+    bytes -> uint8 array of its shape (a writable view of a ``bytearray``, else a copy)."""
     if len(raw) < 4 or raw[0] != 0 or raw[1] != 0 or raw[2] != 0x08:
         raise PBInputError("not an IDX file of unsigned bytes; use the original MNIST files")
     ndim = raw[3]
@@ -211,7 +250,8 @@ def parse_idx(raw: bytes) -> np.ndarray:
     if len(raw) != start + int(np.prod(dims)):
         raise PBInputError(f"IDX file of {len(raw)} bytes does not match its header {dims}; "
                            f"the file is truncated: get it again")
-    return np.frombuffer(raw, dtype=np.uint8, offset=start).reshape(dims).copy()
+    out = np.frombuffer(raw, dtype=np.uint8, offset=start).reshape(dims)
+    return out if isinstance(raw, bytearray) else out.copy()
 
 
 def read_mnist(data_dir: str | Path, sha256: dict[str, str] = MNIST_SHA256,
@@ -385,13 +425,13 @@ def from_arrays(name: str, xtr: np.ndarray, ytr: np.ndarray, xte: np.ndarray, yt
         x_train, y_train = xtr_t, ytr_t
         x_val = torch.from_numpy(np.ascontiguousarray(_input_array(val[0], kind)))
         y_val = torch.from_numpy(_label_array(val[1]))
-    if kind == "image":
-        xf = x_train.double() / 255.0
-        if x_train.dim() == 4:
-            mean = xf.mean(dim=(0, 2, 3)).view(1, -1, 1, 1)
-            std = xf.std(dim=(0, 2, 3)).view(1, -1, 1, 1)
-        else:
-            mean, std = xf.mean().view(1, 1), xf.std().view(1, 1)
+    if kind == "image" and x_train.dim() == 4:  # per channel, in float64
+        xf = x_train.double().div_(255.0)  # in place: one float64 copy, x.double() / 255
+        mean = xf.mean(dim=(0, 2, 3)).view(1, -1, 1, 1)
+        std = xf.std(dim=(0, 2, 3)).view(1, -1, 1, 1)
+        del xf
+    elif kind == "image":
+        mean, std = image_constants(x_train)  # those of float64, without its copy
     else:
         mean, std = torch.zeros(1, 1), torch.ones(1, 1)
     dev = torch.device(device)
@@ -410,8 +450,9 @@ def from_arrays(name: str, xtr: np.ndarray, ytr: np.ndarray, xte: np.ndarray, yt
 def _input_array(x: np.ndarray, kind: str) -> np.ndarray:
     """Inputs as the device holds them: uint8 images as they are, floats as float32, indices
     as int64."""
-    return {"image": x, "float": x.astype(np.float32, copy=False),
-            "index": x.astype(np.int64, copy=False)}[kind]
+    if kind == "image":
+        return x
+    return x.astype(np.float32 if kind == "float" else np.int64, copy=False)
 
 
 def _label_array(y: np.ndarray) -> np.ndarray:

@@ -42,17 +42,19 @@ def mlp(widths: tuple[int, ...]) -> nn.Sequential:
 
 
 def _target_forward(weights: list[torch.Tensor], x_train: torch.Tensor,
-                    xs: list[torch.Tensor]) -> list[torch.Tensor]:
-    """The target network on each of xs, normalized with statistics of x_train's activations."""
-    h_train, hs = x_train, list(xs)
+                    x_valid: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The target network on x_train and on x_valid, each hidden layer normalized with the
+    statistics of x_train's activations; the normalization and LeakyReLU in place (the
+    values of ``leaky_relu((h - mean) * norm)``), so one activation of each set is held."""
+    h_train, h_valid = x_train, x_valid
     for i, w in enumerate(weights):
-        h_train, hs = h_train @ w.T, [h @ w.T for h in hs]
+        h_train, h_valid = h_train @ w.T, h_valid @ w.T
         if i < len(weights) - 1:
             mean, var = h_train.mean(0), h_train.var(0, unbiased=False)
             norm = torch.rsqrt(var + 1e-5)
-            h_train = nn.functional.leaky_relu((h_train - mean) * norm)
-            hs = [nn.functional.leaky_relu((h - mean) * norm) for h in hs]
-    return hs
+            for h in (h_train, h_valid):
+                nn.functional.leaky_relu_(h.sub_(mean).mul_(norm))
+    return h_train, h_valid
 
 
 @dataclass
@@ -101,7 +103,7 @@ def make_problem(data_seed: int = 0, device: torch.device | str = "cpu",
         1 - 2 * (torch.rand((b, a), generator=gen, dtype=torch.float64) < 0.5).to(torch.float64)
         for a, b in zip(widths[:-1], widths[1:])
     ]
-    y_train, y_valid = _target_forward(target_w, x_train, [x_train, x_valid])
+    y_train, y_valid = _target_forward(target_w, x_train, x_valid)
     lo, hi = y_train.min(), y_train.max()
     y_train, y_valid = (y_train - lo) / (hi - lo), (y_valid - lo) / (hi - lo)
 
