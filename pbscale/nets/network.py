@@ -26,7 +26,10 @@ import copy
 import fnmatch
 import hashlib
 import importlib
+import importlib.machinery
+import os
 import re
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -236,6 +239,50 @@ def network_id(model: nn.Module, spec: str, init: str) -> str:
     return h.hexdigest()[:16]
 
 
+def source_file(spec: str) -> str | None:
+    """The file of the module an import path ``package.module:factory`` names, found as
+    ``python -m`` finds it (the current folder first, then ``sys.path``) but without importing
+    anything (no package's ``__init__`` runs), or None: a built-in model, ``__main__``, a
+    module that is not a source file on the path. An imported module's own ``__file__`` where
+    it is loaded already."""
+    if not is_import_path(spec):
+        return None
+    module = spec.partition(":")[0]
+    loaded = sys.modules.get(module)
+    if loaded is not None:
+        file = getattr(loaded, "__file__", None)
+        return file if isinstance(file, str) and file.endswith(".py") else None
+    if module == "__main__":
+        return None
+    path: list[str] | None = [os.getcwd(), *sys.path]
+    found = None
+    for part in module.split("."):
+        try:
+            found = importlib.machinery.PathFinder.find_spec(part, path)
+        except (ImportError, ValueError, OSError):
+            return None
+        if found is None:
+            return None
+        path = list(found.submodule_search_locations or [])
+    origin = getattr(found, "origin", None)
+    return origin if isinstance(origin, str) and origin.endswith(".py") else None
+
+
+def source_digest(spec: str) -> str | None:
+    """16 hex digits of the SHA-256 of the source file of the module ``spec`` names
+    (:func:`source_file`), or None where there is none: what a run of the user's network records
+    (config.json's "info" ``network_source``), so that a sweep can tell that the file changed
+    since without importing it."""
+    file = source_file(spec)
+    if file is None:
+        return None
+    try:
+        with open(file, "rb") as fh:
+            return hashlib.sha256(fh.read()).hexdigest()[:16]
+    except OSError:
+        return None
+
+
 def layer_counts(model: nn.Module, names: Sequence[str]) -> dict[str, int]:
     """{name: number of weights} of the masked parameters ``names``."""
     params = dict(model.named_parameters())
@@ -244,4 +291,4 @@ def layer_counts(model: nn.Module, names: Sequence[str]) -> dict[str, int]:
 
 __all__ = ["IMPORT_PATH", "NETWORK_INITS", "NetworkSource", "argument", "check_spec",
            "import_factory", "importable", "is_import_path", "layer_counts", "masked_names",
-           "network_id", "short_name", "source_for"]
+           "network_id", "short_name", "source_digest", "source_file", "source_for"]

@@ -24,7 +24,7 @@ from pbscale.execution.captured import CapturedSteps
 from pbscale.forward import routes as gpu_routes
 from pbscale.methods import Plan
 from pbscale.nets import data as datamod
-from pbscale.nets.network import NetworkSource, layer_counts
+from pbscale.nets.network import NetworkSource, layer_counts, source_digest
 from pbscale.pruning import setup
 from pbscale.pruning.config import (
     FREEZE_AT,
@@ -171,12 +171,17 @@ def run_info(cfg: PruneConfig, data: datamod.Data, task: PruneTask) -> dict:
     """What config.json's unhashed "info" records of a run's data and network: the data folder
     (or the user's data file) and fingerprint, the settings it does not read, and for a user's
     network or data the masked parameters with their sizes, the loss, the network's source and
-    the examples in each split."""
+    the examples in each split; for a network named by an import path, the digest of its
+    module's file (``network_source``, :func:`pbscale.nets.network.source_digest`: a sweep
+    compares it with the file as it is now, without importing it)."""
     info = {"data_dir": cfg.data_dir, "data": data.fingerprint, "unused": cfg.unused()}
     if cfg.data or not task.source.builtin or cfg.masked or cfg.loss:
         info.update({"data_file": cfg.data, "masked_sizes": layer_counts(task.model, task.names),
                      "loss": task.objective.name, "network": task.source.spec,
                      "examples": {s: len(getattr(data, s)) for s in ("train", "val", "test")}})
+        digest = None if task.source.builtin else source_digest(task.source.spec)
+        if digest is not None:
+            info["network_source"] = digest
     return info
 
 
