@@ -184,6 +184,12 @@ def _paper_rule(model: nn.Module, mask_head: bool) -> list[str]:
     heads = [name for name, m in layers if isinstance(m, nn.Linear)]
     head = heads[-1] if heads else None
     tied = tied_names(model)
+    if mask_head and head is not None and f"{head}.weight" in tied:
+        raise PBInputError(f"--mask-head: the classifier's weight {head}.weight is tied to "
+                           f"{tied[f'{head}.weight']} (one parameter the network uses in two "
+                           "places), which stays dense: a mask would not reach both uses, so "
+                           "--mask-head would change nothing; leave it out, or give the "
+                           "classifier its own weight to mask it")
     return [f"{name}.weight" for name, m in layers
             if (mask_head or name != head) and f"{name}.weight" not in tied
             and isinstance(m.weight, nn.Parameter)]
@@ -205,9 +211,19 @@ def masked_names(model: nn.Module, mask_head: bool = False, mask_shortcuts: bool
                                "parameters to mask with --masked")
         return names
     params = dict(model.named_parameters())
+    tied = tied_names(model)
     chosen = set()
     for pat in patterns:
         hits = [k for k in params if fnmatch.fnmatchcase(k, pat)]
+        aliases = [k for k in tied if k not in params and fnmatch.fnmatchcase(k, pat)]
+        if not hits and aliases:  # a second name of a tied parameter (named_parameters skips it)
+            k = aliases[0]
+            first = tied[k]  # the name named_parameters keeps
+            raise PBInputError(f"--masked pattern {pat!r} names {k}, which is tied to {first} "
+                               f"(one parameter the network uses in two places; "
+                               f"named_parameters lists it as {first}), and a tied weight stays "
+                               "dense: a mask would not reach both uses; leave it out of "
+                               "--masked, or give that place its own weight to mask it")
         if not hits:
             shown = ", ".join(list(params)[:8]) + (", ..." if len(params) > 8 else "")
             raise PBInputError(f"--masked pattern {pat!r} matches no parameter; the network's "
