@@ -35,6 +35,7 @@ import functools
 import os
 import sys
 from collections.abc import Collection, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from pbexact.cli import (
@@ -81,6 +82,7 @@ from pbscale.pruning.run import (
     group_configs,
     member,
     prepare,
+    print_extremes,
     report,
     result_line,
     run,
@@ -388,7 +390,11 @@ def main(argv: list[str] | None = None) -> int:
                           given=given_options(parser, argv),
                           keep_checkpoint=not args.drop_checkpoint)
             if args.quiet and (shard is None or shard.rank == 0):
+                if summary.get("already_finished"):
+                    print(f"{Path(summary['folder']).name}: already finished (its summary.json "
+                          "is there); its result:", file=sys.stderr)
                 print(result_line(summary))
+                print_extremes(summary, cfg.resolved())
         finally:
             distributed.shutdown()
 

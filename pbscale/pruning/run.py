@@ -132,6 +132,7 @@ def run(cfg: PruneConfig, out: str | Path, device: str = "cpu", *, quiet: bool =
     if shard is None and captures_steps(cfg, dev, asked):
         hooks.append(CapturedSteps(task, method))
     folder = run_folder(out, task.name, full_config(task, method, loop))
+    finished_before = (folder / "summary.json").exists()
     hooks.append(Export(folder, task.evaluation, cfg.family.caps.rescale))
     if shard is not None:  # every rank resumes from rank 0's checkpoint
         distributed.sync_resume_files(folder, shard, dev)
@@ -148,12 +149,43 @@ def run(cfg: PruneConfig, out: str | Path, device: str = "cpu", *, quiet: bool =
                       keep_checkpoint=keep_checkpoint)
     summary = runio.read_summary(folder / "summary.json", task.summary_keys)
     runio.write_json(folder / "data.json", data.transform())
-    summary.update({"folder": str(folder), "masked": task.d, "parameters": task.num_all})
+    summary.update({"folder": str(folder), "masked": task.d, "parameters": task.num_all,
+                    "already_finished": finished_before})
     if not quiet:
         report(summary, task)
     if cfg.lam_target:
         print_target_line(cfg.lam_target, folder, loop, quiet=quiet)
+    if not quiet:
+        print_extremes(summary, cfg)
     return summary
+
+
+def extremes_line(summary: dict, cfg: PruneConfig) -> str | None:
+    """One ``warning:`` line for a finished run of a method with an L0 strength whose mask
+    ended at an extreme: every masked weight off, or none off although lam > 0 (a lam far too
+    strong, or too weak for the run's length), with the fix; None otherwise."""
+    if "lam" in cfg.unused() or "final_remaining" not in summary:
+        return None
+    d, rem = summary.get("masked"), summary["final_remaining"]
+    lam = summary.get("final_lam", cfg.lam)
+    of = f" of {d:,}" if isinstance(d, int) else ""
+    if rem == 0:
+        return (f"warning: every masked weight is off (0{of} remain) at lam {lam:g}: the L0 "
+                f"term outweighs the loss; lower --lam (e.g. {lam / 10:g}) or give "
+                "--lam-target F to steer it to a fraction")
+    if rem == 1 and lam > 0:
+        return (f"warning: no masked weight was pruned (all{of} remain) at lam {lam:g}: raise "
+                "--lam, train longer (--epochs), or give --lam-target F to steer it to a "
+                "fraction")
+    return None
+
+
+def print_extremes(summary: dict, cfg: PruneConfig, name: str = "") -> None:
+    """Print :func:`extremes_line` of a finished run on stderr (after ``name: `` when given),
+    where there is one: a run's last line."""
+    line = extremes_line(summary, cfg)
+    if line is not None:
+        print(f"{name}: {line}" if name else line, file=sys.stderr)
 
 
 def print_target_line(target: float, folder: Path, loop: LoopConfig, *, quiet: bool = False,
@@ -285,6 +317,7 @@ def member_report(m: Member, cfg: PruneConfig, varying: Sequence[str] = ()) -> N
     print(f"{m.folder}{f' ({which})' if which else ''}: {result_line(summary)}")
     if cfg.lam_target:
         print_target_line(cfg.lam_target, m.folder, m.loop, name=m.folder.name)
+    print_extremes(summary, cfg, name=m.folder.name)
 
 
 def distribute(task: PruneTask, method, weight_opt: torch.optim.Optimizer | None,
