@@ -241,3 +241,31 @@ def test_a_run_whose_masks_end_at_an_extreme_says_so_last(tmp_path, capsys):
     assert extremes_line(none_off, tiny_cfg(method="arms", lam=0.0).resolved()) is None
     assert extremes_line({**none_off, "final_remaining": 0.0},
                          tiny_cfg(method="gmp", mode="joint").resolved()) is None
+
+
+def test_a_short_joint_run_says_what_its_masks_get(tmp_path, capsys):
+    """A 3-epoch joint run of 10 steps an epoch: ARMS warms up for a whole epoch and freezes in
+    the last, so its masks train for 10 of 30 steps, CP's for 20; each run says so in one line
+    at its start (under --quiet too, a group once). A 10-epoch joint run or a supermask run
+    rounds to its shares and says nothing."""
+    from pbscale.pruning.run import budget_note
+    from pbscale.runs.contracts import LoopConfig
+
+    args = ["--synthetic", "96", "--val-size", "16", "--batch-size", "8", "--max-batches",
+            "10", "--epochs", "3", "--mode", "joint", "--quiet"]
+    want = {"arms": "ARMS trains the weights dense for 1 epoch (its 10% warm-up, rounded up to "
+                    "a whole epoch) and freezes its masks for the last 1 epoch (20%, rounded), "
+                    "so its masks train for 10 of 30 steps (33% of the run, not 70%)",
+            "cp": "CP freezes its masks for the last 1 epoch (20%, rounded), so its masks train "
+                  "for 20 of 30 steps (67% of the run, not 80%)"}
+    for method, text in want.items():
+        for extra in ([], ["--seeds", "0,1"]):
+            out = tmp_path / f"{method}{len(extra)}"
+            assert P.main([*args, "--method", method, "--n", "2", *extra, "--out", str(out)]) == 0
+            notes = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("note:")]
+            assert notes == [f"note: 3 epochs of 10 steps: {text}; more epochs come nearer "
+                             "(docs/pruning.md)"], notes
+    cfg = tiny_cfg(method="arms", mode="joint").resolved()
+    assert budget_note(cfg, LoopConfig(epochs=10, seed=0, mask_warmup=0.1, freeze_masks=0.8),
+                       10) is None
+    assert budget_note(cfg, LoopConfig(epochs=3, seed=0), 10) is None  # supermask: no phases

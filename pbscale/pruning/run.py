@@ -121,6 +121,9 @@ def run(cfg: PruneConfig, out: str | Path, device: str = "cpu", *, quiet: bool =
     if ignored and (shard is None or shard.rank == 0):
         print(cfg.ignored_warning(ignored), file=sys.stderr)
     task, method, loop, weight_opt = build(cfg, data, dev, shard, source)
+    note = budget_note(cfg, loop, task.steps_per_epoch)
+    if note is not None and (shard is None or shard.rank == 0):
+        print(note, file=sys.stderr)
     hooks: list[RunHooks] = [task.evaluation]  # the evaluation rule picks the frozen mask
     if cfg.lam_target:
         hooks.append(LamController(method, cfg.lam_target, loop, task.steps_per_epoch))
@@ -158,6 +161,42 @@ def run(cfg: PruneConfig, out: str | Path, device: str = "cpu", *, quiet: bool =
     if not quiet:
         print_extremes(summary, cfg)
     return summary
+
+
+#: How far (a fraction of the run) a joint run's mask-training share may round away from its
+#: nominal share before :func:`budget_note` says so.
+BUDGET_SLACK = 0.05
+
+
+def budget_note(cfg: PruneConfig, loop: LoopConfig, steps: int) -> str | None:
+    """One ``note:`` line for a joint run of a mask method whose whole-epoch phases
+    (:meth:`pbscale.runs.contracts.LoopConfig.phase_epochs`: the dense warm-up of the MC
+    methods, 10%; the frozen masks, the last 20%) round its mask-training share more than
+    :data:`BUDGET_SLACK` away from the nominal one: what the run gives its masks, in epochs
+    and steps (a 3-epoch run of 10 steps an epoch: ARMS 10 of 30 steps, CP 20); None for
+    other runs."""
+    if loop.freeze_masks is None:
+        return None
+    E = loop.epochs
+    warm, train, frozen = loop.phase_epochs()
+    nominal = loop.freeze_masks - loop.mask_warmup
+    if abs(train / E - nominal) <= BUDGET_SLACK + 1e-9:
+        return None
+
+    def epochs(k: int) -> str:
+        return f"{k} epoch{'' if k == 1 else 's'}"
+
+    parts = []
+    if warm:
+        how = "rounded up to a whole epoch" if round(loop.mask_warmup * E) == 0 else "rounded"
+        parts.append(f"trains the weights dense for {epochs(warm)} (its {loop.mask_warmup:.0%} "
+                     f"warm-up, {how})")
+    if frozen:
+        parts.append(f"freezes its masks for the last {epochs(frozen)} "
+                     f"({1 - loop.freeze_masks:.0%}, rounded)")
+    return (f"note: {E} epochs of {steps} steps: {cfg.family.text} {' and '.join(parts)}, so "
+            f"its masks train for {train * steps} of {E * steps} steps ({train / E:.0%} of the "
+            f"run, not {nominal:.0%}); more epochs come nearer (docs/pruning.md)")
 
 
 def extremes_line(summary: dict, cfg: PruneConfig) -> str | None:
@@ -288,6 +327,9 @@ def run_group(cfgs: list[PruneConfig], out: str | Path, device: str = "cpu", *,
     if ignored:
         print(first.ignored_warning(ignored), file=sys.stderr)
     members = [member(resolved[0], data, dev, out, source, ignored)]
+    note = budget_note(first, members[0].loop, members[0].task.steps_per_epoch)
+    if note is not None:
+        print(note, file=sys.stderr)
     check_group_memory(members[0], len(resolved), dev)
     members += [member(c, data, dev, out, source, ignored) for c in resolved[1:]]
     if len({m.folder for m in members}) != len(members):
