@@ -43,6 +43,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import shlex
 import sys
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
@@ -183,6 +184,16 @@ def data_dir_of(folder: Path) -> str:
     return value if isinstance(value, str) else ""
 
 
+def data_file_of(folder: Path) -> str:
+    """The user's data file a run read (config.json's "info" ``data_file``), "" where none."""
+    try:
+        info = json.loads((folder / "config.json").read_text()).get("info", {})
+    except (OSError, ValueError, AttributeError):
+        return ""
+    value = info.get("data_file", "") if isinstance(info, dict) else ""
+    return value if isinstance(value, str) else ""
+
+
 def read_run(folder: Path) -> dict:
     """One run's settings and final metrics (a dict of the tables' columns; a diverged run:
     ``diverged`` its record, its metrics NaN); :class:`~analysis.scale.run_files.DamagedRun` (with
@@ -196,10 +207,11 @@ def read_run(folder: Path) -> dict:
     task = run.task
     used = used_settings(run)
     try:
-        cmd = command(task, data_dir_of(folder))
+        cmd = command(task, data_dir_of(folder), data_file=data_file_of(folder))
     except (PBInputError, KeyError, TypeError, ValueError) as exc:
         raise DamagedRun(f"config.json's task is not a prune configuration ({exc})") from None
     return {"run": folder.name, "task": task, "data_dir": data_dir_of(folder),
+            "data_file": data_file_of(folder),
             "model": task["model"], "mode": task["mode"],
             "series": label(run), "label": label(run), "legend": label(run, run.info.label),
             "method": run.method, "color": run.info.color,
@@ -220,7 +232,7 @@ def diverged_row(folder: Path, record: dict) -> dict:
     shell = PruneRun(folder, task, run.info, run.seed, {}, {}, {})
     used = used_settings(shell)
     try:
-        cmd = command(task, data_dir_of(folder))
+        cmd = command(task, data_dir_of(folder), data_file=data_file_of(folder))
     except (PBInputError, KeyError, TypeError, ValueError) as exc:
         raise DamagedRun(f"config.json's task is not a prune configuration ({exc})") from None
     nan = math.nan
@@ -269,29 +281,51 @@ def split_budgets(runs: list[dict]) -> list[str]:
     return notes
 
 
-def command(task: dict, data_dir: str = "", seeds: Sequence[int] = ()) -> str:
-    """The shortest ``python -m pbscale.prune`` command line of a run's configuration: the
-    options that differ from the defaults, ``--seeds`` for several ``seeds`` (one group: the
-    runs of a configuration averaged over seeds) in place of ``--seed``, then ``--data-dir``
-    where the run read its data (``data_dir``, as the run was given it; synthetic runs have
-    none)."""
+#: Entries of a run's "task" that name its user data and network by identity, not by an option.
+IDENTITY_KEYS = ("network_id", "data_id")
+#: What a run records as its data file when the arrays were given in Python
+#: (:data:`pbscale.pruning.api.IN_MEMORY`), and the file its command names in its place: the same
+#: arrays saved with ``numpy.savez`` make the same run.
+IN_MEMORY, SAVED_ARRAYS = "(arrays given in Python)", "ARRAYS.npz"
+
+
+def command(task: dict, data_dir: str = "", seeds: Sequence[int] = (), data_file: str = "") -> str:
+    """The shortest ``python -m pbscale.prune`` command line of a run's configuration, as it
+    can be pasted: the options that differ from the defaults (a method's own settings as their
+    ``--<method>-<setting>`` flags, values quoted for the shell), ``--seeds`` for several
+    ``seeds`` (one group: the runs of a configuration averaged over seeds) in place of
+    ``--seed``, then where the run read its data: ``--data`` with the user's data file
+    (``data_file``, config.json's "info" ``data_file``; arrays given in Python:
+    :data:`SAVED_ARRAYS`, the file they would be saved to) in place of the recorded data set
+    and identities, else ``--data-dir`` (``data_dir``, as the run was given it; synthetic runs
+    have none)."""
     from pbscale.prune import PruneConfig
 
+    arrays = task.get("dataset") == "arrays"
     default = PruneConfig(model=task["model"], mode=task["mode"]).resolved()
     parts = ["python -m pbscale.prune"]
     for k, v in task.items():
-        if k == "seed" and len(seeds) > 1:
+        if k == "seed" and len(seeds) > 1 or k in IDENTITY_KEYS or (arrays and k == "dataset"):
+            continue
+        if k == "settings" and isinstance(v, dict):  # the method's own: --<method>-<setting>
+            for name, value in v.items():
+                flag = f"--{task['method']}-{name}".replace("_", "-")
+                text = str(value).lower() if isinstance(value, bool) else str(value)
+                parts.append(f"{flag} {shlex.quote(text)}")
             continue
         if getattr(default, k, None) != v or k in ("model", "mode", "method"):
             if isinstance(v, bool):
                 if v:
                     parts.append(f"--{k.replace('_', '-')}")
             else:
-                parts.append(f"--{k.replace('_', '-')} {v}")
+                parts.append(f"--{k.replace('_', '-')} {shlex.quote(str(v))}")
     if len(seeds) > 1:
         parts.append(f"--seeds {seed_text(seeds).replace(', ', ',')}")
-    if data_dir:
-        parts.append(f"--data-dir {data_dir}")
+    if arrays:
+        given = data_file if data_file and data_file != IN_MEMORY else SAVED_ARRAYS
+        parts.append(f"--data {shlex.quote(given)}")
+    elif data_dir:
+        parts.append(f"--data-dir {shlex.quote(data_dir)}")
     return " ".join(parts)
 
 
@@ -320,7 +354,8 @@ def average_seeds(runs: list[dict]) -> list[dict]:
                             if len(vals) > 1 else math.nan)
         p["seeds"] = len(rs)
         if len(rs) > 1:  # the one command that trains them: a group over their seeds
-            p["command"] = command(rs[0]["task"], rs[0]["data_dir"], [r["seed"] for r in rs])
+            p["command"] = command(rs[0]["task"], rs[0]["data_dir"], [r["seed"] for r in rs],
+                                   rs[0].get("data_file", ""))
         p["diverged"] = len(all_runs) - len(rs)
         p["runs"] = sorted(r["run"] for r in rs)
         p["layers"] = {k: sum(r["layers"][k] for r in rs) / len(rs) for k in rs[0]["layers"]}

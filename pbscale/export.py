@@ -13,7 +13,10 @@ package.module:factory``, or ``model=`` in Python): a run folder never chooses c
 name must be the import path the run records, checked before anything is imported, and the
 network it builds must be the run's (config.json's ``network_id``: the import path and every
 parameter's name, shape and dtype); a missing or another one is a one-line refusal
-(:func:`network_source`). Formats:
+(:func:`network_source`). In Python, :func:`export` also takes the
+:class:`pbscale.pruning.api.PruneResult` that ``prune_model`` returned, which carries its
+network. ``--out`` may name a file in a folder that does not exist yet: the folder is created
+when the file is written, once every check has passed. Formats:
 
 * ``pt2`` (the default): ``torch.export`` of that network (dynamic batch size), what torch
   recommends since it deprecated ``torch.jit.trace``; ``torch.export.load(FILE).module()``
@@ -58,6 +61,7 @@ from pbscale.nets.network import (
     source_for,
 )
 from pbscale.nets.network import argument as model_argument
+from pbscale.pruning.api import PruneResult
 from pbscale.pruning.outputs import check_masks, load_pruned, pruned_names
 from pbscale.runs import io as runio
 
@@ -229,8 +233,8 @@ def network_source(spec: str, model: object = None) -> NetworkSource:
     built only from ``model`` (an import path, a factory or an ``nn.Module``): the recorded
     name alone never imports or calls anything, so a run folder or file that names code cannot
     run it. ``model`` must name the recorded import path: a string is compared before it is
-    imported, an object by the import path it has. Missing or another: a one-line
-    :class:`PBInputError`."""
+    imported, an object (or the :class:`NetworkSource` a run was built from) by the import path
+    it has. Missing or another: a one-line :class:`PBInputError`."""
     if model is None:
         if spec in MODELS:
             return source_for(spec)
@@ -244,7 +248,7 @@ def network_source(spec: str, model: object = None) -> NetworkSource:
             raise PBInputError(f"--model {model} is not the run's network (it was trained on "
                                f"{what}{spec}); {fix}")
         return source_for(model)
-    source = source_for(model)  # type: ignore[arg-type]
+    source = model if isinstance(model, NetworkSource) else source_for(model)  # type: ignore
     if source.spec != spec:
         raise PBInputError(f"model= is {source.spec}, not the run's network {spec} (the import "
                            "path a run records); pass the network or factory it was trained "
@@ -370,11 +374,19 @@ def load_sparse(path: str | Path, model: object = None) -> nn.Module:
                         blob.get("input_dtype", "uint8")).eval()
 
 
-def export(folder: str | Path, fmt: str, out: str | Path, model: object = None) -> Path:
+def export(folder: str | Path | PruneResult, fmt: str, out: str | Path,
+           model: object = None) -> Path:
     """Write the run's network to ``out`` in format ``fmt`` (:data:`FORMATS`); returns it.
+    ``folder``: the run folder, or the :class:`pbscale.pruning.api.PruneResult` that
+    ``prune_model`` returned (its folder, and its network where ``model`` is not given).
     ``model``: for a run of the user's own network, that network (its import path, factory or
     an ``nn.Module``: :func:`network_source`), which must be the run's; nothing the run folder
-    names is imported or called."""
+    names is imported or called. A folder of ``out`` that does not exist is created when the
+    file is written, after every check."""
+    if isinstance(folder, PruneResult):
+        if model is None and not folder.source.builtin:
+            model = folder.source
+        folder = folder.folder
     out = Path(out)
     if fmt not in FORMATS:
         raise PBInputError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")
@@ -457,7 +469,8 @@ def build_parser() -> ArgumentParser:
                    help="pt2: torch.export (read back with torch.export.load(FILE).module()); "
                         "torchscript: torch.jit.trace (deprecated by torch); onnx; sparse: "
                         "masks as bits and the kept weights only")
-    p.add_argument("--out", required=True, help="file to write (required)")
+    p.add_argument("--out", required=True, help="file to write (required; a folder of it that "
+                   "does not exist is created)")
     p.add_argument("--model", type=model_argument, default=None,
                    help="a run of your own network: the package.module:factory it was trained "
                         "with (a run folder never chooses code to run; it must match the "

@@ -31,8 +31,11 @@ command line, and how a sweep groups its runs (:data:`GROUPING`).
 from __future__ import annotations
 
 import argparse
+import functools
+import os
 import sys
 from collections.abc import Collection, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from pbexact.cli import (
@@ -55,8 +58,9 @@ from pbscale.execution import distributed
 from pbscale.forward import routes as gpu_routes
 from pbscale.methods.options import add_options, families, listed, settings_of, users
 from pbscale.nets import data as datamod
+from pbscale.nets import user_data
 from pbscale.nets.models import MODELS
-from pbscale.nets.network import NETWORK_INITS
+from pbscale.nets.network import NETWORK_INITS, source_digest, source_file
 from pbscale.nets.network import argument as model_argument
 from pbscale.pruning.config import (
     DEFAULT_PARAM,
@@ -78,6 +82,7 @@ from pbscale.pruning.run import (
     group_configs,
     member,
     prepare,
+    print_extremes,
     report,
     result_line,
     run,
@@ -86,12 +91,12 @@ from pbscale.pruning.run import (
 from pbscale.pruning.task import PruneTask
 from pbscale.runs.allocator import keep_freed_memory
 from pbscale.runs.runtime import resolve_device, set_threads
-from pbscale.sweep.jobs import Grouping
+from pbscale.sweep.jobs import Grouping, Identity
 
 __all__ = ["GROUPING", "GROUP_FREE", "MAX_GROUP", "MODES", "PRUNE_METHODS", "PruneConfig",
            "PruneTask", "build", "build_parser", "distribute", "group_argv", "group_configs",
            "load_pruned", "main", "member", "member_key", "prepare", "report", "result_line",
-           "run", "run_group"]
+           "run", "run_group", "run_identity"]
 
 #: argparse type of ``--synthetic``: at most as many random images as MNIST's training set,
 #: the largest real one here (all held in memory as float32).
@@ -301,6 +306,38 @@ def config_fields(options: Mapping[str, Any], given: Collection[str]) -> dict:
     return fields
 
 
+@functools.lru_cache(maxsize=64)
+def _file_data_id(path: str, stamp: tuple[int, int]) -> str | None:
+    """The ``data_id`` a run of the data file ``path`` records (``stamp``: its modification
+    time and size, so that an edited file is read again), None where it cannot be read."""
+    try:
+        return user_data.data_id(user_data.read_npz(path))
+    except (OSError, ValueError):  # PBInputError is a ValueError: the run says why
+        return None
+
+
+def run_identity(options: Mapping[str, Any]) -> list[Identity]:
+    """What a run of ``options`` (the parser's dests, defaults filled in, as a sweep holds
+    them) would record now of the user's files (:class:`pbscale.sweep.jobs.Identity`): the
+    ``--data`` file's ``data_id`` (config.json's "task": the arrays' fingerprint) and the
+    digest of the module file ``--model package.module:factory`` names ("info"
+    ``network_source``, :func:`pbscale.nets.network.source_digest`: the file read as bytes,
+    never imported)."""
+    out = []
+    data, model = options.get("data"), options.get("model")
+    if isinstance(data, str) and data:
+        try:
+            st = os.stat(data)
+            value = _file_data_id(os.path.abspath(data), (st.st_mtime_ns, st.st_size))
+        except OSError:
+            value = None
+        out.append(Identity("data", data, ("task", "data_id"), value))
+    if isinstance(model, str) and ":" in model:
+        out.append(Identity("network", source_file(model) or model,
+                            ("info", "network_source"), source_digest(model)))
+    return out
+
+
 def check_options(options: Mapping[str, Any], given: Collection[str] = ()) -> None:
     """Refuse (one-line :class:`PBInputError`) the options of one run (the parser's dests,
     defaults filled in, as a sweep holds them; ``given``: those set) that the run itself
@@ -353,7 +390,11 @@ def main(argv: list[str] | None = None) -> int:
                           given=given_options(parser, argv),
                           keep_checkpoint=not args.drop_checkpoint)
             if args.quiet and (shard is None or shard.rank == 0):
+                if summary.get("already_finished"):
+                    print(f"{Path(summary['folder']).name}: already finished (its summary.json "
+                          "is there); its result:", file=sys.stderr)
                 print(result_line(summary))
+                print_extremes(summary, cfg.resolved())
         finally:
             distributed.shutdown()
 

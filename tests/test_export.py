@@ -79,9 +79,11 @@ def test_onnx_reproduces_the_run(finished, tmp_path):
 
 def test_bad_input_is_one_line(finished, tmp_path, capsys):
     folder = finished[0]
+    (tmp_path / "afile").write_text("")
     for args in ([str(tmp_path), "--out", str(tmp_path / "x")],  # not a run folder
                  [str(folder), "--out", str(tmp_path)],  # a folder as --out
-                 [str(folder), "--out", str(tmp_path / "no" / "x")]):
+                 [str(folder), "--out", str(tmp_path / "afile" / "x")]):  # under a file
+        # (--out in a folder that does not exist yet is created: issue 53)
         assert X.main(args) == 2
         err = capsys.readouterr().err
         assert err.startswith("error: ") and len(err.splitlines()) == 1, err

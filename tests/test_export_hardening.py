@@ -269,3 +269,52 @@ def test_a_full_disk_says_export_again_not_resume(finished, tmp_path, capsys,
     assert "No space left on device" in err and "a file already there is intact" in err, err
     assert "free disk space" in err and "resume" not in err
     assert out.read_bytes() == b"old"
+
+
+def test_export_takes_the_python_apis_result(tmp_path, monkeypatch, capsys) -> None:
+    """``export(result, ...)`` with the PruneResult of ``prune_model`` (a network object and
+    arrays given in Python) exports with the network the result carries (into folders that do
+    not exist yet), the same network in every format; without it, the run folder alone is
+    refused in one line and makes no folder."""
+    import _zoo
+
+    from pbscale import prune_model
+
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "ownnet.py").write_text(NET)
+    monkeypatch.syspath_prepend(str(home))
+    sys.modules.pop("ownnet", None)
+    import ownnet
+
+    data = _zoo.arrays("gray", seed=1)
+    result = prune_model(ownnet.net(), (data["x_train"], data["y_train"]),
+                         (data["x_test"], data["y_test"]), epochs=1, batch_size=32,
+                         max_batches=2, out=tmp_path / "runs", progress=False)
+    try:
+        out = X.export(result, "pt2", tmp_path / "new" / "deeper" / "net.pt2")
+        assert out.is_file()
+        x = torch.from_numpy(data["x_test"][:8])
+        sparse = X.load_sparse(X.export(result, "sparse", tmp_path / "s.pt"),
+                               model=result.source)
+        with torch.no_grad():
+            assert torch.allclose(torch.export.load(out).module()(x), sparse(x), atol=1e-5)
+        assert X.main([str(result.folder), "--out", str(tmp_path / "no" / "net.pt2")]) == 2
+        assert "never chooses code" in capsys.readouterr().err
+        assert not (tmp_path / "no").exists()
+    finally:
+        sys.modules.pop("ownnet", None)
+
+
+def test_out_in_a_folder_that_does_not_exist_is_created(own_run, tmp_path, capsys) -> None:
+    """--out in folders that do not exist yet: created once every check has passed, as every
+    other tool's --out; a refused export (another --model) creates none."""
+    assert X.main([str(own_run), "--model", "ownnet:other", "--out",
+                   str(tmp_path / "no" / "net.pt2")]) == 2
+    assert "not the run's network" in capsys.readouterr().err
+    assert not (tmp_path / "no").exists()
+    for fmt in ("pt2", "sparse"):
+        out = tmp_path / "a" / fmt / "net.out"
+        assert X.main([str(own_run), "--model", "ownnet:net", "--format", fmt, "--out",
+                       str(out)]) == 0, capsys.readouterr().err
+        assert out.is_file()

@@ -272,6 +272,15 @@ def tied():
     return nn.Sequential(nn.Flatten(), lin, nn.ReLU(), lin, nn.Linear(64, 10))
 def bad_loss(out, y):
     return out.mean()
+class TiedHead(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(256, 16)
+        self.mid = nn.Linear(16, 16)
+        self.out = nn.Linear(16, 256, bias=False)
+        self.out.weight = self.emb.weight
+    def forward(self, x):
+        return self.out(torch.relu(self.mid(self.emb(x).mean(1))))
 '''
 
 
@@ -297,6 +306,13 @@ def bad_dir(tmp_path_factory) -> Path:
     u64 = good["y_train"].astype(np.uint64)
     u64[5] = 2**64 - 1
     np.savez(root / "uint64.npz", **{**good, "y_train": u64})
+    ids = np.random.default_rng(1).integers(0, 256, (160, 6))
+    np.savez(root / "ids.npz", x_train=ids[:128], y_train=ids[:128, 0] % 10, x_test=ids[128:],
+             y_test=ids[128:, 0] % 10)
+    np.savez(root / "ids8.npz", x_train=ids[:128].astype(np.uint8), y_train=ids[:128, 0] % 10,
+             x_test=ids[128:].astype(np.uint8), y_test=ids[128:, 0] % 10)
+    np.savez(root / "yfloat.npz", **{**good, "y_train": good["y_train"].astype(np.float64),
+                                     "y_test": good["y_test"].astype(np.float64)})
     (root / "folder.npz").mkdir()
     crafted_npz(root / "negative.npz", good, {"x_train": (-5, 1, 8, 8)})
     os.mkfifo(root / "fifo.npz")
@@ -349,6 +365,15 @@ BAD = [
      r"cannot mask 1.bias: a 1-d parameter"),
     (["--model", "badnets:tied", "--data", "good.npz", "--masked", "1.weight"],
      r"cannot mask 1.weight: the network uses it in two places"),
+    (["--model", "badnets:TiedHead", "--data", "ids.npz", "--masked", "out.weight"],
+     r"pattern 'out.weight' names out.weight, which is tied to emb.weight .*leave it out"),
+    (["--model", "badnets:TiedHead", "--data", "ids.npz", "--mask-head"],
+     r"--mask-head: the classifier's weight out.weight is tied to emb.weight .*change nothing"),
+    (["--model", "badnets:TiedHead", "--data", "ids8.npz"],
+     r"fails on uint8 inputs .*taken for images .*store the ids as int64"),
+    (["--model", "badnets:ok", "--data", "yfloat.npz"],
+     r"returns 10 logits per example .*targets are floats \(whole numbers 0 to 9\).*store y as "
+     r"int64 .*--loss mse"),
     (["--model", "badnets:ok", "--data", "good.npz", "--loss", "badnets:bad_loss"],
      r"returned \[\] for 2 masks"),
     (["--model", "badnets:ok", "--data", "good.npz", "--loss", "huber"], r"unknown --loss"),

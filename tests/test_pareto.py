@@ -334,6 +334,48 @@ def test_a_rows_command_trains_exactly_its_runs(tmp_path, capsys):
     assert sorted(p.name for p in root.iterdir()) == before
 
 
+TINYNET = """
+from torch import nn
+
+
+def make():
+    return nn.Sequential(nn.Flatten(), nn.Linear(64, 12), nn.ReLU(), nn.Linear(12, 3))
+"""
+
+
+def test_a_user_network_rows_command_can_be_pasted(tmp_path, capsys, monkeypatch):
+    """runs.md's command of a run of the user's network and data file is the command the user
+    ran (``--model tinynet:make --data d.npz``, the method's own setting as its flag, a pattern
+    quoted for the shell), not ``--dataset arrays --network-id ... --data-id ...``: pasted in
+    the same folder, it names the same run, finished, and trains nothing."""
+    import shlex
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    (tmp_path / "tinynet.py").write_text(TINYNET)
+    rng = np.random.default_rng(0)
+    x, y = rng.integers(0, 256, (120, 1, 8, 8)).astype(np.uint8), rng.integers(0, 3, 120)
+    np.savez(tmp_path / "d.npz", x_train=x[:90], y_train=y[:90], x_test=x[90:], y_test=y[90:])
+    ran = ["--model", "tinynet:make", "--data", "d.npz", "--mode", "joint", "--method", "cp",
+           "--epochs", "1", "--max-batches", "2", "--batch-size", "16", "--cp-final-tau", "0.01",
+           "--masked", "*.weight", "--out", "runs", "--quiet"]
+    assert P.main(ran) == 0
+    before = sorted(p.name for p in (tmp_path / "runs").iterdir())
+    assert run(pareto.main, ["runs", "--out", "fig"]) == 0
+    (row,) = [ln for ln in (tmp_path / "fig" / "runs.md").read_text().splitlines()
+              if "pbscale.prune" in ln]
+    text = row.split("`")[1]
+    for absent in ("--dataset", "--network-id", "--data-id", "--settings"):
+        assert absent not in text, text
+    cmd = shlex.split(text)
+    assert cmd[cmd.index("--model") + 1] == "tinynet:make" and cmd[cmd.index("--data") + 1] == \
+        "d.npz", text
+    assert cmd[cmd.index("--cp-final-tau") + 1] == "0.01" and "'*.weight'" in text, text
+    capsys.readouterr()
+    assert P.main([*cmd[3:], "--out", "runs", "--quiet"]) == 0
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == before
+
+
 def test_compare_judges_two_series_with_the_one_front_comparison(tmp_path, capsys):
     """--compare A B: in each model and mode both series have, analysis.compare_fronts's verdict
     (the same numbers as calling it on the runs' arrays), on the console and in compare.csv;

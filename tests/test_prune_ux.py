@@ -198,3 +198,74 @@ def test_regress_warns_on_settings_the_method_does_not_use(tmp_path, capsys):
     assert err[0] == "warning: CP does not use --n: ignored" and err[1].startswith("error:")
     assert regress.main(["--method", "arms", "--n", "3", "--device", "nope"]) == 2
     assert "warning" not in capsys.readouterr().err
+
+
+def test_a_quiet_rerun_of_a_finished_run_says_so(tmp_path, capsys):
+    """--quiet on a finished run prints that it had finished (stderr) and its result line."""
+    args = [*TINY, "--method", "cp", "--out", str(tmp_path / "runs"), "--quiet"]
+    assert P.main(args) == 0
+    first = capsys.readouterr()
+    assert "already finished" not in first.err
+    assert P.main(args) == 0
+    again = capsys.readouterr()
+    (folder,) = (tmp_path / "runs").iterdir()
+    assert f"{folder.name}: already finished" in again.err, again.err
+    assert again.out == first.out and again.out.startswith("test_acc "), again.out
+
+
+def test_a_run_whose_masks_end_at_an_extreme_says_so_last(tmp_path, capsys):
+    """A run with an L0 strength that ends with every masked weight off says so in its last
+    line (the command, quiet or not, a group member, the Python API without progress), with
+    the fix; one that ends with none off at lam > 0 too; a method without an L0 strength, or a
+    run in between, says nothing."""
+    from pbscale import prune_model
+
+    args = [*TINY[:-2], "--method", "cp", "--lam", "30"]
+    for i, extra in enumerate((["--quiet"], [], ["--seeds", "0,1", "--quiet"])):
+        assert P.main([*args, *extra, "--out", str(tmp_path / f"runs{i}")]) == 0
+        cap = capsys.readouterr()
+        err = cap.err.strip().splitlines()
+        assert "every masked weight is off (0 of 265,200 remain) at lam 30" in err[-1], err
+        assert "lower --lam (e.g. 3)" in err[-1], err
+    capsys.readouterr()
+    prune_model("lenet", method="cp", lam=30.0, synthetic=48, epochs=2, max_batches=2,
+                batch_size=8, val_size=16, out=tmp_path / "api", progress=False)
+    assert "every masked weight is off" in capsys.readouterr().err
+    from pbscale.pruning.run import extremes_line
+
+    cfg = tiny_cfg(method="arms", lam=1e-4).resolved()
+    none_off = {"final_remaining": 1.0, "masked": 100}
+    assert "no masked weight was pruned (all of 100 remain) at lam 0.0001" in \
+        extremes_line(none_off, cfg)
+    assert extremes_line({**none_off, "final_remaining": 0.4}, cfg) is None
+    assert extremes_line(none_off, tiny_cfg(method="arms", lam=0.0).resolved()) is None
+    assert extremes_line({**none_off, "final_remaining": 0.0},
+                         tiny_cfg(method="gmp", mode="joint").resolved()) is None
+
+
+def test_a_short_joint_run_says_what_its_masks_get(tmp_path, capsys):
+    """A 3-epoch joint run of 10 steps an epoch: ARMS warms up for a whole epoch and freezes in
+    the last, so its masks train for 10 of 30 steps, CP's for 20; each run says so in one line
+    at its start (under --quiet too, a group once). A 10-epoch joint run or a supermask run
+    rounds to its shares and says nothing."""
+    from pbscale.pruning.run import budget_note
+    from pbscale.runs.contracts import LoopConfig
+
+    args = ["--synthetic", "96", "--val-size", "16", "--batch-size", "8", "--max-batches",
+            "10", "--epochs", "3", "--mode", "joint", "--quiet"]
+    want = {"arms": "ARMS trains the weights dense for 1 epoch (its 10% warm-up, rounded up to "
+                    "a whole epoch) and freezes its masks for the last 1 epoch (20%, rounded), "
+                    "so its masks train for 10 of 30 steps (33% of the run, not 70%)",
+            "cp": "CP freezes its masks for the last 1 epoch (20%, rounded), so its masks train "
+                  "for 20 of 30 steps (67% of the run, not 80%)"}
+    for method, text in want.items():
+        for extra in ([], ["--seeds", "0,1"]):
+            out = tmp_path / f"{method}{len(extra)}"
+            assert P.main([*args, "--method", method, "--n", "2", *extra, "--out", str(out)]) == 0
+            notes = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("note:")]
+            assert notes == [f"note: 3 epochs of 10 steps: {text}; more epochs come nearer "
+                             "(docs/pruning.md)"], notes
+    cfg = tiny_cfg(method="arms", mode="joint").resolved()
+    assert budget_note(cfg, LoopConfig(epochs=10, seed=0, mask_warmup=0.1, freeze_masks=0.8),
+                       10) is None
+    assert budget_note(cfg, LoopConfig(epochs=3, seed=0), 10) is None  # supermask: no phases

@@ -94,6 +94,10 @@ def rebar_relax(f: BatchedLoss, r: torch.Tensor, u: torch.Tensor, v: torch.Tenso
     z = rr + torch.log(u) - torch.log1p(-u)
     b = (z > 0).to(r.dtype).detach()
     vb = b * (v * theta + 1 - theta) + (1 - b) * v * (1 - theta)
+    # v theta + 1 - theta rounds to 1 where theta (1 - v) is under half an ulp of 1 (a small
+    # theta, v near 1): log1p(-1) = -inf and the gradient 0 * inf = NaN. Any other vb is below
+    # 1, so the clamp changes only those values (every other step is bit for bit as before).
+    vb = vb.clamp(max=1 - torch.finfo(vb.dtype).eps / 2)
     zt = rr + torch.log(vb) - torch.log1p(-vb)
     soft_z, soft_zt = control.relax(z), control.relax(zt)
     J_all = f(torch.cat([b, soft_z, soft_zt]))

@@ -26,7 +26,10 @@ import copy
 import fnmatch
 import hashlib
 import importlib
+import importlib.machinery
+import os
 import re
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -181,6 +184,12 @@ def _paper_rule(model: nn.Module, mask_head: bool) -> list[str]:
     heads = [name for name, m in layers if isinstance(m, nn.Linear)]
     head = heads[-1] if heads else None
     tied = tied_names(model)
+    if mask_head and head is not None and f"{head}.weight" in tied:
+        raise PBInputError(f"--mask-head: the classifier's weight {head}.weight is tied to "
+                           f"{tied[f'{head}.weight']} (one parameter the network uses in two "
+                           "places), which stays dense: a mask would not reach both uses, so "
+                           "--mask-head would change nothing; leave it out, or give the "
+                           "classifier its own weight to mask it")
     return [f"{name}.weight" for name, m in layers
             if (mask_head or name != head) and f"{name}.weight" not in tied
             and isinstance(m.weight, nn.Parameter)]
@@ -202,9 +211,19 @@ def masked_names(model: nn.Module, mask_head: bool = False, mask_shortcuts: bool
                                "parameters to mask with --masked")
         return names
     params = dict(model.named_parameters())
+    tied = tied_names(model)
     chosen = set()
     for pat in patterns:
         hits = [k for k in params if fnmatch.fnmatchcase(k, pat)]
+        aliases = [k for k in tied if k not in params and fnmatch.fnmatchcase(k, pat)]
+        if not hits and aliases:  # a second name of a tied parameter (named_parameters skips it)
+            k = aliases[0]
+            first = tied[k]  # the name named_parameters keeps
+            raise PBInputError(f"--masked pattern {pat!r} names {k}, which is tied to {first} "
+                               f"(one parameter the network uses in two places; "
+                               f"named_parameters lists it as {first}), and a tied weight stays "
+                               "dense: a mask would not reach both uses; leave it out of "
+                               "--masked, or give that place its own weight to mask it")
         if not hits:
             shown = ", ".join(list(params)[:8]) + (", ..." if len(params) > 8 else "")
             raise PBInputError(f"--masked pattern {pat!r} matches no parameter; the network's "
@@ -236,6 +255,50 @@ def network_id(model: nn.Module, spec: str, init: str) -> str:
     return h.hexdigest()[:16]
 
 
+def source_file(spec: str) -> str | None:
+    """The file of the module an import path ``package.module:factory`` names, found as
+    ``python -m`` finds it (the current folder first, then ``sys.path``) but without importing
+    anything (no package's ``__init__`` runs), or None: a built-in model, ``__main__``, a
+    module that is not a source file on the path. An imported module's own ``__file__`` where
+    it is loaded already."""
+    if not is_import_path(spec):
+        return None
+    module = spec.partition(":")[0]
+    loaded = sys.modules.get(module)
+    if loaded is not None:
+        file = getattr(loaded, "__file__", None)
+        return file if isinstance(file, str) and file.endswith(".py") else None
+    if module == "__main__":
+        return None
+    path: list[str] | None = [os.getcwd(), *sys.path]
+    found = None
+    for part in module.split("."):
+        try:
+            found = importlib.machinery.PathFinder.find_spec(part, path)
+        except (ImportError, ValueError, OSError):
+            return None
+        if found is None:
+            return None
+        path = list(found.submodule_search_locations or [])
+    origin = getattr(found, "origin", None)
+    return origin if isinstance(origin, str) and origin.endswith(".py") else None
+
+
+def source_digest(spec: str) -> str | None:
+    """16 hex digits of the SHA-256 of the source file of the module ``spec`` names
+    (:func:`source_file`), or None where there is none: what a run of the user's network records
+    (config.json's "info" ``network_source``), so that a sweep can tell that the file changed
+    since without importing it."""
+    file = source_file(spec)
+    if file is None:
+        return None
+    try:
+        with open(file, "rb") as fh:
+            return hashlib.sha256(fh.read()).hexdigest()[:16]
+    except OSError:
+        return None
+
+
 def layer_counts(model: nn.Module, names: Sequence[str]) -> dict[str, int]:
     """{name: number of weights} of the masked parameters ``names``."""
     params = dict(model.named_parameters())
@@ -244,4 +307,4 @@ def layer_counts(model: nn.Module, names: Sequence[str]) -> dict[str, int]:
 
 __all__ = ["IMPORT_PATH", "NETWORK_INITS", "NetworkSource", "argument", "check_spec",
            "import_factory", "importable", "is_import_path", "layer_counts", "masked_names",
-           "network_id", "short_name", "source_for"]
+           "network_id", "short_name", "source_digest", "source_file", "source_for"]

@@ -252,6 +252,14 @@ def arrays_data(arrays: dict[str, np.ndarray], device: torch.device | str = "cpu
                                split_seed=split_seed, val=val)
 
 
+def data_id(arrays: dict[str, np.ndarray]) -> str:
+    """The identity a run of ``arrays`` records (config.json's "task" ``data_id``): the
+    fingerprint of the training, test and (when given) validation arrays, in the order
+    :func:`arrays_data` gives them to :func:`pbscale.nets.data.from_arrays`."""
+    names = (*REQUIRED, *(OPTIONAL if "x_val" in arrays else ()))
+    return datamod.fingerprint(*(arrays[k] for k in names))
+
+
 # ------------------------------------------------------------------ Python objects
 
 
@@ -311,5 +319,5 @@ def object_arrays(train: Any, test: Any, val: Any = None) -> dict[str, np.ndarra
 
 
 __all__ = ["ARRAYS", "OPTIONAL", "REQUIRED", "Declared", "arrays_data", "check_arrays",
-           "check_declared", "check_layout", "declared", "held_out", "object_arrays",
+           "check_declared", "check_layout", "data_id", "declared", "held_out", "object_arrays",
            "read_npz", "split_arrays"]

@@ -148,6 +148,8 @@ def prune_model(model: nn.Module | Callable[[], nn.Module] | str, train: Split |
             raise PBInputError(f"a value is listed twice in {values}; list each once")
     if len(seeds) * len(lams) * len(lrs) == 1:
         summary = P.run(base, out, device, quiet=not progress, data=data, source=source)
+        if not progress:  # the run printed nothing: an extreme mask still says so
+            P.print_extremes(summary, base.resolved())
         return _result(summary["folder"], base, source)
     cfgs = P.group_configs(base, seeds, lams, lrs)
     P.run_group(cfgs, out, device, quiet=not progress, data=data, source=source)

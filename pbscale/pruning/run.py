@@ -24,7 +24,7 @@ from pbscale.execution.captured import CapturedSteps
 from pbscale.forward import routes as gpu_routes
 from pbscale.methods import Plan
 from pbscale.nets import data as datamod
-from pbscale.nets.network import NetworkSource, layer_counts
+from pbscale.nets.network import NetworkSource, layer_counts, source_digest
 from pbscale.pruning import setup
 from pbscale.pruning.config import (
     FREEZE_AT,
@@ -121,6 +121,9 @@ def run(cfg: PruneConfig, out: str | Path, device: str = "cpu", *, quiet: bool =
     if ignored and (shard is None or shard.rank == 0):
         print(cfg.ignored_warning(ignored), file=sys.stderr)
     task, method, loop, weight_opt = build(cfg, data, dev, shard, source)
+    note = budget_note(cfg, loop, task.steps_per_epoch)
+    if note is not None and (shard is None or shard.rank == 0):
+        print(note, file=sys.stderr)
     hooks: list[RunHooks] = [task.evaluation]  # the evaluation rule picks the frozen mask
     if cfg.lam_target:
         hooks.append(LamController(method, cfg.lam_target, loop, task.steps_per_epoch))
@@ -132,6 +135,7 @@ def run(cfg: PruneConfig, out: str | Path, device: str = "cpu", *, quiet: bool =
     if shard is None and captures_steps(cfg, dev, asked):
         hooks.append(CapturedSteps(task, method))
     folder = run_folder(out, task.name, full_config(task, method, loop))
+    finished_before = (folder / "summary.json").exists()
     hooks.append(Export(folder, task.evaluation, cfg.family.caps.rescale))
     if shard is not None:  # every rank resumes from rank 0's checkpoint
         distributed.sync_resume_files(folder, shard, dev)
@@ -148,12 +152,79 @@ def run(cfg: PruneConfig, out: str | Path, device: str = "cpu", *, quiet: bool =
                       keep_checkpoint=keep_checkpoint)
     summary = runio.read_summary(folder / "summary.json", task.summary_keys)
     runio.write_json(folder / "data.json", data.transform())
-    summary.update({"folder": str(folder), "masked": task.d, "parameters": task.num_all})
+    summary.update({"folder": str(folder), "masked": task.d, "parameters": task.num_all,
+                    "already_finished": finished_before})
     if not quiet:
         report(summary, task)
     if cfg.lam_target:
         print_target_line(cfg.lam_target, folder, loop, quiet=quiet)
+    if not quiet:
+        print_extremes(summary, cfg)
     return summary
+
+
+#: How far (a fraction of the run) a joint run's mask-training share may round away from its
+#: nominal share before :func:`budget_note` says so.
+BUDGET_SLACK = 0.05
+
+
+def budget_note(cfg: PruneConfig, loop: LoopConfig, steps: int) -> str | None:
+    """One ``note:`` line for a joint run of a mask method whose whole-epoch phases
+    (:meth:`pbscale.runs.contracts.LoopConfig.phase_epochs`: the dense warm-up of the MC
+    methods, 10%; the frozen masks, the last 20%) round its mask-training share more than
+    :data:`BUDGET_SLACK` away from the nominal one: what the run gives its masks, in epochs
+    and steps (a 3-epoch run of 10 steps an epoch: ARMS 10 of 30 steps, CP 20); None for
+    other runs."""
+    if loop.freeze_masks is None:
+        return None
+    E = loop.epochs
+    warm, train, frozen = loop.phase_epochs()
+    nominal = loop.freeze_masks - loop.mask_warmup
+    if abs(train / E - nominal) <= BUDGET_SLACK + 1e-9:
+        return None
+
+    def epochs(k: int) -> str:
+        return f"{k} epoch{'' if k == 1 else 's'}"
+
+    parts = []
+    if warm:
+        how = "rounded up to a whole epoch" if round(loop.mask_warmup * E) == 0 else "rounded"
+        parts.append(f"trains the weights dense for {epochs(warm)} (its {loop.mask_warmup:.0%} "
+                     f"warm-up, {how})")
+    if frozen:
+        parts.append(f"freezes its masks for the last {epochs(frozen)} "
+                     f"({1 - loop.freeze_masks:.0%}, rounded)")
+    return (f"note: {E} epochs of {steps} steps: {cfg.family.text} {' and '.join(parts)}, so "
+            f"its masks train for {train * steps} of {E * steps} steps ({train / E:.0%} of the "
+            f"run, not {nominal:.0%}); more epochs come nearer (docs/pruning.md)")
+
+
+def extremes_line(summary: dict, cfg: PruneConfig) -> str | None:
+    """One ``warning:`` line for a finished run of a method with an L0 strength whose mask
+    ended at an extreme: every masked weight off, or none off although lam > 0 (a lam far too
+    strong, or too weak for the run's length), with the fix; None otherwise."""
+    if "lam" in cfg.unused() or "final_remaining" not in summary:
+        return None
+    d, rem = summary.get("masked"), summary["final_remaining"]
+    lam = summary.get("final_lam", cfg.lam)
+    of = f" of {d:,}" if isinstance(d, int) else ""
+    if rem == 0:
+        return (f"warning: every masked weight is off (0{of} remain) at lam {lam:g}: the L0 "
+                f"term outweighs the loss; lower --lam (e.g. {lam / 10:g}) or give "
+                "--lam-target F to steer it to a fraction")
+    if rem == 1 and lam > 0:
+        return (f"warning: no masked weight was pruned (all{of} remain) at lam {lam:g}: raise "
+                "--lam, train longer (--epochs), or give --lam-target F to steer it to a "
+                "fraction")
+    return None
+
+
+def print_extremes(summary: dict, cfg: PruneConfig, name: str = "") -> None:
+    """Print :func:`extremes_line` of a finished run on stderr (after ``name: `` when given),
+    where there is one: a run's last line."""
+    line = extremes_line(summary, cfg)
+    if line is not None:
+        print(f"{name}: {line}" if name else line, file=sys.stderr)
 
 
 def print_target_line(target: float, folder: Path, loop: LoopConfig, *, quiet: bool = False,
@@ -171,12 +242,17 @@ def run_info(cfg: PruneConfig, data: datamod.Data, task: PruneTask) -> dict:
     """What config.json's unhashed "info" records of a run's data and network: the data folder
     (or the user's data file) and fingerprint, the settings it does not read, and for a user's
     network or data the masked parameters with their sizes, the loss, the network's source and
-    the examples in each split."""
+    the examples in each split; for a network named by an import path, the digest of its
+    module's file (``network_source``, :func:`pbscale.nets.network.source_digest`: a sweep
+    compares it with the file as it is now, without importing it)."""
     info = {"data_dir": cfg.data_dir, "data": data.fingerprint, "unused": cfg.unused()}
     if cfg.data or not task.source.builtin or cfg.masked or cfg.loss:
         info.update({"data_file": cfg.data, "masked_sizes": layer_counts(task.model, task.names),
                      "loss": task.objective.name, "network": task.source.spec,
                      "examples": {s: len(getattr(data, s)) for s in ("train", "val", "test")}})
+        digest = None if task.source.builtin else source_digest(task.source.spec)
+        if digest is not None:
+            info["network_source"] = digest
     return info
 
 
@@ -251,6 +327,9 @@ def run_group(cfgs: list[PruneConfig], out: str | Path, device: str = "cpu", *,
     if ignored:
         print(first.ignored_warning(ignored), file=sys.stderr)
     members = [member(resolved[0], data, dev, out, source, ignored)]
+    note = budget_note(first, members[0].loop, members[0].task.steps_per_epoch)
+    if note is not None:
+        print(note, file=sys.stderr)
     check_group_memory(members[0], len(resolved), dev)
     members += [member(c, data, dev, out, source, ignored) for c in resolved[1:]]
     if len({m.folder for m in members}) != len(members):
@@ -280,6 +359,7 @@ def member_report(m: Member, cfg: PruneConfig, varying: Sequence[str] = ()) -> N
     print(f"{m.folder}{f' ({which})' if which else ''}: {result_line(summary)}")
     if cfg.lam_target:
         print_target_line(cfg.lam_target, m.folder, m.loop, name=m.folder.name)
+    print_extremes(summary, cfg, name=m.folder.name)
 
 
 def distribute(task: PruneTask, method, weight_opt: torch.optim.Optimizer | None,

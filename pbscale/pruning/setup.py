@@ -60,6 +60,14 @@ def _first_line(e: Exception) -> str:
     return f"{type(e).__name__}: {text[0][:200]}" if text else type(e).__name__
 
 
+def wants_ids(net: torch.nn.Module, error: Exception) -> bool:
+    """Whether a network that failed on float inputs wanted integer ids: it holds an embedding,
+    or the error names indices."""
+    embeds = any(isinstance(m, (torch.nn.Embedding, torch.nn.EmbeddingBag))
+                 for m in net.modules())
+    return embeds or "indices" in str(error)
+
+
 def fit(cfg: PruneConfig, data: datamod.Data, device: torch.device,
         source: NetworkSource | None = None) -> None:
     """The probe of the module docstring (nothing to probe for a built-in model on its own data
@@ -85,6 +93,12 @@ def fit(cfg: PruneConfig, data: datamod.Data, device: torch.device,
             with torch.no_grad():
                 out = layout.forward(z, x)
         except Exception as e:  # the user's network: whatever its forward raises
+            if data.inputs == "image" and wants_ids(net, e):
+                raise PBInputError(
+                    f"--model {cfg.model} fails on uint8 inputs ({_first_line(e)}): uint8 "
+                    "inputs are taken for images and standardized to floats, and the network "
+                    "wants integer ids (an nn.Embedding); store the ids as int64 "
+                    "(x.astype(numpy.int64)), which go in as they are") from None
             raise PBInputError(
                 f"--model {cfg.model} fails on the data's inputs ({data.inputs}, "
                 f"{list(x.shape[1:])} per example) under masks ({_first_line(e)}); make its "
@@ -105,6 +119,15 @@ def _check_outputs(cfg: PruneConfig, data: datamod.Data, obj: Objective, out: to
                 f"go up to {top}; a classifier returns {top + 1} or more logits per example "
                 "(B, C)")
     elif not data.classes and got != list(y.shape[1:]):
+        labels = data.train.y
+        if labels.dim() == 1 and len(got) == 1 and got[0] > 1 and bool(
+                (labels == labels.round()).all()):
+            raise PBInputError(
+                f"--model {cfg.model} returns {got[0]} logits per example (a classifier) and "
+                f"the targets are floats (whole numbers {int(labels.min())} to "
+                f"{int(labels.max())}), which are regressed; a classifier takes integer class "
+                "labels: store y as int64 (y.astype(numpy.int64)), or, to regress them, give "
+                "--loss mse and y with the outputs' shape")
         raise PBInputError(f"--model {cfg.model} returns {got} per example and the float "
                            f"targets are {list(y.shape[1:])}; store y with the outputs' shape "
                            "(e.g. (N, 1) for one output)")
@@ -120,4 +143,4 @@ def _check_outputs(cfg: PruneConfig, data: datamod.Data, obj: Objective, out: to
                            "returns one loss per mask, shape (k,)")
 
 
-__all__ = ["fit", "load_data", "objective", "patterns"]
+__all__ = ["fit", "load_data", "objective", "patterns", "wants_ids"]

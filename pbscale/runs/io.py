@@ -9,6 +9,7 @@ import errno
 import io
 import json
 import math
+import os
 import stat
 import warnings
 from collections.abc import Iterator
@@ -158,9 +159,10 @@ def writing(path: str | Path, output: bool = False) -> Iterator[None]:
 
 def check_output_file(path: str | Path, flag: str = "--out") -> Path:
     """Check, before any work, a file a tool is asked to write (an export's ``--out``): a path
-    that can name a file (:func:`pbexact.io.path_problem`), not a folder, in a folder that
-    exists, and, when it exists, a regular file (a device node, FIFO, socket or symlink there
-    is refused: the atomic write would replace the node, or a write follow the link)."""
+    that can name a file (:func:`pbexact.io.path_problem`), not a folder, under folders only
+    (those that do not exist yet are created by :func:`write_output`, under a folder that can
+    be written), and, when it exists, a regular file (a device node, FIFO, socket or symlink
+    there is refused: the atomic write would replace the node, or a write follow the link)."""
     problem = exact_io.path_problem(str(path))
     if problem:
         raise PBInputError(f"{flag} {str(path)[:60]!r} {problem}; name another file")
@@ -176,17 +178,20 @@ def check_output_file(path: str | Path, flag: str = "--out") -> Path:
     if above is not None and not above.is_dir():
         raise PBInputError(f"{flag} {path} is under {above}, which is a file, not a folder; "
                            "name a file in a folder")
-    if not parent.is_dir():
-        raise PBInputError(f"{flag} {path}: folder {parent} does not exist; create it first")
+    if not parent.is_dir() and above is not None and not os.access(above, os.W_OK | os.X_OK):
+        raise PBInputError(f"{flag} {path}: folder {parent} does not exist and {above} cannot "
+                           "be written (permission denied); choose a writable place")
     return path
 
 
 def write_output(path: str | Path, data: bytes, flag: str = "--out") -> Path:
     """``data`` written to the file ``path`` a tool was asked to write, checked
     (:func:`check_output_file`) and atomically (a temporary file, then a rename: a failed write,
-    e.g. a full disk or ``ulimit -f``, is one line and leaves a file already there intact)."""
+    e.g. a full disk or ``ulimit -f``, is one line and leaves a file already there intact); the
+    folders of ``path`` that do not exist yet are created first."""
     path = check_output_file(path, flag)
     with writing(path, output=True):
+        path.parent.mkdir(parents=True, exist_ok=True)  # --out in a new folder: as other tools
         atomic_write_bytes(path, data)
     return path
 

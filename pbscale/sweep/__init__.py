@@ -37,6 +37,10 @@ one is refused with the first one's process id; ``status`` works meanwhile). SIG
 to ``sweep run`` passes SIGTERM to the running children (they checkpoint and exit 143), prints
 how to resume and exits 143; running the same command again goes on where it stopped.
 Children die with the sweep, also when it is killed with SIGKILL (:mod:`pbscale.sweep.records`).
+A finished run whose data file or network module changed since it trained (the files compared,
+never imported: :mod:`pbscale.sweep.identity`) is named by ``status`` and ``results`` in one
+warning line, and stops ``sweep run`` in one line with the choice: ``--rerun-changed`` (new run
+folders beside the old ones) or ``--keep-changed``.
 
 Engines (:mod:`pbscale.sweep.engines`): ``--engine local`` (default) runs ``--jobs`` children at
 once (default: CPU cores // ``cpus``, and with ``gpus > 0`` at most ``floor(1 / gpus)`` runs per
@@ -67,8 +71,9 @@ resumes from its checkpoint under ``OUT/.groups``. A group occupies the resource
 
 The package: :mod:`~pbscale.sweep.cli` (the command line), :mod:`~pbscale.sweep.file` (file
 format, values, run ids, the plan of groups), :mod:`~pbscale.sweep.records` (records, lock,
-launching a child, run folders) and :mod:`~pbscale.sweep.engines` (local pool, Ray), over the job
-interface :mod:`pbscale.sweep.jobs` (what a command is, how its runs group).
+launching a child, run folders), :mod:`~pbscale.sweep.identity` (changed data and networks)
+and :mod:`~pbscale.sweep.engines` (local pool, Ray), over the job interface
+:mod:`pbscale.sweep.jobs` (what a command is, how its runs group).
 """
 
 from __future__ import annotations

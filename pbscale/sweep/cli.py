@@ -8,6 +8,7 @@ import argparse
 import os
 import shlex
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 from pbexact.cli import ArgumentParser, nonneg_int, out_folder, run_main
@@ -31,16 +32,19 @@ from .file import (
     load,
     plan,
 )
+from .identity import CHOICE, Change, changed_line
 from .records import (
     STATES,
     SweepLock,
+    changed_runs,
     divergence,
-    folder_index,
+    keep_identity,
     read_record,
     results,
     saved_text,
     status,
     summary_damage,
+    sweep_folders,
     todo,
 )
 
@@ -55,7 +59,7 @@ def print_status(sweep: Sweep, verbose: bool) -> None:
     print(f"{sweep.path}: {total} runs of python -m {sweep.module} in {sweep.out}")
     print("  " + ", ".join(f"{s} {len(groups[s])}" for s in STATES))
     listed = ("failed", "diverged", "running", "interrupted")
-    folders = folder_index(sweep.out) if verbose or any(groups[s] for s in listed) else {}
+    folders = sweep_folders(sweep) if verbose or any(groups[s] for s in listed) else {}
     shown = listed + (("finished", "pending") if verbose else ())
     for s in shown:
         for r in groups[s]:
@@ -68,6 +72,15 @@ def print_status(sweep: Sweep, verbose: bool) -> None:
                 log = (read_record(sweep, r) or {}).get("log", sweep.record_dir / f"{r.id}.log")
                 line += f"  log: {log}"
             print(line)
+    warn_changed(sweep)
+
+
+def warn_changed(sweep: Sweep, found: Sequence[Change] | None = None) -> None:
+    """One ``warning:`` line on stderr when finished runs were trained on a data file or
+    network module that has changed since (:mod:`pbscale.sweep.identity`), with the choice."""
+    found = changed_runs(sweep) if found is None else found
+    if found:
+        print(f"warning: {changed_line(found, len(sweep.runs))}; {CHOICE}", file=sys.stderr)
 
 
 def jobs_arg(text: str) -> int:
@@ -100,6 +113,17 @@ def build_parser() -> argparse.ArgumentParser:
                    "%(default)s)")
     r.add_argument("--dry-run", action="store_true", help="print the command lines only "
                    "(default: %(default)s)")
+    changed = r.add_mutually_exclusive_group()
+    changed.add_argument("--rerun-changed", action="store_true",
+                         help="launch again the finished runs whose data file or network "
+                         "module changed since they trained: each trains a new run folder "
+                         "beside the old one where its data or network differs (default: "
+                         "%(default)s; without this or --keep-changed, such runs stop the "
+                         "sweep with one line)")
+    changed.add_argument("--keep-changed", action="store_true",
+                         help="keep those runs as they are (their results stay the old "
+                         "files'), and stop asking until the files change again (default: "
+                         "%(default)s)")
     r.add_argument("--batch", action="store_true", help="groups: runs differing only in "
                    "seed and lr (regress) or seed, lam and mask lr (prune) train together in "
                    "one child, python -m pbscale.batched_seeds or pbscale.prune (also [sweep] "
@@ -182,6 +206,7 @@ def write_results(sweep: Sweep, csv: str | None) -> int:
         print(f"{len(rows)} of {len(sweep.runs)} runs finished; every column: results "
               f"{sweep.path} --csv FILE", file=sys.stderr)
         print_diverged(sweep)
+        warn_changed(sweep)
         return 0
     try:
         io.write_csv(target, [{k: row.get(k, "") for k in keys} for row in rows])
@@ -190,6 +215,7 @@ def write_results(sweep: Sweep, csv: str | None) -> int:
                            "place") from None
     print(f"wrote {len(rows)} rows to {csv}")
     print_diverged(sweep)
+    warn_changed(sweep)
     return 0
 
 
@@ -197,7 +223,7 @@ def print_diverged(sweep: Sweep) -> None:
     """``results``: the diverged runs (not in the table), counted and named on stderr."""
     diverged = status(sweep)["diverged"]
     if diverged:
-        folders = folder_index(sweep.out)
+        folders = sweep_folders(sweep)
         print(f"diverged {len(diverged)}: " + "; ".join(
             f"{r.id} ({divergence(folders[r.id])})" for r in diverged), file=sys.stderr)
 
@@ -216,11 +242,21 @@ def run_sweep(args: argparse.Namespace, argv: list[str]) -> int:
         require_ray()  # before anything is printed or written (the lock, records)
     for note in sweep.notes:
         print(note, file=sys.stderr)
+    changed = changed_runs(sweep)
     if args.dry_run:
-        return dry_run(sweep, args)
+        if not (args.rerun_changed or args.keep_changed):
+            warn_changed(sweep, changed)
+        return dry_run(sweep, args, changed)
+    if changed and not (args.rerun_changed or args.keep_changed):
+        raise PBInputError(f"{changed_line(changed, len(sweep.runs))}; {CHOICE}")
     resume = shlex.join(["python", "-m", "pbscale.sweep", *argv])
     with SweepLock(sweep.record_dir):
-        runs, running, children = plan_todo(sweep, args)
+        if changed and args.keep_changed:
+            kept = list({c.run.id: c.run for c in changed}.values())
+            keep_identity(sweep, kept)
+            print(f"kept {len(kept)} changed runs as they are (their results are those of the "
+                  "files as they were)", file=sys.stderr)
+        runs, running, children = plan_todo(sweep, args, changed)
         if not children:
             print(f"nothing to run: every run of {sweep.path} in {sweep.out} is finished"
                   f"{', failed' if args.no_retry else ''} or running", file=sys.stderr)
@@ -244,7 +280,7 @@ def run_sweep(args: argparse.Namespace, argv: list[str]) -> int:
             print_status(sweep, verbose=False)
             states = status(sweep)
             left = len(sweep.runs) - len(states["finished"])
-            folders = folder_index(sweep.out)
+            folders = sweep_folders(sweep)
             stopped = [r for r in runs if r in states["interrupted"]]
             for r in stopped[:SAVED_SHOWN]:
                 print(f"  {r.id}: {saved_text(sweep, r, folders)}", file=sys.stderr)
@@ -258,12 +294,15 @@ def run_sweep(args: argparse.Namespace, argv: list[str]) -> int:
     return 1 if any(c != 0 for c in codes.values()) else 0
 
 
-def plan_todo(sweep: Sweep, args: argparse.Namespace
+def plan_todo(sweep: Sweep, args: argparse.Namespace, changed: Sequence[Change] = ()
               ) -> tuple[list[Run], list[Run], list[Run | Group]]:
     """(runs to launch, runs still running in a child of an earlier sweep on this host, the
     children that run the runs to launch); a line per run still running, which is left
-    alone."""
+    alone. With ``--rerun-changed`` the ``changed`` runs are launched again too."""
     runs, running = todo(sweep, retry_failed=not args.no_retry)
+    if args.rerun_changed:
+        again = {c.run.id for c in changed}
+        runs = [r for r in sweep.runs if r in runs or r.id in again]
     for r in running:
         rec = read_record(sweep, r) or {}
         print(f"still running from an earlier sweep (pid {rec.get('pid')}), left alone: {r.id}  "
@@ -271,9 +310,10 @@ def plan_todo(sweep: Sweep, args: argparse.Namespace
     return runs, running, plan(sweep, runs) if (args.batch or sweep.batch) else list(runs)
 
 
-def dry_run(sweep: Sweep, args: argparse.Namespace) -> int:
-    """``sweep run --dry-run``: the command lines still to run, or that there are none."""
-    _, _, children = plan_todo(sweep, args)
+def dry_run(sweep: Sweep, args: argparse.Namespace, changed: Sequence[Change] = ()) -> int:
+    """``sweep run --dry-run``: the command lines still to run (with ``--rerun-changed``, the
+    changed runs' too), or that there are none."""
+    _, _, children = plan_todo(sweep, args, changed)
     if not children:
         print(f"nothing to do: every run of {sweep.path} in {sweep.out} is finished"
               f"{', failed' if args.no_retry else ''} or running", file=sys.stderr)

@@ -8,8 +8,12 @@ takes ``--out``, ``--threads`` and ``--quiet``. A command whose runs can train t
 group (G runs in one process) names a grouping module whose ``GROUPING`` (:class:`Grouping`)
 says which runs group (those that differ only in its axes, e.g. seed and learning rate, and
 that it accepts), the command line of a group, and how a member is named in
-``$PBSCALE_RUN_INFO``. The modules are found by name (:func:`parser`, :func:`grouping`), so the
-sweep depends on this interface, not on any command's internals.
+``$PBSCALE_RUN_INFO``. A command whose runs read the user's files (a data file, a network's
+module) may say what a run of given options would record of them now (``run_identity(options)``:
+a list of :class:`Identity`, :func:`identity`), so that the sweep can tell a finished run
+trained on a file since changed (:mod:`pbscale.sweep.identity`). The modules are found by name
+(:func:`parser`, :func:`grouping`, :func:`identity`), so the sweep depends on this interface, not
+on any command's internals.
 """
 
 from __future__ import annotations
@@ -37,6 +41,20 @@ class Grouping:
     argv: Callable[[dict, Mapping[str, Sequence]], list[str]]
     member_key: Callable[[dict], str]
     axes: tuple[str, ...] = ("seed", "lr")
+
+
+@dataclass(frozen=True)
+class Identity:
+    """What a run of given options would record now of one file it reads: ``what`` ("data",
+    "network"), the file's ``name`` (as the options name it), where its config.json records
+    it (``where``: section and key, e.g. ("task", "data_id")) and the ``value`` it would record
+    (None where it cannot be known without running the user's code, or the file cannot be
+    read: the run's child then says why when it starts)."""
+
+    what: str
+    name: str
+    where: tuple[str, str]
+    value: str | None
 
 
 @dataclass(frozen=True)
@@ -72,3 +90,10 @@ def grouping(command: str) -> Grouping | None:
     """How the runs of a command group (its grouping module's ``GROUPING``), or None."""
     name = COMMANDS[command].grouping
     return None if name is None else importlib.import_module(name).GROUPING
+
+
+def identity(command: str) -> Callable[[Mapping], list[Identity]] | None:
+    """What a run of ``command`` with given options (defaults filled in) would record now of the
+    user's files it reads (its module's ``run_identity(options)``: :class:`Identity` s), or
+    None where the command reads none."""
+    return getattr(importlib.import_module(COMMANDS[command].module), "run_identity", None)

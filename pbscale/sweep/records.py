@@ -20,6 +20,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO, Any
 
@@ -27,6 +28,7 @@ from pbexact.errors import PBInputError
 from pbexact.processes import die_with_parent
 from pbscale.runs import io
 
+from . import identity
 from .file import Group, Run, Sweep, members
 
 STATES = ("finished", "running", "failed", "diverged", "interrupted", "pending")
@@ -214,8 +216,10 @@ def launch(sweep: Sweep, job: Run | Group, env: dict | None = None,
         info = {"sweep": sweep.path.stem, "sweep_ids": {key(r.full): r.id for r in job.runs}}
     else:
         info = {"sweep": sweep.path.stem, "sweep_id": job.id}
+    ids = identity.Identities(sweep)
     recs = {r.id: {"id": r.id, "command": sweep.command, "options": r.options,
                    "argv": cmd[1:], "log": str(log), "host": os.uname().nodename,
+                   "identity": identity.identity_now(ids, r),
                    **({"group": job.id} if grouped else {})} for r in members(job)}
     t0 = time.time()
     with open(log, "a") as fh:
@@ -268,10 +272,13 @@ def per_run(jobs: list[Run | Group], codes: list[int]) -> dict[str, int]:
     return {r.id: c for job, c in zip(jobs, codes) for r in members(job)}
 
 
-def folder_index(out: Path, damaged: list[Path] | None = None) -> dict[str, Path]:
+def folder_index(out: Path, damaged: list[Path] | None = None,
+                 choose: Callable[[str, list[Path]], Path] | None = None) -> dict[str, Path]:
     """{sweep run id: run folder} over the run folders directly under ``out``. A folder whose
-    config.json is damaged or of the wrong shape is left out (and appended to ``damaged``)."""
-    index = {}
+    config.json is damaged or of the wrong shape is left out (and appended to ``damaged``).
+    Where several folders hold one id (a run trained again on changed data), ``choose(id,
+    folders)`` picks one (:func:`pbscale.sweep.identity.chooser`), else the last by name."""
+    found: dict[str, list[Path]] = {}
     for cfg in sorted(out.glob("*/config.json")):
         try:
             info = io.read_json(cfg).get("info", {})
@@ -281,8 +288,41 @@ def folder_index(out: Path, damaged: list[Path] | None = None) -> dict[str, Path
             if damaged is not None:
                 damaged.append(cfg)
         if isinstance(sweep_id, str):
-            index[sweep_id] = cfg.parent
-    return index
+            found.setdefault(sweep_id, []).append(cfg.parent)
+    return {k: v[-1] if len(v) == 1 or choose is None else choose(k, v)
+            for k, v in found.items()}
+
+
+def sweep_folders(sweep: Sweep, damaged: list[Path] | None = None) -> dict[str, Path]:
+    """:func:`folder_index` of the sweep's out, several folders of one run told apart by what
+    the run's options name now (:func:`pbscale.sweep.identity.chooser`)."""
+    return folder_index(sweep.out, damaged, identity.chooser(identity.Identities(sweep),
+                                                             sweep.runs))
+
+
+def changed_runs(sweep: Sweep) -> list[identity.Change]:
+    """The finished runs whose run folder was trained on another data file or network module
+    than the run's options name now, and that no choice of the user keeps
+    (:mod:`pbscale.sweep.identity`)."""
+    ids = identity.Identities(sweep)
+    if ids.ask is None:
+        return []
+    folders = {k: v for k, v in sweep_folders(sweep).items() if readable_summary(v) is not None}
+    out: list[identity.Change] = []
+    for r in sweep.runs:
+        if r.id in folders and state_of(sweep, r, set(folders), set()) == "finished":
+            out += identity.changes(ids, r, folders[r.id], read_record(sweep, r))
+    return out
+
+
+def keep_identity(sweep: Sweep, runs: Sequence[Run]) -> None:
+    """Record in each run's record that the user keeps it as it is: what its options name now
+    (``identity``), so that its change is not asked again until the files change again."""
+    ids = identity.Identities(sweep)
+    for r in runs:
+        rec = read_record(sweep, r) or {"id": r.id, "command": sweep.command,
+                                         "options": r.options, "state": "finished"}
+        io.write_json(record_path(sweep, r), {**rec, "identity": identity.identity_now(ids, r)})
 
 
 def finished_folders(sweep: Sweep) -> dict[str, Path]:
@@ -290,13 +330,13 @@ def finished_folders(sweep: Sweep) -> dict[str, Path]:
     JSON object), the one test of "finished" that ``run``, ``status`` and ``results`` share: a
     run whose files were damaged after it finished is not finished, so ``run`` launches it
     again (it resumes from its checkpoint, or fails naming the damaged file)."""
-    return {k: v for k, v in folder_index(sweep.out).items() if readable_summary(v) is not None}
+    return {k: v for k, v in sweep_folders(sweep).items() if readable_summary(v) is not None}
 
 
 def diverged_folders(sweep: Sweep) -> dict[str, Path]:
     """{run id: run folder} of the sweep's runs whose folder holds ``diverged.json`` (the
     record :mod:`pbscale.runs.records` writes when a run diverges) and no readable summary."""
-    return {k: v for k, v in folder_index(sweep.out).items()
+    return {k: v for k, v in sweep_folders(sweep).items()
             if (v / io.DIVERGED).exists() and readable_summary(v) is None}
 
 
@@ -397,7 +437,7 @@ def results(sweep: Sweep, damaged: list[Path] | None = None) -> list[dict]:
     Run folders whose config.json or summary.json is damaged or not a JSON object are left out
     and appended to ``damaged``."""
     bad: list[Path] = []
-    folders = folder_index(sweep.out, bad)
+    folders = sweep_folders(sweep, bad)
     rows = []
     for r in sweep.runs:
         folder = folders.get(r.id)
