@@ -48,7 +48,8 @@ def nan_at(monkeypatch):
 
 
 def one_line(err: str) -> str:
-    lines = [ln for ln in err.splitlines() if ln.strip() and not ln.startswith("warning: ")]
+    lines = [ln for ln in err.splitlines()
+             if ln.strip() and not ln.startswith(("warning: ", "note: "))]
     assert len(lines) == 1 and "Traceback" not in err, err
     return lines[0]
 

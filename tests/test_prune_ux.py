@@ -269,3 +269,7 @@ def test_a_short_joint_run_says_what_its_masks_get(tmp_path, capsys):
     assert budget_note(cfg, LoopConfig(epochs=10, seed=0, mask_warmup=0.1, freeze_masks=0.8),
                        10) is None
     assert budget_note(cfg, LoopConfig(epochs=3, seed=0), 10) is None  # supermask: no phases
+    one = budget_note(cfg, LoopConfig(epochs=1, seed=0, mask_warmup=0.1, freeze_masks=0.8), 4)
+    assert one == ("note: 1 epoch of 4 steps: ARMS has no whole epoch for its warm-up or its "
+                   "frozen masks, so its masks train for 4 of 4 steps (100% of the run, not "
+                   "70%); more epochs come nearer (docs/pruning.md)")

@@ -194,7 +194,9 @@ def budget_note(cfg: PruneConfig, loop: LoopConfig, steps: int) -> str | None:
     if frozen:
         parts.append(f"freezes its masks for the last {epochs(frozen)} "
                      f"({1 - loop.freeze_masks:.0%}, rounded)")
-    return (f"note: {E} epochs of {steps} steps: {cfg.family.text} {' and '.join(parts)}, so "
+    if not parts:
+        parts.append("has no whole epoch for its warm-up or its frozen masks")
+    return (f"note: {epochs(E)} of {steps} steps: {cfg.family.text} {' and '.join(parts)}, so "
             f"its masks train for {train * steps} of {E * steps} steps ({train / E:.0%} of the "
             f"run, not {nominal:.0%}); more epochs come nearer (docs/pruning.md)")
 
