@@ -78,12 +78,20 @@ def test_front_gap_and_better_front_hold_fail_noise():
 
 
 def test_fronts_that_share_no_budget_cannot_tell_and_nothing_is_extrapolated():
-    """CP's front ends at 5% (0.95), MC's runs from 45% to 50%: no budget has runs of both, so
-    the verdict is cannot tell (the old statistic extended CP flat to 50% and read holds)."""
+    """CP's front ends at 5% (0.80), MC's runs from 45% to 50% reach 0.90: no budget has runs
+    of both and the sparser side is the less accurate, so the verdict is cannot tell (the old
+    statistic extended CP flat to 50% and read fails). With CP at 0.95 and MC at 0.70, CP's
+    sparser front is the more accurate: that bounds the gap from below without extrapolating,
+    and the row holds (and MC against CP fails)."""
+    mc = front_runs("supermask", "arms", [0.90, 0.85], remainings=(0.5, 0.45), n=10, sd=0.0)
+    cp = front_runs("supermask", "cp", [0.80, 0.79], remainings=(0.05, 0.02), sd=0.0)
+    v = F.better_front(cp, mc, "CP", "MC")
+    assert v.outcome == R.CANNOT_TELL and "share no budget" in v.detail
     cp = front_runs("supermask", "cp", [0.95, 0.94], remainings=(0.05, 0.02), sd=0.0)
     mc = front_runs("supermask", "arms", [0.70, 0.60], remainings=(0.5, 0.45), n=10, sd=0.0)
     v = F.better_front(cp, mc, "CP", "MC")
-    assert v.outcome == R.CANNOT_TELL and "share no budget" in v.detail
+    assert v.outcome == HOLDS and "fewer remaining weights" in v.detail
+    assert F.better_front(mc, cp, "MC", "CP").outcome == R.FAILS
 
 
 def test_front_ignores_collapsed_runs_and_reports_missing():

@@ -36,8 +36,10 @@ def _prune(argv: list[str], capsys) -> tuple[int, str]:
 
 
 def _one_line(err: str) -> str:
-    """The refusal: the one line of stderr besides the warnings on flags the method ignores."""
-    lines = [ln for ln in err.splitlines() if ln.strip() and not ln.startswith("warning: ")]
+    """The refusal: the one line of stderr besides the warnings on flags the method ignores and
+    the note on a short joint run's budget."""
+    lines = [ln for ln in err.splitlines()
+             if ln.strip() and not ln.startswith(("warning: ", "note: "))]
     assert len(lines) == 1 and "Traceback" not in err, err
     return lines[0]
 

@@ -35,6 +35,15 @@ be:
   interval without it would decide: more seeds would not settle it, budgets matched between
   the sides would), or when the fronts share no budget or a side has fewer than two seeds; and
   **noise** otherwise, with the gap the design detects at 80% power.
+* **One front sparser and more accurate.** Where the fronts share no budget because one side's
+  whole front lies at fewer remaining weights than the other's (for a seed pair), its run of
+  its densest usable setting bounds its front at the other side's budgets from below (a front
+  is the best accuracy at most at a budget, so it never falls as the budget grows), and the
+  other side's most accurate run bounds that side's front from above: the gap is at least
+  their difference. The t interval of that bound over the
+  seeds decides one way only: **holds** (A sparser and, by the interval, more accurate, beyond
+  the threshold) or **fails** (B so), else **cannot tell**; nothing is interpolated or
+  extrapolated, so there is no allowance (:func:`dominance`).
 
 The allowance bounds the error wherever a front bends no more between two runs than the runs
 around them show; the calibration (:mod:`analysis.scale.calibration`) tries designs and curve
@@ -294,7 +303,8 @@ def compare_fronts(rem_a, acc_a, rem_b, acc_b, much: bool = False, floor: float 
     ok = np.isfinite(gaps)
     if pair:
         if ok.sum() < 2:
-            return _no_overlap(sa, sb, much)
+            return (dominance(ra, aa, rb, ab, sa, sb, pair, much, floor)
+                    or _no_overlap(sa, sb, much))
         d = gaps[ok]
         g, se, df = float(d.mean()), float(d.std(ddof=1) / math.sqrt(d.size)), float(d.size - 1)
         per_seed = tuple(float(v) for v in gaps)
@@ -304,7 +314,8 @@ def compare_fronts(rem_a, acc_a, rem_b, acc_b, much: bool = False, floor: float 
         ga = _nanmean(table, 1)[np.isfinite(table).any(axis=1)]
         gb = _nanmean(table, 0)[np.isfinite(table).any(axis=0)]
         if ga.size < 2 or gb.size < 2:
-            return _no_overlap(sa, sb, much)
+            return (dominance(ra, aa, rb, ab, sa, sb, pair, much, floor)
+                    or _no_overlap(sa, sb, much))
         g, se, df = (float(np.nanmean(table)), *_two_sample(ga, gb))
         per_seed = ()
         how = f"unpaired, {ga.size} x {gb.size} seeds"
@@ -343,6 +354,94 @@ def _two_sample(ga: np.ndarray, gb: np.ndarray) -> tuple[float, float]:
     denom = va ** 2 / (ga.size - 1) + vb ** 2 / (gb.size - 1)
     df = (va + vb) ** 2 / denom if denom > 0 else float(ga.size + gb.size - 2)
     return math.sqrt(va + vb), float(df)
+
+
+def _reach(rem: np.ndarray, acc: np.ndarray, floor: float) -> tuple[np.ndarray, np.ndarray]:
+    """Per seed (S,): the accuracy of its run of the side's densest usable setting (the largest
+    median log remaining over the *other* seeds among the settings whose median accuracy there
+    is at least ``floor``; NaN where the run stalled or there is none), and its most accurate
+    run (NaN: none). Neither is chosen on the seed's own accuracies in a way that favours the
+    side: the first is chosen on other seeds' remaining fractions, the second only ever stands
+    for the other side of a bound (it can only make the bound looser)."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        x = np.where(np.isfinite(rem) & (rem > 0), np.log(np.where(rem > 0, rem, 1.0)), np.nan)
+        ok = np.isfinite(x) & np.isfinite(acc) & (acc >= STALLED_ACC)
+    _, mx, ma = held_out_fronts(x, acc, floor)
+    with np.errstate(invalid="ignore"):
+        usable = ok & np.isfinite(mx) & (ma >= floor)
+    j = np.argmax(np.where(usable, mx, -np.inf), axis=1)
+    rows = np.arange(x.shape[0])
+    densest = np.where(usable.any(axis=1), acc[rows, j], np.nan)
+    best = np.where(ok.any(axis=1), np.max(np.where(ok, acc, -np.inf), axis=1), np.nan)
+    return densest, best
+
+
+def dominance(ra: np.ndarray, aa: np.ndarray, rb: np.ndarray, ab: np.ndarray,
+              sa: list[_Side], sb: list[_Side], pair: bool, much: bool, floor: float
+              ) -> FrontComparison | None:
+    """The verdict where the fronts share no budget and, on every seed (pair) that has both, one
+    side's front lies wholly at fewer remaining weights than the other's (module docstring). A
+    front never falls as the budget grows, so the sparser side's run of its densest usable
+    setting (:func:`_reach`) is at most its front at the other side's budgets, and the other
+    side's most accurate run at least its own front there: their difference bounds the gap from
+    one side (A sparser: from below; B sparser: from above), with no interpolation. Holds
+    (fails) when the bound's 95% t interval over the seeds lies beyond the threshold; None (the
+    fronts share no budget: cannot tell) otherwise, when the seeds disagree on which side is
+    sparser, or when fewer than two seeds on a side have runs."""
+    rows = [(k, k) for k in range(len(sa))] if pair else [
+        (i, j) for i in range(len(sa)) for j in range(len(sb))]
+    kinds = {("below" if sa[i].x[-1] < sb[j].x[0] else "above")
+             for i, j in rows if sa[i].x.size and sb[j].x.size
+             and (sa[i].x[-1] < sb[j].x[0] or sb[j].x[-1] < sa[i].x[0])}
+    if len(kinds) != 1:
+        return None
+    kind = kinds.pop()  # "below": A's front at fewer remaining weights, its bound is a floor
+    dense_a, best_a = _reach(ra, aa, floor)
+    dense_b, best_b = _reach(rb, ab, floor)
+    bound = (dense_a[:, None] - best_b[None, :]) if kind == "below" else (
+        best_a[:, None] - dense_b[None, :])
+    disjoint = np.array([bool(sa[i].x.size and sb[j].x.size and (
+        sa[i].x[-1] < sb[j].x[0] if kind == "below" else sb[j].x[-1] < sa[i].x[0]))
+        for i, j in rows])
+    bounds = np.where(disjoint, np.array([bound[i, j] for i, j in rows]), np.nan)
+    ok = np.isfinite(bounds)
+    if pair:
+        if ok.sum() < 2:
+            return None
+        d = bounds[ok]
+        g, se, df = float(d.mean()), float(d.std(ddof=1) / math.sqrt(d.size)), float(d.size - 1)
+        how = f"paired, {d.size} seeds, one front sparser"
+        per_seed = tuple(float(v) for v in bounds)
+    else:
+        table = bounds.reshape(len(sa), len(sb))
+        ga = _nanmean(table, 1)[np.isfinite(table).any(axis=1)]
+        gb = _nanmean(table, 0)[np.isfinite(table).any(axis=0)]
+        if ga.size < 2 or gb.size < 2:
+            return None
+        g, se, df = (float(np.nanmean(table)), *_two_sample(ga, gb))
+        how = f"unpaired, {ga.size} x {gb.size} seeds, one front sparser"
+        per_seed = ()
+    m = MUCH_ACC if much else 0.0
+    half = float(t_quantile(df)) * se
+    p_up, p_down = _p_values(g, 0.0, se, df, m)
+    test = GapTest(g, se, df, how)
+    spans = [(min(sa[i].x[0], sb[j].x[0]), max(sa[i].x[-1], sb[j].x[-1]))
+             for (i, j), use in zip(rows, ok) if use]
+    budgets = (float(np.exp(np.median([s[0] for s in spans]))),
+               float(np.exp(np.median([s[1] for s in spans]))))
+    if kind == "below" and g - half > m:
+        return FrontComparison(
+            HOLDS, g, (g - half, math.inf), 0.0, test, math.nan, budgets, min(1.0, 2 * p_up),
+            f"A's front lies at fewer remaining weights than B's and its densest setting's run "
+            f"is more accurate than B's best run by at least {g - half:+.4f} (95%): above "
+            f"{m:g}", much, per_seed, 0.0)
+    if kind == "above" and g + half < m:
+        return FrontComparison(
+            FAILS, g, (-math.inf, g + half), 0.0, test, math.nan, budgets, min(1.0, 2 * p_down),
+            f"B's front lies at fewer remaining weights than A's and its densest setting's run "
+            f"is more accurate than A's best run: the gap is at most {g + half:+.4f} (95%), "
+            f"below {m:g}", much, per_seed, 0.0)
+    return None
 
 
 def _no_overlap(sa: list[_Side], sb: list[_Side], much: bool) -> FrontComparison:

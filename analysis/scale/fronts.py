@@ -196,11 +196,17 @@ def compare_groups(a: Group, b: Group, much: bool = False, reading: Reading = AS
     if c.judged:
         how = (f"paired over seeds {seed_text([s for s, d in zip(seeds, c.per_seed) if d == d])}"
                if paired else f"every pair of seeds {seed_text(a.seeds)} / {seed_text(b.seeds)}")
-        text = (f"{a.label} - {b.label} accuracy at matched budgets {c.budgets[0]:.3%}.."
-                f"{c.budgets[1]:.3%} ({c.n_budgets:.1f} budgets a seed): gap {c.gap:+.4f}, 95% CI "
-                f"[{c.ci[0]:+.4f}, {c.ci[1]:+.4f}] with interpolation allowance {c.allowance:.4f} "
-                f"({how}); detectable {c.detectable:.4f}; settings {len(a.names)} / "
-                f"{len(b.names)}")
+        if not c.n_budgets:  # no shared budget: one front sparser bounds the gap (dominance)
+            text = (f"{a.label} - {b.label}: no budget shared, one front sparser "
+                    f"({c.budgets[0]:.3%}..{c.budgets[1]:.3%}): gap bound {c.gap:+.4f}, 95% CI "
+                    f"[{c.ci[0]:+.4f}, {c.ci[1]:+.4f}] ({how}); settings {len(a.names)} / "
+                    f"{len(b.names)}")
+        else:
+            text = (f"{a.label} - {b.label} accuracy at matched budgets {c.budgets[0]:.3%}.."
+                    f"{c.budgets[1]:.3%} ({c.n_budgets:.1f} budgets a seed): gap {c.gap:+.4f}, 95% "
+                    f"CI [{c.ci[0]:+.4f}, {c.ci[1]:+.4f}] with interpolation allowance "
+                    f"{c.allowance:.4f} ({how}); detectable {c.detectable:.4f}; settings "
+                    f"{len(a.names)} / {len(b.names)}")
     else:
         text = f"{a.label} - {b.label}: settings {len(a.names)} / {len(b.names)}"
     text += f"; {c.verdict}: {c.reason}"

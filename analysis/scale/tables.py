@@ -6,6 +6,7 @@ experiment next to the paper's), the per-claim CSVs, the console lines, and the 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 from analysis.scale.claims import SCALE_CLAIMS
@@ -141,9 +142,10 @@ def gaps_table(judged: Sequence[Judged], family: Family) -> list[str]:
                 lines.append(f"| {j.claim.bullet} | {cell(name) or '-'} | {v.outcome} | - | - | "
                              f"- | - | - | - | {tail}")
                 continue
+            det = "-" if math.isnan(x["detectable"]) else f"{x['detectable']:.4f}"
             lines.append(f"| {j.claim.bullet} | {cell(name) or '-'} | {v.outcome} | "
                          f"{x['gap_mean']:+.4f} | [{x['ci_low']:+.4f}, {x['ci_high']:+.4f}] | "
-                         f"{x['allowance']:.4f} | {x['detectable']:.4f} | "
+                         f"{x['allowance']:.4f} | {det} | "
                          f"{x['range_lo']:.2%}..{x['range_hi']:.2%} | {how_text(x)} | {tail}")
     return lines if len(lines) > 3 else []
 
