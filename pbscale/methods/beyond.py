@@ -27,7 +27,6 @@ from typing import Any
 import torch
 
 from pbexact.errors import PBInputError
-from pbexact.moved import moved_names
 from pbexact.parametrizations import Parametrization
 from pbexact.relaxations import HC_BETA, HC_GAMMA, HC_ZETA, get_relaxation
 from pbscale.runs.contracts import BatchedLoss
@@ -36,10 +35,6 @@ from .estimate import Estimate, sample_mean
 from .registry import Capabilities, register
 from .schedules import check_fraction, top_scores
 from .trainer import Gradient, LogitsFamily, StepArgs
-
-#: The per-layer count this module held before :mod:`pbscale.methods.schedules` (an old import
-#: of it is told where it is; ``top_scores`` is imported from there below).
-__getattr__ = moved_names(__name__, {"layer_counts": "pbscale.methods.schedules:kept_per_layer"})
 
 #: The hard-concrete gate, one definition with the exact side (`pbexact.relaxations`).
 HARD_CONCRETE = get_relaxation("hardconcrete")

@@ -55,8 +55,6 @@ from pbexact.parametrizations import PARAMETRIZATIONS
 #: (:mod:`pbscale.prune` ``--mode``) and ``microworld`` (the vectorized torch runs of
 #: :mod:`analysis.microworld.hybrid`; the MC estimators run there on the exact core).
 COMMANDS = ("regress", "regress-group", "prune-supermask", "prune-joint", "microworld")
-#: Commands renamed since families first named them (a family that names one is told).
-OLD_COMMANDS = {"batched": "regress-group"}
 #: Mask step decays of the pruning experiments (`tab:app_supermask_hypers`,
 #: `tab:app_pruning_broad`; fractions of the epochs, multiplier): CP's logits x0.1 at 40% and
 #: 60%, MC logits x0.5 at 60%.
@@ -167,13 +165,6 @@ class Plan:
         return getattr(self.run, name, default)
 
 
-#: The capabilities a family once set as class attributes, each now a field of
-#: :class:`Capabilities` (a family that still sets one is refused in one line).
-OLD_ATTRIBUTES = ("commands", "uses", "samples", "deterministic", "min_samples",
-                  "split_samples", "eval_sampled", "rescale", "captures_step", "mask_schedule",
-                  "joint_warmup", "dense_weights", "also_sampled", "prune_param")
-
-
 @dataclass(frozen=True)
 class Capabilities:
     """What a method is and reads, stated once (the family's ``caps``; in the spirit of
@@ -218,10 +209,6 @@ class Capabilities:
 
     def __post_init__(self) -> None:
         unknown = set(self.commands) - set(COMMANDS)
-        old = sorted(unknown & set(OLD_COMMANDS))
-        if old:
-            raise ValueError(f"the command {old[0]!r} is {OLD_COMMANDS[old[0]]!r} now; write "
-                             f"commands=(..., {OLD_COMMANDS[old[0]]!r}, ...)")
         if unknown:
             raise ValueError(f"unknown commands {sorted(unknown)}; choose from {COMMANDS}")
         unknown = set(self.uses) - set(SHARED) - set(PRUNE_SETTINGS)
@@ -268,24 +255,7 @@ CAPABILITY_FLAGS = (*(f.name for f in dataclasses.fields(Capabilities)), "logits
                     "prune_settings", "trains_weights")
 
 
-def _moved_attribute(owner: str, name: str) -> AttributeError:
-    return AttributeError(
-        f"{owner}.{name} is {owner}.caps.{name} now: a family states its capabilities in one "
-        f"frozen dataclass, caps = Capabilities({name}=...) (from pbscale.methods import "
-        "Capabilities; docs/adding_a_method.md)")
-
-
-class FamilyType(type):
-    """The type of every family class: an old capability attribute read from a class
-    (``LogitsFamily.uses``) is told where it is now."""
-
-    def __getattr__(cls, name: str) -> Any:
-        if name in OLD_ATTRIBUTES:
-            raise _moved_attribute(cls.__name__, name)
-        raise AttributeError(f"type object {cls.__name__!r} has no attribute {name!r}")
-
-
-class Family(metaclass=FamilyType):
+class Family:
     """One method (or family member): its identity (``name``: CLI value, ``label``: legend
     text, ``text``: messages, ``color``: matplotlib colour of its curves, at least
     :data:`MIN_COLOR_DISTANCE` from every other method's as drawn), its capabilities (``caps``,
@@ -300,20 +270,6 @@ class Family(metaclass=FamilyType):
     color: str = ""
     caps: Capabilities = Capabilities()
     Settings: ClassVar[type[Settings]] = NoSettings
-
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        old = [a for a in OLD_ATTRIBUTES if a in vars(cls)]
-        if old:
-            raise TypeError(
-                f"{cls.__name__} sets {', '.join(old)} as class attributes; a family states "
-                f"its capabilities in one frozen dataclass: caps = Capabilities({old[0]}=...) "
-                "(from pbscale.methods import Capabilities; docs/adding_a_method.md)")
-
-    def __getattr__(self, name: str) -> Any:
-        if name in OLD_ATTRIBUTES:
-            raise _moved_attribute(f"<method {self.name}>", name)
-        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     def __repr__(self) -> str:
         return f"<method {self.name}>"
