@@ -123,6 +123,9 @@ def test_the_doc_methods_prune_and_plot(doc_methods, tmp_path, mode):
         record = io.read_json(folder / "config.json")
         info = record["method_info"]
         assert info["name"] == method and info["label"] == REGISTRY[method].label
+        if "n" in REGISTRY[method].caps.uses:  # --n 4 honoured: the run draws 4 masks a step
+            assert record["method"]["n"] == 4 and "n" in info["settings"], method
+            assert "n" not in record["info"]["unused"], method
         summary = io.read_json(folder / "summary.json")
         assert 0 < summary["final_remaining"] <= 1
         assert (folder / "pruned.pt").exists()
@@ -176,6 +179,33 @@ def test_a_group_keeps_the_family_settings_by_construction(doc_methods, tmp_path
         assert json.dumps(grouped[g]) == json.dumps(alone)  # bit for bit (NaN cells too)
     other = train_group([config(0, 1.0), config(1, 1.0)], 1, problem)
     assert other[0][-1]["train_loss"] != grouped[0][-1]["train_loss"]
+
+
+def test_the_doc_methods_pass_the_registry_tests(doc_methods, tmp_path):
+    """tests/test_method_registry.py's checks, run with the page's methods registered: each
+    is complete, its colour apart from every other's, runs one step in every command it
+    claims, is refused by the others; the MC list is pbexact's estimator registry's."""
+    import test_method_registry as R
+
+    R.test_every_family_is_complete()
+    R.test_no_two_methods_share_a_colour()
+    mc = tuple(n for n, s in E.REGISTRY.items() if not s.needs_table)
+    assert "reinforce-pairs" in mc and R.names(samples=True) == mc
+    for i, name in enumerate(DEFINED.values()):
+        commands = REGISTRY[name].caps.commands
+        if "regress" in commands:
+            R.test_regress_step(name)
+        else:
+            R.test_regress_refuses_the_others(name, tmp_path)
+        if "regress-group" in commands:
+            R.test_batched_step(name)
+        else:
+            R.test_batched_refuses_the_others(name)
+        for mode in prune.MODES:
+            if f"prune-{mode}" in commands:
+                R.test_prune_step(tmp_path / f"{i}-{mode}", mode, name)
+            else:
+                R.test_prune_refuses_the_others(mode, name)
 
 
 def test_reinforce_pairs_is_unbiased(doc_methods):
@@ -256,6 +286,7 @@ def test_the_concrete_setting_from_the_command_line_and_a_sweep(doc_methods, tmp
     runs = _taus(tmp_path / "runs" / "concrete")
     assert set(runs) == {0.3}
     assert runs[0.3]["task"]["settings"] == {"tau": 0.3}
+    assert runs[0.3]["method"]["n"] == 4  # the page's --n 4, honoured
     assert "tau" in runs[0.3]["method_info"]["settings"]
     assert prune.main([*doc_command(), "--concrete-tau", "0", "--quiet"]) == 2
     assert "0 < tau <= 10" in capsys.readouterr().err

@@ -97,7 +97,7 @@ class STThetaFamily(BeyondFamily):
     name, label, text, color = "st-theta", "ST-θ (Zhou)", "ST-theta", "navy"
     caps = Capabilities(commands=BEYOND_COMMANDS,
                         uses=("n", "param", "lr", "optimizer", "chunk", "lam"), min_samples=1,
-                        also_sampled=True, prune_param="sigmoid")
+                        also_sampled=True, prune_param="sigmoid", prune_n=1)
 
     def gradient(self, f: BatchedLoss, r: torch.Tensor, at: StepArgs) -> Gradient:
         est, J = st_theta(f, r, at.param, at.uniforms(at.n), keep_graph=at.weights)

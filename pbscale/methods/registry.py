@@ -174,10 +174,13 @@ class Capabilities:
     ``commands``: the tools it runs in (a subset of :data:`COMMANDS`). ``uses``: the settings
     of :data:`SHARED` and :data:`PRUNE_SETTINGS` it reads; those it does not are listed as
     unused in a run's config.json, and the trainer adds no L0 term without ``lam``.
-    ``samples``: draws masks from a distribution for its estimate (its runs are described by n
-    and the parametrization; in pruning only such methods take ``--n``). ``deterministic``:
-    draws nothing (one mask, one microworld seed). ``min_samples``: fewest samples per step
-    (given exactly when it uses ``n``).
+    A family that names ``n`` in ``uses`` draws n masks per step and takes ``--n`` in every
+    tool (pruning too, unless ``prune_n`` fixes it); one that does not runs with n = 1.
+    ``samples``: one of pbexact's MC estimators (:class:`pbscale.methods.mc.MCFamily`, one per
+    estimator of `pbexact.estimators.REGISTRY` without a J table): its runs are described by n
+    and the parametrization, and analysis selects the MC runs by it (config.json's
+    "method_info"). ``deterministic``: draws nothing (one mask, one microworld seed).
+    ``min_samples``: fewest samples per step (given exactly when it uses ``n``).
 
     How its runs may execute, each False unless stated: ``split_samples`` (torchrun splits its
     samples over the ranks; else data parallelism), ``captures_step`` (a supermask step may be
@@ -189,8 +192,9 @@ class Capabilities:
     masks, ``sampled_*`` metrics), ``rescale`` (pruning rescales its weights dynamically,
     :func:`pbscale.forward.rescale.rescaled_weight`), ``mask_schedule`` ((milestones, gamma) of its
     logits' step decay), ``joint_warmup`` (fraction of a joint run's epochs trained dense
-    first), ``dense_weights`` (trains the weights in supermask mode too) and ``prune_param``
-    (its parametrization when ``--param`` is left out)."""
+    first), ``dense_weights`` (trains the weights in supermask mode too), ``prune_param``
+    (its parametrization when ``--param`` is left out) and ``prune_n`` (the n of every pruning
+    run, ``--n`` then unused; None: ``--n``, where ``uses`` names n)."""
 
     commands: tuple[str, ...] = ()
     uses: tuple[str, ...] = ()
@@ -206,6 +210,7 @@ class Capabilities:
     joint_warmup: float = 0.0
     dense_weights: bool = False
     prune_param: str | None = None
+    prune_n: int | None = None
 
     def __post_init__(self) -> None:
         unknown = set(self.commands) - set(COMMANDS)
@@ -217,6 +222,9 @@ class Capabilities:
                              f"{SHARED + PRUNE_SETTINGS}")
         if ("n" in self.uses) != (self.min_samples is not None):
             raise ValueError("min_samples is given exactly when uses names n")
+        if self.prune_n is not None and ("n" not in self.uses
+                                         or self.prune_n < (self.min_samples or 1)):
+            raise ValueError("prune_n needs n in uses and at least min_samples")
         if self.samples and self.deterministic:
             raise ValueError("a method that samples is not deterministic")
         if (self.split_samples or self.captures_step or self.eval_sampled) and not self.samples:
