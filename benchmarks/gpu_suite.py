@@ -477,7 +477,7 @@ def piece_prune_epoch(ctx: Context) -> Outcome:
             with ctx.within():
                 folder = Path(P.run(cfg, tmp, str(ctx.dev), quiet=True)["folder"])
             row = io.read_csv(folder / "metrics.csv")[-1]
-            rows.append({"method": method, "n": n if cfg.family.caps.samples else 0,
+            rows.append({"method": method, "n": n if "n" in cfg.family.caps.uses else 0,
                          "steps": batches, "batch": batch, "routes": str(routes.default()),
                          "captured": captures_steps(cfg, ctx.dev, routes.default()),
                          "train_s": row["train_seconds"],

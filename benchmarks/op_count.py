@@ -222,8 +222,9 @@ class Setup:
     def trainer(self, method: str) -> Any:
         from benchmarks.check_gpu_sync import host_generators
         from pbscale.methods import MaskTrainer, MethodConfig, get_family
+        from pbscale.pruning.config import pruning_n
 
-        n = self.args.n if get_family(method).caps.samples else 1
+        n = pruning_n(get_family(method), self.args.n)
         ctx = host_generators() if self.dev.type == "meta" else contextlib.nullcontext()
         with ctx:
             return MaskTrainer(MethodConfig(method=method, n=n, chunk=n), self.layout.d, 100,

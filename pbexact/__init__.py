@@ -7,14 +7,10 @@ pairs), ``sampling``, ``variance`` and ``closed_form`` (exact estimator variance
 ``bad_generalization`` (`thm:mc_bad_gen_2`, `cor:mc_bad_gen_2`), ``instances`` (the microworld's
 problem instances: ExponentialTabularLoss, NNLoss, a random table), ``relaxations`` (concrete
 and hard-concrete samples at temperature beta, their quadrature) and ``bias`` (the exact bias and
-MSE of biased estimators); plumbing: ``cli``, ``errors``, ``io``, ``processes``,
-``provenance`` and ``moved`` (old import paths told their new place).
+MSE of biased estimators); plumbing: ``cli``, ``errors``, ``io``, ``processes``
+and ``provenance``.
 """
 
 from .errors import PBInputError
-from .moved import install
 
 __all__ = ["PBInputError"]
-
-#: The modules of pbexact that were renamed, old name -> new.
-install({"pbexact.benchmarks": "pbexact.instances"})

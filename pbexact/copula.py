@@ -25,13 +25,6 @@ from .errors import PBInputError, check_n, check_theta
 Array = Any
 
 
-def dirichlet_threshold(theta: Array, n: int) -> Array:
-    """c = F^{-1}(theta) = 1 - (1 - theta)^(1/(n-1)), the Dirichlet level of u~ = theta, computed
-    as -expm1(log1p(-theta) / (n-1)) so that small theta and large n do not cancel."""
-    xp = arrays.namespace(theta)
-    return -xp.expm1(xp.log1p(-theta) / (n - 1))
-
-
 def branch_side(theta: Array) -> tuple[Array, Array]:
     """(upper, m): the branch (theta > 0.5) and the probability m = 1 - theta (upper) or theta
     (lower) that one sample lies beyond the branch's threshold: (1 - c)^(n-1) = m exactly."""

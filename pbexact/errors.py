@@ -142,11 +142,3 @@ def check_learning_rate(lr: Any, name: str = "learning rate") -> float:
         raise PBInputError(f"the {name} must be a finite number > 0, got {lr!r}; give e.g. "
                            "0.1")
     return value
-
-
-def check_finite_values(values: Any, what: str, cause: str) -> None:
-    """Raise when a run produced NaN or inf, naming the likely ``cause`` rather than the symptom
-    (e.g. "the learning rate 1e+30 is too large")."""
-    arr = np.asarray(values, dtype=np.float64)
-    if not np.all(np.isfinite(arr)):
-        raise PBInputError(f"{what} became NaN or inf: {cause}")

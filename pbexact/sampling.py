@@ -123,13 +123,6 @@ def sample_law(
     raise PBInputError(f"unknown sampling law {law!r}; choose iid, copula or antithetic")
 
 
-def sample_arms_iterative(theta: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray:
-    """z~ from the iterative Dirichlet copula (`alg:iter_dir`), shape (n, d)."""
-    theta = check_theta(theta)
-    sampler = IterativeDirichletCopula(rng.gamma(n, 1.0, size=theta.shape), n)
-    return arms_bits(sampler.next(rng.random((n,) + theta.shape)), theta)
-
-
 def vertex_index(z: Array) -> Array:
     """h = sum_i 2^(i-1) z_i (`sec:pb_basics`) for z of shape (..., d)."""
     d = z.shape[-1]

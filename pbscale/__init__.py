@@ -10,40 +10,14 @@ data, losses) above them; :mod:`pbscale.execution` (how a run executes: torchrun
 groups); :mod:`pbscale.pruning` and :mod:`pbscale.regression` (the two kinds of run) on top.
 
 ``pbscale.prune_model`` (:func:`pbscale.pruning.api.prune_model`) prunes your own torch network
-on your own data; it is imported on first use, so ``import pbscale`` stays light. A module
-imported from where it was before this layout is told its new place in one line
-(:mod:`pbexact.moved`).
+on your own data; it is imported on first use, so ``import pbscale`` stays light.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from pbexact.moved import install
-
 __all__ = ["PruneResult", "prune_model"]
-
-#: The modules of pbscale that moved into its sub-packages, old name -> new.
-MOVED = {
-    "pbscale.masks": "pbscale.forward.masks", "pbscale.backends": "pbscale.forward.backends",
-    "pbscale.batched": "pbscale.forward.folded", "pbscale.routes": "pbscale.forward.routes",
-    "pbscale.route_ops": "pbscale.forward.route_ops", "pbscale.graphs": "pbscale.forward.graphs",
-    "pbscale.loop": "pbscale.runs.loop", "pbscale.loop_types": "pbscale.runs.contracts",
-    "pbscale.run_record": "pbscale.runs.records", "pbscale.io": "pbscale.runs.io",
-    "pbscale.runtime": "pbscale.runs.runtime", "pbscale.memory": "pbscale.runs.memory",
-    "pbscale.jobs": "pbscale.sweep.jobs", "pbscale.distributed": "pbscale.execution.distributed",
-    "pbscale.captured_step": "pbscale.execution.captured",
-    "pbscale.methods.group": "pbscale.execution.group", "pbscale.models": "pbscale.nets.models",
-    "pbscale.network": "pbscale.nets.network", "pbscale.data": "pbscale.nets.data",
-    "pbscale.user_data": "pbscale.nets.user_data", "pbscale.objectives": "pbscale.nets.objectives",
-    "pbscale.prune_config": "pbscale.pruning.config", "pbscale.prune_task": "pbscale.pruning.task",
-    "pbscale.prune_eval": "pbscale.pruning.evaluation",
-    "pbscale.prune_export": "pbscale.pruning.outputs",
-    "pbscale.prune_setup": "pbscale.pruning.setup", "pbscale.prune_group": "pbscale.pruning.group",
-    "pbscale.prune_api": "pbscale.pruning.api",
-    "pbscale.lam_control": "pbscale.pruning.lam_control",
-}
-install(MOVED)
 
 
 def __getattr__(name: str) -> Any:

@@ -70,6 +70,7 @@ from pbscale.pruning.config import (
     PRUNE_METHODS,
     PruneConfig,
     prune_methods,
+    reads_n,
     steers_lam,
 )
 from pbscale.pruning.group import member_key
@@ -152,9 +153,9 @@ def build_parser() -> ArgumentParser:
                    action=_Given,
                    help=f"parametrization ({read_by('param')}; default {DEFAULT_PARAM}, "
                         f"sigmoid for {texts(prune_param='sigmoid')})")
+    sampling = listed(f.text for f in families(PRUNE_COMMANDS) if reads_n(f))
     p.add_argument("--n", "--samples", dest="n", type=positive_int, default=d.n,
-                   help=f"samples per step ({texts(samples=True)}; under torchrun write "
-                        "--samples)")
+                   help=f"samples per step ({sampling}; under torchrun write --samples)")
     p.add_argument("--lam", type=one_or_list(nonneg_float), default=d.lam,
                    help=f"L0 strength per weight ({read_by('lam')}; a comma list: one run of a "
                         "group each)")

@@ -8,8 +8,7 @@ the methods through ``$PBSCALE_METHODS``. As files inside ``pbscale/methods/``: 
 package gets each block as a module and its name in ``FAMILY_MODULES`` (the one registration
 line), and its commands run in a fresh process. The page's ``bash`` and ``toml`` blocks set the
 concrete family's own temperature from the command line and from a sweep, in both places. A
-family written against the contract before it was narrowed is refused in one line that names
-the new import."""
+plugin that fails to import is refused in one line."""
 
 from __future__ import annotations
 
@@ -30,7 +29,7 @@ from analysis import pareto
 from pbexact import estimators as E
 from pbexact.parametrizations import get_parametrization
 from pbscale import prune, regress, sweep
-from pbscale.methods import FAMILY_MODULES, REGISTRY, Capabilities, MethodConfig, mc_gradient
+from pbscale.methods import FAMILY_MODULES, REGISTRY, MethodConfig, mc_gradient
 from pbscale.methods.schedules import keep_count
 from pbscale.nets.models import build_model
 from pbscale.regression.group import TIMING, train_group
@@ -124,6 +123,9 @@ def test_the_doc_methods_prune_and_plot(doc_methods, tmp_path, mode):
         record = io.read_json(folder / "config.json")
         info = record["method_info"]
         assert info["name"] == method and info["label"] == REGISTRY[method].label
+        if "n" in REGISTRY[method].caps.uses:  # --n 4 honoured: the run draws 4 masks a step
+            assert record["method"]["n"] == 4 and "n" in info["settings"], method
+            assert "n" not in record["info"]["unused"], method
         summary = io.read_json(folder / "summary.json")
         assert 0 < summary["final_remaining"] <= 1
         assert (folder / "pruned.pt").exists()
@@ -177,6 +179,33 @@ def test_a_group_keeps_the_family_settings_by_construction(doc_methods, tmp_path
         assert json.dumps(grouped[g]) == json.dumps(alone)  # bit for bit (NaN cells too)
     other = train_group([config(0, 1.0), config(1, 1.0)], 1, problem)
     assert other[0][-1]["train_loss"] != grouped[0][-1]["train_loss"]
+
+
+def test_the_doc_methods_pass_the_registry_tests(doc_methods, tmp_path):
+    """tests/test_method_registry.py's checks, run with the page's methods registered: each
+    is complete, its colour apart from every other's, runs one step in every command it
+    claims, is refused by the others; the MC list is pbexact's estimator registry's."""
+    import test_method_registry as R
+
+    R.test_every_family_is_complete()
+    R.test_no_two_methods_share_a_colour()
+    mc = tuple(n for n, s in E.REGISTRY.items() if not s.needs_table)
+    assert "reinforce-pairs" in mc and R.names(samples=True) == mc
+    for i, name in enumerate(DEFINED.values()):
+        commands = REGISTRY[name].caps.commands
+        if "regress" in commands:
+            R.test_regress_step(name)
+        else:
+            R.test_regress_refuses_the_others(name, tmp_path)
+        if "regress-group" in commands:
+            R.test_batched_step(name)
+        else:
+            R.test_batched_refuses_the_others(name)
+        for mode in prune.MODES:
+            if f"prune-{mode}" in commands:
+                R.test_prune_step(tmp_path / f"{i}-{mode}", mode, name)
+            else:
+                R.test_prune_refuses_the_others(mode, name)
 
 
 def test_reinforce_pairs_is_unbiased(doc_methods):
@@ -257,6 +286,7 @@ def test_the_concrete_setting_from_the_command_line_and_a_sweep(doc_methods, tmp
     runs = _taus(tmp_path / "runs" / "concrete")
     assert set(runs) == {0.3}
     assert runs[0.3]["task"]["settings"] == {"tau": 0.3}
+    assert runs[0.3]["method"]["n"] == 4  # the page's --n 4, honoured
     assert "tau" in runs[0.3]["method_info"]["settings"]
     assert prune.main([*doc_command(), "--concrete-tau", "0", "--quiet"]) == 2
     assert "0 < tau <= 10" in capsys.readouterr().err
@@ -315,46 +345,31 @@ def test_the_doc_methods_as_files_inside_the_package(tmp_path):
     assert set(_taus(tmp_path / "runs" / "concrete-sweep")) == {0.3, 1.0}
 
 
-#: The concrete family as the page wrote it before the contract was narrowed.
-OLD_FAMILY = '''
+#: A family whose gradient hook has the signature of an older pbnn.
+OLD_HOOK = '''
 import torch
-from pbscale.methods import Estimate, LogitsFamily, register
+from pbscale.methods import Capabilities, Estimate, LogitsFamily, register
 
 
 @register
 class OldConcrete(LogitsFamily):
     name, label, text, color = "old-concrete", "Old", "old", "purple"
-    commands = ("regress", "prune-supermask", "prune-joint")
-    uses = ("n", *LogitsFamily.uses)
+    caps = Capabilities(commands=("regress", "prune-supermask", "prune-joint"),
+                        uses=("n", "lr", "optimizer", "lam"), min_samples=1)
 
     def gradient(self, trainer, f, record):
         return Estimate(trainer.r * 0, 0.0), torch.sigmoid
 '''
 
 
-def test_a_family_written_for_an_older_pbnn_is_told_what_to_write(tmp_path):
-    """Old class attributes, the old hook and a moved name each fail in one line naming the
-    new import; under a command, a $PBSCALE_METHODS module that fails is ``error:`` in one
-    line and exit code 2."""
-    with pytest.raises(AttributeError) as got:
-        exec(OLD_FAMILY, {})  # noqa: S102 - the old page's code, run as a plugin would be
-    message = str(got.value)
-    assert "\n" not in message and "from pbscale.methods import Capabilities" in message
-    with pytest.raises(TypeError, match="from pbscale.methods import Capabilities"):
-        exec(OLD_FAMILY.replace("*LogitsFamily.uses", '"lr"'), {})  # noqa: S102
-    old_hook = OLD_FAMILY.replace('    commands = ("regress", "prune-supermask", "prune-joint")\n'
-                                  '    uses = ("n", *LogitsFamily.uses)\n', "")
+def test_a_plugin_that_fails_to_import_is_one_line(tmp_path):
+    """The old hook fails where it is defined, in one line naming what to write; under a
+    command, a $PBSCALE_METHODS module that fails is ``error:`` in one line and exit code 2."""
     with pytest.raises(TypeError, match=r"write gradient\(self, f, r, at\).*from "
                                         r"pbscale.methods import Gradient, StepArgs"):
-        exec(old_hook, {})  # noqa: S102
-    with pytest.raises(ValueError, match="the command 'batched' is 'regress-group' now"):
-        Capabilities(commands=("regress", "batched"))
-    with pytest.raises(ImportError, match="from pbscale.methods.schedules import keep_count"):
-        exec("from pbscale.methods.magnitude import keep_count", {})  # noqa: S102
-    with pytest.raises(ImportError, match="from pbscale.methods.schedules import "
-                                          "kept_per_layer"):
-        exec("from pbscale.methods.beyond import layer_counts", {})  # noqa: S102
-    (tmp_path / "old_concrete.py").write_text(OLD_FAMILY)
+        exec(OLD_HOOK, {})  # noqa: S102 - a plugin's code, run as it would be
+    assert "old-concrete" not in REGISTRY
+    (tmp_path / "old_concrete.py").write_text(OLD_HOOK)
     env = {"PYTHONPATH": f"{tmp_path}:{ROOT}", "PBSCALE_METHODS": "old_concrete",
            "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
     done = subprocess.run([sys.executable, "-m", "pbscale.prune", "--help"], env=env,
@@ -363,4 +378,4 @@ def test_a_family_written_for_an_older_pbnn_is_told_what_to_write(tmp_path):
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: $PBSCALE_METHODS names "
                                                    "'old_concrete'"), done.stderr
-    assert "from pbscale.methods import Capabilities" in lines[0]
+    assert "write gradient(self, f, r, at)" in lines[0]

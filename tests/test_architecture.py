@@ -454,23 +454,17 @@ def test_the_layout_check_reports_injected_violations():
 
 # -- the method contract ------------------------------------------------------------------------
 
-#: The class attributes a family used to set for its capabilities (now fields of Capabilities).
-OLD_CAPABILITY_ATTRIBUTES = ("commands", "uses", "samples", "deterministic", "split_samples",
-                             "eval_sampled", "rescale", "captures_step", "mask_schedule",
-                             "joint_warmup", "dense_weights", "also_sampled", "prune_param",
-                             "min_samples")
-
-
 def test_every_family_states_its_capabilities_in_one_frozen_dataclass():
     from pbscale.methods import REGISTRY, Capabilities
-    from pbscale.methods.registry import OLD_ATTRIBUTES
 
-    assert set(OLD_ATTRIBUTES) == set(OLD_CAPABILITY_ATTRIBUTES)
+    capabilities = {f.name for f in dataclasses.fields(Capabilities)}
     assert Capabilities.__dataclass_params__.frozen
     for name, family in REGISTRY.items():
         assert isinstance(family.caps, Capabilities), name
-        for cls in type(family).__mro__:
-            assert not set(vars(cls)) & set(OLD_CAPABILITY_ATTRIBUTES), (name, cls)
+        for cls in type(family).__mro__:  # no capability set beside caps, as a class attribute
+            assert not set(vars(cls)) & capabilities, (name, cls)
+    with pytest.raises(ValueError, match="unknown commands"):
+        Capabilities(commands=("regress", "batched"))  # the old name of regress-group
     # no field's default depends on another: every default is a constant of its own
     assert all(f.default is not dataclasses.MISSING for f in dataclasses.fields(Capabilities))
 

@@ -327,6 +327,20 @@ def test_defaults_and_families():
         assert name in P.PRUNE_METHODS and REGISTRY[name].color
 
 
+def test_st_theta_prunes_with_one_mask_a_step_whatever_n():
+    """ST-theta's caps.prune_n = 1 (Zhou et al.): a pruning run draws one mask a step and
+    lists --n as unused; regression takes its n. The MC estimators take --n in pruning."""
+    from pbscale.methods import Capabilities
+
+    cfg = P.PruneConfig(method="st-theta", n=10).resolved()
+    assert cfg.method_config().n == 1 and "n" in cfg.unused()
+    assert MethodConfig(method="st-theta", n=10).n == 10
+    arms = P.PruneConfig(method="arms", n=10).resolved()
+    assert arms.method_config().n == 10 and "n" not in arms.unused()
+    with pytest.raises(ValueError, match="prune_n needs n in uses"):
+        Capabilities(uses=("lr",), prune_n=1)
+
+
 @pytest.mark.parametrize("args,match", [
     (["--method", "edgepopup", "--mode", "joint"], "does not run in --mode joint"),
     (["--method", "edgepopup", "--target", "0"], "--target: must be a number > 0"),

@@ -16,7 +16,7 @@ otherwise; Z = 2 (:data:`Z`). Lower loss is better.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -333,9 +333,3 @@ def _build() -> list[Claim]:
 
 #: Every claim, in table order.
 CLAIMS: tuple[Claim, ...] = tuple(_build())
-
-
-def claims_for(experiments: Iterable[str], ds: Iterable[int]) -> list[Claim]:
-    """The claims whose experiment and d are among those run."""
-    experiments, ds = set(experiments), set(ds)
-    return [c for c in CLAIMS if c.experiment in experiments and c.d in ds]

@@ -54,6 +54,8 @@ import os
 import sys
 from importlib import import_module
 
+from pbexact.estimators import REGISTRY as ESTIMATORS
+
 #: The modules that define the registered families, in registration order.
 FAMILY_MODULES = ("mc", "cp", "hybrids", "magnitude", "beyond")
 #: The environment variable naming modules outside pbscale that define methods.
@@ -149,8 +151,9 @@ load_plugins(os.environ.get(PLUGINS_ENV, ""))
 
 #: The methods :class:`MaskTrainer` trains (``pbscale.regress --method``).
 METHODS = names("regress")
-#: The MC estimators (every estimator of `pbexact.estimators.REGISTRY` without a J table).
-MC_METHODS = names("regress", samples=True)
+#: The MC estimators: every estimator of `pbexact.estimators.REGISTRY` without a J table (each
+#: one :class:`MCFamily`), in that registry's order.
+MC_METHODS = tuple(n for n, s in ESTIMATORS.items() if not s.needs_table)
 #: The hybrid estimators of `ch:other`.
 HYBRID_METHODS = tuple(n for n in METHODS if isinstance(REGISTRY[n], HybridFamily))
 

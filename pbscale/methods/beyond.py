@@ -27,7 +27,6 @@ from typing import Any
 import torch
 
 from pbexact.errors import PBInputError
-from pbexact.moved import moved_names
 from pbexact.parametrizations import Parametrization
 from pbexact.relaxations import HC_BETA, HC_GAMMA, HC_ZETA, get_relaxation
 from pbscale.runs.contracts import BatchedLoss
@@ -36,10 +35,6 @@ from .estimate import Estimate, sample_mean
 from .registry import Capabilities, register
 from .schedules import check_fraction, top_scores
 from .trainer import Gradient, LogitsFamily, StepArgs
-
-#: The per-layer count this module held before :mod:`pbscale.methods.schedules` (an old import
-#: of it is told where it is; ``top_scores`` is imported from there below).
-__getattr__ = moved_names(__name__, {"layer_counts": "pbscale.methods.schedules:kept_per_layer"})
 
 #: The hard-concrete gate, one definition with the exact side (`pbexact.relaxations`).
 HARD_CONCRETE = get_relaxation("hardconcrete")
@@ -102,7 +97,7 @@ class STThetaFamily(BeyondFamily):
     name, label, text, color = "st-theta", "ST-θ (Zhou)", "ST-theta", "navy"
     caps = Capabilities(commands=BEYOND_COMMANDS,
                         uses=("n", "param", "lr", "optimizer", "chunk", "lam"), min_samples=1,
-                        also_sampled=True, prune_param="sigmoid")
+                        also_sampled=True, prune_param="sigmoid", prune_n=1)
 
     def gradient(self, f: BatchedLoss, r: torch.Tensor, at: StepArgs) -> Gradient:
         est, J = st_theta(f, r, at.param, at.uniforms(at.n), keep_graph=at.weights)

@@ -280,11 +280,6 @@ def _buffers(k: int, d: int, dtype: torch.dtype, reuse: bool) -> list[torch.Tens
     return bufs
 
 
-def release_buffers() -> None:
-    """Drop the cached mask buffers."""
-    _BUFFERS.clear()
-
-
 def fused_gradient(f: Any, r: torch.Tensor, param: Parametrization, spec: EstimatorSpec, n: int,
                    stream: CounterStream, chunk: int, shard: Any = None,
                    keep_masks: bool = True) -> tuple[SampleSums, Any, torch.Tensor]:

@@ -7,17 +7,9 @@ training.
 
 from __future__ import annotations
 
-from pbexact.moved import moved_names
-
 from .cuts import CutSchedule, MaskFamily
 from .registry import Capabilities, register
 from .schedules import gmp_fraction
-
-#: The cuts and counts this module held before :mod:`pbscale.methods.schedules` (an old import
-#: of one is told where it is).
-__getattr__ = moved_names(__name__, dict.fromkeys(
-    ("keep_count", "check_fraction", "global_magnitude_masks", "apply_masks_", "remaining"),
-    "pbscale.methods.schedules"))
 
 
 class MagnitudeFamily(MaskFamily):

@@ -55,8 +55,6 @@ from pbexact.parametrizations import PARAMETRIZATIONS
 #: (:mod:`pbscale.prune` ``--mode``) and ``microworld`` (the vectorized torch runs of
 #: :mod:`analysis.microworld.hybrid`; the MC estimators run there on the exact core).
 COMMANDS = ("regress", "regress-group", "prune-supermask", "prune-joint", "microworld")
-#: Commands renamed since families first named them (a family that names one is told).
-OLD_COMMANDS = {"batched": "regress-group"}
 #: Mask step decays of the pruning experiments (`tab:app_supermask_hypers`,
 #: `tab:app_pruning_broad`; fractions of the epochs, multiplier): CP's logits x0.1 at 40% and
 #: 60%, MC logits x0.5 at 60%.
@@ -167,13 +165,6 @@ class Plan:
         return getattr(self.run, name, default)
 
 
-#: The capabilities a family once set as class attributes, each now a field of
-#: :class:`Capabilities` (a family that still sets one is refused in one line).
-OLD_ATTRIBUTES = ("commands", "uses", "samples", "deterministic", "min_samples",
-                  "split_samples", "eval_sampled", "rescale", "captures_step", "mask_schedule",
-                  "joint_warmup", "dense_weights", "also_sampled", "prune_param")
-
-
 @dataclass(frozen=True)
 class Capabilities:
     """What a method is and reads, stated once (the family's ``caps``; in the spirit of
@@ -183,10 +174,13 @@ class Capabilities:
     ``commands``: the tools it runs in (a subset of :data:`COMMANDS`). ``uses``: the settings
     of :data:`SHARED` and :data:`PRUNE_SETTINGS` it reads; those it does not are listed as
     unused in a run's config.json, and the trainer adds no L0 term without ``lam``.
-    ``samples``: draws masks from a distribution for its estimate (its runs are described by n
-    and the parametrization; in pruning only such methods take ``--n``). ``deterministic``:
-    draws nothing (one mask, one microworld seed). ``min_samples``: fewest samples per step
-    (given exactly when it uses ``n``).
+    A family that names ``n`` in ``uses`` draws n masks per step and takes ``--n`` in every
+    tool (pruning too, unless ``prune_n`` fixes it); one that does not runs with n = 1.
+    ``samples``: one of pbexact's MC estimators (:class:`pbscale.methods.mc.MCFamily`, one per
+    estimator of `pbexact.estimators.REGISTRY` without a J table): its runs are described by n
+    and the parametrization, and analysis selects the MC runs by it (config.json's
+    "method_info"). ``deterministic``: draws nothing (one mask, one microworld seed).
+    ``min_samples``: fewest samples per step (given exactly when it uses ``n``).
 
     How its runs may execute, each False unless stated: ``split_samples`` (torchrun splits its
     samples over the ranks; else data parallelism), ``captures_step`` (a supermask step may be
@@ -198,8 +192,9 @@ class Capabilities:
     masks, ``sampled_*`` metrics), ``rescale`` (pruning rescales its weights dynamically,
     :func:`pbscale.forward.rescale.rescaled_weight`), ``mask_schedule`` ((milestones, gamma) of its
     logits' step decay), ``joint_warmup`` (fraction of a joint run's epochs trained dense
-    first), ``dense_weights`` (trains the weights in supermask mode too) and ``prune_param``
-    (its parametrization when ``--param`` is left out)."""
+    first), ``dense_weights`` (trains the weights in supermask mode too), ``prune_param``
+    (its parametrization when ``--param`` is left out) and ``prune_n`` (the n of every pruning
+    run, ``--n`` then unused; None: ``--n``, where ``uses`` names n)."""
 
     commands: tuple[str, ...] = ()
     uses: tuple[str, ...] = ()
@@ -215,13 +210,10 @@ class Capabilities:
     joint_warmup: float = 0.0
     dense_weights: bool = False
     prune_param: str | None = None
+    prune_n: int | None = None
 
     def __post_init__(self) -> None:
         unknown = set(self.commands) - set(COMMANDS)
-        old = sorted(unknown & set(OLD_COMMANDS))
-        if old:
-            raise ValueError(f"the command {old[0]!r} is {OLD_COMMANDS[old[0]]!r} now; write "
-                             f"commands=(..., {OLD_COMMANDS[old[0]]!r}, ...)")
         if unknown:
             raise ValueError(f"unknown commands {sorted(unknown)}; choose from {COMMANDS}")
         unknown = set(self.uses) - set(SHARED) - set(PRUNE_SETTINGS)
@@ -230,6 +222,9 @@ class Capabilities:
                              f"{SHARED + PRUNE_SETTINGS}")
         if ("n" in self.uses) != (self.min_samples is not None):
             raise ValueError("min_samples is given exactly when uses names n")
+        if self.prune_n is not None and ("n" not in self.uses
+                                         or self.prune_n < (self.min_samples or 1)):
+            raise ValueError("prune_n needs n in uses and at least min_samples")
         if self.samples and self.deterministic:
             raise ValueError("a method that samples is not deterministic")
         if (self.split_samples or self.captures_step or self.eval_sampled) and not self.samples:
@@ -268,24 +263,7 @@ CAPABILITY_FLAGS = (*(f.name for f in dataclasses.fields(Capabilities)), "logits
                     "prune_settings", "trains_weights")
 
 
-def _moved_attribute(owner: str, name: str) -> AttributeError:
-    return AttributeError(
-        f"{owner}.{name} is {owner}.caps.{name} now: a family states its capabilities in one "
-        f"frozen dataclass, caps = Capabilities({name}=...) (from pbscale.methods import "
-        "Capabilities; docs/adding_a_method.md)")
-
-
-class FamilyType(type):
-    """The type of every family class: an old capability attribute read from a class
-    (``LogitsFamily.uses``) is told where it is now."""
-
-    def __getattr__(cls, name: str) -> Any:
-        if name in OLD_ATTRIBUTES:
-            raise _moved_attribute(cls.__name__, name)
-        raise AttributeError(f"type object {cls.__name__!r} has no attribute {name!r}")
-
-
-class Family(metaclass=FamilyType):
+class Family:
     """One method (or family member): its identity (``name``: CLI value, ``label``: legend
     text, ``text``: messages, ``color``: matplotlib colour of its curves, at least
     :data:`MIN_COLOR_DISTANCE` from every other method's as drawn), its capabilities (``caps``,
@@ -300,20 +278,6 @@ class Family(metaclass=FamilyType):
     color: str = ""
     caps: Capabilities = Capabilities()
     Settings: ClassVar[type[Settings]] = NoSettings
-
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        old = [a for a in OLD_ATTRIBUTES if a in vars(cls)]
-        if old:
-            raise TypeError(
-                f"{cls.__name__} sets {', '.join(old)} as class attributes; a family states "
-                f"its capabilities in one frozen dataclass: caps = Capabilities({old[0]}=...) "
-                "(from pbscale.methods import Capabilities; docs/adding_a_method.md)")
-
-    def __getattr__(self, name: str) -> Any:
-        if name in OLD_ATTRIBUTES:
-            raise _moved_attribute(f"<method {self.name}>", name)
-        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     def __repr__(self) -> str:
         return f"<method {self.name}>"

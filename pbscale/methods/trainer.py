@@ -232,7 +232,7 @@ class MaskTrainer:
             self.chunk = min(config.chunk, config.n)
         else:
             self.chunk = auto_chunk(config.n, per_sample, self.device)
-        if family.caps.samples:  # n masks of d entries per step: bounded by memory
+        if "n" in family.caps.uses:  # n masks of d entries per step: bounded by memory
             check_sample_memory(config.n, d, self.chunk, per_sample, self.device, joint=joint,
                                 itemsize=torch.empty((), dtype=dtype).element_size(),
                                 world=world)

@@ -70,14 +70,27 @@ def steers_lam(family: Family) -> bool:
     return family.caps.logits and "lam" in family.caps.uses and "target" not in family.caps.uses
 
 
+def reads_n(family: Family) -> bool:
+    """Whether a pruning run of ``family`` takes ``--n``: its ``caps.uses`` names n and its
+    ``caps.prune_n`` does not fix it."""
+    return "n" in family.caps.uses and family.caps.prune_n is None
+
+
+def pruning_n(family: Family, n: int) -> int:
+    """The n a pruning run of ``family`` draws given ``--n`` = ``n``: ``n`` where it reads it
+    (:func:`reads_n`), its ``caps.prune_n`` where that fixes it, else 1."""
+    return n if reads_n(family) else family.caps.prune_n or 1
+
+
 def method_reads(family: Family) -> list[str]:
     """The fields of :data:`METHOD_DEPENDENT` a pruning run of ``family`` reads, in that order
     (config.json's "method_info" "settings"; the others are "unused"), from its capabilities:
-    n only where it samples (the others run with n = 1), the parametrization where it takes
-    any, the shared settings and the cut schedule its ``caps.uses`` names, ``lam_target`` where
-    it can steer its L0 strength, ``eval_masks`` where its evaluation samples masks."""
+    n where :func:`reads_n` (the others run with :func:`pruning_n`), the parametrization
+    where it takes any, the shared settings and the cut schedule its ``caps.uses`` names,
+    ``lam_target`` where it can steer its L0 strength, ``eval_masks`` where its evaluation
+    samples masks."""
     caps = family.caps
-    reads = {"n": caps.samples, "param": caps.any_param, "lam_target": steers_lam(family),
+    reads = {"n": reads_n(family), "param": caps.any_param, "lam_target": steers_lam(family),
              "eval_masks": caps.eval_sampled or caps.also_sampled,
              **{k: shared in caps.uses for k, shared in SHARED_FIELDS.items()},
              **{k: k in caps.uses for k in PRUNE_SETTINGS}}
@@ -251,10 +264,10 @@ class PruneConfig:
 
     def method_config(self) -> MethodConfig:
         """The :class:`MethodConfig` of the run's method (its logits' optimizer, samples and
-        parametrization; a method that does not sample takes n = 1, one that takes only the
-        sigmoid gets it; validated as it is made)."""
+        parametrization; n as :func:`pruning_n` says, one that takes only the sigmoid gets
+        it; validated as it is made)."""
         family = self.family
-        return MethodConfig(method=self.method, n=self.n if family.caps.samples else 1,
+        return MethodConfig(method=self.method, n=pruning_n(family, self.n),
                             param=self.param if family.caps.any_param else "sigmoid",
                             lr=self.mask_lr, optimizer=self.mask_opt, seed=self.seed,
                             chunk=self.chunk or None, lam=self.lam, settings=self.settings)
@@ -297,8 +310,9 @@ class PruneConfig:
         """The fields of :meth:`hashed` that this run's method, mode and model do not read
         (config.json's "info" lists them as "unused"; they stay in the hashed "task" so that
         run folders keep their names), from the settings its family uses
-        (:attr:`pbscale.methods.registry.Capabilities.uses`): only methods that sample take
-        --n (config.json's "method" records the n and parametrization a method runs with); the
+        (:attr:`pbscale.methods.registry.Capabilities.uses`): --n only where it names n and
+        ``prune_n`` does not fix it (config.json's "method" records the n and parametrization a
+        method runs with); the
         others' evaluation samples no masks unless they also report sampled masks; the mask
         optimizer, learning rate, chunk and L0 weight (:data:`SHARED_FIELDS`) and the cut
         schedule are read by the methods that name them; supermask runs other than dense train
