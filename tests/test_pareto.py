@@ -349,10 +349,15 @@ def test_a_user_network_rows_command_can_be_pasted(tmp_path, capsys, monkeypatch
     quoted for the shell), not ``--dataset arrays --network-id ... --data-id ...``: pasted in
     the same folder, it names the same run, finished, and trains nothing."""
     import shlex
+    import sys
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.syspath_prepend(str(tmp_path))
     (tmp_path / "tinynet.py").write_text(TINYNET)
+    # the module this test imports is dropped when it ends: a later test's tinynet.py (another
+    # folder, another network) must not find this one in sys.modules
+    monkeypatch.setitem(sys.modules, "tinynet", None)
+    del sys.modules["tinynet"]
     rng = np.random.default_rng(0)
     x, y = rng.integers(0, 256, (120, 1, 8, 8)).astype(np.uint8), rng.integers(0, 3, 120)
     np.savez(tmp_path / "d.npz", x_train=x[:90], y_train=y[:90], x_test=x[90:], y_test=y[90:])
