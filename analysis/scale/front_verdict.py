@@ -246,9 +246,15 @@ def _pair_gap(sa: _Side, sb: _Side, safety: float) -> tuple[float, float, float,
     return float(np.mean((va - vb)[keep])), float(np.mean(e[keep])), lo, hi, int(keep.sum())
 
 
-def _sides(rem: np.ndarray, acc: np.ndarray, floor: float) -> list[_Side]:
+def _log_remaining(rem: np.ndarray) -> np.ndarray:
+    """log of the remaining fractions (NaN where missing or not positive)."""
     with np.errstate(invalid="ignore", divide="ignore"):
-        x = np.where(np.isfinite(rem) & (rem > 0), np.log(np.where(rem > 0, rem, 1.0)), np.nan)
+        return np.where(np.isfinite(rem) & (rem > 0), np.log(np.where(rem > 0, rem, 1.0)),
+                        np.nan)
+
+
+def _sides(rem: np.ndarray, acc: np.ndarray, floor: float) -> list[_Side]:
+    x = _log_remaining(rem)
     on, mx, ma = held_out_fronts(x, acc, floor)
     return [_side(x[k], acc[k], on[k]) for k in range(x.shape[0])]
 
@@ -301,24 +307,11 @@ def compare_fronts(rem_a, acc_a, rem_b, acc_b, much: bool = False, floor: float 
     cells = np.array([_pair_gap(sa[i], sb[j], safety) for i, j in rows]).reshape(-1, 5)
     gaps, allow, lo, hi, nb = cells.T
     ok = np.isfinite(gaps)
-    if pair:
-        if ok.sum() < 2:
-            return (dominance(ra, aa, rb, ab, sa, sb, pair, much, floor)
-                    or _no_overlap(sa, sb, much))
-        d = gaps[ok]
-        g, se, df = float(d.mean()), float(d.std(ddof=1) / math.sqrt(d.size)), float(d.size - 1)
-        per_seed = tuple(float(v) for v in gaps)
-        how = f"paired, {d.size} seeds"
-    else:
-        table = gaps.reshape(len(sa), len(sb))
-        ga = _nanmean(table, 1)[np.isfinite(table).any(axis=1)]
-        gb = _nanmean(table, 0)[np.isfinite(table).any(axis=0)]
-        if ga.size < 2 or gb.size < 2:
-            return (dominance(ra, aa, rb, ab, sa, sb, pair, much, floor)
-                    or _no_overlap(sa, sb, much))
-        g, se, df = (float(np.nanmean(table)), *_two_sample(ga, gb))
-        per_seed = ()
-        how = f"unpaired, {ga.size} x {gb.size} seeds"
+    seeds = _over_seeds(gaps, pair, len(sa), len(sb))
+    if seeds is None:
+        return (dominance(ra, aa, rb, ab, sa, sb, rows, pair, much, floor)
+                or _no_overlap(sa, sb, much))
+    g, se, df, how, per_seed = seeds
     b = float(np.mean(allow[ok]))
     test = GapTest(g, se, df, how)
     half = float(t_quantile(df)) * se
@@ -347,6 +340,28 @@ def compare_fronts(rem_a, acc_a, rem_b, acc_b, much: bool = False, floor: float 
                            float(np.mean(nb[ok])))
 
 
+def _over_seeds(values: np.ndarray, pair: bool, na: int, nb: int
+                ) -> tuple[float, float, float, str, tuple[float, ...]] | None:
+    """The mean of per-pair values (NaN: no value) over the seeds, its s.e., df, the test's name
+    and the per-seed values (paired only): paired, the values of seeds 0..K-1 with the paired t;
+    unpaired, the na x nb table of every pair with the two-sample s.e. of its mean. None when
+    fewer than two seeds (on a side, unpaired) have a value."""
+    ok = np.isfinite(values)
+    if pair:
+        if ok.sum() < 2:
+            return None
+        d = values[ok]
+        return (float(d.mean()), float(d.std(ddof=1) / math.sqrt(d.size)), float(d.size - 1),
+                f"paired, {d.size} seeds", tuple(float(v) for v in values))
+    table = values.reshape(na, nb)
+    ga = _nanmean(table, 1)[np.isfinite(table).any(axis=1)]
+    gb = _nanmean(table, 0)[np.isfinite(table).any(axis=0)]
+    if ga.size < 2 or gb.size < 2:
+        return None
+    return (float(np.nanmean(table)), *_two_sample(ga, gb),
+            f"unpaired, {ga.size} x {gb.size} seeds", ())
+
+
 def _two_sample(ga: np.ndarray, gb: np.ndarray) -> tuple[float, float]:
     """The s.e. of the mean over all pairs of A's and B's seeds, from the spread of A's row means
     ``ga`` and B's column means ``gb`` (the two-sample form), and Welch-Satterthwaite's df."""
@@ -363,8 +378,8 @@ def _reach(rem: np.ndarray, acc: np.ndarray, floor: float) -> tuple[np.ndarray, 
     run (NaN: none). Neither is chosen on the seed's own accuracies in a way that favours the
     side: the first is chosen on other seeds' remaining fractions, the second only ever stands
     for the other side of a bound (it can only make the bound looser)."""
-    with np.errstate(invalid="ignore", divide="ignore"):
-        x = np.where(np.isfinite(rem) & (rem > 0), np.log(np.where(rem > 0, rem, 1.0)), np.nan)
+    x = _log_remaining(rem)
+    with np.errstate(invalid="ignore"):
         ok = np.isfinite(x) & np.isfinite(acc) & (acc >= STALLED_ACC)
     _, mx, ma = held_out_fronts(x, acc, floor)
     with np.errstate(invalid="ignore"):
@@ -376,51 +391,41 @@ def _reach(rem: np.ndarray, acc: np.ndarray, floor: float) -> tuple[np.ndarray, 
     return densest, best
 
 
+def _disjoint(sa: _Side, sb: _Side) -> str | None:
+    """"below" where A's seed front lies wholly at fewer remaining weights than B's, "above"
+    where B's does, None where either is empty or they overlap."""
+    if not (sa.x.size and sb.x.size):
+        return None
+    return "below" if sa.x[-1] < sb.x[0] else "above" if sb.x[-1] < sa.x[0] else None
+
+
 def dominance(ra: np.ndarray, aa: np.ndarray, rb: np.ndarray, ab: np.ndarray,
-              sa: list[_Side], sb: list[_Side], pair: bool, much: bool, floor: float
-              ) -> FrontComparison | None:
-    """The verdict where the fronts share no budget and, on every seed (pair) that has both, one
-    side's front lies wholly at fewer remaining weights than the other's (module docstring). A
-    front never falls as the budget grows, so the sparser side's run of its densest usable
-    setting (:func:`_reach`) is at most its front at the other side's budgets, and the other
-    side's most accurate run at least its own front there: their difference bounds the gap from
-    one side (A sparser: from below; B sparser: from above), with no interpolation. Holds
-    (fails) when the bound's 95% t interval over the seeds lies beyond the threshold; None (the
-    fronts share no budget: cannot tell) otherwise, when the seeds disagree on which side is
-    sparser, or when fewer than two seeds on a side have runs."""
-    rows = [(k, k) for k in range(len(sa))] if pair else [
-        (i, j) for i in range(len(sa)) for j in range(len(sb))]
-    kinds = {("below" if sa[i].x[-1] < sb[j].x[0] else "above")
-             for i, j in rows if sa[i].x.size and sb[j].x.size
-             and (sa[i].x[-1] < sb[j].x[0] or sb[j].x[-1] < sa[i].x[0])}
+              sa: list[_Side], sb: list[_Side], rows: list[tuple[int, int]], pair: bool,
+              much: bool, floor: float) -> FrontComparison | None:
+    """The verdict where the fronts share no budget and, on every seed pair of ``rows`` that has
+    both, one side's front lies wholly at fewer remaining weights than the other's (module
+    docstring). A front never falls as the budget grows, so the sparser side's run of its
+    densest usable setting (:func:`_reach`) is at most its front at the other side's budgets,
+    and the other side's most accurate run at least its own front there: their difference
+    bounds the gap from one side (A sparser: from below; B sparser: from above), with no
+    interpolation. Holds (fails) when the bound's 95% t interval over the seeds lies beyond the
+    threshold; None (the fronts share no budget: cannot tell) otherwise, when the seeds disagree
+    on which side is sparser, or when fewer than two seeds on a side have runs."""
+    where = [_disjoint(sa[i], sb[j]) for i, j in rows]
+    kinds = {k for k in where if k is not None}
     if len(kinds) != 1:
         return None
     kind = kinds.pop()  # "below": A's front at fewer remaining weights, its bound is a floor
     dense_a, best_a = _reach(ra, aa, floor)
     dense_b, best_b = _reach(rb, ab, floor)
-    bound = (dense_a[:, None] - best_b[None, :]) if kind == "below" else (
-        best_a[:, None] - dense_b[None, :])
-    disjoint = np.array([bool(sa[i].x.size and sb[j].x.size and (
-        sa[i].x[-1] < sb[j].x[0] if kind == "below" else sb[j].x[-1] < sa[i].x[0]))
-        for i, j in rows])
-    bounds = np.where(disjoint, np.array([bound[i, j] for i, j in rows]), np.nan)
+    bounds = np.array([(dense_a[i] - best_b[j] if kind == "below" else best_a[i] - dense_b[j])
+                       if w == kind else np.nan for (i, j), w in zip(rows, where)])
+    seeds = _over_seeds(bounds, pair, len(sa), len(sb))
+    if seeds is None:
+        return None
+    g, se, df, how, per_seed = seeds
+    how += ", one front sparser"
     ok = np.isfinite(bounds)
-    if pair:
-        if ok.sum() < 2:
-            return None
-        d = bounds[ok]
-        g, se, df = float(d.mean()), float(d.std(ddof=1) / math.sqrt(d.size)), float(d.size - 1)
-        how = f"paired, {d.size} seeds, one front sparser"
-        per_seed = tuple(float(v) for v in bounds)
-    else:
-        table = bounds.reshape(len(sa), len(sb))
-        ga = _nanmean(table, 1)[np.isfinite(table).any(axis=1)]
-        gb = _nanmean(table, 0)[np.isfinite(table).any(axis=0)]
-        if ga.size < 2 or gb.size < 2:
-            return None
-        g, se, df = (float(np.nanmean(table)), *_two_sample(ga, gb))
-        how = f"unpaired, {ga.size} x {gb.size} seeds, one front sparser"
-        per_seed = ()
     m = MUCH_ACC if much else 0.0
     half = float(t_quantile(df)) * se
     p_up, p_down = _p_values(g, 0.0, se, df, m)
