@@ -343,7 +343,7 @@ def make():
 """
 
 
-def test_a_user_network_rows_command_can_be_pasted(tmp_path, capsys, monkeypatch):
+def test_a_user_network_rows_command_can_be_pasted(tmp_path, capsys, monkeypatch, request):
     """runs.md's command of a run of the user's network and data file is the command the user
     ran (``--model tinynet:make --data d.npz``, the method's own setting as its flag, a pattern
     quoted for the shell), not ``--dataset arrays --network-id ... --data-id ...``: pasted in
@@ -356,8 +356,8 @@ def test_a_user_network_rows_command_can_be_pasted(tmp_path, capsys, monkeypatch
     (tmp_path / "tinynet.py").write_text(TINYNET)
     # the module this test imports is dropped when it ends: a later test's tinynet.py (another
     # folder, another network) must not find this one in sys.modules
-    monkeypatch.setitem(sys.modules, "tinynet", None)
-    del sys.modules["tinynet"]
+    monkeypatch.delitem(sys.modules, "tinynet", raising=False)
+    request.addfinalizer(lambda: sys.modules.pop("tinynet", None))
     rng = np.random.default_rng(0)
     x, y = rng.integers(0, 256, (120, 1, 8, 8)).astype(np.uint8), rng.integers(0, 3, 120)
     np.savez(tmp_path / "d.npz", x_train=x[:90], y_train=y[:90], x_test=x[90:], y_test=y[90:])
