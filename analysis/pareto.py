@@ -299,7 +299,7 @@ def command(task: dict, data_dir: str = "", seeds: Sequence[int] = (), data_file
     :data:`SAVED_ARRAYS`, the file they would be saved to) in place of the recorded data set
     and identities, else ``--data-dir`` (``data_dir``, as the run was given it; synthetic runs
     have none)."""
-    from pbscale.prune import PruneConfig
+    from pbscale.pruning.config import PruneConfig
 
     arrays = task.get("dataset") == "arrays"
     default = PruneConfig(model=task["model"], mode=task["mode"]).resolved()

@@ -28,8 +28,8 @@ from pbexact.cli import ArgumentParser, positive_int, positive_int_list, thread_
 from pbexact.errors import PBInputError
 from pbexact.io import check_out_dir
 from pbscale.methods import MethodConfig
-from pbscale.regress import run_folder, run_name, train
 from pbscale.regression.problem import make_problem
+from pbscale.regression.run import run_folder, run_name, train
 from pbscale.runs import io
 from pbscale.runs.runtime import resolve_device, set_threads
 

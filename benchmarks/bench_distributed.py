@@ -89,11 +89,12 @@ def _dp_worker(args: argparse.Namespace) -> None:
     """One joint ``pbscale.prune`` run of LeNet (2 epochs of ``--dp-steps`` steps) as torchrun
     launches it; rank 0 prints the wall and CPU seconds per step of the second epoch's steps
     (all but its last: the step hook marks them), the slowest rank's."""
-    from pbscale import prune
+    from pbscale.pruning import config as pconfig
+    from pbscale.pruning import run as prun
 
     torch.set_num_threads(args.threads)
     shard = distributed.from_env(args.device)
-    cfg = prune.PruneConfig(model="lenet", mode="joint", method=args.dp_worker,
+    cfg = pconfig.PruneConfig(model="lenet", mode="joint", method=args.dp_worker,
                             synthetic=args.dp_batch * args.dp_steps, batch_size=args.dp_batch,
                             epochs=2, max_batches=args.dp_steps, eval_batches=1, eval_masks=1,
                             val_size=args.dp_batch)
@@ -104,7 +105,7 @@ def _dp_worker(args: argparse.Namespace) -> None:
             marks["start" if i == 0 else "end"] = (time.perf_counter(), time.process_time())
 
     with tempfile.TemporaryDirectory() as out:
-        summary = prune.run(cfg, out, args.device, quiet=True, shard=shard, step_hook=hook)
+        summary = prun.run(cfg, out, args.device, quiet=True, shard=shard, step_hook=hook)
     steps = args.dp_steps - 1
     wall = (marks["end"][0] - marks["start"][0]) / steps
     cpu = (marks["end"][1] - marks["start"][1]) / steps
@@ -120,7 +121,7 @@ def _dp_worker(args: argparse.Namespace) -> None:
 
 def _dp_methods(text: str) -> list[str]:
     """argparse type: comma-separated pruning methods of ``pbscale.prune`` ('' : none)."""
-    from pbscale.prune import PRUNE_METHODS
+    from pbscale.pruning.config import PRUNE_METHODS
     methods = [m for m in text.split(",") if m]
     for m in methods:
         if m not in PRUNE_METHODS:

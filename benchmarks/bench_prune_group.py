@@ -24,33 +24,34 @@ import torch
 
 from pbexact.cli import ArgumentParser, nonneg_int, positive_int, run_main
 from pbexact.errors import PBInputError
-from pbscale import prune
+from pbscale.pruning import config as pconfig
+from pbscale.pruning import run as prun
 from pbscale.runs import io
 from pbscale.runs.runtime import resolve_device, set_threads
 
 
 def configs(method: str, G: int, n: int, epochs: int, max_batches: int, data_dir: str,
-            synthetic: int) -> list[prune.PruneConfig]:
+            synthetic: int) -> list[pconfig.PruneConfig]:
     """The G runs (seeds 0..G-1) of a LeNet supermask setting."""
-    return [prune.PruneConfig(model="lenet", mode="supermask", method=method, n=n,
+    return [pconfig.PruneConfig(model="lenet", mode="supermask", method=method, n=n,
                               epochs=epochs, max_batches=max_batches, data_dir=data_dir,
                               synthetic=synthetic, seed=s) for s in range(G)]
 
 
-def time_separate(cfgs: list[prune.PruneConfig], device: str) -> float:
+def time_separate(cfgs: list[pconfig.PruneConfig], device: str) -> float:
     """Wall seconds of the runs one after another (fresh folder)."""
     with tempfile.TemporaryDirectory() as tmp:
         t0 = time.perf_counter()
         for c in cfgs:
-            prune.run(c, Path(tmp), device, quiet=True)
+            prun.run(c, Path(tmp), device, quiet=True)
         return time.perf_counter() - t0
 
 
-def time_group(cfgs: list[prune.PruneConfig], device: str) -> float:
+def time_group(cfgs: list[pconfig.PruneConfig], device: str) -> float:
     """Wall seconds of the runs as one group (fresh folder)."""
     with tempfile.TemporaryDirectory() as tmp:
         t0 = time.perf_counter()
-        prune.run_group(cfgs, Path(tmp), device, quiet=True)
+        prun.run_group(cfgs, Path(tmp), device, quiet=True)
         return time.perf_counter() - t0
 
 

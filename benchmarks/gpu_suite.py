@@ -2,7 +2,7 @@
 default: what a session lent one GPU can spend), into one results folder.
 
     python -m benchmarks.gpu_suite --out DIR [--smoke] [--device cuda|cpu] [--budget-s 480]
-        [--pieces sync,prune,prune_epoch,arms_loorf,pbscale,batched_seeds,prune_group,
+        [--pieces sync,prune,prune_epoch,arms_loorf,pbscale,regress_group,prune_group,
                   regression,routes]
         [--routes off|all|NAMES] [--label TEXT]
 
@@ -26,7 +26,7 @@ TF32 flags, commit, hostname, date). The pieces, in order:
   on MaskedNNRegression at n = 10 and 100.
 * ``pbscale``: :mod:`benchmarks.bench_pbscale`, chunked-batched evaluation against a loop over
   samples (LOORF, n = 10, 100, 1000), with peak memory.
-* ``batched_seeds``: :func:`benchmarks.bench_batched_seeds.time_modes`, runs per hour of
+* ``regress_group``: :func:`benchmarks.bench_regress_group.time_modes`, runs per hour of
   MaskedNNRegression runs trained as one batched group (20 runs: a group of the paper's sweep;
   and 100 runs) against one run at a time.
 * ``prune_group``: :func:`benchmarks.bench_prune_group.measure`, runs per hour of LeNet-300-100
@@ -360,9 +360,9 @@ def piece_pbscale(ctx: Context) -> Outcome:
                    len(rows) < len(ns))
 
 
-def piece_batched_seeds(ctx: Context) -> Outcome:
-    """Runs per hour, batched groups against one at a time (bench_batched_seeds.time_modes)."""
-    from benchmarks.bench_batched_seeds import time_modes
+def piece_regress_group(ctx: Context) -> Outcome:
+    """Runs per hour, regression groups against one at a time (bench_regress_group.time_modes)."""
+    from benchmarks.bench_regress_group import time_modes
     from pbscale.methods import MethodConfig
     from pbscale.regression.problem import make_problem
 
@@ -378,7 +378,7 @@ def piece_batched_seeds(ctx: Context) -> Outcome:
                 for lr in lrs for s in range(n_seeds)]
 
     # warm-up outside the timing (first-call kernels, allocator, lazy imports)
-    time_modes(configs(1)[:2], 1, ctx.dev, ("batched", "serial"), problem=prob,
+    time_modes(configs(1)[:2], 1, ctx.dev, ("group", "serial"), problem=prob,
                tmp_dir=ctx.folder)
     wall, _ = time_modes(configs(seeds[0])[:serial_runs], epochs, ctx.dev, ("serial",),
                          problem=prob, tmp_dir=ctx.folder)["serial"]
@@ -392,20 +392,20 @@ def piece_batched_seeds(ctx: Context) -> Outcome:
         group = configs(s)
         try:
             with ctx.within() if i else contextlib.nullcontext():
-                gwall, _ = time_modes(group, epochs, ctx.dev, ("batched",), problem=prob,
-                                      tmp_dir=ctx.folder)["batched"]
+                gwall, _ = time_modes(group, epochs, ctx.dev, ("group",), problem=prob,
+                                      tmp_dir=ctx.folder)["group"]
         except PieceTimeout:
             print(f"  {len(group)} runs batched: budget spent", flush=True)
             break
         per_hour = len(group) / gwall * 3600
-        rows.append({"mode": "batched", "runs": len(group), "method": method, "n": n,
+        rows.append({"mode": "group", "runs": len(group), "method": method, "n": n,
                      "epochs": epochs, "wall_s": gwall, "runs_per_hour": per_hour,
                      "ratio": per_hour / per_hour_serial})
         ctx.save(rows)
         print(f"  {len(group)} runs batched: {per_hour:.0f} runs/hour, "
               f"{per_hour / per_hour_serial:.1f}x one at a time ({per_hour_serial:.0f})",
               flush=True)
-    batched = [r for r in rows if r["mode"] == "batched"]
+    batched = [r for r in rows if r["mode"] == "group"]
     if not batched:
         raise RuntimeError("no batched group fitted in the budget")
     best = max(batched, key=lambda r: r["ratio"])
@@ -460,7 +460,8 @@ def piece_prune_epoch(ctx: Context) -> Outcome:
     the suite's routes: ``cuda_graph`` replays the MC steps, :class:`pbscale.execution.captured.
     CapturedSteps`): training milliseconds per step of ARMS n = 100 and of the dense network
     (one epoch of ``batches`` steps, evaluation not counted), and their ratio."""
-    from pbscale import prune as P
+    from pbscale.pruning import config as pconfig
+    from pbscale.pruning import run as prun
     from pbscale.pruning.run import captures_steps
 
     if ctx.smoke:
@@ -471,11 +472,11 @@ def piece_prune_epoch(ctx: Context) -> Outcome:
     rows: list[dict] = []
     with tempfile.TemporaryDirectory(dir=ctx.folder, prefix=".tmp-") as tmp:
         for method in ("dense", "arms"):
-            cfg = P.PruneConfig(model="lenet", mode="supermask", method=method, n=n, epochs=1,
+            cfg = pconfig.PruneConfig(model="lenet", mode="supermask", method=method, n=n, epochs=1,
                                 max_batches=batches, batch_size=batch, data_dir=data_dir,
                                 synthetic=synthetic, eval_masks=2, eval_batches=1)
             with ctx.within():
-                folder = Path(P.run(cfg, tmp, str(ctx.dev), quiet=True)["folder"])
+                folder = Path(prun.run(cfg, tmp, str(ctx.dev), quiet=True)["folder"])
             row = io.read_csv(folder / "metrics.csv")[-1]
             rows.append({"method": method, "n": n if "n" in cfg.family.caps.uses else 0,
                          "steps": batches, "batch": batch, "routes": str(routes.default()),
@@ -592,7 +593,7 @@ def _train_job(kind: dict, epochs: int, problem: Any, out: Path, dev: torch.devi
                ) -> list[dict]:
     """Train one job of a kind for ``epochs`` epochs under ``out``; its per-epoch history rows
     (train_seconds, val_seconds) as the run loop records them."""
-    from pbscale import regress
+    from pbscale.regression import run as rrun
     from pbscale.regression.group import train_group
     from pbscale.runs.records import GROUPS
 
@@ -600,7 +601,7 @@ def _train_job(kind: dict, epochs: int, problem: Any, out: Path, dev: torch.devi
         train_group(kind["configs"], epochs, problem, out=out, device=dev)
         (metrics,) = (out / GROUPS).glob("*/metrics.csv")
         return io.read_csv(metrics)
-    folder = regress.train(kind["configs"][0], epochs, out, device=str(dev), problem=problem,
+    folder = rrun.train(kind["configs"][0], epochs, out, device=str(dev), problem=problem,
                            progress=False)
     return io.read_csv(folder / "history.csv")
 
@@ -704,8 +705,8 @@ PIECES = {p.name: p for p in (
           "bench_pbscale_{dev}.csv", 0.10, piece_pbscale,
           ("n", "batched_chunk", "batched_ms", "loop_ms", "speedup", "batched_peak_mib",
            "one_shot_peak_mib")),
-    Piece("batched_seeds", "bench_batched_seeds: runs per hour, batched against one at a time",
-          "bench_batched_seeds.csv", 0.14, piece_batched_seeds,
+    Piece("regress_group", "bench_regress_group: runs per hour, batched against one at a time",
+          "bench_regress_group.csv", 0.14, piece_regress_group,
           ("mode", "runs", "method", "n", "epochs", "wall_s", "runs_per_hour", "ratio")),
     Piece("prune_group", "bench_prune_group: pruning groups, runs per hour against one at a time",
           "bench_prune_group.csv", 0.12, piece_prune_group,

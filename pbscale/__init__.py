@@ -1,7 +1,7 @@
 """pbscale: the estimators of pbexact on masked torch networks (CPU or GPU).
 
 The commands stay where ``python -m`` names them: :mod:`pbscale.prune`, :mod:`pbscale.regress`,
-:mod:`pbscale.batched_seeds`, :mod:`pbscale.export` and the package :mod:`pbscale.sweep`. The
+:mod:`pbscale.export` and the package :mod:`pbscale.sweep`. The
 machinery is in sub-packages named for what they hold, each importing only those below it
 (``tests/test_architecture.py``): :mod:`pbscale.runs` (the run loop and its records) and
 :mod:`pbscale.forward` (how k masks of a network are evaluated) at the bottom;

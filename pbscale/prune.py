@@ -31,12 +31,8 @@ command line, and how a sweep groups its runs (:data:`GROUPING`).
 from __future__ import annotations
 
 import argparse
-import functools
-import os
 import sys
-from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 from pbexact.cli import (
     ArgumentParser,
@@ -56,61 +52,40 @@ from pbexact.errors import PBInputError
 from pbexact.parametrizations import PARAMETRIZATIONS
 from pbscale.execution import distributed
 from pbscale.forward import routes as gpu_routes
-from pbscale.methods.options import add_options, families, listed, settings_of, users
+from pbscale.methods.options import add_options, families, listed, users
 from pbscale.nets import data as datamod
-from pbscale.nets import user_data
 from pbscale.nets.models import MODELS
-from pbscale.nets.network import NETWORK_INITS, source_digest, source_file
+from pbscale.nets.network import NETWORK_INITS
 from pbscale.nets.network import argument as model_argument
 from pbscale.pruning.config import (
     DEFAULT_PARAM,
     MASK_OPTIMIZERS,
     MODES,
     PRUNE_COMMANDS,
-    PRUNE_METHODS,
     PruneConfig,
     prune_methods,
     reads_n,
     steers_lam,
 )
-from pbscale.pruning.group import member_key
-from pbscale.pruning.outputs import load_pruned
+from pbscale.pruning.jobs import config_fields
 from pbscale.pruning.run import (
-    GROUP_FREE,
     MAX_GROUP,
-    build,
-    distribute,
     group_configs,
-    member,
-    prepare,
     print_extremes,
-    report,
     result_line,
     run,
     run_group,
 )
-from pbscale.pruning.task import PruneTask
 from pbscale.runs.allocator import keep_freed_memory
+from pbscale.runs.jobs import listed_values
 from pbscale.runs.runtime import resolve_device, set_threads
-from pbscale.sweep.jobs import Grouping, Identity
 
-__all__ = ["GROUPING", "GROUP_FREE", "MAX_GROUP", "MODES", "PRUNE_METHODS", "PruneConfig",
-           "PruneTask", "build", "build_parser", "distribute", "group_argv", "group_configs",
-           "load_pruned", "main", "member", "member_key", "prepare", "report", "result_line",
-           "run", "run_group", "run_identity"]
+__all__ = ["build_parser", "main"]
 
 #: argparse type of ``--synthetic``: at most as many random images as MNIST's training set,
 #: the largest real one here (all held in memory as float32).
 SYNTHETIC_COUNT = int_in_range(0, 60_000, "random images held in memory; MNIST's training "
                                "set has 60,000")
-
-def _listed(value: float | list[float]) -> list[float]:
-    out = value if isinstance(value, list) else [value]
-    if len(set(out)) != len(out):
-        raise PBInputError(f"a value is listed twice in {','.join(map(str, out))}; list each "
-                           "once")
-    return out
-
 
 class _Given(argparse.Action):
     """Store the value and note the option as given (``namespace.given``), so that a left-out
@@ -262,97 +237,6 @@ def build_parser() -> ArgumentParser:
     return p
 
 
-#: Options a sweep never passes to a group's child (its own, or the grid axes).
-_NOT_SHARED = (*GROUP_FREE, "seeds", "out", "threads", "quiet", "download", "download_url",
-               "help")
-
-
-def group_argv(full: dict, values: Mapping[str, Sequence]) -> list[str]:
-    """The options of the group of the product of ``values`` (:data:`GROUP_FREE`: seeds, lams,
-    mask learning rates) whose other options are ``full``'s: each option that differs from its
-    default, as the sweep names a run (a default spelled out is the default left out; so is a
-    lam list of the default alone, which a method without L0 strength never reads)."""
-    defaults = {a.dest: a.default for a in build_parser()._actions}  # noqa: SLF001
-    args: list[str] = []
-    for key, value in full.items():
-        if key in _NOT_SHARED or value == defaults.get(key) or value is None:
-            continue
-        flag = "--" + key.replace("_", "-")
-        if value is True:
-            args.append(flag)
-        elif value is not False:
-            args += [flag, repr(value) if isinstance(value, float) else str(value)]
-    lams = [float(v) for v in values["lam"]]
-    if lams != [defaults["lam"]]:
-        args += ["--lam", ",".join(map(repr, lams))]
-    return [*args, "--seeds", ",".join(str(int(v)) for v in values["seed"]),
-            "--mask-lr", ",".join(repr(float(v)) for v in values["mask_lr"])]
-
-
-#: How ``pbscale.sweep`` groups ``prune`` runs (:class:`pbscale.sweep.jobs.Grouping`): runs
-#: that differ only in seed, lam and mask learning rate train as one pruning group (with
-#: ``--lam-target``, each member steers its own lam).
-GROUPING = Grouping("pbscale.prune", (), lambda full: True, group_argv,
-                    member_key, axes=GROUP_FREE)
-
-
-def config_fields(options: Mapping[str, Any], given: Collection[str]) -> dict:
-    """The :class:`PruneConfig` fields of parsed ``options`` (the parser's dests), the method's
-    own settings gathered, ``param`` left to the method's default unless ``given``; ``lam`` and
-    ``mask_lr`` as the parser holds them (a value or a list: one run of a group each)."""
-    fields = {k: v for k, v in options.items() if k in PruneConfig.__dataclass_fields__}
-    fields["settings"] = settings_of(dict(options), options["method"])
-    if "param" not in given:  # left out: the method's own default (PruneConfig.resolved)
-        fields["param"] = ""
-    return fields
-
-
-@functools.lru_cache(maxsize=64)
-def _file_data_id(path: str, stamp: tuple[int, int]) -> str | None:
-    """The ``data_id`` a run of the data file ``path`` records (``stamp``: its modification
-    time and size, so that an edited file is read again), None where it cannot be read."""
-    try:
-        return user_data.data_id(user_data.read_npz(path))
-    except (OSError, ValueError):  # PBInputError is a ValueError: the run says why
-        return None
-
-
-def run_identity(options: Mapping[str, Any]) -> list[Identity]:
-    """What a run of ``options`` (the parser's dests, defaults filled in, as a sweep holds
-    them) would record now of the user's files (:class:`pbscale.sweep.jobs.Identity`): the
-    ``--data`` file's ``data_id`` (config.json's "task": the arrays' fingerprint) and the
-    digest of the module file ``--model package.module:factory`` names ("info"
-    ``network_source``, :func:`pbscale.nets.network.source_digest`: the file read as bytes,
-    never imported)."""
-    out = []
-    data, model = options.get("data"), options.get("model")
-    if isinstance(data, str) and data:
-        try:
-            st = os.stat(data)
-            value = _file_data_id(os.path.abspath(data), (st.st_mtime_ns, st.st_size))
-        except OSError:
-            value = None
-        out.append(Identity("data", data, ("task", "data_id"), value))
-    if isinstance(model, str) and ":" in model:
-        out.append(Identity("network", source_file(model) or model,
-                            ("info", "network_source"), source_digest(model)))
-    return out
-
-
-def check_options(options: Mapping[str, Any], given: Collection[str] = ()) -> None:
-    """Refuse (one-line :class:`PBInputError`) the options of one run (the parser's dests,
-    defaults filled in, as a sweep holds them; ``given``: those set) that the run itself
-    refuses before it trains: each of its configurations (a lam or mask-lr list makes several),
-    resolved and validated as :func:`main` does (:meth:`PruneConfig.validate`: fractions such
-    as --lam-target in [0, 1], the method's own settings such as --cp-final-tau in (0, 1]).
-    A sweep checks every run with it before it launches one (:mod:`pbscale.sweep.file`)."""
-    fields = config_fields(options, given)
-    lams, lrs = _listed(fields.pop("lam")), _listed(fields.pop("mask_lr"))
-    for lam in lams:
-        for lr in lrs:
-            PruneConfig(**fields, lam=lam, mask_lr=lr).resolved().validate()
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args_or_code(argv)
@@ -370,9 +254,9 @@ def main(argv: list[str] | None = None) -> int:
         try:
             keep_freed_memory()  # glibc: no page faults on a step's freed vectors
             set_threads(args.threads)
-            cfg = PruneConfig(**fields, lam=_listed(lams)[0], mask_lr=_listed(lrs)[0])
-            if len(seeds) * len(_listed(lams)) * len(_listed(lrs)) > 1:
-                cfgs = group_configs(cfg, seeds, _listed(lams), _listed(lrs))
+            cfg = PruneConfig(**fields, lam=listed_values(lams)[0], mask_lr=listed_values(lrs)[0])
+            if len(seeds) * len(listed_values(lams)) * len(listed_values(lrs)) > 1:
+                cfgs = group_configs(cfg, seeds, listed_values(lams), listed_values(lrs))
                 if distributed.from_env(resolve_device(args.device)) is not None:
                     raise PBInputError("pruning groups run in one process; launch them without "
                                        "torchrun")

@@ -5,6 +5,11 @@ Each run writes a resumable folder ``<out>/<method>-n<n>-<param>-lr<lr>-<optimiz
 <hash>`` (config.json, history.csv, checkpoint.pt, summary.json); running the same command
 again resumes from the checkpoint, or returns at once if the run is complete.
 
+``--seeds 0-9`` and a comma list of ``--lr`` (``--lr 0.1,0.01``) train the runs of seeds x
+learning rates as one regression group in one process (:mod:`pbscale.regression.group`), each
+run's folder and numbers its separate run's; as ``python -m pbscale.prune --seeds`` does for
+pruning (docs/groups.md).
+
 Validation (`sec:app_maskednnregression`): MC and hybrid methods sample 5 masks, pick the one
 with the lowest loss on 500 random training points and report its loss on the 5,000 validation
 points (``val_loss_chosen``; ``val_loss`` is the mean over the 5 masks); CP uses 1[r > 0].
@@ -13,39 +18,40 @@ points (``val_loss_chosen``; ``val_loss`` is the mean over the 5 masks); CP uses
 from __future__ import annotations
 
 import sys
-from collections.abc import Collection, Mapping
-from typing import Any
 
 from pbexact.cli import (
     ArgumentParser,
     given_options,
     nonneg_float,
     nonneg_int,
+    one_or_list,
     out_folder,
     positive_float,
     positive_int,
     run_main,
+    seed_list_at_most,
     thread_count,
 )
+from pbexact.errors import PBInputError
 from pbexact.parametrizations import PARAMETRIZATIONS
 from pbscale.execution import distributed
 from pbscale.methods import OPTIMIZERS, MethodConfig, names
-from pbscale.methods.options import add_options, foreign, listed, settings_of, users
+from pbscale.methods.options import add_options, foreign, listed, users
+from pbscale.regression.group import MAX_RUNS, MaskTrainerGroup, train_unfinished
+from pbscale.regression.jobs import GROUP_COMMANDS, SHARED, method_config, own_options
+from pbscale.regression.problem import make_problem
 from pbscale.regression.run import (
     COMMANDS_HERE,
     DEFAULT_OUT,
-    RUN_FILES,
-    run_folder,
-    run_name,
     train,
     unused,
 )
 from pbscale.runs import io
 from pbscale.runs.allocator import keep_freed_memory
+from pbscale.runs.jobs import listed_values
 from pbscale.runs.runtime import resolve_device, set_threads
 
-__all__ = ["DEFAULT_OUT", "RUN_FILES", "build_parser", "ignored_options", "main", "run_folder",
-           "run_name", "train"]
+__all__ = ["build_parser", "main"]
 
 
 def ignored_options(cfg: MethodConfig, given: set[str]) -> list[str]:
@@ -71,10 +77,16 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--param", default="sigmoid", choices=list(PARAMETRIZATIONS),
                    help=f"parametrization ({read_by('param')}; the others take sigmoid; "
                         "default sigmoid)")
-    p.add_argument("--lr", type=positive_float, default=0.1, help="learning rate (default 0.1)")
+    p.add_argument("--lr", type=one_or_list(positive_float), default=0.1,
+                   help="learning rate (default 0.1); a comma list (0.1,0.01) trains one run "
+                        "per rate as a regression group")
     p.add_argument("--optimizer", default="rmsprop", choices=list(OPTIMIZERS),
                    help="(default rmsprop)")
     p.add_argument("--seed", type=nonneg_int, default=0, help="method seed (sampling, batches)")
+    p.add_argument("--seeds", type=seed_list_at_most(MAX_RUNS), default=None,
+                   help="seeds trained as one regression group, e.g. 0-9 or 0,3,5 (instead of "
+                        f"--seed; at most {MAX_RUNS:,} runs: seeds x learning rates; methods "
+                        f"{listed(names(*GROUP_COMMANDS))})")
     p.add_argument("--data-seed", type=nonneg_int, default=0,
                    help="seed of data, target and backbone, shared by all runs (default 0)")
     p.add_argument("--epochs", type=positive_int, default=300,
@@ -95,21 +107,36 @@ def build_parser() -> ArgumentParser:
     return p
 
 
-def method_config(options: Mapping[str, Any]) -> MethodConfig:
-    """The run's :class:`MethodConfig` from parsed ``options`` (the parser's dests), validated
-    as it is made."""
-    o = options
-    return MethodConfig(method=o["method"], n=o["n"], param=o["param"], lr=o["lr"],
-                        optimizer=o["optimizer"], seed=o["seed"], chunk=o["chunk"],
-                        lam=o["lam"], settings=settings_of(dict(o), o["method"]))
-
-
-def check_options(options: Mapping[str, Any], given: Collection[str] = ()) -> None:
-    """Refuse (one-line :class:`PBInputError`) the options of one run (the parser's dests,
-    defaults filled in, as a sweep holds them) that the run itself refuses before it trains:
-    its method's configuration (:func:`method_config`). A sweep checks every run with it
-    before it launches one (:mod:`pbscale.sweep.file`)."""
-    method_config(options)
+def group(args, parser: ArgumentParser, argv: list[str] | None, seeds: list[int],
+          lrs: list[float]) -> int:
+    """Train the runs of seeds x ``lrs`` of the parsed ``args`` as one regression group
+    (:func:`pbscale.regression.group.train_unfinished`); refused in one line where a group
+    cannot hold them (a method without a group step, ``--chunk``, more than
+    :data:`MAX_RUNS` runs, torchrun)."""
+    if args.method not in names(*GROUP_COMMANDS):
+        raise PBInputError(f"--method {args.method} does not train in regression groups (those "
+                           f"that do: {listed(names(*GROUP_COMMANDS))}); give one --seed and "
+                           "one --lr")
+    given = given_options(parser, argv)
+    extra = sorted(given - {*SHARED, *own_options(), "seed", "seeds", "lr", "out", "threads",
+                            "quiet"})
+    if extra:
+        raise PBInputError(f"a regression group does not take --{extra[0].replace('_', '-')}; "
+                           "leave it out or train the runs one at a time")
+    if len(lrs) * len(seeds) > MAX_RUNS:
+        raise PBInputError(f"{len(lrs) * len(seeds):,} runs (seeds x learning rates), more than "
+                           f"the {MAX_RUNS:,} one group holds; split them over several commands")
+    dev = resolve_device(args.device)
+    if distributed.from_env(dev) is not None:
+        raise PBInputError("regression groups run in one process; launch them without torchrun")
+    configs = [method_config({**vars(args), "lr": lr, "seed": seed, "chunk": None})
+               for lr in lrs for seed in seeds]
+    MaskTrainerGroup.check(configs)  # before drawing the data
+    problem = make_problem(args.data_seed, dev)
+    skipped, trained = train_unfinished(configs, args.epochs, problem, args.data_seed, args.out,
+                                        dev, progress=not args.quiet)
+    print(f"{skipped} runs already finished, {trained} trained together in {args.out}")
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -118,9 +145,15 @@ def main(argv: list[str] | None = None) -> int:
     if isinstance(args, int):  # argparse's one-line error (2) or --help (0)
         return args
 
+    seeds = args.seeds if args.seeds is not None else [args.seed]
+
     def body() -> int:
+        lrs = listed_values(args.lr)
+        if len(seeds) * len(lrs) > 1:
+            set_threads(args.threads)
+            return group(args, parser, argv, seeds, lrs)
         try:
-            cfg = method_config(vars(args))
+            cfg = method_config({**vars(args), "lr": lrs[0], "seed": seeds[0]})
             given = given_options(parser, argv)
             ignored = ignored_options(cfg, given)
             if ignored:  # e.g. --n with cp: one warning line, the run goes on

@@ -21,8 +21,9 @@ from pathlib import Path
 import torch
 
 from pbexact.errors import RunInterrupted
-from pbscale import prune as P
 from pbscale.execution import distributed
+from pbscale.pruning import config as pconfig
+from pbscale.pruning import run as prun
 
 #: Epochs whose checkpoints are kept whole (ckpt<epoch>.pt beside checkpoint.pt): the MC run's
 #: trajectories are equal in law only once a round-off difference in theta flips a sampled bit,
@@ -84,7 +85,7 @@ def main() -> None:
     record_path = out / f"ckpt{rank}.json"
     record = json.loads(record_path.read_text()) if record_path.exists() else {}
     for case in cases:
-        cfg = P.PruneConfig(**{**BASE, **CASES[case]})
+        cfg = pconfig.PruneConfig(**{**BASE, **CASES[case]})
         root = distributed.rank_out(out / case, shard)
         seen = record.setdefault(case, {})
 
@@ -100,7 +101,7 @@ def main() -> None:
                                                             .read_bytes())
 
         try:
-            summary = P.run(cfg, out / case, quiet=True, step_hook=hook, shard=shard)
+            summary = prun.run(cfg, out / case, quiet=True, step_hook=hook, shard=shard)
             seen[str(cfg.epochs)] = checkpoint_digest(Path(summary["folder"]))
         except RunInterrupted as e:  # SIGTERM: checkpointed; the next launch resumes
             seen["stopped"] = int(e.code)

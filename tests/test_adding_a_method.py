@@ -28,10 +28,12 @@ import torch
 from analysis import pareto
 from pbexact import estimators as E
 from pbexact.parametrizations import get_parametrization
-from pbscale import prune, regress, sweep
+from pbscale import prune, sweep
 from pbscale.methods import FAMILY_MODULES, REGISTRY, MethodConfig, mc_gradient
 from pbscale.methods.schedules import keep_count
 from pbscale.nets.models import build_model
+from pbscale.pruning import config as pconfig
+from pbscale.regression import run as rrun
 from pbscale.regression.group import TIMING, train_group
 from pbscale.regression.problem import make_problem
 from pbscale.runs import io
@@ -149,7 +151,7 @@ def test_the_doc_methods_regress(doc_methods, tmp_path):
     for method in ("reinforce-pairs", "concrete"):
         cfg = MethodConfig(method=method, n=4, lr=0.05, seed=1,
                            settings={"tau": 0.3} if method == "concrete" else None)
-        folder = regress.train(cfg, epochs=1, out=tmp_path, device="cpu", progress=False,
+        folder = rrun.train(cfg, epochs=1, out=tmp_path, device="cpu", progress=False,
                                problem=problem)
         history = io.read_csv(folder / "history.csv")
         assert len(history) == 2 and history[-1]["val_loss_chosen"] >= 0
@@ -172,7 +174,7 @@ def test_a_group_keeps_the_family_settings_by_construction(doc_methods, tmp_path
     grouped = train_group([config(0, 0.3), config(1, 0.3)], 1, problem,
                                           out=tmp_path / "group")
     for g, seed in enumerate((0, 1)):
-        folder = regress.train(config(seed, 0.3), epochs=1, out=tmp_path / "alone",
+        folder = rrun.train(config(seed, 0.3), epochs=1, out=tmp_path / "alone",
                                device="cpu", progress=False, problem=problem)
         alone = [{k: v for k, v in row.items() if k not in TIMING}
                  for row in io.read_csv(folder / "history.csv")]
@@ -201,7 +203,7 @@ def test_the_doc_methods_pass_the_registry_tests(doc_methods, tmp_path):
             R.test_batched_step(name)
         else:
             R.test_batched_refuses_the_others(name)
-        for mode in prune.MODES:
+        for mode in pconfig.MODES:
             if f"prune-{mode}" in commands:
                 R.test_prune_step(tmp_path / f"{i}-{mode}", mode, name)
             else:

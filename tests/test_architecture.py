@@ -355,7 +355,7 @@ class Layout:
 LAYOUTS = {
     "pbscale": Layout(
         "pbscale",
-        commands=("prune", "regress", "batched_seeds", "export", "sweep"),
+        commands=("prune", "regress", "export", "sweep"),
         plumbing=(),
         layers=(("runs", "forward"), ("methods", "nets"), ("execution",),
                 ("pruning", "regression"))),

@@ -1,4 +1,4 @@
-"""Every regression method batches (pbscale.batched_seeds): for each method of the registry's
+"""Every regression method batches (``pbscale.regress --seeds``): for each method of the registry's
 ``regress`` command, runs of one setting with their own seeds, learning rates and optimizers
 trained as one group give each member the history of the same run trained alone with
 ``pbscale.regress``, to round-off, in the folder the separate run writes (same name and hash,
@@ -10,7 +10,7 @@ Tolerance: each member's numbers are its separate run's computed with the G runs
 stack (the first Linear one product batched over G instead of one per run), so float32 sums may
 round differently. Measured 2026-11-27 on this CPU (AVX-512) and with
 ATEN_CPU_CAPABILITY=default: at most 1.6e-7 relative (ST-theta, hard-concrete, edge-popup; the
-others bit-identical here). REL = 1e-5, the tolerance of tests/test_batched_seeds.py and of
+others bit-identical here). REL = 1e-5, the tolerance of tests/test_regress_group.py and of
 float32 training metrics in docs/measurements.md (kernels differ by up to 1.35e-6 relative
 across CPUs), leaves room for other CPUs' kernels while a wrong member (another seed, another
 rate, a control stepped twice) differs by far more (checked: the members' finals all differ).
@@ -28,9 +28,9 @@ import pytest
 import torch
 
 from pbexact.errors import RunInterrupted
-from pbscale import regress
 from pbscale.forward.masks import MaskedModule
 from pbscale.methods import REGISTRY, MethodConfig, names
+from pbscale.regression import run as rrun
 from pbscale.regression.group import train_group
 from pbscale.regression.problem import make_problem, mlp
 from pbscale.runs import io
@@ -72,7 +72,7 @@ def test_group_members_equal_separate_runs(tmp_path, method):
     batched = train_group(cfgs, 2, p, out=tmp_path / "b")
     refs = []
     for cfg, hist in zip(cfgs, batched):
-        folder = regress.train(cfg, epochs=2, out=tmp_path / "s", device="cpu", problem=p,
+        folder = rrun.train(cfg, epochs=2, out=tmp_path / "s", device="cpu", problem=p,
                                progress=False)
         ref = [{k: v for k, v in r.items() if k not in TIMING}
                for r in io.read_csv(folder / "history.csv")]

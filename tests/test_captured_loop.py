@@ -20,22 +20,24 @@ from pbscale import prune as P
 from pbscale.execution.captured import CapturedSteps
 from pbscale.forward.routes import ALL, NONE, Routes
 from pbscale.methods.registry import REGISTRY, names
+from pbscale.pruning import config as pconfig
+from pbscale.pruning import run as prun
 from pbscale.pruning import run as prune_run
 from pbscale.runs.contracts import RunHooks
 from pbscale.runs.io import read_csv
 from pbscale.runs.loop import run as loop_run
 
 
-def tiny_cfg(**kw) -> P.PruneConfig:
+def tiny_cfg(**kw) -> pconfig.PruneConfig:
     base = dict(model="lenet", synthetic=48, epochs=2, max_batches=3, batch_size=8, n=4,
                 val_size=16, method="arms", mask_lr=0.05)
     base.update(kw)
-    return P.PruneConfig(**base)
+    return pconfig.PruneConfig(**base)
 
 
 def _run(tmp: Path, captured: bool, monkeypatch, **kw) -> Path:
     monkeypatch.setattr(prune_run, "captures_steps", lambda *a: captured)
-    return Path(P.run(tiny_cfg(**kw), tmp, quiet=True)["folder"])
+    return Path(prun.run(tiny_cfg(**kw), tmp, quiet=True)["folder"])
 
 
 @pytest.mark.parametrize("method", ["arms", "loorf", "disarm", "reinforce"])
@@ -72,10 +74,10 @@ def test_a_captured_run_cut_by_sigterm_resumes_to_the_same_numbers(tmp_path, mon
             os.kill(os.getpid(), signal.SIGTERM)
 
     with pytest.raises(RunInterrupted):
-        P.run(tiny_cfg(), out, quiet=True, step_hook=hook)
+        prun.run(tiny_cfg(), out, quiet=True, step_hook=hook)
     state = torch.load(next(out.glob("*/checkpoint.pt")), weights_only=True)
     assert all(isinstance(v, float) for v in state["position"]["losses"])
-    folder = Path(P.run(tiny_cfg(), out, quiet=True)["folder"])
+    folder = Path(prun.run(tiny_cfg(), out, quiet=True)["folder"])
     a, b = read_csv(whole / "metrics.csv"), read_csv(folder / "metrics.csv")
     assert [r["train_loss"] for r in a[1:]] == [r["train_loss"] for r in b[1:]]
     assert [r["test_acc"] for r in a] == [r["test_acc"] for r in b]
@@ -94,8 +96,8 @@ class _NanSteps(RunHooks):
 def test_a_hooked_step_whose_loss_is_nan_stops_the_run_naming_that_step(tmp_path):
     """The loop reads a hook's losses when the epoch ends, and names the first bad step as it
     names a diverged step of its own."""
-    cfg, dev, data = P.prepare(tiny_cfg())
-    task, method, loop, _ = P.build(cfg, data, dev)
+    cfg, dev, data = prun.prepare(tiny_cfg())
+    task, method, loop, _ = prun.build(cfg, data, dev)
     with pytest.raises(PBInputError, match=r"step 2 \(epoch 1, batch 2\).*--mask-lr"):
         loop_run(task, method, loop, tmp_path, device=dev, hooks=[task.evaluation,
                  _NanSteps(1)], lr_flags=task.lr_flags)
@@ -121,8 +123,8 @@ def test_which_runs_are_captured():
 
 
 def test_captured_steps_refuse_a_method_whose_step_does_not_capture():
-    cfg, dev, data = P.prepare(tiny_cfg(method="cp", param=""))
-    task, method, _, _ = P.build(cfg, data, dev)
+    cfg, dev, data = prun.prepare(tiny_cfg(method="cp", param=""))
+    task, method, _, _ = prun.build(cfg, data, dev)
     with pytest.raises(PBInputError, match="cuda_graph"):
         CapturedSteps(task, method)
 

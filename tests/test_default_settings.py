@@ -1,8 +1,8 @@
 """Every method's default settings finish on its task (issue 53, item 3).
 
 Each regression method of ``python -m pbscale.regress`` with its defaults, seeds 0-4 trained
-together by ``python -m pbscale.batched_seeds`` (each member's numbers its separate run's; the
-two commands' shared defaults are checked to be one), for 1 of the 300 epochs (RELAX, which
+together as one regression group (``--seeds 0-4``: each member's numbers its separate run's),
+for 1 of the 300 epochs (RELAX, which
 stopped in epoch 2 on a3f3b10, for 2); and each pruning method in each mode it runs in, with
 the defaults of ``python -m pbscale.prune`` (LeNet-300-100 on MNIST), seeds 0-4 as one pruning
 group, 3 epochs of 2 batches (so a joint run has its dense warm-up, mask-training and frozen
@@ -24,8 +24,8 @@ from pathlib import Path
 import pytest
 from _mnist import MNIST_DIR, needs_mnist
 
-from pbscale import batched_seeds, regress
 from pbscale import prune as P
+from pbscale import regress
 from pbscale.methods import REGISTRY, names
 from pbscale.pruning.config import prune_methods
 
@@ -34,15 +34,6 @@ SEEDS = "0-4"
 
 def summaries(out: Path) -> list[dict]:
     return [json.loads(p.read_text()) for p in sorted(out.glob("*/summary.json"))]
-
-
-def test_regress_and_batched_seeds_share_their_defaults():
-    """The defaults batched_seeds trains are regress's (its --lrs default is regress's --lr)."""
-    one = {a.dest: a.default for a in regress.build_parser()._actions}  # noqa: SLF001
-    many = {a.dest: a.default for a in batched_seeds.build_parser()._actions}  # noqa: SLF001
-    for key in ("method", "n", "param", "optimizer", "epochs", "data_seed", "lam"):
-        assert one[key] == many[key], key
-    assert batched_seeds.lr_list(many["lrs"]) == [one["lr"]]
 
 
 def test_the_reparametrization_stays_finite_where_one_minus_v_rounds_away():
@@ -68,9 +59,8 @@ def test_the_reparametrization_stays_finite_where_one_minus_v_rounds_away():
 def test_every_regression_method_finishes_with_its_defaults(method, tmp_path, capsys):
     out = tmp_path / "runs"
     epochs = "2" if method == "relax" else "1"
-    code = batched_seeds.main(["--method", method, "--seeds", SEEDS, "--epochs", epochs,
-                               "--device", "cpu", "--threads", "1", "--out", str(out),
-                               "--quiet"])
+    code = regress.main(["--method", method, "--seeds", SEEDS, "--epochs", epochs,
+                         "--device", "cpu", "--threads", "1", "--out", str(out), "--quiet"])
     assert code == 0, capsys.readouterr().err
     done = summaries(out)
     assert len(done) == 5

@@ -17,6 +17,8 @@ import pytest
 from analysis.cli import run
 from pbexact.errors import PBInputError, RunInterrupted
 from pbscale import prune
+from pbscale.pruning import config as pconfig
+from pbscale.pruning import run as prun
 from pbscale.pruning.task import PruneTask
 from pbscale.runs import io as runio
 from pbscale.runs.records import DIVERGED, read_diverged, write_diverged
@@ -111,12 +113,12 @@ def test_a_group_records_a_diverging_member_and_finishes_the_others(tmp_path, ca
     assert run(prune.main, argv(tmp_path / "grp", "--seeds", "0,1")) == 2
     line = one_line(capsys.readouterr().err)
     assert "1 of 2 runs of the group diverged" in line and "lower --mask-lr" in line
-    cfgs = [prune.PruneConfig(**TINY, seed=s) for s in (0, 1)]
-    sep0 = Path(prune.run(cfgs[0], tmp_path / "sep", quiet=True)["folder"])
+    cfgs = [pconfig.PruneConfig(**TINY, seed=s) for s in (0, 1)]
+    sep0 = Path(prun.run(cfgs[0], tmp_path / "sep", quiet=True)["folder"])
     from test_prune_group import same_folder
     same_folder(sep0, tmp_path / "grp" / sep0.name)
     with pytest.raises(PBInputError) as exc:
-        prune.run(cfgs[1], tmp_path / "sep", quiet=True)
+        prun.run(cfgs[1], tmp_path / "sep", quiet=True)
     (sep1,) = [p for p in (tmp_path / "sep").iterdir() if p.name != sep0.name]
     member = tmp_path / "grp" / sep1.name
     assert sep1.name in line and str(exc.value) in line
@@ -141,18 +143,18 @@ def test_a_group_cut_after_a_divergence_resumes_without_the_member(tmp_path, nan
     same command: the group resumes from its checkpoint with seed 1 still stopped (its record
     as in an uncut group) and seed 0 ends as in an uncut group."""
     nan_at(1, 3)
-    cfgs = [prune.PruneConfig(**TINY, seed=s) for s in (0, 1)]
+    cfgs = [pconfig.PruneConfig(**TINY, seed=s) for s in (0, 1)]
     with pytest.raises(PBInputError):
-        prune.run_group(cfgs, tmp_path / "ref", quiet=True)
+        prun.run_group(cfgs, tmp_path / "ref", quiet=True)
 
     def stop(epoch: int, i: int) -> None:
         if (epoch, i) == (1, 1):
             os.kill(os.getpid(), signal.SIGTERM)
 
     with pytest.raises(RunInterrupted):
-        prune.run_group(cfgs, tmp_path / "cut", quiet=True, step_hook=stop)
+        prun.run_group(cfgs, tmp_path / "cut", quiet=True, step_hook=stop)
     with pytest.raises(PBInputError, match="1 of 2 runs of the group diverged"):
-        prune.run_group(cfgs, tmp_path / "cut", quiet=True)
+        prun.run_group(cfgs, tmp_path / "cut", quiet=True)
     for folder in (tmp_path / "ref").glob("lenet-*"):
         assert (tmp_path / "cut" / folder.name / DIVERGED).exists() == \
             (folder / DIVERGED).exists()
@@ -286,11 +288,11 @@ def test_a_group_member_names_the_cause_its_separate_run_names(tmp_path) -> None
     run's (the cause and --lr), since a member whose loss is NaN makes no update either."""
     base = dict(model="lenet", mode="joint", method="cp", lr=1e8, mask_lr=1e-6, synthetic=256,
                 batch_size=32, max_batches=4, epochs=1)
-    cfgs = [prune.PruneConfig(**base, seed=s) for s in (0, 1)]
+    cfgs = [pconfig.PruneConfig(**base, seed=s) for s in (0, 1)]
     with pytest.raises(PBInputError, match="every run of the group diverged"):
-        prune.run_group(cfgs, tmp_path / "grp", quiet=True)
+        prun.run_group(cfgs, tmp_path / "grp", quiet=True)
     with pytest.raises(PBInputError, match="lower --lr$"):
-        prune.run(cfgs[0], tmp_path / "sep", quiet=True)
+        prun.run(cfgs[0], tmp_path / "sep", quiet=True)
     (sep,) = (tmp_path / "sep").glob("lenet-*")
     a, b = read_diverged(sep), read_diverged(tmp_path / "grp" / sep.name)
     assert {k: a[k] for k in KEYS - {"last_metrics"}} == \

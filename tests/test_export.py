@@ -12,17 +12,19 @@ import pytest
 import torch
 
 from pbscale import export as X
-from pbscale import prune as P
+from pbscale.pruning import config as pconfig
+from pbscale.pruning import outputs as poutputs
+from pbscale.pruning import run as prun
 
 
 @pytest.fixture(scope="module")
 def finished(tmp_path_factory):
     """(run folder, summary, test images uint8, labels, reference logits) of a tiny CP run."""
-    cfg = P.PruneConfig(model="lenet", synthetic=48, epochs=2, max_batches=2, batch_size=8,
+    cfg = pconfig.PruneConfig(model="lenet", synthetic=48, epochs=2, max_batches=2, batch_size=8,
                         val_size=16, method="cp")
-    summary = P.run(cfg, tmp_path_factory.mktemp("runs"), quiet=True)
-    _, _, data = P.prepare(cfg)
-    net = P.load_pruned("lenet", Path(summary["folder"]) / "pruned.pt")
+    summary = prun.run(cfg, tmp_path_factory.mktemp("runs"), quiet=True)
+    _, _, data = prun.prepare(cfg)
+    net = poutputs.load_pruned("lenet", Path(summary["folder"]) / "pruned.pt")
     with torch.no_grad():  # the run's own transform, then plain PyTorch
         ref = net(data.prepare(data.test.x))
     return Path(summary["folder"]), summary, data.test.x, data.test.y, ref

@@ -21,6 +21,9 @@ import torch
 from pbexact.errors import PBInputError
 from pbscale import export as X
 from pbscale import prune as P
+from pbscale.pruning import config as pconfig
+from pbscale.pruning import outputs as poutputs
+from pbscale.pruning import run as prun
 
 FORMATS = ["torchscript", "sparse"] + (
     ["onnx"] if all(__import__("importlib").util.find_spec(m) for m in ("onnx", "onnxscript"))
@@ -29,9 +32,9 @@ FORMATS = ["torchscript", "sparse"] + (
 
 @pytest.fixture(scope="module")
 def finished(tmp_path_factory) -> Path:
-    cfg = P.PruneConfig(model="lenet", synthetic=48, epochs=1, max_batches=1, batch_size=8,
+    cfg = pconfig.PruneConfig(model="lenet", synthetic=48, epochs=1, max_batches=1, batch_size=8,
                         val_size=16, method="cp")
-    return Path(P.run(cfg, tmp_path_factory.mktemp("runs"), quiet=True)["folder"])
+    return Path(prun.run(cfg, tmp_path_factory.mktemp("runs"), quiet=True)["folder"])
 
 
 def copy(folder: Path, dest: Path) -> Path:
@@ -231,7 +234,7 @@ def test_a_mask_that_is_not_binary_is_refused(finished, tmp_path, capsys) -> Non
         assert "fc1.weight_mask holds" in err and "not only 0 and 1" in err, err
         assert not (tmp_path / f"{fmt}.out").exists()
     with pytest.raises(PBInputError, match="not only 0 and 1"):
-        P.load_pruned("lenet", run / "pruned.pt")
+        poutputs.load_pruned("lenet", run / "pruned.pt")
 
 
 def test_out_under_a_file_and_a_dangling_symlink_are_refused(finished, tmp_path, capsys) -> None:

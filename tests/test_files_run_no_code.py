@@ -20,8 +20,9 @@ import torch
 
 from pbexact.errors import PBInputError
 from pbscale import export as X
-from pbscale import prune as P
 from pbscale import sweep
+from pbscale.pruning import config as pconfig
+from pbscale.pruning import run as prun
 from pbscale.runs import io as runio
 from pbscale.sweep import file as sweep_file
 
@@ -39,9 +40,9 @@ def make():
 
 @pytest.fixture(scope="module")
 def finished(tmp_path_factory) -> Path:
-    cfg = P.PruneConfig(model="lenet", synthetic=48, epochs=1, max_batches=1, batch_size=8,
+    cfg = pconfig.PruneConfig(model="lenet", synthetic=48, epochs=1, max_batches=1, batch_size=8,
                         val_size=16, method="cp")
-    return Path(P.run(cfg, tmp_path_factory.mktemp("runs"), quiet=True)["folder"])
+    return Path(prun.run(cfg, tmp_path_factory.mktemp("runs"), quiet=True)["folder"])
 
 
 @pytest.fixture

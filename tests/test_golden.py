@@ -136,15 +136,15 @@ def _regress_cases() -> list[tuple[str, str, int]]:
 
 
 def regress_results(tmp: Path) -> dict:
-    from pbscale import regress
     from pbscale.methods import MethodConfig
+    from pbscale.regression import run as rrun
     from pbscale.runs import io
     from pbscale.runs.loop import read_state
     problem = _tiny_problem()
     out = {}
     for method, param, n in _regress_cases():
         cfg = MethodConfig(method=method, n=n, param=param, lr=0.05, seed=1, chunk=3)
-        folder = regress.train(cfg, epochs=2, out=tmp / "regress", device="cpu",
+        folder = rrun.train(cfg, epochs=2, out=tmp / "regress", device="cpu",
                                progress=False, problem=problem)
         rows = io.read_csv(folder / "history.csv")
         state = read_state(folder / "checkpoint.pt")
@@ -238,7 +238,9 @@ def _mask_bits(m: torch.Tensor) -> dict:
 
 
 def prune_results(tmp: Path) -> dict:
-    from pbscale import prune
+    from pbscale.pruning import config as pconfig
+    from pbscale.pruning import run as prun
+
     out = {}
     for name, kw in PRUNE_CASES.items():
         base = dict(model="lenet", synthetic=48, epochs=2, max_batches=2, batch_size=8, n=2,
@@ -246,7 +248,7 @@ def prune_results(tmp: Path) -> dict:
         base.update(kw)
         margins: list[float] = []
         with recorded_margins(margins):
-            summary = prune.run(prune.PruneConfig(**base), tmp / "prune", quiet=True)
+            summary = prun.run(pconfig.PruneConfig(**base), tmp / "prune", quiet=True)
         folder = Path(summary["folder"])
         blob = torch.load(folder / "masks.pt", weights_only=True)
         masks = {k: _digest(v) for k, v in sorted(blob.items()) if not k.startswith("weight.")}

@@ -113,15 +113,15 @@ def test_a_failing_piece_is_reported_and_the_others_run(tmp_path: Path,
                                                         monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setitem(gs.PIECES, "arms_loorf", dataclasses.replace(gs.PIECES["arms_loorf"],
                                                                      run=_boom))
-    code = gs.main(["--out", str(tmp_path), "--smoke", "--pieces", "arms_loorf,batched_seeds"])
+    code = gs.main(["--out", str(tmp_path), "--smoke", "--pieces", "arms_loorf,regress_group"])
     assert code == 1
     folder = _folder(tmp_path)
     summary = (folder / "summary.md").read_text()
     pieces = _piece_rows(summary)
     assert pieces["arms_loorf"][1] == "failed"
     assert pieces["arms_loorf"][-1] == "RuntimeError: injected failure"  # one line
-    assert pieces["batched_seeds"][1] == "ok"
-    assert (folder / "bench_batched_seeds.csv").exists()
+    assert pieces["regress_group"][1] == "ok"
+    assert (folder / "bench_regress_group.csv").exists()
     assert not (folder / "bench_arms_step.csv").exists()
     goals = _goal_rows(summary)
     assert goals[_goal("arms_loorf")][3] == "not measured"

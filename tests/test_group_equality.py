@@ -6,8 +6,8 @@ bit, at the scale users meet it.
   member seed 1 of a group of two (seeds 0 and 1) writes the run folder the separate run
   ``--seed 1`` writes: the same names, masks.pt and pruned.pt byte for byte, metrics.csv and
   summary.json equal in every value but the seconds.
-* Regression groups (:mod:`pbscale.batched_seeds`) on the paper's MaskedNNRegression problem
-  (d = 8,050, 10,000 training points, batches of 100), 2 epochs, every method of
+* Regression groups (``python -m pbscale.regress --seeds``) on the paper's MaskedNNRegression
+  problem (d = 8,050, 10,000 training points, batches of 100), 2 epochs, every method of
   ``names("regress-group")``: member seed 1 (with its own learning rate) of a group of two has the
   history of ``python -m pbscale.regress --seed 1``, every value but the seconds equal.
 
@@ -21,12 +21,13 @@ from pathlib import Path
 import pytest
 from _mnist import MNIST_DIR, needs_mnist  # noqa: E402
 
-from pbscale import prune
 from pbscale.methods import MethodConfig, names
 from pbscale.nets import data as datamod
-from pbscale.regress import train
+from pbscale.pruning import config as pconfig
+from pbscale.pruning import run as prun
 from pbscale.regression.group import train_group
 from pbscale.regression.problem import make_problem
+from pbscale.regression.run import train
 from pbscale.runs import io as runio
 
 BASE = dict(model="lenet", data_dir=str(MNIST_DIR), epochs=2, max_batches=50, n=2,
@@ -81,9 +82,9 @@ def mnist_once():
 @pytest.mark.parametrize("mode,method", prune_cases())
 def test_pruning_member_is_its_separate_run(tmp_path: Path, mnist_once, mode: str,
                                             method: str) -> None:
-    cfgs = [prune.PruneConfig(**BASE, mode=mode, method=method, seed=s) for s in (0, 1)]
-    assert prune.run_group(cfgs, tmp_path / "grp", quiet=True) == (0, 2)
-    sep = Path(prune.run(cfgs[1], tmp_path / "sep", quiet=True)["folder"])
+    cfgs = [pconfig.PruneConfig(**BASE, mode=mode, method=method, seed=s) for s in (0, 1)]
+    assert prun.run_group(cfgs, tmp_path / "grp", quiet=True) == (0, 2)
+    sep = Path(prun.run(cfgs[1], tmp_path / "sep", quiet=True)["folder"])
     assert_same_run(sep, tmp_path / "grp" / sep.name)
 
 

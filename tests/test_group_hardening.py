@@ -18,9 +18,11 @@ import pytest
 
 from analysis.cli import run
 from pbexact.errors import PBInputError
-from pbscale import batched_seeds, prune, regress
 from pbscale import export as X
+from pbscale import prune, regress
+from pbscale.pruning import config as pconfig
 from pbscale.pruning import group as prune_group
+from pbscale.pruning import run as prun
 from pbscale.regression import group as regression_group
 from pbscale.runs import io as runio
 from pbscale.runs.records import lock_folder
@@ -42,8 +44,8 @@ def one_line(err: str) -> str:
     return lines[0]
 
 
-def cfgs(**opts) -> list[prune.PruneConfig]:
-    return [prune.PruneConfig(**{**TINY, **opts}, seed=s) for s in (0, 1)]
+def cfgs(**opts) -> list[pconfig.PruneConfig]:
+    return [pconfig.PruneConfig(**{**TINY, **opts}, seed=s) for s in (0, 1)]
 
 
 def test_a_member_folder_has_one_writer(tmp_path, capsys) -> None:
@@ -56,22 +58,22 @@ def test_a_member_folder_has_one_writer(tmp_path, capsys) -> None:
             seen["code"] = run(prune.main, argv(tmp_path, "--seed", "0"))
             seen["err"] = capsys.readouterr().err
 
-    prune.run_group(cfgs(), tmp_path, quiet=True, step_hook=during_group)
+    prun.run_group(cfgs(), tmp_path, quiet=True, step_hook=during_group)
     assert seen["code"] == 2 and "being trained by another process" in one_line(seen["err"])
     out2 = tmp_path / "two"
 
     def during_run(epoch: int, i: int) -> None:
         if (epoch, i) == (0, 1):
             with pytest.raises(PBInputError, match="being trained by another process"):
-                prune.run_group(cfgs(), out2, quiet=True)
+                prun.run_group(cfgs(), out2, quiet=True)
 
-    prune.run(cfgs()[0], out2, quiet=True, step_hook=during_run)
+    prun.run(cfgs()[0], out2, quiet=True, step_hook=during_run)
 
 
 def test_a_member_finished_meanwhile_is_left_alone(tmp_path, capsys) -> None:
     """A process that ignores the lock finishes seed 0's folder while the group trains: the
     group leaves that folder's files as they are, says so, and finishes seed 1."""
-    sep = Path(prune.run(cfgs()[0], tmp_path / "sep", quiet=True)["folder"])
+    sep = Path(prun.run(cfgs()[0], tmp_path / "sep", quiet=True)["folder"])
     grp = tmp_path / "grp"
     written = {}
 
@@ -81,7 +83,7 @@ def test_a_member_finished_meanwhile_is_left_alone(tmp_path, capsys) -> None:
                 (grp / sep.name / f).write_bytes((sep / f).read_bytes())
                 written[f] = (sep / f).read_bytes()
 
-    assert prune.run_group(cfgs(), grp, quiet=True, step_hook=finish_elsewhere) == (1, 1)
+    assert prun.run_group(cfgs(), grp, quiet=True, step_hook=finish_elsewhere) == (1, 1)
     assert "finished by another process meanwhile; the group leaves it alone" in \
         capsys.readouterr().err
     assert {f: (grp / sep.name / f).read_bytes() for f in written} == written
@@ -125,8 +127,8 @@ def test_ignored_flags_and_drop_checkpoint_in_a_group(tmp_path, capsys) -> None:
 def test_run_paths_of_the_wrong_kind_are_one_line_before_training(tmp_path, capsys) -> None:
     members = []
     for c in cfgs():
-        cfg, dev, data = prune.prepare(c)
-        members.append(prune.member(cfg, data, dev, tmp_path))
+        cfg, dev, data = prun.prepare(c)
+        members.append(prun.member(cfg, data, dev, tmp_path))
     members[0].folder.parent.mkdir(parents=True, exist_ok=True)
     members[0].folder.write_text("a file")
     assert run(prune.main, argv(tmp_path, "--seeds", "0,1")) == 2
@@ -176,7 +178,7 @@ def test_paths_longer_than_path_max_are_one_line(tmp_path, capsys) -> None:
     long = str(tmp_path / "/".join(["a" * 200] * 21))
     for main, args in ((prune.main, argv(Path(long))),
                        (regress.main, ["--epochs", "1", "--out", long]),
-                       (batched_seeds.main, ["--epochs", "1", "--out", long]),
+                       (regress.main, ["--epochs", "1", "--seeds", "0-1", "--out", long]),
                        (X.main, [str(tmp_path), "--out", long + "/x"]),
                        (X.main, [long, "--out", str(tmp_path / "x")])):
         assert run(main, args) == 2
@@ -198,8 +200,8 @@ def test_regression_groups_take_the_same_care(tmp_path) -> None:
     member folder another process holds is refused, and a history.csv that is a folder is one
     line before training."""
     from pbscale.methods import MethodConfig
-    from pbscale.regress import run_folder as regress_folder
     from pbscale.regression.problem import make_problem
+    from pbscale.regression.run import run_folder as regress_folder
 
     p = make_problem(0, n_train=300, n_valid=100, backbone_hidden=(6, 6), target_hidden=(12, 12))
     cfgs = [MethodConfig("loorf", 2, "sigmoid", 0.1, seed=s) for s in (0, 1)]

@@ -21,6 +21,7 @@ from pbexact.errors import PBInputError
 from pbscale import methods as M
 from pbscale import regress
 from pbscale.regression import run as regression_run
+from pbscale.regression import run as rrun
 from pbscale.regression.problem import make_problem
 from pbscale.runs import io
 
@@ -48,14 +49,14 @@ class _Boom:
 def test_crafted_checkpoint_is_refused_without_running_it(tmp_path):
     prob = tiny_problem()
     cfg = M.MethodConfig(method="loorf", n=2)
-    folder = regress.train(cfg, epochs=1, out=tmp_path, device="cpu", progress=False,
+    folder = rrun.train(cfg, epochs=1, out=tmp_path, device="cpu", progress=False,
                            problem=prob)
     (folder / "summary.json").unlink()  # so that the next call resumes from the checkpoint
     marker = tmp_path / "pwned"
     with open(folder / "checkpoint.pt", "wb") as fh:
         torch.save({"method": _Boom(str(marker)), "history": [], "epoch": 0}, fh)
     with pytest.raises(PBInputError, match="damaged checkpoint .*delete the run folder"):
-        regress.train(cfg, epochs=1, out=tmp_path, device="cpu", progress=False, problem=prob)
+        rrun.train(cfg, epochs=1, out=tmp_path, device="cpu", progress=False, problem=prob)
     assert not marker.exists()  # the pickled call did not run
     # the plain-pickle route is refused the same way
     with open(folder / "checkpoint.pt", "wb") as fh:
@@ -75,7 +76,7 @@ def test_our_checkpoints_load_with_weights_only(tmp_path):
     prob = tiny_problem()
     for method in ("loorf", "arms", "cp", "relax"):
         cfg = M.MethodConfig(method=method, n=3, chunk=3)
-        folder = regress.train(cfg, epochs=1, out=tmp_path, device="cpu", progress=False,
+        folder = rrun.train(cfg, epochs=1, out=tmp_path, device="cpu", progress=False,
                                problem=prob)
         state = torch.load(folder / "checkpoint.pt", weights_only=True)
         assert state["epoch"] == 1 and state["generator"].dtype == torch.uint8
@@ -86,7 +87,7 @@ def test_our_checkpoints_load_with_weights_only(tmp_path):
 def test_damaged_checkpoint_is_a_one_line_error(tmp_path, damage, capsys):
     prob = tiny_problem()
     cfg = M.MethodConfig(method="loorf", n=2)
-    folder = regress.train(cfg, epochs=1, out=tmp_path, device="cpu", progress=False,
+    folder = rrun.train(cfg, epochs=1, out=tmp_path, device="cpu", progress=False,
                            problem=prob)
     (folder / "summary.json").unlink()
     ckpt = folder / "checkpoint.pt"
@@ -106,7 +107,7 @@ def test_damaged_checkpoint_is_a_one_line_error(tmp_path, damage, capsys):
         ckpt.unlink()
         ckpt.mkdir()
     with pytest.raises(PBInputError, match=r"checkpoint.pt.*delete the run folder or choose"):
-        regress.train(cfg, epochs=1, out=tmp_path, device="cpu", progress=False, problem=prob)
+        rrun.train(cfg, epochs=1, out=tmp_path, device="cpu", progress=False, problem=prob)
 
 
 @pytest.mark.parametrize("name", ["config.json", "summary.json"])
@@ -117,7 +118,7 @@ def test_damaged_json_run_files_exit_2(tmp_path, name, damage, capsys, monkeypat
     args = ["--method", "loorf", "--n", "2", "--epochs", "1", "--out", str(tmp_path),
             "--device", "cpu", "--quiet"]
     assert regress.main(args) == 0
-    folder = regress.run_folder(M.MethodConfig(method="loorf", n=2), epochs=1, out=tmp_path,
+    folder = rrun.run_folder(M.MethodConfig(method="loorf", n=2), epochs=1, out=tmp_path,
                               problem=prob)
     path = folder / name
     if damage == "truncated":

@@ -29,18 +29,19 @@ import torch
 from torch import nn
 
 from pbscale import export as X
-from pbscale import prune
 from pbscale.methods import MaskTrainer
 from pbscale.nets import models
+from pbscale.pruning import config as pconfig
+from pbscale.pruning import run as prun
 from pbscale.pruning.lam_control import BAND, LamController, reached
 from pbscale.runs import io as runio
 from pbscale.runs.contracts import LoopConfig
 
 
 def test_member_seconds_are_the_groups_over_g(tmp_path) -> None:
-    cfgs = [prune.PruneConfig(model="lenet", synthetic=48, epochs=2, max_batches=2,
+    cfgs = [pconfig.PruneConfig(model="lenet", synthetic=48, epochs=2, max_batches=2,
                               batch_size=8, method="cp", seed=s) for s in (0, 1, 2)]
-    prune.run_group(cfgs, tmp_path, quiet=True)
+    prun.run_group(cfgs, tmp_path, quiet=True)
     (group,) = tmp_path.glob(".groups/*/metrics.csv")
     rows = runio.read_csv(group)
     members = sorted(tmp_path.glob("lenet-*"))
@@ -179,23 +180,23 @@ def test_a_resumed_lam_target_run_keeps_its_controllers_state(tmp_path) -> None:
 
     from pbexact.errors import RunInterrupted
 
-    cfg = prune.PruneConfig(model="lenet", synthetic=96, epochs=2, max_batches=6,
+    cfg = pconfig.PruneConfig(model="lenet", synthetic=96, epochs=2, max_batches=6,
                             batch_size=8, val_size=16, method="cp", lam=3e-4, mask_lr=0.5,
                             lam_target=0.15)  # near the fraction reached: steps within the clip
-    whole = Path(prune.run(cfg, tmp_path / "whole", quiet=True)["folder"])
+    whole = Path(prun.run(cfg, tmp_path / "whole", quiet=True)["folder"])
 
     def cut(epoch: int, i: int) -> None:
         if (epoch, i) == (0, 4):
             os.kill(os.getpid(), signal.SIGTERM)
 
     with pytest.raises(RunInterrupted):
-        prune.run(cfg, tmp_path / "cut", quiet=True, step_hook=cut)
+        prun.run(cfg, tmp_path / "cut", quiet=True, step_hook=cut)
     (folder,) = (tmp_path / "cut").glob("lenet-*")
     state = torch.load(folder / "checkpoint.pt", weights_only=True)
     (kept,) = state["hooks"].values()
     assert isinstance(kept["last"], float) and 0 < kept["last"] < 1
     assert state["method"]["lam"] != cfg.lam  # lambda moved before the cut, and is kept
-    prune.run(cfg, tmp_path / "cut", quiet=True)
+    prun.run(cfg, tmp_path / "cut", quiet=True)
 
     def rows(path: Path) -> list[dict]:
         return [{k: v for k, v in r.items() if "seconds" not in k and v == v}

@@ -15,6 +15,8 @@ from test_group_equality import assert_same_run
 
 from pbexact.errors import RunInterrupted
 from pbscale import prune
+from pbscale.pruning import config as pconfig
+from pbscale.pruning import run as prun
 from pbscale.pruning.lam_control import BAND
 from pbscale.runs import io as runio
 
@@ -64,16 +66,16 @@ def test_group_members_steer_their_own_lam(tmp_path: Path, mode: str, method: st
     base = dict(model="lenet", data_dir=str(MNIST_DIR), epochs=2, max_batches=40, n=2,
                 eval_masks=2, eval_batches=1, mode=mode, method=method, lam=1e-4,
                 lam_target=0.3)
-    cfgs = [prune.PruneConfig(**base, seed=s) for s in (0, 1)]
+    cfgs = [pconfig.PruneConfig(**base, seed=s) for s in (0, 1)]
 
     def cut(epoch: int, i: int) -> None:
         if (epoch, i) == (1, 13):
             os.kill(os.getpid(), signal.SIGTERM)
 
     with pytest.raises(RunInterrupted):
-        prune.run_group(cfgs, tmp_path / "grp", quiet=True, step_hook=cut)
-    assert prune.run_group(cfgs, tmp_path / "grp", quiet=True) == (0, 2)
-    sep = Path(prune.run(cfgs[1], tmp_path / "sep", quiet=True)["folder"])
+        prun.run_group(cfgs, tmp_path / "grp", quiet=True, step_hook=cut)
+    assert prun.run_group(cfgs, tmp_path / "grp", quiet=True) == (0, 2)
+    sep = Path(prun.run(cfgs[1], tmp_path / "sep", quiet=True)["folder"])
     assert_same_run(sep, tmp_path / "grp" / sep.name)
     lams = [r["lam"] for r in runio.read_csv(sep / "metrics.csv")]
     assert lams[0] == 1e-4 and len(set(lams)) > 1  # the controller acted

@@ -464,12 +464,13 @@ def test_mlp_fast_path_trains_weights_like_the_vmap_path(hook):
 ])
 def test_prune_counts_cp_and_mc_steps_with_the_loops_phase_rule(method, mode, epochs, phases):
     """pbscale.prune gives its method the mask-training steps of LoopConfig.mask_epochs()."""
-    from pbscale import prune as P
+    from pbscale.pruning import config as pconfig
+    from pbscale.pruning import run as prun
 
-    cfg = P.PruneConfig(model="lenet", synthetic=24, epochs=epochs, max_batches=2,
+    cfg = pconfig.PruneConfig(model="lenet", synthetic=24, epochs=epochs, max_batches=2,
                         batch_size=8, n=2, val_size=8, method=method, mode=mode)
-    cfg, dev, data = P.prepare(cfg)
-    task, trainer, loop, _ = P.build(cfg, data, dev)
+    cfg, dev, data = prun.prepare(cfg)
+    task, trainer, loop, _ = prun.build(cfg, data, dev)
     assert loop.phase_epochs() == phases
     assert trainer.total_steps == max(phases[1] * task.steps_per_epoch, 1)
 

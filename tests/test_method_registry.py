@@ -19,7 +19,6 @@ from analysis.microworld import runs as microworld_runs
 from pbexact import estimators as E
 from pbexact.errors import PBInputError
 from pbexact.vertices import vertices
-from pbscale import prune, regress
 from pbscale.execution.group import MemberLosses
 from pbscale.methods import (
     COMMANDS,
@@ -34,6 +33,9 @@ from pbscale.methods import (
     names,
 )
 from pbscale.methods.registry import MIN_COLOR_DISTANCE, color_distance, register
+from pbscale.pruning import config as pconfig
+from pbscale.pruning import run as prun
+from pbscale.regression import run as rrun
 from pbscale.regression.group import MaskTrainerGroup
 from pbscale.runs import io
 
@@ -164,7 +166,7 @@ def test_regress_step(name):
 @pytest.mark.parametrize("name", others("regress"))
 def test_regress_refuses_the_others(name, tmp_path):
     with pytest.raises(PBInputError, match="unknown method"):
-        regress.train(MethodConfig(method=name, n=1), epochs=1, out=tmp_path)
+        rrun.train(MethodConfig(method=name, n=1), epochs=1, out=tmp_path)
 
 
 @pytest.mark.parametrize("name", cases("regress-group"))
@@ -185,15 +187,15 @@ def test_batched_refuses_the_others(name):
         MaskTrainerGroup.check([MethodConfig(method=name, n=n_for(name))])
 
 
-PRUNE = [(m, n) for m in prune.MODES for n in cases(f"prune-{m}")]
+PRUNE = [(m, n) for m in pconfig.MODES for n in cases(f"prune-{m}")]
 
 
 @pytest.mark.parametrize("mode,name", PRUNE)
 def test_prune_step(tmp_path, mode, name):
-    cfg = prune.PruneConfig(model="lenet", mode=mode, method=name, synthetic=8, epochs=2,
+    cfg = pconfig.PruneConfig(model="lenet", mode=mode, method=name, synthetic=8, epochs=2,
                             max_batches=1, batch_size=4, val_size=4, n=n_for(name),
                             target=0.5, gmp_every=1, eval_masks=2, eval_batches=1)
-    s = prune.run(cfg, tmp_path, quiet=True)
+    s = prun.run(cfg, tmp_path, quiet=True)
     assert 0 < s["final_remaining"] <= 1 and np.isfinite(s["final_test_loss"])
     family = REGISTRY[name]
     if isinstance(family, MagnitudeFamily) and "target" in family.caps.uses:  # MP, GMP cut to it
@@ -204,10 +206,10 @@ def test_prune_step(tmp_path, mode, name):
     assert set(info["settings"]).isdisjoint(record["info"]["unused"])
 
 
-@pytest.mark.parametrize("mode,name", [(m, n) for m in prune.MODES
+@pytest.mark.parametrize("mode,name", [(m, n) for m in pconfig.MODES
                                        for n in others(f"prune-{m}")])
 def test_prune_refuses_the_others(mode, name):
-    cfg = prune.PruneConfig(model="lenet", mode=mode, method=name, synthetic=8)
+    cfg = pconfig.PruneConfig(model="lenet", mode=mode, method=name, synthetic=8)
     with pytest.raises(PBInputError, match="unknown method|does not run in --mode"):
         cfg.resolved().validate()
 
@@ -231,7 +233,7 @@ def test_every_list_of_methods_is_a_registry_query():
     assert MC_METHODS == mc == names(samples=True)
     assert all(isinstance(REGISTRY[n], MCFamily) for n in mc)
     assert METHODS == names("regress")
-    assert set(prune.PRUNE_METHODS) == set(names("prune-supermask") + names("prune-joint"))
+    assert set(pconfig.PRUNE_METHODS) == set(names("prune-supermask") + names("prune-joint"))
     assert microworld_hybrid.TORCH_METHODS == names("microworld")
     assert set(microworld_runs.DETERMINISTIC) == {
         microworld_runs.TRUE, *names("microworld", deterministic=True)}

@@ -14,17 +14,17 @@ from pathlib import Path
 import pytest
 
 from analysis import pareto
-from pbscale import batched_seeds, prune, regress, sweep
+from pbscale import prune, regress, sweep
 from pbscale.methods import REGISTRY, Capabilities, MaskFamily, Settings, setting
 from pbscale.methods.options import option, options
+from pbscale.pruning import config as pconfig
 from pbscale.pruning.config import PRUNE_COMMANDS, PruneConfig, method_reads
 from pbscale.runs import io
 from pbscale.sweep.file import load
 
 ROOT = Path(__file__).resolve().parents[1]
 #: Each tool that takes the methods' own settings, with the registry's commands it serves.
-TOOLS = {"pbscale.prune": (prune, PRUNE_COMMANDS), "pbscale.regress": (regress, ("regress",)),
-         "pbscale.batched_seeds": (batched_seeds, ("regress-group",))}
+TOOLS = {"pbscale.prune": (prune, PRUNE_COMMANDS), "pbscale.regress": (regress, ("regress",))}
 
 
 @dataclass(frozen=True)
@@ -115,13 +115,13 @@ def test_a_setting_is_hashed_only_off_its_default(newcomer):
 def test_what_a_run_reads_follows_its_capabilities():
     """lam and chunk are read exactly where ``caps.uses`` names them (edge-popup has no L0
     term; CP evaluates no samples in chunks); what a run does not read is unused."""
-    for name in prune.PRUNE_METHODS:
+    for name in pconfig.PRUNE_METHODS:
         family = REGISTRY[name]
         reads = method_reads(family)
         assert ("lam" in reads) == ("lam" in family.caps.uses), name
         assert ("chunk" in reads) == ("chunk" in family.caps.uses), name
         unused = PruneConfig(method=name, mode=next(
-            m for m in prune.MODES if f"prune-{m}" in family.caps.commands)).unused()
+            m for m in pconfig.MODES if f"prune-{m}" in family.caps.commands)).unused()
         assert not set(reads) & set(unused), name
     assert "lam" not in method_reads(REGISTRY["edgepopup"])
     assert "chunk" not in method_reads(REGISTRY["cp"]) and "n" not in method_reads(REGISTRY["cp"])

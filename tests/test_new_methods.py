@@ -28,6 +28,10 @@ from pbscale.methods.beyond import (
 )
 from pbscale.methods.schedules import kept_per_layer, top_scores
 from pbscale.nets.models import MODELS, build_model
+from pbscale.pruning import config as pconfig
+from pbscale.pruning import outputs as poutputs
+from pbscale.pruning import run as prun
+from pbscale.pruning import task as ptask
 from pbscale.runs.io import read_csv
 
 NEW = ("st-theta", "hardconcrete", "edgepopup")
@@ -40,7 +44,7 @@ def tiny_cfg(**kw):
                 val_size=16, lam=1e-3, mask_lr=0.05, target=0.3, eval_masks=3,
                 eval_batches=2)
     base.update(kw)
-    return P.PruneConfig(**base)
+    return pconfig.PruneConfig(**base)
 
 
 # ------------------------------------------------------------------ ST-theta
@@ -182,8 +186,8 @@ def test_edge_popup_keeps_exact_counts_every_step_and_scores_get_gradient():
 
 
 def test_edge_popup_prune_run_keeps_round_target_per_layer_at_every_step(tmp_path):
-    cfg, dev, data = P.prepare(tiny_cfg(method="edgepopup", target=0.37, epochs=2))
-    task, meth, loop, wopt = P.build(cfg, data, dev)
+    cfg, dev, data = prun.prepare(tiny_cfg(method="edgepopup", target=0.37, epochs=2))
+    task, meth, loop, wopt = prun.build(cfg, data, dev)
     sizes = task.layout.sizes
     checks = []
 
@@ -218,7 +222,7 @@ def _rows(folder):
 @pytest.mark.parametrize("mode,method", MODES)
 def test_resume_equals_uninterrupted(tmp_path, mode, method):
     cfg = tiny_cfg(mode=mode, method=method, epochs=5, max_batches=3)
-    a = P.run(cfg, tmp_path / "a", quiet=True)
+    a = prun.run(cfg, tmp_path / "a", quiet=True)
     out = tmp_path / "b"
     for stop_at in ((1, 1), (3, 2)):
         def hook(epoch, i, stop_at=stop_at):
@@ -226,9 +230,9 @@ def test_resume_equals_uninterrupted(tmp_path, mode, method):
                 os.kill(os.getpid(), signal.SIGTERM)
 
         with pytest.raises(RunInterrupted) as exc:
-            P.run(cfg, out, quiet=True, step_hook=hook)
+            prun.run(cfg, out, quiet=True, step_hook=hook)
         assert exc.value.code == 143
-    b = P.run(cfg, out, quiet=True)
+    b = prun.run(cfg, out, quiet=True)
     assert _rows(Path(a["folder"])) == _rows(Path(b["folder"]))
     ma = torch.load(Path(a["folder"]) / "masks.pt", weights_only=True)
     mb = torch.load(Path(b["folder"]) / "masks.pt", weights_only=True)
@@ -238,10 +242,10 @@ def test_resume_equals_uninterrupted(tmp_path, mode, method):
 @pytest.mark.parametrize("mode,method", MODES)
 def test_pruned_pt_loads_in_plain_pytorch_to_reported_accuracy(tmp_path, mode, method):
     cfg = tiny_cfg(mode=mode, method=method, synthetic=24, epochs=2, max_batches=2)
-    summary = P.run(cfg, tmp_path, quiet=True)
+    summary = prun.run(cfg, tmp_path, quiet=True)
     folder = Path(summary["folder"])
-    _, _, data = P.prepare(cfg)
-    net = P.load_pruned("lenet", folder / "pruned.pt")
+    _, _, data = prun.prepare(cfg)
+    net = poutputs.load_pruned("lenet", folder / "pruned.pt")
     acc, loss = plain_test_metrics(net, data)
     assert acc == summary["final_test_acc"]
     assert loss == pytest.approx(summary["final_test_loss"], rel=1e-5)
@@ -282,14 +286,14 @@ def test_every_model_end_to_end(tmp_path, model, mode, method):
     cfg = tiny_cfg(model=model, dataset=ds, mode=mode, method=method, synthetic=8,
                    batch_size=4, epochs=epochs, max_batches=1, val_size=4, target=0.5,
                    lr=0.01, eval_masks=2, eval_batches=1)
-    s = P.run(cfg, tmp_path, quiet=True)
+    s = prun.run(cfg, tmp_path, quiet=True)
     rows = read_csv(Path(s["folder"]) / "metrics.csv")
     assert len(rows) == epochs + 1
     for r in rows:
         assert 0 <= r["test_acc"] <= 1 and math.isfinite(r["test_loss"])
         assert 0 <= r["remaining"] <= 1
     if method == "edgepopup":
-        task = P.PruneTask(P.prepare(cfg)[0], P.prepare(cfg)[2], torch.device("cpu"))
+        task = ptask.PruneTask(prun.prepare(cfg)[0], prun.prepare(cfg)[2], torch.device("cpu"))
         expect = sum(round(0.5 * s) for s in task.layout.sizes)
         assert s["final_remaining"] * s["masked"] == pytest.approx(expect)
     assert (Path(s["folder"]) / "pruned.pt").exists()
@@ -312,7 +316,7 @@ def test_signed_constant_weights_are_kaiming_std_with_random_signs():
 
 @pytest.mark.parametrize("method", NEW)
 def test_every_new_method_runs_on_signed_constant_weights(tmp_path, method):
-    s = P.run(tiny_cfg(method=method, init="signed_constant", epochs=1, max_batches=1),
+    s = prun.run(tiny_cfg(method=method, init="signed_constant", epochs=1, max_batches=1),
               tmp_path, quiet=True)
     assert math.isfinite(s["final_test_loss"])
 
@@ -321,10 +325,10 @@ def test_every_new_method_runs_on_signed_constant_weights(tmp_path, method):
 
 
 def test_defaults_and_families():
-    assert P.PruneConfig(method="st-theta").resolved().param == "sigmoid"
-    assert P.PruneConfig(method="arms").resolved().param == "escort"
+    assert pconfig.PruneConfig(method="st-theta").resolved().param == "sigmoid"
+    assert pconfig.PruneConfig(method="arms").resolved().param == "escort"
     for name in NEW:
-        assert name in P.PRUNE_METHODS and REGISTRY[name].color
+        assert name in pconfig.PRUNE_METHODS and REGISTRY[name].color
 
 
 def test_st_theta_prunes_with_one_mask_a_step_whatever_n():
@@ -332,10 +336,10 @@ def test_st_theta_prunes_with_one_mask_a_step_whatever_n():
     lists --n as unused; regression takes its n. The MC estimators take --n in pruning."""
     from pbscale.methods import Capabilities
 
-    cfg = P.PruneConfig(method="st-theta", n=10).resolved()
+    cfg = pconfig.PruneConfig(method="st-theta", n=10).resolved()
     assert cfg.method_config().n == 1 and "n" in cfg.unused()
     assert MethodConfig(method="st-theta", n=10).n == 10
-    arms = P.PruneConfig(method="arms", n=10).resolved()
+    arms = pconfig.PruneConfig(method="arms", n=10).resolved()
     assert arms.method_config().n == 10 and "n" not in arms.unused()
     with pytest.raises(ValueError, match="prune_n needs n in uses"):
         Capabilities(uses=("lr",), prune_n=1)

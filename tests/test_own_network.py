@@ -34,6 +34,7 @@ from pbexact.errors import PBInputError
 from pbscale import export as X
 from pbscale import prune as P
 from pbscale.nets.data import read_mnist
+from pbscale.pruning import config as pconfig
 from pbscale.pruning.api import prune_model
 from pbscale.runs import io as runio
 
@@ -558,7 +559,7 @@ def _family_runs() -> list[tuple[str, str]]:
     from pbscale.methods import REGISTRY
     from pbscale.pruning.config import MODES
 
-    return [(name, mode) for name in P.prune_methods() for mode in MODES
+    return [(name, mode) for name in pconfig.prune_methods() for mode in MODES
             if f"prune-{mode}" in REGISTRY[name].caps.commands]
 
 

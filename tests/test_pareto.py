@@ -13,6 +13,8 @@ from _run_folders import write_prune
 from analysis import pareto
 from analysis.cli import run
 from pbscale import prune as P
+from pbscale.pruning import config as pconfig
+from pbscale.pruning import run as prun
 from pbscale.runs.io import read_csv
 
 
@@ -20,7 +22,7 @@ def tiny_cfg(**kw):
     base = dict(model="lenet", synthetic=48, epochs=1, max_batches=1, batch_size=8, n=2,
                 val_size=16, gmp_every=1)
     base.update(kw)
-    return P.PruneConfig(**base)
+    return pconfig.PruneConfig(**base)
 
 
 @pytest.fixture(scope="module")
@@ -30,7 +32,7 @@ def runs(tmp_path_factory):
                dict(method="gmp", mode="joint", target=0.3),
                dict(method="gmp", mode="joint", target=0.1),
                dict(method="dense", mode="joint")):
-        P.run(tiny_cfg(**kw), folder, quiet=True)
+        prun.run(tiny_cfg(**kw), folder, quiet=True)
     return folder
 
 
@@ -300,8 +302,8 @@ def test_a_lam_target_run_is_labelled_by_its_target(tmp_path):
     from analysis import scale_report
 
     folder = tmp_path / "runs"
-    P.run(tiny_cfg(method="cp", lam=1e-3, lam_target=0.3), folder, quiet=True)
-    P.run(tiny_cfg(method="cp", lam=1e-3), folder, quiet=True)
+    prun.run(tiny_cfg(method="cp", lam=1e-3, lam_target=0.3), folder, quiet=True)
+    prun.run(tiny_cfg(method="cp", lam=1e-3), folder, quiet=True)
     out = tmp_path / "out"
     assert run(pareto.main, [str(folder), "--out", str(out)]) == 0
     by = {r["label"]: r for r in read_csv(out / "runs.csv")}

@@ -15,6 +15,7 @@ from pbexact.errors import PBInputError
 from pbscale import methods as M
 from pbscale import regress
 from pbscale.forward.masks import MaskedModule
+from pbscale.regression import run as rrun
 from pbscale.regression.problem import BACKBONE_HIDDEN, make_problem, mlp
 from pbscale.runs import io
 
@@ -102,7 +103,7 @@ def test_every_method_trains_and_is_deterministic(tmp_path, method):
     cfg = M.MethodConfig(method=method, n=4, chunk=3, seed=5)
     rows = []
     for sub in ("a", "b"):
-        folder = regress.train(cfg, epochs=2, out=tmp_path / sub, device="cpu", progress=False,
+        folder = rrun.train(cfg, epochs=2, out=tmp_path / sub, device="cpu", progress=False,
                                problem=prob)
         rows.append(io.read_csv(folder / "history.csv"))
     assert len(rows[0]) == 3  # the initial evaluation and two epochs
@@ -116,7 +117,7 @@ def test_every_method_trains_and_is_deterministic(tmp_path, method):
 def test_interrupted_run_resumes_exactly(tmp_path, monkeypatch):
     prob = tiny_problem()
     cfg = M.MethodConfig(method="arms", n=3, seed=1)
-    whole = regress.train(cfg, epochs=3, out=tmp_path / "whole", device="cpu", progress=False,
+    whole = rrun.train(cfg, epochs=3, out=tmp_path / "whole", device="cpu", progress=False,
                           problem=prob)
     calls = {"k": 0}
     real_step = M.MaskTrainer.surrogate
@@ -129,13 +130,13 @@ def test_interrupted_run_resumes_exactly(tmp_path, monkeypatch):
 
     monkeypatch.setattr(M.MaskTrainer, "surrogate", failing_step)
     with pytest.raises(KeyboardInterrupt):
-        regress.train(cfg, epochs=3, out=tmp_path / "cut", device="cpu", progress=False,
+        rrun.train(cfg, epochs=3, out=tmp_path / "cut", device="cpu", progress=False,
                       problem=prob)
     monkeypatch.setattr(M.MaskTrainer, "surrogate", real_step)
-    folder = regress.run_folder(cfg, 3, tmp_path / "cut", problem=prob)
+    folder = rrun.run_folder(cfg, 3, tmp_path / "cut", problem=prob)
     assert not (folder / "summary.json").exists()
     assert len(io.read_csv(folder / "history.csv")) == 2
-    regress.train(cfg, epochs=3, out=tmp_path / "cut", device="cpu", progress=False, problem=prob)
+    rrun.train(cfg, epochs=3, out=tmp_path / "cut", device="cpu", progress=False, problem=prob)
     def rows(path):
         drop = ("train_seconds", "val_seconds")
         return [{k: v for k, v in r.items() if k not in drop} for r in io.read_csv(path)]
@@ -147,15 +148,15 @@ def test_interrupted_run_resumes_exactly(tmp_path, monkeypatch):
 def test_rerun_with_other_config_in_same_folder_is_refused(tmp_path):
     prob = tiny_problem()
     cfg = M.MethodConfig(method="loorf", n=2)
-    first = regress.train(cfg, epochs=1, out=tmp_path, device="cpu", progress=False,
+    first = rrun.train(cfg, epochs=1, out=tmp_path, device="cpu", progress=False,
                           problem=prob)
     # the folder is named by a hash of the full configuration: another epoch count is another
     # folder; a folder holding another configuration (here copied over) is refused
-    other = regress.run_folder(cfg, 2, tmp_path, problem=prob)
-    assert other != first and other.name.startswith(regress.run_name(cfg))
+    other = rrun.run_folder(cfg, 2, tmp_path, problem=prob)
+    assert other != first and other.name.startswith(rrun.run_name(cfg))
     shutil.copytree(first, other)
     with pytest.raises(PBInputError, match="another configuration"):
-        regress.train(cfg, epochs=2, out=tmp_path, device="cpu", progress=False, problem=prob)
+        rrun.train(cfg, epochs=2, out=tmp_path, device="cpu", progress=False, problem=prob)
 
 
 def test_cp_temperature_schedule():
@@ -328,11 +329,11 @@ def test_run_folder_is_found_without_training_and_matches_train(tmp_path):
     # does), for a given problem and for the paper's sizes without drawing the data
     prob = tiny_problem()
     cfg = M.MethodConfig(method="loorf", n=2)
-    folder = regress.train(cfg, epochs=1, out=tmp_path, device="cpu", progress=False,
+    folder = rrun.train(cfg, epochs=1, out=tmp_path, device="cpu", progress=False,
                            problem=prob)
-    assert regress.run_folder(cfg, 1, tmp_path, problem=prob) == folder
-    full = regress.run_folder(cfg, 1, tmp_path)
-    assert full != folder and full.name.startswith(regress.run_name(cfg))
+    assert rrun.run_folder(cfg, 1, tmp_path, problem=prob) == folder
+    full = rrun.run_folder(cfg, 1, tmp_path)
+    assert full != folder and full.name.startswith(rrun.run_name(cfg))
     from pbscale.regression.problem import task_config
     from pbscale.runs.loop import config_hash
 

@@ -20,6 +20,10 @@ from pbscale.forward.masks import MaskedModule
 from pbscale.forward.rescale import rescaled_weight
 from pbscale.methods import mc_gradient, schedules
 from pbscale.nets.models import MODELS
+from pbscale.pruning import config as pconfig
+from pbscale.pruning import outputs as poutputs
+from pbscale.pruning import run as prun
+from pbscale.pruning import task as ptask
 from pbscale.runs.io import read_csv
 from pbscale.runs.loop import EvalContext
 from pbscale.runs.loop import run as loop_run
@@ -29,18 +33,18 @@ def tiny_cfg(**kw):
     base = dict(model="lenet", synthetic=48, epochs=2, max_batches=2, batch_size=8, n=2,
                 val_size=16, gmp_every=1)
     base.update(kw)
-    return P.PruneConfig(**base)
+    return pconfig.PruneConfig(**base)
 
 
 def make_task(**kw):
-    cfg, dev, data = P.prepare(tiny_cfg(**kw))
-    return P.PruneTask(cfg, data, dev)
+    cfg, dev, data = prun.prepare(tiny_cfg(**kw))
+    return ptask.PruneTask(cfg, data, dev)
 
 
 def make_run(**kw):
     """(task, method, loop config, weight optimizer) of a tiny config."""
-    cfg, dev, data = P.prepare(tiny_cfg(**kw))
-    return P.build(cfg, data, dev)
+    cfg, dev, data = prun.prepare(tiny_cfg(**kw))
+    return prun.build(cfg, data, dev)
 
 
 # ------------------------------------------------------------------ masks hit the right tensors
@@ -218,7 +222,7 @@ def test_resume_equals_uninterrupted(tmp_path, method):
     import signal
 
     cfg = tiny_cfg(mode="joint", method=method, epochs=5, max_batches=3)
-    a = P.run(cfg, tmp_path / "a", quiet=True)
+    a = prun.run(cfg, tmp_path / "a", quiet=True)
     out = tmp_path / "b"
     for stop_at in ((1, 1), (3, 2)):  # SIGTERM mid epoch 2, then mid epoch 4 (frozen masks)
         def hook(epoch, i, stop_at=stop_at):
@@ -226,9 +230,9 @@ def test_resume_equals_uninterrupted(tmp_path, method):
                 os.kill(os.getpid(), signal.SIGTERM)
 
         with pytest.raises(RunInterrupted) as exc:
-            P.run(cfg, out, quiet=True, step_hook=hook)
+            prun.run(cfg, out, quiet=True, step_hook=hook)
         assert exc.value.code == 143
-    b = P.run(cfg, out, quiet=True)
+    b = prun.run(cfg, out, quiet=True)
     fa, fb = a["folder"], b["folder"]
     assert _rows(Path(fa)) == _rows(Path(fb))
     assert a["final_test_acc"] == b["final_test_acc"]
@@ -236,7 +240,7 @@ def test_resume_equals_uninterrupted(tmp_path, method):
     mb = torch.load(Path(fb) / "masks.pt", weights_only=True)
     assert ma.keys() == mb.keys() and all(torch.equal(ma[k], mb[k]) for k in ma)
     # a finished run is read back, not retrained
-    assert P.run(cfg, out, quiet=True)["final_test_acc"] == b["final_test_acc"]
+    assert prun.run(cfg, out, quiet=True)["final_test_acc"] == b["final_test_acc"]
 
 
 @pytest.mark.parametrize("model,method,mode", [("lenet", "arms", "supermask"),
@@ -247,12 +251,12 @@ def test_pruned_pt_loads_in_plain_pytorch_to_reported_accuracy(tmp_path, model, 
     ds = "mnist" if model == "lenet" else "cifar10"
     cfg = tiny_cfg(model=model, dataset=ds, method=method, mode=mode, synthetic=24,
                    batch_size=8, epochs=2, max_batches=1)
-    summary = P.run(cfg, tmp_path, quiet=True)
+    summary = prun.run(cfg, tmp_path, quiet=True)
     folder = Path(summary["folder"])
-    cfg2, dev, data = P.prepare(cfg)
+    cfg2, dev, data = prun.prepare(cfg)
     state = torch.load(folder / "pruned.pt", weights_only=True)
     assert any(k.endswith("weight_orig") for k in state)
-    net = P.load_pruned(model, folder / "pruned.pt")
+    net = poutputs.load_pruned(model, folder / "pruned.pt")
     acc, loss = plain_test_metrics(net, data)
     assert acc == summary["final_test_acc"]
     assert loss == pytest.approx(summary["final_test_loss"], rel=1e-5)
@@ -299,7 +303,7 @@ def test_every_model_mode_method_end_to_end(tmp_path, model, mode, method):
     cfg = tiny_cfg(model=model, dataset=ds, mode=mode, method=method, synthetic=8,
                    batch_size=4, epochs=epochs, max_batches=1, val_size=4, target=0.5,
                    lr=0.01, eval_masks=2)
-    s = P.run(cfg, tmp_path, quiet=True)
+    s = prun.run(cfg, tmp_path, quiet=True)
     rows = read_csv(Path(s["folder"]) / "metrics.csv")
     assert len(rows) == epochs + 1  # row 0: before training
     for r in rows:
@@ -364,7 +368,7 @@ def test_pareto_cli_writes_figures_and_csvs(tmp_path, capsys):
     for kw in (dict(method="cp", lam=1e-3), dict(method="cp", lam=1e-5),
                dict(method="gmp", mode="joint", target=0.3), dict(method="dense"),
                dict(method="dense", seed=1)):
-        P.run(tiny_cfg(epochs=1, max_batches=1, **kw), runs, quiet=True)
+        prun.run(tiny_cfg(epochs=1, max_batches=1, **kw), runs, quiet=True)
     out = tmp_path / "fig"
     assert pareto.main([str(runs), "--out", str(out)]) == 0
     for name in ("runs.csv", "runs.md", "pareto.csv", "layers.csv", "pareto_lenet_supermask.png",

@@ -17,6 +17,8 @@ import pytest
 from pbexact.errors import RunInterrupted
 from pbscale import prune
 from pbscale.methods import names
+from pbscale.pruning import config as pconfig
+from pbscale.pruning import run as prun
 from pbscale.runs import io as runio
 
 BASE = dict(model="lenet", synthetic=48, epochs=2, max_batches=2, batch_size=8, n=2,
@@ -50,13 +52,13 @@ def same_folder(sep: Path, grp: Path) -> None:
 
 @pytest.mark.parametrize("mode,method", cases())
 def test_group_equals_separate_runs(tmp_path: Path, mode: str, method: str) -> None:
-    cfgs = [prune.PruneConfig(**BASE, mode=mode, method=method, seed=s) for s in SEEDS]
-    assert prune.run_group(cfgs, tmp_path / "grp", quiet=True) == (0, len(SEEDS))
+    cfgs = [pconfig.PruneConfig(**BASE, mode=mode, method=method, seed=s) for s in SEEDS]
+    assert prun.run_group(cfgs, tmp_path / "grp", quiet=True) == (0, len(SEEDS))
     for c in cfgs:
-        sep = Path(prune.run(c, tmp_path / "sep", quiet=True)["folder"])
+        sep = Path(prun.run(c, tmp_path / "sep", quiet=True)["folder"])
         same_folder(sep, tmp_path / "grp" / sep.name)
     # finished runs are skipped
-    assert prune.run_group(cfgs, tmp_path / "grp", quiet=True) == (len(SEEDS), 0)
+    assert prun.run_group(cfgs, tmp_path / "grp", quiet=True) == (len(SEEDS), 0)
 
 
 @pytest.mark.parametrize("method", ["arms", "cp"])
@@ -65,8 +67,8 @@ def test_interrupted_group_resumes(tmp_path: Path, method: str) -> None:
     checkpoint (the stop raised outside the loop's handler) both resume to the numbers of the
     uninterrupted group."""
     base = dict(BASE, mode="joint", method=method, epochs=3)
-    cfgs = [prune.PruneConfig(**base, seed=s) for s in SEEDS]
-    prune.run_group(cfgs, tmp_path / "ref", quiet=True)
+    cfgs = [pconfig.PruneConfig(**base, seed=s) for s in SEEDS]
+    prun.run_group(cfgs, tmp_path / "ref", quiet=True)
 
     def stop_at(epoch: int, step: int, kill: bool):
         def hook(e: int, i: int) -> None:
@@ -79,8 +81,8 @@ def test_interrupted_group_resumes(tmp_path: Path, method: str) -> None:
     for where, kill in (((1, 0), False), ((2, 0), True)):
         out = tmp_path / f"cut{where}"
         with pytest.raises((RunInterrupted, KeyboardInterrupt)):
-            prune.run_group(cfgs, out, quiet=True, step_hook=stop_at(*where, kill))
-        assert prune.run_group(cfgs, out, quiet=True) == (0, len(SEEDS))
+            prun.run_group(cfgs, out, quiet=True, step_hook=stop_at(*where, kill))
+        assert prun.run_group(cfgs, out, quiet=True) == (0, len(SEEDS))
         for folder in (tmp_path / "ref").iterdir():
             if folder.name.startswith("lenet-"):
                 a = runio.read_csv(folder / "metrics.csv")
@@ -133,13 +135,13 @@ def test_mc_members_draw_their_masks_once(tmp_path: Path, mode: str, monkeypatch
         monkeypatch.setattr(cls, "next", counted)
     opts = {**BASE, "n": 4, "chunk": 1, "epochs": 1}
     for method in ("arms", "loorf"):
-        cfgs = [prune.PruneConfig(**opts, mode=mode, method=method, seed=s) for s in SEEDS]
+        cfgs = [pconfig.PruneConfig(**opts, mode=mode, method=method, seed=s) for s in SEEDS]
         draws.clear()
-        prune.run_group(cfgs, tmp_path / "grp", quiet=True)
+        prun.run_group(cfgs, tmp_path / "grp", quiet=True)
         in_group = len(draws)
         draws.clear()
         for c in cfgs:
-            sep = Path(prune.run(c, tmp_path / "sep", quiet=True)["folder"])
+            sep = Path(prun.run(c, tmp_path / "sep", quiet=True)["folder"])
             same_folder(sep, tmp_path / "grp" / sep.name)
         assert in_group == len(draws) > 0, (method, in_group, len(draws))
 

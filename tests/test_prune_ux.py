@@ -18,6 +18,8 @@ from pbexact.errors import RunInterrupted
 from pbexact.provenance import code_provenance, version_text
 from pbscale import prune as P
 from pbscale import sweep
+from pbscale.pruning import config as pconfig
+from pbscale.pruning import run as prun
 from pbscale.pruning.lam_control import CHECKS, STEP, foreseen, next_lam
 from pbscale.runs import loop as loopmod
 from pbscale.runs.io import read_csv
@@ -27,11 +29,11 @@ TINY = ["--synthetic", "48", "--epochs", "2", "--max-batches", "2", "--batch-siz
         "--val-size", "16", "--n", "2"]
 
 
-def tiny_cfg(**kw) -> P.PruneConfig:
+def tiny_cfg(**kw) -> pconfig.PruneConfig:
     base = dict(model="lenet", synthetic=48, epochs=2, max_batches=2, batch_size=8, n=2,
                 val_size=16)
     base.update(kw)
-    return P.PruneConfig(**base)
+    return pconfig.PruneConfig(**base)
 
 
 def _config(out: Path) -> dict:
@@ -74,7 +76,7 @@ def test_lam_target_off_keeps_folder_names_and_bad_use_is_refused():
                       (dict(method="cp", lam=0.0), "give --lam > 0"),
                       (dict(method="cp", lam_target=1.5), r"in \(0, 1\]")):
         kw.setdefault("lam_target", 0.2)
-        with pytest.raises(P.PBInputError, match=match):
+        with pytest.raises(pconfig.PBInputError, match=match):
             tiny_cfg(**kw).resolved().validate()
 
 
@@ -83,7 +85,7 @@ def test_lam_target_steers_lam_and_resumes_exactly(tmp_path):
     SIGTERM mid-epoch and at an epoch's start resumes to the same
     metrics, lam column included (lam is checkpointed with the method)."""
     cfg = tiny_cfg(method="cp", epochs=4, lam=1e-3, lam_target=0.3)
-    a = P.run(cfg, tmp_path / "a", quiet=True)
+    a = prun.run(cfg, tmp_path / "a", quiet=True)
     rows = read_csv(Path(a["folder"]) / "metrics.csv")
     lams = [r["lam"] for r in rows]
     assert lams[0] == 1e-3  # row 0: the starting --lam
@@ -95,8 +97,8 @@ def test_lam_target_steers_lam_and_resumes_exactly(tmp_path):
                 os.kill(os.getpid(), signal.SIGTERM)
 
         with pytest.raises(RunInterrupted):
-            P.run(cfg, out, quiet=True, step_hook=hook)
-    b = P.run(cfg, out, quiet=True)
+            prun.run(cfg, out, quiet=True, step_hook=hook)
+    b = prun.run(cfg, out, quiet=True)
 
     def same(rs: list[dict]) -> list[dict]:  # timings differ, NaN (row 0's loss) != NaN
         return [{k: None if v != v else v for k, v in r.items()
@@ -170,7 +172,7 @@ def test_inner_batch_bar_clears_itself(tmp_path, monkeypatch, capsys):
     """With progress, the loop's per-batch bar has leave=False (it clears itself) and
     disable=None (tqdm shows it on a terminal only), over the epoch's batches."""
     bars = _spy_bars(monkeypatch)
-    P.run(tiny_cfg(method="cp", epochs=1), tmp_path / "a")
+    prun.run(tiny_cfg(method="cp", epochs=1), tmp_path / "a")
     assert [(kw["leave"], kw["disable"], kw["total"]) for kw in bars
             if kw.get("unit") == "batch"] == [(False, None, 2)]
 
@@ -179,7 +181,7 @@ def test_pareto_commands_name_the_data_folder(tmp_path):
     """runs.md's commands (analysis.pareto.command) end with the --data-dir the run read."""
     from analysis import pareto
 
-    task = P.PruneConfig(method="gmp", mode="joint", target=0.05).resolved().hashed()
+    task = pconfig.PruneConfig(method="gmp", mode="joint", target=0.05).resolved().hashed()
     assert pareto.command(task, "../shared/data/mnist").endswith(
         "--method gmp --target 0.05 --data-dir ../shared/data/mnist")
     assert "--data-dir" not in pareto.command(task)

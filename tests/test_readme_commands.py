@@ -32,7 +32,7 @@ COMMANDS = readme_commands(README.read_text())
 
 def test_the_readme_names_the_commands():
     """The list is read from the README, and it is the whole tour: every package's commands."""
-    assert {"pbscale.prune", "pbscale.regress", "pbscale.export", "pbscale.batched_seeds",
+    assert {"pbscale.prune", "pbscale.regress", "pbscale.export",
             "pbscale.sweep", "analysis.variance", "analysis.microworld",
             "analysis.scale_report", "benchmarks.bench_prune"} <= set(COMMANDS)
     assert len(COMMANDS) >= 30

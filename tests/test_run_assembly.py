@@ -16,7 +16,9 @@ import torch
 from analysis.cli import run as analysis_run
 from pbexact.cli import run_main
 from pbexact.errors import PBInputError, RunInterrupted
-from pbscale import batched_seeds, prune, regress
+from pbscale import prune, regress
+from pbscale.pruning import config as pconfig
+from pbscale.pruning import run as prun
 from pbscale.runs.runtime import available_devices, resolve_device
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -44,7 +46,7 @@ def test_available_devices_and_the_ones_that_resolve():
             resolve_device("cuda")
 
 
-@pytest.mark.parametrize("main", [prune.main, regress.main, batched_seeds.main])
+@pytest.mark.parametrize("main", [prune.main, regress.main])
 @pytest.mark.parametrize("device", ["mps", "meta"])
 def test_every_torch_cli_refuses_mps_and_meta_with_exit_2(main, device, tmp_path, capsys):
     assert main(["--device", device, "--out", str(tmp_path), "--quiet"]) == 2
@@ -90,7 +92,7 @@ def test_the_run_loop_raises_instead_of_exiting_and_one_run_main_serves_every_cl
                for p in (ROOT / pkg).rglob("*.py")
                if re.search(r"^def run_main\(", p.read_text(), re.M)]
     assert defined == ["pbexact/cli.py"]
-    for tool in ("prune", "regress", "batched_seeds"):
+    for tool in ("prune", "regress"):
         source = (ROOT / "pbscale" / f"{tool}.py").read_text()
         assert "run_main(" in source and "except PBInputError" not in source, tool
     assert "run_main(" in (ROOT / "analysis" / "cli.py").read_text()
@@ -102,10 +104,10 @@ def test_a_pruning_run_is_assembled_from_its_parts():
     from pbscale.pruning.evaluation import MaskEvaluation
     from pbscale.runs.contracts import RunHooks, Task
 
-    cfg = prune.PruneConfig(model="lenet", synthetic=16, epochs=1, max_batches=1, batch_size=4,
+    cfg = pconfig.PruneConfig(model="lenet", synthetic=16, epochs=1, max_batches=1, batch_size=4,
                             val_size=4, method="cp")
-    cfg, dev, data = prune.prepare(cfg)
-    task, method, loop, _ = prune.build(cfg, data, dev)
+    cfg, dev, data = prun.prepare(cfg)
+    task, method, loop, _ = prun.build(cfg, data, dev)
     assert isinstance(task, Task) and not isinstance(task, RunHooks)
     assert isinstance(task.evaluation, MaskEvaluation) and isinstance(task.evaluation, RunHooks)
     assert method.layers == tuple(task.layout.sizes) and method.target == cfg.target

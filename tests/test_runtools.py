@@ -1,4 +1,4 @@
-"""The run tools (pbscale.prune, pbscale.regress, pbscale.batched_seeds) as a careless user meets
+"""The run tools (pbscale.prune, pbscale.regress) as a careless user meets
 them: damaged finished runs, bad folders, a full disk, damaged checkpoints, huge seed lists, bad
 flag values, diverging runs, cut data files, reruns on other data or process counts, Ctrl-C,
 reusing a pruned network in plain PyTorch, and config.json's record of unused settings."""
@@ -25,12 +25,16 @@ from test_prune_data import MNIST_DIR
 from pbexact import cli
 from pbexact.errors import PBInputError, RunInterrupted
 from pbexact.parametrizations import PARAMETRIZATIONS, Direct, get_parametrization
-from pbscale import batched_seeds, regress
 from pbscale import prune as P
+from pbscale import regress
 from pbscale.forward import routes
-from pbscale.methods import METHODS, OPTIMIZERS, MaskTrainer, MethodConfig, names
+from pbscale.methods import METHODS, OPTIMIZERS, MaskTrainer, MethodConfig
 from pbscale.nets import data, network
 from pbscale.nets.models import INITS, MODELS
+from pbscale.pruning import config as pconfig
+from pbscale.pruning import run as prun
+from pbscale.pruning import task as ptask
+from pbscale.regression import run as rrun
 from pbscale.regression.group import MAX_RUNS, GroupRun
 from pbscale.regression.problem import make_problem
 from pbscale.runs import io
@@ -42,11 +46,11 @@ TINY = ["--synthetic", "48", "--epochs", "2", "--max-batches", "2", "--batch-siz
         "--val-size", "16", "--n", "2", "--quiet"]
 
 
-def tiny_cfg(**kw) -> P.PruneConfig:
+def tiny_cfg(**kw) -> pconfig.PruneConfig:
     base = dict(model="lenet", synthetic=48, epochs=2, max_batches=2, batch_size=8, n=2,
                 val_size=16, gmp_every=1)
     base.update(kw)
-    return P.PruneConfig(**base)
+    return pconfig.PruneConfig(**base)
 
 
 def tiny_problem():
@@ -131,7 +135,7 @@ def test_disk_full_is_one_line_and_the_last_checkpoint_resumes(tmp_path, capsys,
     if not Path("/proc/self/fd").exists():
         pytest.skip("needs /proc (Linux)")
     argv = [*TINY, "--epochs", "3", "--method", "arms", "--out", str(tmp_path / "cut")]
-    whole = P.run(tiny_cfg(epochs=3, method="arms"), tmp_path / "whole", quiet=True)
+    whole = prun.run(tiny_cfg(epochs=3, method="arms"), tmp_path / "whole", quiet=True)
     capsys.readouterr()
     _fail_fsync_of(name, after, monkeypatch)  # the after-th write of the file fails
     assert P.main(argv) == 2
@@ -154,7 +158,7 @@ def test_disk_full_is_one_line_and_the_last_checkpoint_resumes(tmp_path, capsys,
 def test_regress_checkpoint_with_incomplete_history_rows_is_refused(tmp_path, damage):
     cfg = MethodConfig(method="loorf", n=2, lr=0.1, seed=0)
     problem = tiny_problem()
-    folder = regress.train(cfg, epochs=2, out=tmp_path, device="cpu", progress=False,
+    folder = rrun.train(cfg, epochs=2, out=tmp_path, device="cpu", progress=False,
                            problem=problem)
     ckpt = folder / "checkpoint.pt"
     state = torch.load(ckpt, weights_only=True)
@@ -169,7 +173,7 @@ def test_regress_checkpoint_with_incomplete_history_rows_is_refused(tmp_path, da
     io.save_checkpoint(ckpt, state)
     (folder / "summary.json").unlink()
     with pytest.raises(PBInputError, match="damaged checkpoint .*checkpoint.pt"):
-        regress.train(cfg, epochs=2, out=tmp_path, device="cpu", progress=False,
+        rrun.train(cfg, epochs=2, out=tmp_path, device="cpu", progress=False,
                       problem=problem)
 
 
@@ -178,20 +182,19 @@ def test_regress_checkpoint_with_incomplete_history_rows_is_refused(tmp_path, da
 
 def test_huge_seed_list_is_refused_up_front(tmp_path, capsys):
     t0 = time.perf_counter()
-    assert _exit_code(batched_seeds.main, ["--seeds", "0-100000000", "--out",
-                                           str(tmp_path)]) == 2
+    assert _exit_code(regress.main, ["--seeds", "0-100000000", "--out", str(tmp_path)]) == 2
     assert time.perf_counter() - t0 < 5  # refused before the list is built
     line = one_line_error(capsys.readouterr().err)
-    assert "100,000,001 seeds" in line and f"{MAX_RUNS:,}" in line
-    assert batched_seeds.group_seeds("0-3,7") == [0, 1, 2, 3, 7]
-    assert len(batched_seeds.group_seeds(f"0-{MAX_RUNS - 1}")) \
-        == MAX_RUNS
+    assert "100,000,001" in line and f"at most {MAX_RUNS:,} seeds" in line
+    seeds = cli.seed_list_at_most(MAX_RUNS)
+    assert seeds("0-3,7") == [0, 1, 2, 3, 7]
+    assert len(seeds(f"0-{MAX_RUNS - 1}")) == MAX_RUNS
     with pytest.raises(argparse.ArgumentTypeError):
-        batched_seeds.group_seeds(f"0-{MAX_RUNS}")
+        seeds(f"0-{MAX_RUNS}")
     # seeds x learning rates beyond what a group holds
     half = MAX_RUNS // 2
-    assert _exit_code(batched_seeds.main, ["--seeds", f"0-{half}", "--lrs", "0.1,0.2,0.3",
-                                           "--out", str(tmp_path)]) == 2
+    assert _exit_code(regress.main, ["--seeds", f"0-{half}", "--lr", "0.1,0.2,0.3",
+                                     "--out", str(tmp_path)]) == 2
     assert "runs (seeds x learning rates)" in one_line_error(capsys.readouterr().err)
     assert not any(tmp_path.iterdir())
 
@@ -209,15 +212,14 @@ def _exit_code(main, argv) -> int:
 SHARED_TYPES = {cli.positive_int, cli.nonneg_int, cli.positive_float, cli.nonneg_float,
                 cli.integer, cli.finite_float, cli.boolean, cli.seed_list, cli.positive_int_list,
                 cli.thread_count, cli.out_folder,
-                batched_seeds.group_seeds, batched_seeds.lr_list, P.SYNTHETIC_COUNT,
+                P.SYNTHETIC_COUNT,
                 routes.argument, network.argument}
 #: Flags whose values are free text by nature (paths, device names, name patterns, import
 #: paths checked when the run starts).
 FREE_TEXT = {"data_dir", "download_url", "out", "device", "data", "masked", "loss"}
 
 
-@pytest.mark.parametrize("build", [P.build_parser, regress.build_parser,
-                                   batched_seeds.build_parser])
+@pytest.mark.parametrize("build", [P.build_parser, regress.build_parser])
 def test_every_value_flag_has_a_shared_type_or_choices(build):
     for action in build()._actions:
         if not action.option_strings or action.nargs == 0 or action.dest in FREE_TEXT:
@@ -249,18 +251,16 @@ def test_choices_come_from_the_registries():
     p = P.build_parser()
     model_help = next(a for a in p._actions if a.dest == "model").help
     assert model_help.startswith(", ".join(MODELS) + ", or your own network")
-    assert choices(p, "method") == list(P.PRUNE_METHODS)
-    assert choices(p, "mode") == list(P.MODES)
+    assert choices(p, "method") == list(pconfig.PRUNE_METHODS)
+    assert choices(p, "mode") == list(pconfig.MODES)
     assert choices(p, "param") == list(PARAMETRIZATIONS)
     assert choices(p, "dataset") == list(data.DATASETS)
     assert choices(p, "init") == [*INITS, "model"]
-    assert choices(p, "mask_opt") == list(P.MASK_OPTIMIZERS)
+    assert choices(p, "mask_opt") == list(pconfig.MASK_OPTIMIZERS)
     r = regress.build_parser()
     assert choices(r, "method") == list(METHODS)
     assert choices(r, "param") == list(PARAMETRIZATIONS)
     assert choices(r, "optimizer") == list(OPTIMIZERS)
-    b = batched_seeds.build_parser()
-    assert choices(b, "method") == list(names("regress-group"))
     assert "--init {" in P.build_parser().format_help().replace("\n", " ")
 
 
@@ -284,8 +284,8 @@ def test_a_diverging_run_stops_naming_the_step_and_flag(tmp_path, capsys, args, 
 def test_a_non_finite_training_loss_names_the_step(tmp_path):
     """A step whose loss turns NaN (here: poisoned inputs from the second step on) stops the run
     at that step, not at the end of the epoch."""
-    cfg, dev, d = P.prepare(tiny_cfg(mode="joint", method="dense", epochs=2, max_batches=3))
-    task, method, loop, wopt = P.build(cfg, d, dev)
+    cfg, dev, d = prun.prepare(tiny_cfg(mode="joint", method="dense", epochs=2, max_batches=3))
+    task, method, loop, wopt = prun.build(cfg, d, dev)
     clean = d.prepare
 
     def hook(epoch, i):
@@ -302,7 +302,7 @@ def test_a_non_finite_training_loss_names_the_step(tmp_path):
 
 def test_each_tool_names_its_own_learning_rate_flag():
     """The divergence message names the flag of the tool that ran: pbscale.prune's mask flags
-    are --mask-lr / --mask-opt, pbscale.regress's --lr / --optimizer, batched seeds' --lrs."""
+    are --mask-lr / --mask-opt, pbscale.regress's --lr / --optimizer (one run or a group)."""
     from pbscale.runs.loop import LR_FLAGS, check_finite
 
     def flags(task) -> dict:
@@ -311,7 +311,7 @@ def test_each_tool_names_its_own_learning_rate_flag():
     trainer = MaskTrainer(MethodConfig(method="arms", n=2, lr=3.0, param="sigmoid"), 4, 1)
     with torch.no_grad():
         trainer.r[1] = math.nan
-    cases = [(P.PruneTask, "for --mask-opt rmsprop; lower --mask-lr"),
+    cases = [(ptask.PruneTask, "for --mask-opt rmsprop; lower --mask-lr"),
              (object, "for --optimizer rmsprop; lower --lr")]
     for task, words in cases:
         with pytest.raises(PBInputError, match=re.escape(words) + "$"):
@@ -320,14 +320,14 @@ def test_each_tool_names_its_own_learning_rate_flag():
         trainer.r[1] = 0.0
     weight = torch.nn.Parameter(torch.tensor([math.inf]))
     with pytest.raises(PBInputError, match="weights became NaN or inf in epoch 3.*lower --lr$"):
-        check_finite(trainer, 2, flags(P.PruneTask), [weight])
+        check_finite(trainer, 2, flags(ptask.PruneTask), [weight])
     # a finite state with a non-finite loss (the step made no update): the mask flag, or the
     # weights' where weights train (issue 50: masks only switch weights on and off)
     step = (7, 3, None)
-    with pytest.raises(PBInputError, match=r"at step 7 \(epoch 3, batch 3\).*lower --lrs$"):
+    with pytest.raises(PBInputError, match=r"at step 7 \(epoch 3, batch 3\).*lower --lr$"):
         check_finite(trainer, 2, flags(GroupRun), [], step=step)
     with pytest.raises(PBInputError, match="from finite weights.*lower --lr$"):
-        check_finite(trainer, 2, flags(P.PruneTask), [torch.nn.Parameter(torch.ones(1))],
+        check_finite(trainer, 2, flags(ptask.PruneTask), [torch.nn.Parameter(torch.ones(1))],
                       step=step)
 
 
@@ -373,7 +373,7 @@ def test_rerun_on_other_data_or_process_count_is_refused(tmp_path, capsys):
     record = io.read_json(cfg_path)
     info = record["info"]
     assert set(PROVENANCE) <= set(info) and info["world_size"] == 1
-    assert info["data"] == P.prepare(tiny_cfg(n=10))[2].fingerprint
+    assert info["data"] == prun.prepare(tiny_cfg(n=10))[2].fingerprint
     assert P.main(argv) == 0  # same data, same process count: read back
     capsys.readouterr()
     for key, other, words in [("data", "0123456789abcdef", "other data"),
@@ -391,14 +391,14 @@ def test_rerun_on_other_data_or_process_count_is_refused(tmp_path, capsys):
 def test_regress_rerun_with_another_process_count_is_refused(tmp_path):
     cfg = MethodConfig(method="loorf", n=2, lr=0.1, seed=0)
     problem = tiny_problem()
-    folder = regress.train(cfg, epochs=1, out=tmp_path, device="cpu", progress=False,
+    folder = rrun.train(cfg, epochs=1, out=tmp_path, device="cpu", progress=False,
                            problem=problem)
     record = io.read_json(folder / "config.json")
     assert record["info"]["world_size"] == 1
     record["info"]["world_size"] = 2
     io.write_json(folder / "config.json", record)
     with pytest.raises(PBInputError, match="made from 2 processes .*this run has 1"):
-        regress.train(cfg, epochs=1, out=tmp_path, device="cpu", progress=False,
+        rrun.train(cfg, epochs=1, out=tmp_path, device="cpu", progress=False,
                       problem=problem)
 
 
@@ -461,16 +461,16 @@ def test_ctrl_c_checkpoints_says_how_to_resume_and_exits_130(tmp_path, tool):
 
 def test_sigint_resume_equals_uninterrupted(tmp_path):
     cfg = tiny_cfg(method="arms", epochs=3, max_batches=3)
-    whole = P.run(cfg, tmp_path / "whole", quiet=True)
+    whole = prun.run(cfg, tmp_path / "whole", quiet=True)
 
     def hook(epoch, i):
         if (epoch, i) == (1, 1):
             os.kill(os.getpid(), signal.SIGINT)
 
     with pytest.raises(RunInterrupted) as exc:
-        P.run(cfg, tmp_path / "cut", quiet=True, step_hook=hook)
+        prun.run(cfg, tmp_path / "cut", quiet=True, step_hook=hook)
     assert exc.value.code == 130
-    cut = P.run(cfg, tmp_path / "cut", quiet=True)
+    cut = prun.run(cfg, tmp_path / "cut", quiet=True)
     drop = ("train_seconds", "val_seconds")
     rows = [[{k: str(v) for k, v in r.items() if k not in drop}
              for r in io.read_csv(Path(s["folder"]) / "metrics.csv")] for s in (whole, cut)]
@@ -490,11 +490,11 @@ def _python_blocks(text: str) -> list[str]:
 @pytest.mark.parametrize("method,mode", [("cp", "supermask"), ("arms", "supermask"),
                                          ("gmp", "joint")])
 def test_the_docs_example_reproduces_the_reported_accuracy(tmp_path, method, mode):
-    summary = P.run(tiny_cfg(method=method, mode=mode, synthetic=40, epochs=2), tmp_path,
+    summary = prun.run(tiny_cfg(method=method, mode=mode, synthetic=40, epochs=2), tmp_path,
                     quiet=True)
     folder = Path(summary["folder"])
     norm = io.read_json(folder / "data.json")
-    _, _, d = P.prepare(tiny_cfg(method=method, mode=mode, synthetic=40, epochs=2))
+    _, _, d = prun.prepare(tiny_cfg(method=method, mode=mode, synthetic=40, epochs=2))
     assert norm["mean"] == d.mean.flatten().tolist() and norm["std"] == d.std.flatten().tolist()
     assert "no augmentation" in norm["test_transform"]
     (example,) = [b for b in _python_blocks(DOC.read_text()) if "pruned.pt" in b]
@@ -539,21 +539,21 @@ OLD_NAMES = {("cp", "supermask"): "lenet-supermask-cp-7c45b7f7fed1",
 def test_config_json_marks_unused_settings_without_changing_the_hash(tmp_path, method, mode,
                                                                      unused, used):
     cfg = tiny_cfg(method=method, mode=mode)
-    summary = P.run(cfg, tmp_path, quiet=True)
+    summary = prun.run(cfg, tmp_path, quiet=True)
     folder = Path(summary["folder"])
     record = io.read_json(folder / "config.json")
     listed = set(record["info"]["unused"])
     assert unused <= listed and not used & listed
     assert listed <= set(record["task"])
     # the hash is over the same dict as before: task (all fields), method, loop
-    task, meth, loop, _ = P.build(*_prepared(cfg))
+    task, meth, loop, _ = prun.build(*_prepared(cfg))
     cfg_dict = full_config(task, meth, loop)
-    assert set(cfg_dict["task"]) == set(P.PruneConfig().hashed())
+    assert set(cfg_dict["task"]) == set(pconfig.PruneConfig().hashed())
     assert folder.name == f"{task.name}-{config_hash(cfg_dict)}"
 
 
 def _prepared(cfg):
-    c, dev, d = P.prepare(cfg)
+    c, dev, d = prun.prepare(cfg)
     return c, d, dev
 
 
@@ -561,19 +561,19 @@ def test_a_folder_written_before_the_new_records_resumes(tmp_path):
     """Interrupt a run, strip what older code did not write (data.json, the new info entries),
     and resume: same folder, same numbers as an uninterrupted run."""
     cfg = tiny_cfg(method="arms", epochs=3)
-    whole = P.run(cfg, tmp_path / "whole", quiet=True)
+    whole = prun.run(cfg, tmp_path / "whole", quiet=True)
 
     def hook(epoch, i):
         if (epoch, i) == (1, 1):
             os.kill(os.getpid(), signal.SIGTERM)
 
     with pytest.raises(RunInterrupted):
-        P.run(cfg, tmp_path / "old", quiet=True, step_hook=hook)
+        prun.run(cfg, tmp_path / "old", quiet=True, step_hook=hook)
     (cfg_path,) = (tmp_path / "old").glob("*/config.json")
     record = io.read_json(cfg_path)
     record["info"] = {"device": "cpu", "data_dir": ""}
     io.write_json(cfg_path, record)
-    resumed = P.run(cfg, tmp_path / "old", quiet=True)
+    resumed = prun.run(cfg, tmp_path / "old", quiet=True)
     assert Path(resumed["folder"]).name == Path(whole["folder"]).name
     assert resumed["final_test_acc"] == whole["final_test_acc"]
     assert json.loads((cfg_path.parent / "data.json").read_text())["dataset"] == "mnist"
@@ -581,9 +581,9 @@ def test_a_folder_written_before_the_new_records_resumes(tmp_path):
 
 def test_pinned_run_folder_names_of_existing_runs(tmp_path):
     for (method, mode), name in OLD_NAMES.items():
-        task, meth, loop, _ = P.build(*_prepared(tiny_cfg(method=method, mode=mode)))
+        task, meth, loop, _ = prun.build(*_prepared(tiny_cfg(method=method, mode=mode)))
         assert f"{task.name}-{config_hash(full_config(task, meth, loop))}" == name
-    summary = P.run(tiny_cfg(method="cp", mode="supermask"), tmp_path, quiet=True)
+    summary = prun.run(tiny_cfg(method="cp", mode="supermask"), tmp_path, quiet=True)
     assert Path(summary["folder"]).name == OLD_NAMES[("cp", "supermask")]
 
 

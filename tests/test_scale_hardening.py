@@ -87,7 +87,7 @@ def test_a_run_folder_symlinked_out_of_out_is_refused(tmp_path, capsys):
 
 
 def test_every_run_folder_name_is_checked(tmp_path):
-    """run_folder names the folders of prune, regress and batched_seeds (members and groups)
+    """run_folder names the folders of prune and regress (runs, members and groups)
     alike: a symlink out of --out, a dangling one, an empty or too long --out are refused."""
     (tmp_path / "out").mkdir()
     name = run_folder(tmp_path / "out", "t", {}).name
@@ -142,8 +142,8 @@ def test_samples_beyond_memory_are_refused_naming_the_cost(tmp_path, capsys):
     line = _one_line(err)
     assert code == 2 and "of masks" in line and "lower --n" in line, line
     assert not list(tmp_path.iterdir())
-    # regress and batched_seeds build their trainers with the same check (d = 8,050): a chunk
-    # of all 10^7 samples cannot be held
+    # a regress run and a regression group build their trainers with the same check
+    # (d = 8,050): a chunk of all 10^7 samples cannot be held
     huge = MethodConfig("loorf", n=10**7, chunk=10**7, lr=0.1, seed=0)
     with pytest.raises(PBInputError, match="lower --n"):
         MaskTrainer(huge, 8050, 100)

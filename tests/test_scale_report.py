@@ -12,20 +12,21 @@ from analysis import scale_report as S
 from analysis.microworld.claims import FAILS, HOLDS
 from analysis.scale.claims import SCALE_CLAIMS
 from analysis.scale.runs import READINGS
-from pbscale import prune as P
-from pbscale import regress
 from pbscale.methods import MethodConfig
+from pbscale.pruning import config as pconfig
+from pbscale.pruning import run as prun
+from pbscale.regression import run as rrun
 from pbscale.regression.problem import make_problem
 
 
 def test_reads_real_prune_and_regress_run_folders(tmp_path):
-    cfg = P.PruneConfig(model="lenet", mode="joint", method="gmp", target=0.1, mask_head=True,
+    cfg = pconfig.PruneConfig(model="lenet", mode="joint", method="gmp", target=0.1, mask_head=True,
                         synthetic=48, epochs=2, max_batches=2, batch_size=8, val_size=16,
                         gmp_every=1)
-    summary = P.run(cfg, tmp_path / "runs" / "prune", "cpu", quiet=True)
+    summary = prun.run(cfg, tmp_path / "runs" / "prune", "cpu", quiet=True)
     prob = make_problem(0, n_train=300, n_valid=100, backbone_hidden=(6, 6),
                         target_hidden=(12, 12))
-    folder = regress.train(MethodConfig("loorf", n=2, seed=3), epochs=2,
+    folder = rrun.train(MethodConfig("loorf", n=2, seed=3), epochs=2,
                            out=tmp_path / "runs" / "reg", device="cpu", progress=False,
                            problem=prob)
     loaded = S.load(tmp_path / "runs")

@@ -13,6 +13,9 @@ from test_sweep import _sweep_cli, _write
 
 from analysis import pareto, scale_report
 from pbscale import prune, sweep
+from pbscale.pruning import config as pconfig
+from pbscale.pruning import group as pgroup
+from pbscale.pruning import run as prun
 from pbscale.runs import io
 
 OPTS = dict(model="lenet", synthetic=48, epochs=1, max_batches=1, batch_size=8, n=2,
@@ -44,7 +47,7 @@ def test_prune_plan_groups_seeds_and_mask_lrs(tmp_path):
     s = sweep.load(_write(tmp_path, PLAN.format(out=tmp_path / "o")))
     jobs = sweep.plan(s, s.runs)
     assert len(jobs) == 1 and isinstance(jobs[0], sweep.Group)
-    assert jobs[0].values == {"seed": [0, 1, 2, 3], "lam": [prune.PruneConfig().lam],
+    assert jobs[0].values == {"seed": [0, 1, 2, 3], "lam": [pconfig.PruneConfig().lam],
                               "mask_lr": [0.01, 0.1]}
     line = s.command_line(jobs[0])
     assert line[:2] == ["-m", "pbscale.prune"]
@@ -65,11 +68,11 @@ def test_prune_plan_groups_lambdas_too(tmp_path):
     assert jobs[0].text() == "seed 0,1,2,3 x lam 0.0001,0.001 x mask_lr 0.01,0.1"
     opts = dict(zip(*[iter(s.command_line(jobs[0])[2:])] * 2))
     assert opts["--lam"] == "0.0001,0.001" and opts["--seeds"] == "0,1,2,3"
-    keys = {prune.member_key(r.full) for r in jobs[0].runs}
+    keys = {pgroup.member_key(r.full) for r in jobs[0].runs}
     assert len(keys) == 16 and "seed0-lam0.001-mask_lr0.1" in keys
     # the child builds exactly the members' runs
     args = prune.build_parser().parse_args(s.command_line(jobs[0])[2:])
-    cfgs = prune.group_configs(prune.PruneConfig(model="lenet"), args.seeds, args.lam,
+    cfgs = prun.group_configs(pconfig.PruneConfig(model="lenet"), args.seeds, args.lam,
                                args.mask_lr)
     assert {(c.seed, c.lam, c.mask_lr) for c in cfgs} == {
         (r.full["seed"], r.full["lam"], r.full["mask_lr"]) for r in jobs[0].runs}
@@ -98,7 +101,7 @@ def test_prune_sweep_of_8_runs_is_one_group(tmp_path):
     assert sorted(folders) == sorted(r.id for r in s.runs)  # each carries its own sweep id
     # two of the members against the same runs trained one at a time
     for seed, lr in ((0, 0.01), (3, 0.1)):
-        sep = Path(prune.run(prune.PruneConfig(**OPTS, seed=seed, mask_lr=lr),
+        sep = Path(prun.run(pconfig.PruneConfig(**OPTS, seed=seed, mask_lr=lr),
                              tmp_path / "sep", quiet=True)["folder"])
         same_folder(sep, out / sep.name)
     runs = pareto.read_runs(pareto.find_runs([out]))

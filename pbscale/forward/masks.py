@@ -10,7 +10,7 @@ are evaluated is chosen per call by :class:`pbscale.forward.backends.BackendChoi
 backends of :mod:`pbscale.forward.backends` (the MLP paths in place and with autograd, folded, loop,
 vmap), which compute the same function, gradients and running-statistics update (tested). The
 forward also takes a leading group dimension, masks (G, k, d) and inputs (G, B, ...), group g's
-masks on group g's inputs (G runs stepped together, :mod:`pbscale.batched_seeds`).
+masks on group g's inputs (G runs stepped together, :mod:`pbscale.regression.group`).
 
 Trainable networks: with ``train_weights=True`` (joint pruning) the network's parameters are
 used as they are, so the outputs are differentiable in the weights and a loss's ``backward``
@@ -177,7 +177,7 @@ class MaskedModule:
 
         With a leading group dimension, z (G, k, d) and x (G, B, ...) -> (G, k, B, ...): group
         g's k masks see group g's inputs only (G runs stepped together,
-        :mod:`pbscale.batched_seeds`), in one call of a backend that takes groups (the MLP path
+        :mod:`pbscale.regression.group`), in one call of a backend that takes groups (the MLP path
         in place), group by group otherwise."""
         grouped = z.dim() == 3
         if z.dim() not in (2, 3) or z.shape[-1] != self.d:

@@ -51,9 +51,9 @@ from pbexact.errors import PBInputError, check_n
 from pbexact.parametrizations import PARAMETRIZATIONS
 
 #: The tools a family can run in: ``regress`` (:mod:`pbscale.regress`), ``regress-group``
-#: (regression groups, :mod:`pbscale.batched_seeds`), ``prune-supermask`` and ``prune-joint``
-#: (:mod:`pbscale.prune` ``--mode``) and ``microworld`` (the vectorized torch runs of
-#: :mod:`analysis.microworld.hybrid`; the MC estimators run there on the exact core).
+#: (regression groups, ``python -m pbscale.regress --seeds``), ``prune-supermask`` and
+#: ``prune-joint`` (:mod:`pbscale.prune` ``--mode``) and ``microworld`` (the vectorized torch
+#: runs of :mod:`analysis.microworld.hybrid`; the MC estimators run there on the exact core).
 COMMANDS = ("regress", "regress-group", "prune-supermask", "prune-joint", "microworld")
 #: Mask step decays of the pruning experiments (`tab:app_supermask_hypers`,
 #: `tab:app_pruning_broad`; fractions of the epochs, multiplier): CP's logits x0.1 at 40% and

@@ -2,7 +2,7 @@
 rates of one setting) trained in one process through the one run loop, :func:`pbscale.runs.loop.run`
 (``python -m pbscale.prune ... --seeds 0-7``).
 
-Design (the loop stays single-run; a group is one run of it, as in :mod:`pbscale.batched_seeds`):
+Design (the loop stays single-run; a group is one run of it, as in :mod:`pbscale.regression.group`):
 
 * each member is the separate run, built whole by :func:`pbscale.prune.build` (its
   :class:`pbscale.pruning.task.PruneTask` with its own network, batches and evaluation, its method

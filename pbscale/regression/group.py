@@ -1,7 +1,7 @@
-"""Regression groups (``python -m pbscale.batched_seeds``, the command's name from before the
-word "group" had one meaning): G runs of MaskedNNRegression that share the network and the
-number of steps (different seeds and learning rates of one setting of any method of
-``pbscale.methods.names("regress-group")``) train together through the one run loop,
+"""Regression groups (``python -m pbscale.regress --seeds 0-9 --lr 0.1,0.01``): G runs of
+MaskedNNRegression that share the network and the number of steps (different seeds and
+learning rates of one setting of any method of ``pbscale.methods.names("regress-group")``)
+train together through the one run loop,
 :func:`pbscale.runs.loop.run`, in one process, each member's step its separate run's step.
 
 Design (the loop stays single-run; a group is one run of it):
@@ -83,7 +83,7 @@ class FlatLayout:
 
 
 class MaskTrainerGroup(MemberBook):
-    """G runs of one method that train together (:mod:`pbscale.batched_seeds`): one
+    """G runs of one method that train together (``python -m pbscale.regress --seeds``): one
     :class:`pbscale.runs.contracts.Method` over G members (:class:`MaskTrainer` s made by the
     family, :meth:`pbscale.methods.Family.make`: logits (P,), optimizer, generator, learned
     control each), whose step is each member's own step on its own batch
@@ -185,7 +185,7 @@ class GroupRun(RegressionGroupTask, RunHooks):
     :class:`pbscale.runs.loop.RunHooks`)."""
 
     #: The flags named when a run diverges (:func:`pbscale.runs.loop.run`).
-    lr_flags = {"masks": "--lrs"}
+    lr_flags = {"masks": "--lr"}
 
     def __init__(self, problem: RegressionProblem, group: MaskTrainerGroup, data_seed: int,
                  epochs: int, out: Path, device: torch.device) -> None:

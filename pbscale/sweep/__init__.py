@@ -51,12 +51,11 @@ num_gpus=gpus``, so small runs share a GPU; ``--address`` joins an existing clus
 otherwise a local Ray is started with ``--jobs`` CPUs. Both engines run the same child command,
 so their results are identical (docs/sweeps.md says what a cluster needs).
 
-Groups (``batch = true`` under ``[sweep]``, or ``sweep run --batch``; the key and the flag keep
-the names they had before "group" became the one word for G runs in one process): the
-``regress`` runs (of every method of a regression group, ``pbscale.methods.names(
+Groups (``group = true`` under ``[sweep]``, or ``sweep run --group``; G runs in one process):
+the ``regress`` runs (of every method of a regression group, ``pbscale.methods.names(
 "regress-group")``) that differ only in ``seed`` and ``lr`` form groups
 (:func:`pbscale.sweep.file.plan`), each one
-child ``python -m pbscale.batched_seeds --lrs ... --seeds ...`` that trains its members in one
+child ``python -m pbscale.regress --lr ... --seeds ...`` that trains its members in one
 process (each member's step its separate run's) and writes each member's run folder where
 ``pbscale.regress`` would, with the same numbers. A group's seeds x learning rates is a full product
 (else it is split per learning rate); a group of one and a run with its own ``chunk`` launch as

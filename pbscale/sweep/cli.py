@@ -124,10 +124,10 @@ def build_parser() -> argparse.ArgumentParser:
                          help="keep those runs as they are (their results stay the old "
                          "files'), and stop asking until the files change again (default: "
                          "%(default)s)")
-    r.add_argument("--batch", action="store_true", help="groups: runs differing only in "
+    r.add_argument("--group", action="store_true", help="groups: runs differing only in "
                    "seed and lr (regress) or seed, lam and mask lr (prune) train together in "
-                   "one child, python -m pbscale.batched_seeds or pbscale.prune (also [sweep] "
-                   "batch = true; default: %(default)s)")
+                   "one child, python -m pbscale.regress or pbscale.prune with --seeds (also "
+                   "[sweep] group = true; default: %(default)s)")
     s = sub.add_parser("status", help="finished / running / failed / diverged / interrupted / "
                                       "pending")
     s.add_argument("sweep", help="sweep file (.toml)")
@@ -265,7 +265,7 @@ def run_sweep(args: argparse.Namespace, argv: list[str]) -> int:
         jobs = args.jobs or default_jobs(sweep)
         n_groups = sum(isinstance(c, Group) for c in children)
         how = (f" ({n_groups} groups, {len(children)} children)"
-               if args.batch or sweep.batch else "")
+               if args.group or sweep.group else "")
         elsewhere = f" ({len(running)} still running)" if running else ""
         print(f"{len(sweep.runs) - len(runs) - len(running)} of {len(sweep.runs)} runs already "
               f"finished{elsewhere}; running {len(runs)}{how} with --engine {args.engine} "
@@ -307,7 +307,7 @@ def plan_todo(sweep: Sweep, args: argparse.Namespace, changed: Sequence[Change] 
         rec = read_record(sweep, r) or {}
         print(f"still running from an earlier sweep (pid {rec.get('pid')}), left alone: {r.id}  "
               f"{label(r)}", file=sys.stderr)
-    return runs, running, plan(sweep, runs) if (args.batch or sweep.batch) else list(runs)
+    return runs, running, plan(sweep, runs) if (args.group or sweep.group) else list(runs)
 
 
 def dry_run(sweep: Sweep, args: argparse.Namespace, changed: Sequence[Change] = ()) -> int:

@@ -60,7 +60,7 @@ class Run:
 class Group:
     """Runs that differ only in their command's grouping axes (:attr:`pbscale.sweep.jobs.Grouping.
     axes`: regress seed and lr; prune seed, lam and mask lr), trained as one child of its
-    grouping module (``python -m pbscale.batched_seeds``, ``python -m pbscale.prune``):
+    grouping module (``python -m pbscale.regress --seeds``, ``python -m pbscale.prune --seeds``):
     ``values`` maps each axis to its sorted values, whose product is exactly the members'.
     Id ``g`` + hash."""
 
@@ -86,7 +86,7 @@ class Sweep:
     cpus: float = 1.0
     gpus: float = 0.0
     extra: dict = field(default_factory=dict)
-    batch: bool = False
+    group: bool = False
     #: lines the CLI prints before it starts (e.g. which output folder was chosen and why)
     notes: list[str] = field(default_factory=list)
 
@@ -120,7 +120,8 @@ class Sweep:
         if isinstance(job, Run):
             return ["-m", self.module, *self.argv(job)]
         grouping = self.grouping
-        args = grouping.argv(job.runs[0].full, job.values)
+        defaults = {k: a.default for k, a in command_actions(self.module).items()}
+        args = grouping.argv(job.runs[0].full, job.values, defaults)
         return ["-m", grouping.module, *args, "--out", str(self.out), "--threads",
                 str(self.threads), "--quiet"]
 
@@ -317,14 +318,17 @@ def load(path: str | Path, out: str | Path | None = None) -> Sweep:
     if command not in COMMANDS:
         raise PBInputError(f"{path}: [sweep] command must be one of {', '.join(COMMANDS)}, got "
                            f"{command!r}; write e.g. command = \"{next(iter(COMMANDS))}\"")
-    bad = set(head) - {"command", "out", "threads", "cpus", "gpus", "description", "batch"}
+    if "batch" in head:
+        raise PBInputError(f"{path}: [sweep] batch is now called group; write group = "
+                           f"{str(head['batch']).lower()}")
+    bad = set(head) - {"command", "out", "threads", "cpus", "gpus", "description", "group"}
     if bad:
         raise PBInputError(f"{path}: unknown [sweep] key {sorted(bad)[0]!r}; use command, out, "
-                           "threads, cpus, gpus, batch, description")
-    batch = head.get("batch", False)
-    if not isinstance(batch, bool):
-        raise PBInputError(f"{path}: [sweep] batch must be true or false, got {batch!r}; write "
-                           "batch = true or leave it out")
+                           "threads, cpus, gpus, group, description")
+    group = head.get("group", False)
+    if not isinstance(group, bool):
+        raise PBInputError(f"{path}: [sweep] group must be true or false, got {group!r}; write "
+                           "group = true or leave it out")
     threads, cpus, gpus = _check_resources(path, head)
     base = doc.get("base", {})
     grids = doc.get("grid", [])
@@ -379,7 +383,7 @@ def load(path: str | Path, out: str | Path | None = None) -> Sweep:
                 and not (record_dir / f"{r.id}.json").exists():
             r.id = r.spelled_id
     return Sweep(path, command, target, list(runs.values()), threads, cpus, gpus,
-                 extra={"description": head.get("description", "")}, batch=batch, notes=notes)
+                 extra={"description": head.get("description", "")}, group=group, notes=notes)
 
 
 # ---------------------------------------------------------------------- groups
@@ -387,7 +391,7 @@ def load(path: str | Path, out: str | Path | None = None) -> Sweep:
 
 def groupable(sweep: Sweep, run: Run) -> bool:
     """Whether a run can train in a group: its command groups runs and accepts it (regress: a
-    method of a regression group, whose options batched_seeds takes, no own chunk)."""
+    method of a regression group, with only the options a group takes, no own chunk)."""
     grouping = sweep.grouping
     return grouping is not None and grouping.groupable(run.full)
 

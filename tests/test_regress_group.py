@@ -1,7 +1,7 @@
-"""Batched seeds (pbscale.batched_seeds): mc_gradient over leading dimensions equals per-run
-calls; the grouped forward equals the masked backbone per group; G runs stepped together
-through the run loop give the histories of the same runs made one by one with pbscale.regress,
-to round-off, write the same run folders, resume after SIGTERM or a kill to the same numbers,
+"""Regression groups (``python -m pbscale.regress --seeds``): mc_gradient over leading
+dimensions equals per-run calls; the grouped forward equals the masked backbone per group;
+G runs stepped together through the run loop give the histories of the same runs made one
+by one with pbscale.regress, to round-off, write the same run folders, resume after SIGTERM or a kill to the same numbers,
 and skip finished runs."""
 
 from __future__ import annotations
@@ -16,8 +16,6 @@ from torch import nn
 
 from pbexact.errors import PBInputError, RunInterrupted
 from pbexact.parametrizations import get_parametrization
-from pbscale import regress
-from pbscale.batched_seeds import main
 from pbscale.forward.masks import MaskedModule
 from pbscale.forward.rescale import rescaled_weight
 from pbscale.methods import (
@@ -28,6 +26,8 @@ from pbscale.methods import (
     mc_surrogate,
     names,
 )
+from pbscale.regress import main
+from pbscale.regression import run as rrun
 from pbscale.regression.group import train_group, train_unfinished
 from pbscale.regression.problem import make_problem, mlp
 from pbscale.runs import io
@@ -48,7 +48,7 @@ def test_batched_runs_equal_separate_runs(tmp_path, method, n):
                for lr in (0.1, 0.01) for seed in (0, 1)]
     batched = train_group(configs, 2, p, out=tmp_path / "b")
     for cfg, hist in zip(configs, batched):
-        folder = regress.train(cfg, epochs=2, out=tmp_path / "s", device="cpu", problem=p,
+        folder = rrun.train(cfg, epochs=2, out=tmp_path / "s", device="cpu", problem=p,
                                progress=False)
         ref = io.read_csv(folder / "history.csv")
         assert len(ref) == len(hist) == 3
@@ -218,7 +218,7 @@ def test_finished_members_are_skipped_and_runs_read_like_regress_runs(tmp_path):
     finished (it returns at once, same numbers); a group of finished runs trains nothing."""
     p = tiny_problem()
     configs = _configs()
-    done = regress.train(configs[0], epochs=2, out=tmp_path, device="cpu", problem=p,
+    done = rrun.train(configs[0], epochs=2, out=tmp_path, device="cpu", problem=p,
                          progress=False)
     before = (done / "history.csv").read_bytes()
     skipped, trained = train_unfinished(configs, 2, p, out=tmp_path)
@@ -227,9 +227,9 @@ def test_finished_members_are_skipped_and_runs_read_like_regress_runs(tmp_path):
     (group,) = (tmp_path / GROUPS).iterdir()
     assert group.name.startswith("group-loorf-n4-sigmoid-3runs-")
     for c in configs[1:]:
-        folder = regress.run_folder(c, 2, tmp_path, problem=p)
+        folder = rrun.run_folder(c, 2, tmp_path, problem=p)
         stamp = (folder / "summary.json").stat().st_mtime_ns
-        assert regress.train(c, epochs=2, out=tmp_path, device="cpu", problem=p,
+        assert rrun.train(c, epochs=2, out=tmp_path, device="cpu", problem=p,
                              progress=False) == folder
         assert (folder / "summary.json").stat().st_mtime_ns == stamp  # not trained again
         assert io.read_json(folder / "summary.json")["grouped_runs"] == 3
@@ -244,23 +244,24 @@ def test_group_nan_check_names_the_member():
     configs = [MethodConfig("loorf", 2, "sigmoid", 0.1, seed=0),
                MethodConfig("loorf", 2, "sigmoid", 30.0, seed=1)]
     group = MaskTrainerGroup.flat(configs, 5, 10)
-    flags = {"masks": "--lrs", "optimizer": "--optimizer", "weights": "--lr"}
+    flags = {"masks": "--lr", "optimizer": "--optimizer", "weights": "--lr"}
     group.check_finite("epoch 1", flags)  # all finite: passes
     with torch.no_grad():
         group.members[1].r[2] = math.nan
-    with pytest.raises(PBInputError, match="lr=30.0, seed=1 became NaN or inf in epoch 4.*--lrs"):
+    with pytest.raises(PBInputError, match="lr=30.0, seed=1 became NaN or inf in epoch 4.*--lr"):
         group.check_finite("epoch 4", flags)
 
 
 @pytest.mark.parametrize("argv, words", [
     (["--method", "mp"], "invalid choice: 'mp'"),
     (["--method", "loorf", "--n", "1"], "n"),
-    (["--lrs", "0.1,-1"], "--lrs: must be a number > 0"),
-    (["--lrs", "0.1,fast"], "--lrs: expected a number"),
-    (["--lrs", "0.1,0.1"], "listed twice"),
+    (["--lr", "0.1,-1"], "--lr: must be a number > 0"),
+    (["--lr", "0.1,fast"], "--lr: expected a number"),
+    (["--lr", "0.1,0.1"], "listed twice"),
+    (["--chunk", "2"], "does not take --chunk"),
 ])
 def test_cli_refuses_bad_groups_before_any_work(tmp_path, capsys, argv, words):
-    assert main([*argv, "--out", str(tmp_path / "o"), "--quiet"]) == 2
+    assert main([*argv, "--seeds", "0-1", "--out", str(tmp_path / "o"), "--quiet"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and words in err and err.count("\n") == 1
     assert not (tmp_path / "o").exists()

@@ -1,20 +1,20 @@
 """Runs per hour of MaskedNNRegression runs (one setting of a method, several seeds and learning
-rates): as one regression group (mode ``batched``, named after :mod:`pbscale.batched_seeds`: all
-runs one computation) against one at a time
+rates): as one regression group (mode ``group``, as ``python -m pbscale.regress --seeds`` trains
+them: all runs one computation) against one at a time
 (the loop, in one process) and against parallel processes (``python -m pbscale.regress``
 children, ``--procs`` at once), measured in the same run on the same runs; each method of
 ``--method`` (comma-separated: any method that batches, e.g. ``cp,rebar``) in turn, in this
 process.
 
-    python -m benchmarks.bench_batched_seeds [--method loorf] [--n 10] [--seeds 4]
-        [--lrs 0.1,0.01] [--epochs 2] [--procs 2] [--modes batched,serial,parallel]
+    python -m benchmarks.bench_regress_group [--method loorf] [--n 10] [--seeds 4]
+        [--lrs 0.1,0.01] [--epochs 2] [--procs 2] [--modes group,serial,parallel]
         [--device cpu] [--csv FILE]
 
 Each mode writes to its own temporary folder (deleted afterwards); the times include what each
 mode really pays (process start-up and data set-up for the parallel processes). Wall-clock
 runs per hour, and the CPU seconds (this process's, plus the children's for the parallel
 processes), whose ratios hold on a machine shared with other jobs; on a GPU only wall time
-counts. The batched mode runs through the run loop (:func:`pbscale.runs.loop.run`: checkpoints and
+counts. The group mode runs through the run loop (:func:`pbscale.runs.loop.run`: checkpoints and
 run folders every epoch).
 """
 
@@ -33,19 +33,26 @@ from pathlib import Path
 import torch
 
 from analysis.cli import run
-from pbexact.cli import ArgumentParser, int_in_range, positive_int, thread_count
+from pbexact.cli import (
+    ArgumentParser,
+    int_in_range,
+    one_or_list,
+    positive_float,
+    positive_int,
+    thread_count,
+)
 from pbexact.errors import PBInputError
-from pbscale import regress
-from pbscale.batched_seeds import lr_list
 from pbscale.methods import MethodConfig, names
+from pbscale.regression import run as rrun
 from pbscale.regression.group import MAX_RUNS, MaskTrainerGroup, train_group
 from pbscale.regression.problem import RegressionProblem, make_problem
 from pbscale.runs import io
+from pbscale.runs.jobs import listed_values
 from pbscale.runs.runtime import resolve_device
 
 #: The modes :func:`time_modes` can time, by name.
-MODES = ("batched", "serial", "parallel")
-LABELS = {"batched": "batched (one process)", "serial": "one at a time (one process)",
+MODES = ("group", "serial", "parallel")
+LABELS = {"group": "one group (one process)", "serial": "one at a time (one process)",
           "parallel": "{procs} parallel processes"}
 
 
@@ -53,7 +60,7 @@ def time_modes(configs: list[MethodConfig], epochs: int, dev: torch.device,
                modes: tuple[str, ...] = MODES, procs: int = 2, threads: int = 1,
                problem: RegressionProblem | None = None, tmp_dir: str | Path | None = None
                ) -> dict[str, tuple[float, float]]:
-    """Train the runs ``configs`` for ``epochs`` epochs in each mode of ``modes`` (batched:
+    """Train the runs ``configs`` for ``epochs`` epochs in each mode of ``modes`` (group:
     :func:`pbscale.regression.group.train_group`, all runs one group; serial:
     :func:`pbscale.regress.train` one run after another; parallel: ``procs`` children
     ``python -m pbscale.regress`` at once, each with ``threads`` torch threads, the paper's
@@ -72,13 +79,13 @@ def time_modes(configs: list[MethodConfig], epochs: int, dev: torch.device,
         return make_problem(0, dev) if problem is None else problem
 
     with tempfile.TemporaryDirectory(dir=tmp_dir) as tmp:
-        def batched() -> None:
-            train_group(configs, epochs, get_problem(), out=f"{tmp}/batched", device=dev)
+        def group() -> None:
+            train_group(configs, epochs, get_problem(), out=f"{tmp}/group", device=dev)
 
         def serial() -> None:
             prob = get_problem()
             for c in configs:
-                regress.train(c, epochs, f"{tmp}/serial", device=str(dev), problem=prob,
+                rrun.train(c, epochs, f"{tmp}/serial", device=str(dev), problem=prob,
                               progress=False)
 
         def child(c: MethodConfig) -> int:
@@ -95,7 +102,7 @@ def time_modes(configs: list[MethodConfig], epochs: int, dev: torch.device,
             if any(codes):
                 raise RuntimeError(f"a child run failed: exit codes {codes}")
 
-        jobs = {"batched": batched, "serial": serial, "parallel": parallel}
+        jobs = {"group": group, "serial": serial, "parallel": parallel}
         for mode in modes:
             t0, c0 = time.perf_counter(), cpu()
             jobs[mode]()
@@ -119,15 +126,15 @@ def choice_list(choices: tuple[str, ...], what: str) -> object:
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = ArgumentParser(prog="python -m benchmarks.bench_batched_seeds",
+    ap = ArgumentParser(prog="python -m benchmarks.bench_regress_group",
                         description=__doc__.splitlines()[0])
     ap.add_argument("--method", type=choice_list(names("regress-group"), "methods"),
                     default="loorf",
-                    help="comma-separated methods that run batched, each timed in turn "
+                    help="comma-separated methods that train in groups, each timed in turn "
                     "(default loorf)")
     ap.add_argument("--n", type=positive_int, default=10)
     ap.add_argument("--seeds", type=positive_int, default=4)
-    ap.add_argument("--lrs", type=lr_list, default="0.1,0.01",
+    ap.add_argument("--lrs", type=one_or_list(positive_float), default="0.1,0.01",
                     help="comma-separated learning rates (default 0.1,0.01)")
     ap.add_argument("--epochs", type=positive_int, default=2)
     ap.add_argument("--procs", type=int_in_range(1, 1024, "parallel processes"), default=2,
@@ -139,7 +146,7 @@ def main(argv: list[str] | None = None) -> None:
                     "always timed)")
     ap.add_argument("--csv", default=None, help="also write the rows to this CSV file")
     args = ap.parse_args(argv)
-    lrs = args.lrs
+    lrs = listed_values(args.lrs)
     if args.seeds * len(lrs) > MAX_RUNS:  # counted before the list is built
         raise PBInputError(f"{args.seeds * len(lrs):,} runs (--seeds x --lrs), more than the "
                            f"{MAX_RUNS:,} one group holds; lower --seeds")

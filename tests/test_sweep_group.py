@@ -1,8 +1,8 @@
-"""pbscale.sweep with batched seeds (``batch = true`` / ``--batch``): runs differing only in seed
-and lr form product groups, each one ``python -m pbscale.batched_seeds`` child; the batched sweep
-gives the unbatched sweep's results (to the round-off of the grouped forward, the tolerance of
-tests/test_batched_seeds.py), keeps records and status per run, resumes a killed group without
-redoing finished runs, and still runs the runs it does not batch (a group of one: ST)."""
+"""pbscale.sweep with groups (``group = true`` / ``--group``): runs differing only in seed
+and lr form product groups, each one ``python -m pbscale.regress`` child; the grouped sweep
+gives the ungrouped sweep's results (to the round-off of the grouped forward, the tolerance of
+tests/test_regress_group.py), keeps records and status per run, resumes a killed group without
+redoing finished runs, and still runs the runs it does not group (a group of one: ST)."""
 
 from __future__ import annotations
 
@@ -55,7 +55,7 @@ chunk = 1
 
 def test_plan_groups_products_and_keeps_the_rest_single(tmp_path):
     s = sweep.load(_write(tmp_path, PLAN.format(out=tmp_path / "o")))
-    assert not s.batch
+    assert not s.group
     jobs = sweep.plan(s, s.runs)
     groups = [j for j in jobs if isinstance(j, sweep.Group)]
     singles = [j for j in jobs if isinstance(j, sweep.Run)]
@@ -70,22 +70,22 @@ def test_plan_groups_products_and_keeps_the_rest_single(tmp_path):
     assert sorted((r.full["method"], r.full["chunk"]) for r in singles) == [
         ("arms", None), ("cp", None), ("loorf", 1), ("loorf", 1), ("st", None)]
     line = s.command_line(groups[0])
-    assert line[:2] == ["-m", "pbscale.batched_seeds"]
+    assert line[:2] == ["-m", "pbscale.regress"]
     opts = dict(zip(line[2::2], line[3::2]))
-    assert opts["--lrs"] == "0.01,0.1" and opts["--seeds"] == "0,1"
+    assert opts["--lr"] == "0.01,0.1" and opts["--seeds"] == "0,1"
     assert opts["--method"] == "loorf" and opts["--epochs"] == "1" and opts["--n"] == "2"
     assert line[-5:] == ["--out", str(tmp_path / "o"), "--threads", "1", "--quiet"]
     # the same runs (in any order) form the same group: a relaunched group resumes
     again = sweep.plan(s, list(reversed(s.runs)))
     assert {g.id for g in groups} == {j.id for j in again if isinstance(j, sweep.Group)}
-    # a prune sweep batches its seeds (and mask learning rates) into pruning groups
-    prune = _write(tmp_path, '[sweep]\ncommand = "prune"\nout = "o"\nbatch = true\n'
+    # a prune sweep groups its seeds (and mask learning rates) into pruning groups
+    prune = _write(tmp_path, '[sweep]\ncommand = "prune"\nout = "o"\ngroup = true\n'
                    '[[grid]]\nmethod = "arms"\nseed = [0, 1]\n', "p.toml")
     p = sweep.load(prune)
-    assert p.batch and [len(j.runs) for j in sweep.plan(p, p.runs)] == [2]
+    assert p.group and [len(j.runs) for j in sweep.plan(p, p.runs)] == [2]
 
 
-def test_paper_regression_sweep_batches_into_19_groups():
+def test_paper_regression_sweep_groups_into_19_groups():
     """sweeps/regression.toml: every run is in a group: the 200 MC runs form 15 groups (10
     seeds, x 2 rates where a setting has both), the 80 ST / REBAR / CP runs 4 groups of 20
     (CP one per optimizer)."""
@@ -99,12 +99,17 @@ def test_paper_regression_sweep_batches_into_19_groups():
              if len(g.values["lr"]) == 2 and g.runs[0].full["method"] in ("cp", "st", "rebar")}
     assert kinds == {("cp", "rmsprop"), ("cp", "sgd"), ("st", "rmsprop"), ("rebar", "rmsprop")}
     line = s.command_line(next(g for g in jobs if g.runs[0].full["method"] == "cp"))
-    assert line[:2] == ["-m", "pbscale.batched_seeds"] and "--lrs" in line
+    assert line[:2] == ["-m", "pbscale.regress"] and "--lr" in line
 
 
-def test_batch_key_must_be_boolean(tmp_path):
-    with pytest.raises(PBInputError, match="batch must be true or false"):
-        sweep.load(_write(tmp_path, '[sweep]\ncommand = "regress"\nout = "o"\nbatch = 1\n'))
+def test_group_key_must_be_boolean(tmp_path):
+    with pytest.raises(PBInputError, match="group must be true or false"):
+        sweep.load(_write(tmp_path, '[sweep]\ncommand = "regress"\nout = "o"\ngroup = 1\n'))
+
+
+def test_the_old_batch_key_is_refused_naming_group(tmp_path):
+    with pytest.raises(PBInputError, match="batch is now called group; write group = true$"):
+        sweep.load(_write(tmp_path, '[sweep]\ncommand = "regress"\nout = "o"\nbatch = true\n'))
 
 
 def test_ray_engine_launches_groups_as_tasks(tmp_path, monkeypatch):
@@ -205,12 +210,12 @@ def _close(a: dict[str, list[dict]], b: dict[str, list[dict]]) -> None:
 
 @pytest.fixture(scope="module")
 def batched_killed_and_resumed(tmp_path_factory):
-    """jobs=1, ``batch = true``: children run loorf group (4 runs), arms group (2), st. The
+    """jobs=1, ``group = true``: children run loorf group (4 runs), arms group (2), st. The
     sweep is killed by SIGTERM once the arms group has a checkpoint, then run again; the same
-    sweep unbatched (``batch = false``) gives the reference."""
+    sweep ungrouped (no ``group`` key) gives the reference."""
     tmp = tmp_path_factory.mktemp("batch")
     out = tmp / "batched"
-    path = _write(tmp, TINY.format(out=out, batch="batch = true"), "batched.toml")
+    path = _write(tmp, TINY.format(out=out, batch="group = true"), "batched.toml")
     s = sweep.load(path)
     facts: dict = {"path": path, "out": out, "sweep": s, "tmp": tmp}
     proc, killed = sigterm_when(
@@ -267,7 +272,7 @@ def test_killed_batched_sweep_resumes_per_run(batched_killed_and_resumed):
 def test_batched_sweep_results_equal_unbatched_sweep(batched_killed_and_resumed):
     f = batched_killed_and_resumed
     assert f["rerun"].returncode == 0 and f["ref"].returncode == 0, f["ref"].stderr
-    assert "groups, " not in f["ref"].stderr  # no groups without batch
+    assert "groups, " not in f["ref"].stderr  # no groups without group
     batched, single = _histories(f["out"]), _histories(f["tmp"] / "single")
     assert len(batched) == 7
     _close(batched, single)
