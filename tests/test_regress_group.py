@@ -1,8 +1,8 @@
 """Regression groups (``python -m pbscale.regress --seeds``): mc_gradient over leading
 dimensions equals per-run calls; the grouped forward equals the masked backbone per group;
 G runs stepped together through the run loop give the histories of the same runs made one
-by one with pbscale.regress, to round-off, write the same run folders, resume after SIGTERM or a kill to the same numbers,
-and skip finished runs."""
+by one with pbscale.regress, to round-off, write the same run folders, resume after SIGTERM or
+a kill to the same numbers, and skip finished runs."""
 
 from __future__ import annotations
 
