@@ -627,7 +627,7 @@ def test_a_sweep_of_a_user_network_runs_as_a_group(tmp_path):
         [sweep]
         command = "prune"
         out = "runs"
-        batch = true
+        group = true
         threads = 1
 
         [base]

@@ -1,4 +1,4 @@
-"""A ``prune`` sweep with ``batch = true``: runs that differ only in seed, lam and mask learning
+"""A ``prune`` sweep with ``group = true``: runs that differ only in seed, lam and mask learning
 rate form one pruning group (one ``python -m pbscale.prune --seeds ... --lam ... --mask-lr ...``
 child), and
 each of its folders reads like a separate run's (``status``, ``results``, ``analysis.pareto``
@@ -24,7 +24,7 @@ PLAN = """
 [sweep]
 command = "prune"
 out = "{out}"
-batch = true
+group = true
 
 [base]
 model = "lenet"

@@ -35,6 +35,7 @@ from pbscale.pruning.config import PruneConfig
 from pbscale.pruning.outputs import load_pruned
 from pbscale.runs import io as runio
 from pbscale.runs.allocator import keep_freed_memory
+from pbscale.runs.jobs import listed_values
 from pbscale.runs.runtime import resolve_device, set_threads
 
 #: What a run records as its data file when the data came as Python objects.
@@ -142,10 +143,7 @@ def prune_model(model: nn.Module | Callable[[], nn.Module] | str, train: Split |
     elif base.data == IN_MEMORY:
         raise PBInputError("data=... names a file; give train and test as Python objects "
                            "instead")
-    seeds, lams, lrs = _listed(seed), _listed(lam), _listed(mask_lr)
-    for values in (seeds, lams, lrs):
-        if len(set(values)) != len(values):
-            raise PBInputError(f"a value is listed twice in {values}; list each once")
+    seeds, lams, lrs = (listed_values(_listed(v)) for v in (seed, lam, mask_lr))
     if len(seeds) * len(lams) * len(lrs) == 1:
         summary = P.run(base, out, device, quiet=not progress, data=data, source=source)
         if not progress:  # the run printed nothing: an extreme mask still says so

@@ -5,7 +5,9 @@ evaluation`), the files it leaves (:mod:`pbscale.pruning.outputs`), and how it e
 on the run loop :func:`pbscale.runs.loop.run`, under ``torchrun`` (:func:`distribute`,
 :mod:`pbscale.execution.distributed`: MC runs split their samples over the ranks, the others
 their minibatches), replayed from a CUDA graph (:func:`captures_steps`) or as a member of a
-pruning group (:func:`member`, :func:`run_group`, :mod:`pbscale.pruning.group`).
+pruning group (:func:`member`, :func:`run_group`, :mod:`pbscale.pruning.group`). A run alone
+and a group member are assembled by one builder, :func:`assemble` (the Python API,
+:mod:`pbscale.pruning.api`, runs through :func:`run` and :func:`run_group`).
 """
 
 from __future__ import annotations
@@ -39,8 +41,8 @@ from pbscale.pruning.lam_control import LamController, target_line
 from pbscale.pruning.outputs import Export
 from pbscale.pruning.task import PruneTask
 from pbscale.runs import io as runio
-from pbscale.runs.contracts import LoopConfig, RunHooks
-from pbscale.runs.loop import env_info, full_config, run_folder
+from pbscale.runs.contracts import LoopConfig, Method, RunHooks
+from pbscale.runs.loop import env_info, full_config, run_folder, run_record
 from pbscale.runs.loop import run as loop_run
 from pbscale.runs.runtime import resolve_device
 
@@ -101,6 +103,41 @@ def build(cfg: PruneConfig, data: datamod.Data, dev: torch.device,
     return task, method, loop, weight_opt
 
 
+@dataclasses.dataclass
+class Assembly:
+    """One pruning run's pieces, built once by :func:`assemble` for a run alone (:func:`run`)
+    and a group member (:func:`member`): task, method, loop, the weights' optimizer (None:
+    supermask), its configuration (``config``: what its folder is named by,
+    :func:`pbscale.runs.loop.full_config`), what config.json records unhashed (``info``,
+    ``method_info``) and its lam controller (``--lam-target``; else None)."""
+
+    task: PruneTask
+    method: Method
+    loop: LoopConfig
+    weight_opt: torch.optim.Optimizer | None
+    config: dict
+    info: dict
+    method_info: dict
+    controller: LamController | None
+
+
+def assemble(cfg: PruneConfig, data: datamod.Data, dev: torch.device, *,
+             shard: distributed.Shard | None = None, source: NetworkSource | None = None,
+             ignored: Sequence[str] = (), routes: gpu_routes.Routes | None = None) -> Assembly:
+    """The :class:`Assembly` of the run of ``cfg`` (validated, resolved): :func:`build`'s
+    pieces, its configuration, its "info" (:func:`run_info`, the processes, the settings named
+    that it does not read (``ignored``) and the GPU routes asked for where any is on) and its
+    lam controller."""
+    task, method, loop, weight_opt = build(cfg, data, dev, shard, source)
+    info = {**run_info(cfg, data, task), "world_size": 1 if shard is None else shard.world,
+            **({"ignored": list(ignored)} if ignored else {}),
+            **({"routes": str(routes)} if routes is not None and routes.on else {})}
+    controller = (LamController(method, cfg.lam_target, loop, task.steps_per_epoch)
+                  if cfg.lam_target else None)
+    return Assembly(task, method, loop, weight_opt, full_config(task, method, loop), info,
+                    cfg.family.info(cfg.method_settings()), controller)
+
+
 def run(cfg: PruneConfig, out: str | Path, device: str = "cpu", *, quiet: bool = False,
         download: bool = False, download_url: str | None = None, step_hook=None,
         shard=None, given: Collection[str] = (), keep_checkpoint: bool = True,
@@ -120,21 +157,22 @@ def run(cfg: PruneConfig, out: str | Path, device: str = "cpu", *, quiet: bool =
     ignored = cfg.ignored(given)
     if ignored and (shard is None or shard.rank == 0):
         print(cfg.ignored_warning(ignored), file=sys.stderr)
-    task, method, loop, weight_opt = build(cfg, data, dev, shard, source)
+    asked = gpu_routes.default()
+    a = assemble(cfg, data, dev, shard=shard, source=source, ignored=ignored, routes=asked)
+    task, method, loop, weight_opt = a.task, a.method, a.loop, a.weight_opt
     note = budget_note(cfg, loop, task.steps_per_epoch)
     if note is not None and (shard is None or shard.rank == 0):
         print(note, file=sys.stderr)
     hooks: list[RunHooks] = [task.evaluation]  # the evaluation rule picks the frozen mask
-    if cfg.lam_target:
-        hooks.append(LamController(method, cfg.lam_target, loop, task.steps_per_epoch))
+    if a.controller is not None:
+        hooks.append(a.controller)
     if shard is not None:
         hooks += distribute(task, method, weight_opt, shard)
         out = distributed.rank_out(out, shard)
         quiet = quiet or shard.rank > 0
-    asked = gpu_routes.default()
     if shard is None and captures_steps(cfg, dev, asked):
         hooks.append(CapturedSteps(task, method))
-    folder = run_folder(out, task.name, full_config(task, method, loop))
+    folder = run_folder(out, task.name, a.config)
     finished_before = (folder / "summary.json").exists()
     hooks.append(Export(folder, task.evaluation, cfg.family.caps.rescale))
     if shard is not None:  # every rank resumes from rank 0's checkpoint
@@ -143,12 +181,9 @@ def run(cfg: PruneConfig, out: str | Path, device: str = "cpu", *, quiet: bool =
         print(f"{folder.name}: {cfg.model} on {cfg.data or cfg.dataset}, {cfg.mode} "
               f"{cfg.method}; {task.d:,} masked weights of {task.num_all:,} parameters; "
               f"device {dev}", file=sys.stderr)
-    info = {**run_info(cfg, data, task), "world_size": 1 if shard is None else shard.world,
-            **({"ignored": ignored} if ignored else {}),
-            **({"routes": str(asked)} if asked.on else {})}
     folder = loop_run(task, method, loop, out, weight_optimizer=weight_opt, device=dev,
-                      progress=not quiet, info=info, step_hook=step_hook, hooks=hooks,
-                      lr_flags=task.lr_flags, method_info=cfg.family.info(cfg.method_settings()),
+                      progress=not quiet, info=a.info, step_hook=step_hook, hooks=hooks,
+                      lr_flags=task.lr_flags, method_info=a.method_info,
                       keep_checkpoint=keep_checkpoint)
     summary = runio.read_summary(folder / "summary.json", task.summary_keys)
     runio.write_json(folder / "data.json", data.transform())
@@ -269,24 +304,20 @@ def captures_steps(cfg: PruneConfig, dev: torch.device, routes: gpu_routes.Route
 
 def member(cfg: PruneConfig, data: datamod.Data, dev: torch.device, out: str | Path,
            source: NetworkSource | None = None, ignored: Sequence[str] = ()) -> Member:
-    """The run of ``cfg`` (validated, resolved) as a member of a pruning group: built as
-    :func:`run` builds it, with the folder and the config.json record :func:`run` gives it
-    (``ignored``: the settings named that it does not read, as :func:`run` records them)."""
-    task, method, loop, weight_opt = build(cfg, data, dev, source=source)
-    config = full_config(task, method, loop)
-    info = {**run_info(cfg, data, task), "world_size": 1,
-            **({"ignored": list(ignored)} if ignored else {})}
+    """The run of ``cfg`` (validated, resolved) as a member of a pruning group: assembled as
+    :func:`run` assembles it (:func:`assemble`), with the folder and the config.json record
+    (:func:`pbscale.runs.loop.run_record`) :func:`run` gives it (``ignored``: the settings
+    named that it does not read, as :func:`run` records them)."""
+    a = assemble(cfg, data, dev, source=source, ignored=ignored)
     env = env_info()
     sweep_ids = env.pop("sweep_ids", {})
-    record = {**config, "info": {"device": str(dev), **info, **env, "code": code_provenance()},
-              "method_info": cfg.family.info(cfg.method_settings())}
+    record = run_record(a.config, dev, a.info, a.method_info, env)
+    record["info"]["code"] = code_provenance()
     key = member_key({"seed": cfg.seed, "lam": cfg.lam, "mask_lr": cfg.mask_lr})
     if key in sweep_ids:  # launched by a sweep: the run's own id, as a separate run records
         record["info"]["sweep_id"] = sweep_ids[key]
-    controller = (LamController(method, cfg.lam_target, loop, task.steps_per_epoch)
-                  if cfg.lam_target else None)
-    return Member(task, method, loop, weight_opt, run_folder(out, task.name, config), record,
-                  cfg.family.caps.rescale, data.transform(), controller)
+    return Member(a.task, a.method, a.loop, a.weight_opt, run_folder(out, a.task.name, a.config),
+                  record, cfg.family.caps.rescale, data.transform(), a.controller)
 
 
 def group_configs(cfg: PruneConfig, seeds: list[int], lams: list[float],

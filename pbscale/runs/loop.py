@@ -106,6 +106,7 @@ from pbscale.runs.records import (
     read_diverged,
     read_state,
     run_folder,
+    run_record,
     write_diverged,
     write_summary,
 )
@@ -113,7 +114,7 @@ from pbscale.runs.records import (
 __all__ = ["LOOP_COLUMNS", "LR_FLAGS", "PROVENANCE", "BatchedLoss", "EvalContext", "LoopConfig",
            "Method", "RunHooks", "StepHook", "Task", "check_finite", "check_metrics",
            "check_provenance", "config_hash", "env_info", "flush_denormals", "full_config",
-           "read_state", "run", "run_folder", "train_step", "write_summary"]
+           "read_state", "run", "run_folder", "run_record", "train_step", "write_summary"]
 
 #: Flags named when a run diverges: the mask learning rate and optimizer, the weight learning
 #: rate (those of ``pbscale.regress``; ``run(..., lr_flags=...)`` overrides entries).
@@ -237,9 +238,7 @@ def run(task: Task, method: Method, loop: LoopConfig, out: str | Path,
     loop.validate()
     dev = torch.device(device)
     config = full_config(task, method, loop)
-    record = {**config, "info": {"device": str(dev), **(info or {}), **env_info()}}
-    if method_info is not None:
-        record["method_info"] = method_info
+    record = run_record(config, dev, info or {}, method_info)
     files = ("config.json", loop.metrics_file, "checkpoint.pt", "summary.json")
     folder = open_folder(out, task.name, config, record, files)
     if (folder / "summary.json").exists():

@@ -30,7 +30,7 @@ from pbscale.runs.io import DIVERGED, read_diverged, write_diverged
 
 __all__ = ["DIVERGED", "GROUPS", "PROVENANCE", "Diverged", "check_provenance", "config_hash",
            "diverged_refusal", "env_info", "full_config", "groups_folder", "last_metrics",
-           "lock_folder", "open_folder", "read_diverged", "read_state", "run_folder",
+           "lock_folder", "open_folder", "read_diverged", "read_state", "run_folder", "run_record",
            "write_diverged", "write_summary"]
 
 #: Entries of ``info`` (config.json, unhashed) that must match when a run folder is reused:
@@ -75,6 +75,20 @@ def groups_folder(out: str | Path) -> Path:
 def full_config(task: Task, method: Method, loop: LoopConfig) -> dict:
     """The configuration a run folder is named by: task, method and loop."""
     return {"task": task.config(), "method": method.config_dict(), "loop": loop.to_dict()}
+
+
+def run_record(config: dict, device: torch.device | str, info: dict,
+               method_info: dict | None = None, env: dict | None = None) -> dict:
+    """A run's config.json record: its configuration (``config``: :func:`full_config`, hashed)
+    and, unhashed, "info" (the device, ``info``, and ``env``: the launcher's facts,
+    :func:`env_info` unless given) and "method_info" (what the method's family says of it,
+    :meth:`pbscale.methods.registry.Family.info`, where given). One builder for a run alone
+    (:func:`pbscale.runs.loop.run`) and a group member (:mod:`pbscale.pruning.group`)."""
+    record = {**config, "info": {"device": str(device), **info,
+                                 **(env_info() if env is None else env)}}
+    if method_info is not None:
+        record["method_info"] = method_info
+    return record
 
 
 def env_info() -> dict:
