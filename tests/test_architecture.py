@@ -547,22 +547,27 @@ def test_the_mlp_plan_is_interpreted_once():
         assert not re.search(r"isinstance\(\w+, (Linear|Norm|Act)\)", text), path
 
 
-#: The only names in pbscale and analysis that keep "batched" for G runs: the command's name
-#: and the names frozen by recorded files and commands (see docs/developing.md).
-BATCHED_NAMES = {"pbscale.batched_seeds"}
+#: Modules of pbscale, analysis and benchmarks named "batched" (none: "batched" is k masks in
+#: one call, and no module is named for that alone).
+BATCHED_NAMES: set[str] = set()
 
 
 def test_batched_and_group_have_one_meaning_each():
     """"batched": k masks in one call (BatchedLoss, the masked forward); "group": G runs in one
-    process (the regression and pruning groups, on one MemberBook). No module but the command
-    is named for batches of runs; the registry's command of regression groups is
-    "regress-group"; the folded forward's masks per call are ``per_call``, not a group."""
+    process (the regression and pruning groups, on one MemberBook; ``--seeds`` on both run
+    commands, ``group = true`` in a sweep). No module is named for batches of runs; the
+    registry's command of regression groups is "regress-group"; the folded forward's masks per
+    call are ``per_call``, not a group."""
     from pbscale.methods import COMMANDS
+    from pbscale.sweep import cli as sweep_cli
 
-    batched = {m for m in INFOS if m.partition(".")[0] in ("pbscale", "analysis")
+    batched = {m for m in INFOS if m.partition(".")[0] in ("pbscale", "analysis", "benchmarks")
                and "batch" in m.rpartition(".")[2]}
     assert batched == BATCHED_NAMES
     assert "regress-group" in COMMANDS and not [c for c in COMMANDS if "batch" in c]
+    run_options = {a.dest for p in sweep_cli.build_parser()._subparsers._group_actions  # noqa: SLF001
+                   for sub in p.choices.values() for a in sub._actions}  # noqa: SLF001
+    assert "group" in run_options and "batch" not in run_options
     groups = {m for m in INFOS if m.startswith("pbscale.") and "group" in m.rpartition(".")[2]}
     assert groups == {"pbscale.execution.group", "pbscale.pruning.group",
                       "pbscale.regression.group"}
@@ -573,3 +578,60 @@ def test_batched_and_group_have_one_meaning_each():
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 args = [a.arg for a in (*node.args.args, *node.args.kwonlyargs)]
                 assert "group" not in args, (path, node.name)  # masks per call are per_call
+
+
+def callers(sources: dict[str, str], name: str) -> set[tuple[str, str]]:
+    """(module, enclosing top-level function or class) of every call of ``name`` in ``sources``
+    (module -> source text): a bare name, or an attribute ``x.name`` of a module imported as
+    ``x`` (not a method of an object: ``Settings.build`` is another function)."""
+    out = set()
+    for module, text in sources.items():
+        tree = ast.parse(text)
+        modules = {a.asname or a.name for n in ast.walk(tree)
+                   if isinstance(n, (ast.Import, ast.ImportFrom)) for a in n.names
+                   if isinstance(n, ast.Import) or f"{n.module}.{a.name}" in sources}
+        for top in tree.body:
+            if not isinstance(top, (ast.FunctionDef, ast.ClassDef)):
+                continue
+            for node in ast.walk(top):
+                if not isinstance(node, ast.Call):
+                    continue
+                f = node.func
+                if (isinstance(f, ast.Name) and f.id == name) or (
+                        isinstance(f, ast.Attribute) and f.attr == name
+                        and isinstance(f.value, ast.Name) and f.value.id in modules):
+                    out.add((module, top.name))
+    return out
+
+
+def pbscale_sources() -> dict[str, str]:
+    return {".".join(p.relative_to(ROOT).with_suffix("").parts): p.read_text()
+            for p in sorted((ROOT / "pbscale").rglob("*.py"))}
+
+
+#: The one run builder of pruning and the one builder of a run's config.json record: who may
+#: call them (a run alone, a group member; the loop for a run alone).
+ONE_BUILDER = {
+    "build": {("pbscale.pruning.run", "assemble")},
+    "assemble": {("pbscale.pruning.run", "run"), ("pbscale.pruning.run", "member")},
+    "run_record": {("pbscale.runs.loop", "run"), ("pbscale.pruning.run", "member")},
+}
+
+
+def test_a_pruning_run_has_one_builder_and_one_record_builder():
+    """A run alone and a group member are assembled by one function
+    (:func:`pbscale.pruning.run.assemble`, the only caller of ``build``), and their config.json
+    record is built by one (:func:`pbscale.runs.records.run_record`)."""
+    sources = pbscale_sources()
+    for name, allowed in ONE_BUILDER.items():
+        assert callers(sources, name) == allowed, name
+
+
+def test_the_builder_check_reports_a_second_builder():
+    sources = pbscale_sources()
+    sources["pbscale.pruning.extra"] = ("from pbscale.pruning import run as R\n"
+                                        "def my_member(cfg):\n    return R.build(cfg, 1, 2)\n"
+                                        "def other(cfg):\n    return build(cfg)\n"
+                                        "def settings(s):\n    return s.build()\n")
+    found = callers(sources, "build") - ONE_BUILDER["build"]
+    assert found == {("pbscale.pruning.extra", "my_member"), ("pbscale.pruning.extra", "other")}
