@@ -114,7 +114,7 @@ def share(text: str) -> float:
 def study_cells(study: Path) -> list:
     """Every calibration cell of a claims study's comparisons and the synthetic pairs."""
     from analysis.scale.claims import SCALE_CLAIMS
-    from analysis.scale_report import study_records
+    from analysis.scale.study import study_records
 
     check_in_folder(study, "--study ", "pass a claims study's folder (it holds runs/)")
     records: list[RunRecord] = study_records(study, ("supermask", "joint"))

@@ -46,7 +46,7 @@ import math
 import shlex
 import sys
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +56,7 @@ from analysis.cli import run as cli_run
 from analysis.scale.front_verdict import compare_fronts
 from analysis.scale.fronts import pareto_front, seed_text
 from analysis.scale.outputs import Outputs, check_in_folder, check_out, out_folder
+from analysis.scale.plots import fraction_axis
 from analysis.scale.run_files import (
     PRUNE_BUDGET,
     DamagedRun,
@@ -375,23 +376,6 @@ def diverged_only(runs: list[dict]) -> list[str]:
 def mean_sd(mean: float, sd: float, fmt: str) -> str:
     """``0.9612 +- 0.0012`` (the mean alone when the s.d. is NaN: one seed)."""
     return format(mean, fmt) + ("" if math.isnan(sd) else " +- " + format(sd, fmt))
-
-
-def fraction_axis(ax: Any, values: Iterable[float], axis: str = "x") -> None:
-    """A log axis of remaining fractions labelled in percent whose tick labels do not overlap:
-    major ticks at 1-9 x 10^k over at most half a decade of data, at 1, 2, 5 x 10^k over at most
-    two decades, at powers of ten beyond (thinned to at most 7); minor ticks unlabelled."""
-    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
-
-    vals = [v for v in values if v > 0 and math.isfinite(v)]
-    span = math.log10(max(vals) / min(vals)) if vals else 0.0
-    subs = tuple(range(1, 10)) if span <= 0.5 else (1, 2, 5) if span <= 2 else (1,)
-    a = ax.xaxis if axis == "x" else ax.yaxis
-    (ax.set_xscale if axis == "x" else ax.set_yscale)("log")
-    a.set_major_locator(LogLocator(base=10, subs=subs, numticks=7 if subs == (1,) else 12))
-    a.set_major_formatter(FuncFormatter(lambda x, _: f"{100 * x:.3g}%"))
-    a.set_minor_formatter(NullFormatter())
-    ax.tick_params(axis=axis, labelsize=8)
 
 
 def parse_overlay(text: str) -> list[tuple[str, str | None]]:

@@ -63,8 +63,8 @@ from analysis.microworld.units import (
     run_units,
     unit_dir,
 )
-from analysis.scale_report import EXPERIMENTS as SCALE_EXPERIMENTS
-from analysis.scale_report import main as scale_main
+from analysis.scale.study_report import EXPERIMENTS as SCALE_EXPERIMENTS
+from analysis.scale.study_report import run_report
 from pbexact.cli import (
     ArgumentParser,
     int_at_least,
@@ -326,9 +326,10 @@ def check_study(args: argparse.Namespace) -> None:
 
 
 def scale_rows(args: argparse.Namespace, scale: Sequence[str]) -> int:
-    """The scale rows through ``analysis.scale_report``'s command line; its one-line errors are
-    its own, and anything else it raises (a damaged run folder it cannot read) becomes one line
-    naming the command that shows the details."""
+    """The scale rows as ``python -m analysis.scale_report`` makes them
+    (:func:`analysis.scale.study_report.run_report`); its one-line errors are its own, and
+    anything else it raises (a damaged run folder it cannot read) becomes one line naming the
+    command that shows the details."""
     if args.scale_out.exists() and not args.scale_out.is_dir():
         raise PBInputError(f"--scale-out {args.scale_out} is a file, not a folder; choose a "
                            "folder")
@@ -339,7 +340,8 @@ def scale_rows(args: argparse.Namespace, scale: Sequence[str]) -> int:
     source = ["--runs", *map(str, args.scale_runs)] if args.scale_runs else ["--replot"]
     argv = [*source, "--out", str(args.scale_out), "--experiments", ",".join(scale)]
     try:
-        return run(scale_main, argv)
+        return run(lambda _: run_report(args.scale_runs, args.scale_out, scale,
+                                        replot=not args.scale_runs), argv)
     except Exception as exc:  # noqa: BLE001 - one line instead of a traceback
         raise PBInputError(
             f"the scale rows failed ({type(exc).__name__}: {exc}); run python -m "

@@ -29,7 +29,7 @@ from analysis.cli import (
     write_csv,
     write_json,
 )
-from analysis.variance import (
+from analysis.exact.variance import (
     check_estimators,
     check_log_memory,
     check_method,

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from analysis.cli import check_out_dir, read_table, run, write_csv
-from analysis.variance import check_log_memory, table_name, variance_trajectory
+from analysis.exact.variance import check_log_memory, table_name, variance_trajectory
 from pbexact.cli import ArgumentParser, nonneg_int, positive_int, step_count
 from pbexact.errors import PBInputError, check_d
 from pbexact.estimators import ESTIMATORS, check_estimator

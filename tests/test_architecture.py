@@ -8,6 +8,9 @@ included), and the rules it keeps:
   modules ``python -m`` names) and sub-packages named for what they hold, in layers: a module of
   a sub-package imports its own package and those of lower layers, never a command; the sweep
   package sits on the job interface and the files of a run;
+* commands on top of libraries: no command imports another command of its package (analysis,
+  pbscale: :data:`LAYOUTS`; benchmarks: every top-level script); what two commands share lives
+  in a library module;
 * the method contract: a family's capabilities are one frozen :class:`Capabilities` and its
   hooks take explicit arguments (no trainer state);
 * single definitions: the mask schedules and top-k rules, the MLP plan and its interpreter, and
@@ -16,7 +19,7 @@ included), and the rules it keeps:
 
 Each check is a function of an explicit import graph (or source text), so the tests also feed it
 a graph with an injected defect (a cycle, an upward edge, a private import, a sub-package that
-imports upward or a command) and require that it is reported.
+imports upward or a command, a command that imports a command) and require that it is reported.
 """
 
 from __future__ import annotations
@@ -290,8 +293,9 @@ def test_length_check_reports_an_injected_long_module():
 
 # -- the sweep package sits on a job interface -------------------------------------------------
 
-#: What the sweep machinery may import from pbscale: its own modules, the job interface, io.
-SWEEP_ALLOWED = ("pbscale.sweep", "pbscale.sweep.jobs", "pbscale.runs.io")
+#: What the sweep machinery may import from pbscale: its own modules, the job interface (its
+#: types in pbscale.runs.jobs, shared with the commands' jobs modules), io.
+SWEEP_ALLOWED = ("pbscale.sweep", "pbscale.sweep.jobs", "pbscale.runs.jobs", "pbscale.runs.io")
 
 
 def sweep_dependencies(graph: dict[str, set[str]]) -> set[str]:
@@ -308,11 +312,17 @@ def test_the_sweep_package_depends_on_the_job_interface_only():
             "pbscale.sweep.records", "pbscale.sweep.engines"} <= set(sweep)
     assert sweep_dependencies(graph) == set()
     assert any("pbscale.sweep.jobs" in graph[m] for m in sweep)
-    # the job interface itself knows no command
-    assert {b for b in graph["pbscale.sweep.jobs"] if b.startswith("pbscale.")} == set()
+    # the job interface itself knows no command: only its types, in the lowest layer
+    assert {b for b in graph["pbscale.sweep.jobs"] if b.startswith("pbscale.")} \
+        == {"pbscale.runs.jobs"}
+    # each command's jobs module is a library module that imports no command
+    from pbscale.sweep.jobs import COMMANDS
+    for command in COMMANDS.values():
+        assert command.jobs in graph and LAYOUTS["pbscale"].layer(command.jobs) is not None
+        assert not {b for b in graph[command.jobs] if LAYOUTS["pbscale"].command(b)}
     # and the check sees an injected dependency on regression internals
-    graph["pbscale.sweep.file"] = graph["pbscale.sweep.file"] | {"pbscale.batched_seeds"}
-    assert sweep_dependencies(graph) == {"pbscale.batched_seeds"}
+    graph["pbscale.sweep.file"] = graph["pbscale.sweep.file"] | {"pbscale.regression.group"}
+    assert sweep_dependencies(graph) == {"pbscale.regression.group"}
 
 
 # -- the layout: commands at the top, sub-packages in layers -----------------------------------
@@ -320,7 +330,8 @@ def test_the_sweep_package_depends_on_the_job_interface_only():
 @dataclass(frozen=True)
 class Layout:
     """The rule of one package's top level: ``commands`` (the modules and command packages
-    ``python -m`` names; a command may import anything below its package's layering),
+    ``python -m`` names; a command may import anything below its package's layering, but no
+    other command of its package),
     ``plumbing`` (top-level modules that are neither: shared helpers of the commands) and
     ``layers`` (the sub-packages, lowest first: a module of one imports modules of its own
     sub-package and of lower layers only, never a command nor a sibling of its layer)."""
@@ -450,6 +461,108 @@ def test_the_layout_check_reports_injected_violations():
         ("analysis.scale.fronts", "analysis.pareto")]
     assert alayout.command("analysis.microworld") and not alayout.command(
         "analysis.microworld.runs") and alayout.layer("analysis.microworld.runs") == 0
+
+
+# -- commands on top of libraries ------------------------------------------------------------------
+
+#: The line that makes a module a script.
+MAIN_GUARD = 'if __name__ == "__main__":'
+
+
+def scripts(package: str, root: Path = ROOT) -> set[str]:
+    """The top-level modules of a package without a layout that run as scripts (they hold
+    :data:`MAIN_GUARD`): the benchmarks' commands."""
+    return {module_name(p, root) for p in sorted((root / package).glob("*.py"))
+            if MAIN_GUARD in p.read_text()}
+
+
+#: The benchmarks' commands.
+BENCHMARK_COMMANDS = scripts("benchmarks")
+
+#: Imports of a command by another command of its package that are known and yet to go.
+KNOWN_COMMAND_IMPORTS: set[tuple[str, str]] = {
+    # the GPU suite runs the other benchmarks (their main, or their measuring functions), and
+    # op_count counts under check_gpu_sync's emulated sync check: not moved yet (issue 51)
+    ("benchmarks.gpu_suite", "benchmarks.bench_arms_step"),
+    ("benchmarks.gpu_suite", "benchmarks.bench_regress_group"),
+    ("benchmarks.gpu_suite", "benchmarks.bench_pbscale"),
+    ("benchmarks.gpu_suite", "benchmarks.bench_prune"),
+    ("benchmarks.gpu_suite", "benchmarks.bench_prune_group"),
+    ("benchmarks.gpu_suite", "benchmarks.bench_routes"),
+    ("benchmarks.gpu_suite", "benchmarks.check_gpu_sync"),
+    ("benchmarks.gpu_suite", "benchmarks.op_count"),
+    ("benchmarks.op_count", "benchmarks.check_gpu_sync"),
+}
+
+
+def command_of(module: str, layouts: dict[str, Layout] = LAYOUTS,
+               commands: set[str] = BENCHMARK_COMMANDS) -> str | None:
+    """The command a module is part of (None: a library module, plumbing, a package): in a
+    package with a layout the top-level name of a command (``pbscale.sweep`` for every module
+    of the sweep package, ``analysis.microworld`` for its face: :meth:`Layout.command`); else
+    the module itself when it is one of ``commands`` (the scripts of a package without a
+    layout)."""
+    package = module.partition(".")[0]
+    if package in layouts:
+        return ".".join(module.split(".")[:2]) if layouts[package].command(module) else None
+    return module if module in commands else None
+
+
+def command_imports(graph: dict[str, set[str]], layouts: dict[str, Layout] = LAYOUTS,
+                    commands: set[str] = BENCHMARK_COMMANDS) -> list[tuple[str, str]]:
+    """(importer, imported) of every import a module of a command makes of a module of another
+    command of the same package (:func:`command_of`); the modules of one command package import
+    each other freely, and a command of another package is the layering's business."""
+    out = []
+    for a, targets in graph.items():
+        own = command_of(a, layouts, commands)
+        if own is None:
+            continue
+        for b in targets:
+            other = command_of(b, layouts, commands)
+            if other not in (None, own) and b.partition(".")[0] == a.partition(".")[0]:
+                out.append((a, b))
+    return sorted(out)
+
+
+def test_no_command_imports_a_command():
+    """Each command parses its options, calls library functions and writes its outputs; what
+    two commands share lives in a library module, never in one of them."""
+    assert {"benchmarks.gpu_suite", "benchmarks.op_count", "benchmarks.check_gpu_sync",
+            "benchmarks.bench_prune"} <= BENCHMARK_COMMANDS
+    assert "benchmarks.timing" not in BENCHMARK_COMMANDS  # a library module of the benchmarks
+    found = set(command_imports(graph_of(INFOS)))
+    assert found == KNOWN_COMMAND_IMPORTS, (sorted(found - KNOWN_COMMAND_IMPORTS),
+                                            sorted(KNOWN_COMMAND_IMPORTS - found))
+    assert not {e for e in found if e[0].startswith(("analysis.", "pbscale."))}
+
+
+def test_the_command_check_reports_an_injected_command_import():
+    graph = graph_of(INFOS)
+    graph["analysis.variance_table"] = graph["analysis.variance_table"] | {
+        "analysis.variance",            # another command
+        "analysis.exact.variance",      # a library module: fine
+        "analysis.cli"}                 # plumbing: fine
+    graph["analysis.report"] = graph["analysis.report"] | {
+        "analysis.microworld.cli",      # a command package's face
+        "analysis.microworld.units"}    # a library module of that package: fine
+    graph["pbscale.regress"] = graph["pbscale.regress"] | {"pbscale.sweep.cli"}
+    graph["benchmarks.bench_variance"] = graph["benchmarks.bench_variance"] | {
+        "benchmarks.bench_microworld", "benchmarks.timing"}
+    assert sorted(set(command_imports(graph)) - KNOWN_COMMAND_IMPORTS) == [
+        ("analysis.report", "analysis.microworld.cli"),
+        ("analysis.variance_table", "analysis.variance"),
+        ("benchmarks.bench_variance", "benchmarks.bench_microworld"),
+        ("pbscale.regress", "pbscale.sweep.cli")]
+    # one command's own modules, and a command of another package, are not reported
+    assert command_imports({"analysis.microworld": {"analysis.microworld.cli"},
+                            "analysis.microworld.__main__": {"analysis.microworld.cli"},
+                            "pbscale.sweep.cli": {"pbscale.sweep.jobs", "pbscale.runs.io"},
+                            "analysis.pareto": {"pbscale.prune"},
+                            "benchmarks.gpu_suite": {"analysis.variance", "pbscale.regress"}}
+                           ) == []
+    assert command_of("analysis.microworld.runs") is None
+    assert command_of("pbscale.sweep.jobs") == "pbscale.sweep"
 
 
 # -- the method contract ------------------------------------------------------------------------

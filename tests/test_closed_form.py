@@ -164,7 +164,8 @@ def test_bad_input() -> None:
 
 
 def test_cli_methods_agree_and_auto_picks_by_size(tmp_path) -> None:
-    from analysis import variance, variance_compare
+    from analysis import variance_compare
+    from analysis.exact import variance
 
     assert variance.resolve_method("auto", 4, 4) == "enumerate"  # the paper's 3,876 multisets
     assert variance.resolve_method("auto", 10, 10) == "closed"

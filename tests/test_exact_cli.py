@@ -14,6 +14,7 @@ import torch
 from _reference import D1_TABLE, D1_VARIANCES
 
 from analysis import arms_table, variance
+from analysis.exact.variance import variance_trajectory
 from pbexact.errors import PBInputError
 from pbexact.estimators import REGISTRY
 from pbexact.instances import NNLoss, benchmark_table, exponential_tabular_loss
@@ -46,8 +47,8 @@ def test_variance_cli_writes_the_documented_files(tmp_path):
 
 
 def test_variance_cli_mc_is_close_to_exact(tmp_path):
-    exact = variance.variance_trajectory(exponential_tabular_loss(3, 1), 3, steps=0)
-    mc = variance.variance_trajectory(exponential_tabular_loss(3, 1), 3, steps=0, method="mc",
+    exact = variance_trajectory(exponential_tabular_loss(3, 1), 3, steps=0)
+    mc = variance_trajectory(exponential_tabular_loss(3, 1), 3, steps=0, method="mc",
                                       draws=50_000, seed=2)
     for k in ("reinforce", "loorf", "arms", "betastar"):
         assert mc[0][f"var_{k}"] == pytest.approx(exact[0][f"var_{k}"], rel=0.1)

@@ -26,7 +26,7 @@ from analysis.scale.claims import SCALE_CLAIMS
 from analysis.scale.family import ALPHA, family_wise, holm
 from analysis.scale.robust import Judged
 from analysis.scale.runs import combine
-from analysis.scale_report import study_records
+from analysis.scale.study import study_records
 
 ROOT = Path(__file__).resolve().parent.parent
 TABLE = ROOT / "figures" / "calibration" / "calibration.csv"

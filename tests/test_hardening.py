@@ -468,8 +468,8 @@ def _cor_only(th):
 
 
 def test_runaway_learning_rate_names_its_cause(tmp_path, capsys):
+    from analysis.exact.variance import variance_trajectory
     from analysis.microworld.runs import run_exact
-    from analysis.variance import variance_trajectory
     from pbexact.instances import benchmark_table
 
     # past float32 the command line refuses a rate up front (torch could not take a step)

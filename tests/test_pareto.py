@@ -12,6 +12,7 @@ from _run_folders import write_prune
 
 from analysis import pareto
 from analysis.cli import run
+from analysis.scale.plots import fraction_axis
 from pbscale import prune as P
 from pbscale.pruning import config as pconfig
 from pbscale.pruning import run as prun
@@ -225,7 +226,7 @@ def test_fraction_axis_tick_labels_do_not_overlap(lo, hi):
     for width in (6.0, 6.5):
         fig, ax = plt.subplots(figsize=(width, 4))
         ax.plot([lo, hi], [0.5, 0.9])
-        pareto.fraction_axis(ax, [lo, hi])
+        fraction_axis(ax, [lo, hi])
         fig.canvas.draw()
         boxes = sorted((t.get_window_extent() for t in ax.get_xticklabels()
                         if t.get_visible() and t.get_text()), key=lambda b: b.x0)

@@ -11,7 +11,8 @@ from _run_folders import LENET, layers_for, write_prune
 from analysis import scale_report as S
 from analysis.microworld.claims import FAILS, HOLDS
 from analysis.scale.claims import SCALE_CLAIMS
-from analysis.scale.runs import READINGS
+from analysis.scale.runs import READINGS, RunRecord, group_label, legend_label
+from analysis.scale.study import copy_small_files, find_run_folders, load
 from pbscale.methods import MethodConfig
 from pbscale.pruning import config as pconfig
 from pbscale.pruning import run as prun
@@ -29,7 +30,7 @@ def test_reads_real_prune_and_regress_run_folders(tmp_path):
     folder = rrun.train(MethodConfig("loorf", n=2, seed=3), epochs=2,
                            out=tmp_path / "runs" / "reg", device="cpu", progress=False,
                            problem=prob)
-    loaded = S.load(tmp_path / "runs")
+    loaded = load(tmp_path / "runs")
     assert len(loaded) == 2
     by_exp = {r.experiment: r for r, _ in loaded}
     p = by_exp["joint"]
@@ -44,7 +45,7 @@ def test_reads_real_prune_and_regress_run_folders(tmp_path):
     assert r.final_loss == pytest.approx(float(hist[-1]["val_loss_chosen"]))
     assert list(r.epochs) == [0, 1, 2] and r.losses.size == 3
     # copying takes the small files only
-    n = S.copy_small_files([tmp_path / "runs"], tmp_path / "out")
+    n = copy_small_files([tmp_path / "runs"], tmp_path / "out")
     copied = sorted(q.name for q in (tmp_path / "out" / "runs").rglob("*") if q.is_file())
     assert n == 2 and "checkpoint.pt" not in copied and "masks.pt" not in copied
     assert copied.count("summary.json") == 2 and "history.csv" in copied
@@ -242,7 +243,7 @@ def test_robust_and_fragile_rows():
         for seed in (0, 1, 2):
             for i, r in enumerate((0.2, 0.1, 0.05)):
                 for opt, acc in (("rmsprop", rms), ("sgd", sgd)):
-                    out.append(S.RunRecord("supermask", "cp", {"model": "lenet", "epochs": 4,
+                    out.append(RunRecord("supermask", "cp", {"model": "lenet", "epochs": 4,
                                                                "mask_opt": opt, "lam": i},
                                            seed, r, acc - 0.01 * i + 0.002 * seed,
                                            {"fc1": r}, {"fc1": 100}))
@@ -359,11 +360,11 @@ def test_a_run_of_a_method_unknown_to_the_registry_reads_with_its_recorded_label
                         {"fc1": r, "fc2": r}, method_info=info, target=r, mask_head=False)
             write_prune(root, "supermask", "cp", seed, r, 0.9 + r / 10, {"fc1": r, "fc2": r},
                         lam=r, mask_head=False)
-    loaded = S.load(root)
+    loaded = load(root)
     rand = [r for r, _ in loaded if r.method == "randmask"]
     assert len(rand) == 4 and rand[0].info.label == "Random supermask"
     assert rand[0].info.source == "run" and rand[0].info.color == "tab:olive"
-    assert S.group_label(rand[0]) == "randmask" and S.legend_label(rand[0]) == "Random supermask"
+    assert group_label(rand[0]) == "randmask" and legend_label(rand[0]) == "Random supermask"
     out = tmp_path / "report"
     assert S.main(["--runs", str(root), "--out", str(out), "--experiments", "supermask"]) == 0
     groups = {r["group"] for r in csv.DictReader(open(out / "points_supermask.csv"))}
@@ -383,7 +384,7 @@ def test_no_branch_on_a_method_name_in_the_claims_analysis():
     member = re.compile(rf"""\b(if|elif|and|or|not)\b.*\bin\s*\([^)]*["']({words})["']""")
     files = ["pareto.py", "scale_report.py", "scale/run_files.py", "scale/claims.py",
              "scale/runs.py", "scale/fronts.py", "scale/regression.py", "scale/robust.py",
-             "scale/tables.py"]
+             "scale/tables.py", "scale/study.py", "scale/plots.py", "scale/study_report.py"]
     found = [f"{f}:{i}" for f in files
              for i, line in enumerate((root / f).read_text().splitlines(), 1)
              if compare.search(line) or member.search(line)]
@@ -408,7 +409,7 @@ def test_two_runs_folders_of_one_name_are_both_kept(tmp_path, capsys):
     copied = sorted(p.parent.relative_to(out / "runs").parts[0]
                     for p in (out / "runs").rglob("config.json"))
     assert copied == ["a-runs"] * 2 + ["b-runs"] * 2
-    assert len(S.load(out / "runs")) == 4
+    assert len(load(out / "runs")) == 4
     # the same root again (also spelled differently): the same 2 folders, nothing doubled
     assert S.main(["--runs", str(tmp_path / "a" / "runs"), str(tmp_path / "a" / "." / "runs"),
                    "--out", str(tmp_path / "out2"), "--experiments", "joint"]) == 0
@@ -607,14 +608,14 @@ def test_each_kind_of_damage_skips_its_run_with_one_warning(tmp_path, capsys):
         damaged[folder] = kind
         (folder / name).write_text(text)
     assert len(damaged) == len(DAMAGE) + len(REGRESSION_DAMAGE)
-    loaded = S.load(root)
+    loaded = load(root)
     err = capsys.readouterr().err.strip().splitlines()
     for folder, kind in damaged.items():
         hits = [e for e in err if e.startswith("warning: skipped the damaged run")
                 and f"{folder}:" in e]
         assert len(hits) == 1, (kind, err)
     assert len(err) == len(damaged)
-    assert len(loaded) == len(S.find_run_folders([root])) - len(damaged)
+    assert len(loaded) == len(find_run_folders([root])) - len(damaged)
     out = tmp_path / "out"
     assert S.main(["--runs", str(root), "--out", str(out)]) == 0
     assert "Traceback" not in capsys.readouterr().err
@@ -713,7 +714,7 @@ def test_a_comparison_that_cannot_tell_names_the_budgets_to_run(capsys):
     from analysis.scale.compare import matched_budget_lines
 
     def rec(method, seed, r, acc, **kw):
-        return S.RunRecord("joint", method, {"model": "lenet", "mode": "joint", "epochs": 20,
+        return RunRecord("joint", method, {"model": "lenet", "mode": "joint", "epochs": 20,
                                              "batch_size": 128, "mask_head": True,
                                              "dataset": "mnist", **kw}, seed, r, acc,
                            {"fc1": r}, {"fc1": 100})

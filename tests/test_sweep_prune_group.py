@@ -11,7 +11,8 @@ from pathlib import Path
 from test_prune_group import same_folder
 from test_sweep import _sweep_cli, _write
 
-from analysis import pareto, scale_report
+from analysis import pareto
+from analysis.scale.study import load
 from pbscale import prune, sweep
 from pbscale.pruning import config as pconfig
 from pbscale.pruning import group as pgroup
@@ -106,7 +107,7 @@ def test_prune_sweep_of_8_runs_is_one_group(tmp_path):
         same_folder(sep, out / sep.name)
     runs = pareto.read_runs(pareto.find_runs([out]))
     assert len(runs) == 8
-    loaded = scale_report.load(out)
+    loaded = load(out)
     assert len(loaded) == 8 and {r.method for r, _ in loaded} == {"arms"}
     again = _sweep_cli("run", str(path), "--jobs", "1")
     assert again.returncode == 0 and "nothing to run" in again.stderr

@@ -12,6 +12,7 @@ from test_refusals import FORMAT
 
 from analysis import variance as V
 from analysis.cli import read_table, run
+from analysis.exact import variance as EV
 from pbexact.errors import ENUMERATION_MEMORY_LIMIT, PBInputError, format_count
 from pbexact.sampling import vertex_index
 from pbexact.vertices import vertices
@@ -35,10 +36,10 @@ def test_enumeration_guard_of_a_huge_count_is_one_line(tmp_path, capsys):
 
 def test_mc_draws_beyond_memory_are_refused_up_front(tmp_path, capsys):
     d, n = 10, 10
-    most = ENUMERATION_MEMORY_LIMIT // V.mc_bytes(d, n, 1)
-    V.check_method("mc", d, n, most)  # the largest allowed passes
+    most = ENUMERATION_MEMORY_LIMIT // EV.mc_bytes(d, n, 1)
+    EV.check_method("mc", d, n, most)  # the largest allowed passes
     with pytest.raises(PBInputError, match=f"--draws {most:,} or fewer"):
-        V.check_method("mc", d, n, most + 1)
+        EV.check_method("mc", d, n, most + 1)
     assert run(V.main, ["--d", str(d), "--n", str(n), "--method", "mc", "--draws", "10" * 6,
                         "--out", str(tmp_path / "o")]) == 2
     assert "--draws" in _one_line(capsys) and not (tmp_path / "o").exists()
@@ -69,7 +70,7 @@ def test_logx_figure_with_a_distinct_style_per_estimator(tmp_path):
     import matplotlib.pyplot as plt
 
     J = np.random.default_rng(0).standard_normal(8)
-    rows = V.variance_trajectory(J, 4, steps=20, log_every=2)
+    rows = EV.variance_trajectory(J, 4, steps=20, log_every=2)
     fig = V.plot_variances(rows, "t", logx=True)
     ax = fig.axes[0]
     assert ax.get_xscale() == "log" and ax.get_yscale() == "log"
@@ -84,7 +85,7 @@ def test_logx_figure_with_a_distinct_style_per_estimator(tmp_path):
 
 def test_first_moments_are_computed_before_the_progress_bar(monkeypatch):
     events = []
-    real_moments, real_tqdm = V.moments_at, V.tqdm
+    real_moments, real_tqdm = EV.moments_at, EV.tqdm
 
     def moments(*args, **kwargs):
         events.append("moments")
@@ -94,14 +95,14 @@ def test_first_moments_are_computed_before_the_progress_bar(monkeypatch):
         events.append("bar")
         return real_tqdm(*args, **kwargs)
 
-    monkeypatch.setattr(V, "moments_at", moments)
-    monkeypatch.setattr(V, "tqdm", bar)
+    monkeypatch.setattr(EV, "moments_at", moments)
+    monkeypatch.setattr(EV, "tqdm", bar)
     J = np.random.default_rng(1).standard_normal(8)
-    rows = V.variance_trajectory(J, 3, steps=6, log_every=3, desc="x")
+    rows = EV.variance_trajectory(J, 3, steps=6, log_every=3, desc="x")
     assert events[:2] == ["moments", "bar"]
     assert events.count("moments") == len(rows) == 3  # step 0 is not computed twice
     monkeypatch.undo()
-    again = V.variance_trajectory(J, 3, steps=6, log_every=3)
+    again = EV.variance_trajectory(J, 3, steps=6, log_every=3)
     assert again == rows
 
 
@@ -195,7 +196,7 @@ def test_variance_table_takes_tables_and_the_random_instance(tmp_path, capsys):
     assert [(r["benchmark"], r["d"], r["n"]) for r in rows] == [("mine", "2", "2"),
                                                                 ("mine", "2", "4")]
     # the ratios are those of analysis.variance on the same table
-    traj = V.variance_trajectory(read_table(table), 4, steps=3, log_every=100,
+    traj = EV.variance_trajectory(read_table(table), 4, steps=3, log_every=100,
                                  method="closed")
     assert float(rows[1]["ratio_step0"]) == traj[0]["var_disarm"] / traj[0]["var_loorf"]
     assert run(variance_table.main, ["--benchmark", "random", "--d", "3", "--n", "2",

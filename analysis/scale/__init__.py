@@ -3,6 +3,8 @@
 their readings (:mod:`.runs`), fronts as curves (:mod:`.curves`), the gap test
 (:mod:`.gap_test`), the comparison of Pareto fronts (:mod:`.fronts`), the claims of the pruning
 and regression rows (:mod:`.claims`, :mod:`.regression`), each verdict under other readings
-(:mod:`.robust`), ``--compare`` (:mod:`.compare`) and the report's tables (:mod:`.tables`).
+(:mod:`.robust`), ``--compare`` (:mod:`.compare`), the report's tables (:mod:`.tables`), a
+study's run folders read and copied (:mod:`.study`), its points and figures (:mod:`.plots`) and
+the report itself (:mod:`.study_report`).
 The commands over them: ``python -m analysis.scale_report``, ``analysis.gap_calibration``,
-``analysis.pareto``, ``analysis.regression``."""
+``analysis.pareto``, ``analysis.regression`` (and ``analysis.report``'s scale rows)."""
