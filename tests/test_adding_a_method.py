@@ -20,6 +20,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+from io import BytesIO
 from pathlib import Path
 
 import pytest
@@ -42,7 +43,8 @@ ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "adding_a_method.md"
 PACKAGE = "doc_methods"
 #: The methods the page defines, by module.
-DEFINED = {"reinforce_pairs": "reinforce-pairs", "concrete": "concrete", "random_mask": "random"}
+DEFINED = {"reinforce_pairs": "reinforce-pairs", "concrete": "concrete",
+           "reinforce_ma": "reinforce-ma", "random_mask": "random"}
 
 
 def doc_blocks(text: str) -> dict[str, str]:
@@ -148,7 +150,7 @@ def test_the_doc_methods_prune_and_plot(doc_methods, tmp_path, mode):
 def test_the_doc_methods_regress(doc_methods, tmp_path):
     problem = make_problem(0, n_train=200, n_valid=100, backbone_hidden=(6, 6),
                            target_hidden=(12, 12))
-    for method in ("reinforce-pairs", "concrete"):
+    for method in ("reinforce-pairs", "concrete", "reinforce-ma"):
         cfg = MethodConfig(method=method, n=4, lr=0.05, seed=1,
                            settings={"tau": 0.3} if method == "concrete" else None)
         folder = rrun.train(cfg, epochs=1, out=tmp_path, device="cpu", progress=False,
@@ -181,6 +183,65 @@ def test_a_group_keeps_the_family_settings_by_construction(doc_methods, tmp_path
         assert json.dumps(grouped[g]) == json.dumps(alone)  # bit for bit (NaN cells too)
     other = train_group([config(0, 1.0), config(1, 1.0)], 1, problem)
     assert other[0][-1]["train_loss"] != grouped[0][-1]["train_loss"]
+
+
+def test_the_per_run_state_steps_resumes_and_stays_per_member(doc_methods, tmp_path):
+    """reinforce-ma's baseline (its per-run state): 0 before the first step, the moving average
+    of the mean losses after it (checked against the losses the run logged), checkpointed: a
+    run interrupted after one epoch and resumed gives the numbers of an uninterrupted one bit
+    for bit, and each member of a regression group keeps its own baseline (a group's
+    histories equal the separate runs')."""
+    from pbscale.methods import MaskTrainer
+
+    trainer = MaskTrainer(MethodConfig(method="reinforce-ma", n=4, lr=0.1, seed=0,
+                                       settings={"decay": 0.5}), 6, 10)
+    assert float(trainer.state["baseline"]) == 0.0
+    target = torch.linspace(0, 1, 6)
+
+    def f(z: torch.Tensor) -> torch.Tensor:
+        return ((z - target) ** 2).sum(-1)
+
+    means = []
+    for _ in range(3):
+        means.append(trainer.step(f))
+    expected = 0.0
+    for m in means:  # b <- 0.5 b + 0.5 mean J (the step's reported loss is that mean)
+        expected = 0.5 * expected + 0.5 * m
+    assert float(trainer.state["baseline"]) == pytest.approx(expected, rel=1e-12)
+    buffer = BytesIO()  # through a file's bytes, as a checkpoint is written and read
+    torch.save(trainer.state_dict(), buffer)
+    buffer.seek(0)
+    state = torch.load(buffer, weights_only=True)
+    assert float(state["state"]["baseline"]) == pytest.approx(expected, rel=1e-12)
+    again = MaskTrainer(MethodConfig(method="reinforce-ma", n=4, lr=0.1, seed=0,
+                                     settings={"decay": 0.5}), 6, 10)
+    again.load_state_dict(state)
+    assert trainer.step(f) == again.step(f)
+    assert torch.equal(trainer.r, again.r)
+
+    problem = make_problem(0, n_train=200, n_valid=100, backbone_hidden=(6, 6),
+                           target_hidden=(12, 12))
+
+    def config(seed: int) -> MethodConfig:
+        return MethodConfig(method="reinforce-ma", n=4, lr=0.05, seed=seed)
+
+    whole = rrun.train(config(0), epochs=2, out=tmp_path / "whole", device="cpu",
+                       progress=False, problem=problem)
+    rrun.train(config(0), epochs=1, out=tmp_path / "parts", device="cpu", progress=False,
+               problem=problem)
+    parts = rrun.train(config(0), epochs=2, out=tmp_path / "parts", device="cpu",
+                       progress=False, problem=problem)
+
+    def rows(folder: Path) -> list[dict]:
+        return [{k: v for k, v in row.items() if k not in TIMING}
+                for row in io.read_csv(folder / "history.csv")]
+
+    assert json.dumps(rows(whole)) == json.dumps(rows(parts))
+    grouped = train_group([config(0), config(1)], 2, problem, out=tmp_path / "group")
+    alone = rrun.train(config(1), epochs=2, out=tmp_path / "alone", device="cpu",
+                       progress=False, problem=problem)
+    assert json.dumps(grouped[0]) == json.dumps(rows(whole))
+    assert json.dumps(grouped[1]) == json.dumps(rows(alone))
 
 
 def test_the_doc_methods_pass_the_registry_tests(doc_methods, tmp_path):
@@ -335,7 +396,7 @@ def test_the_doc_methods_as_files_inside_the_package(tmp_path):
     assert done.returncode == 0, done.stderr
     where, names = done.stdout.split()
     assert Path(where).is_relative_to(copy)
-    assert names.split(",")[-3:] == list(DEFINED.values())
+    assert names.split(",")[-len(DEFINED):] == list(DEFINED.values())
     shown = python("-m", "pbscale.prune", "--help")
     assert shown.returncode == 0 and "--concrete-tau" in shown.stdout, shown.stderr
     ran = python("-m", "pbscale.prune", *doc_command(), "--quiet")

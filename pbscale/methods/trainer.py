@@ -10,7 +10,7 @@ import inspect
 import math
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -46,7 +46,9 @@ class StepArgs:
     :attr:`Gradient.weight_loss` is wanted). ``shard``: this rank's rows under sample
     parallelism (:class:`pbscale.execution.distributed.Shard`, set by that strategy; None: all
     samples here). ``control``, ``control_opts``: a learned control and its optimizers
-    (REBAR/RELAX)."""
+    (REBAR/RELAX). ``state``: the family's own per-run state as the last step left it
+    ({name: tensor}, from :meth:`LogitsFamily.initial_state`; a step returns the next one in
+    :attr:`Gradient.state`; checkpointed with the run)."""
 
     index: int
     total: int
@@ -65,6 +67,7 @@ class StepArgs:
     stream: CounterStream | None = None
     control: Any = None
     control_opts: tuple[torch.optim.Optimizer, ...] = ()
+    state: dict[str, torch.Tensor] = field(default_factory=dict)
 
     def uniforms(self, n: int) -> torch.Tensor:
         """(n, d) uniforms from the run's generator (the noise of ST, the hybrids, the
@@ -79,19 +82,23 @@ class Gradient:
     (:class:`Estimate`), the map r -> theta of its dense L0 regularizer (None: it has no L0
     term, so ``lam`` is not among its ``caps.uses``), and, when the step's
     :attr:`StepArgs.weights` asks for it, the loss the network weights train on (with its
-    autograd graph; None: nothing for the weights)."""
+    autograd graph; None: nothing for the weights). ``state``: the family's per-run state after
+    this step (it replaces :attr:`StepArgs.state`; None: unchanged)."""
 
     estimate: Estimate
     theta: Callable[[torch.Tensor], torch.Tensor] | None
     weight_loss: torch.Tensor | None = None
+    state: dict[str, torch.Tensor] | None = None
 
 
 class LogitsFamily(Family):
     """A method that trains mask logits with :class:`MaskTrainer`. Its hooks take explicit
     arguments (the logits r and a :class:`StepArgs`): how the logits start
-    (:meth:`initial_logits`), one step's estimate (:meth:`gradient`, returning a
-    :class:`Gradient`), the probabilities and masks it is evaluated with (:meth:`theta`,
-    :meth:`eval_mask`, :meth:`sample_masks`), its temperature, a learned control
+    (:meth:`initial_logits`), its own per-run state (:meth:`initial_state`: passed in as
+    :attr:`StepArgs.state`, the next returned in :attr:`Gradient.state`, checkpointed with the
+    run), one step's estimate (:meth:`gradient`, returning a :class:`Gradient`), the
+    probabilities and masks it is evaluated with (:meth:`theta`, :meth:`eval_mask`,
+    :meth:`sample_masks`), its temperature, a learned control
     (:meth:`make_control`), and for the microworld's vectorized runs :meth:`vector_gradient`
     and :meth:`run_theta`. Its capabilities name ``lr`` and ``optimizer`` (mask logits), and
     ``lam`` when it has an L0 term."""
@@ -121,6 +128,13 @@ class LogitsFamily(Family):
         """r_0 (d,) float64 of a run (``generator`` seeded with its seed, for random logits):
         theta = 0.5 for every weight (`sec:app_maskednnregression`)."""
         return param.logits(torch.full((d,), 0.5, dtype=torch.float64))
+
+    def initial_state(self, at: StepArgs) -> dict[str, torch.Tensor]:
+        """The family's own per-run state before the first step ({name: tensor} on
+        ``at.device``, e.g. a moving-average baseline; default none). Each step reads it as
+        ``at.state`` and returns the next in :attr:`Gradient.state`; the trainer keeps it, per
+        run (a group member has its own) and in the run's checkpoint."""
+        return {}
 
     def make_control(self, d: int, lr: float, generator: torch.Generator,
                      seeds: int | None = None, device: torch.device | str | None = None,
@@ -244,6 +258,9 @@ class MaskTrainer:
         #: this rank's :class:`pbscale.execution.distributed.Shard` once sample parallelism split
         #: the samples over torchrun ranks (None: all samples here)
         self.shard: Any = None
+        #: the family's own per-run state (:meth:`LogitsFamily.initial_state`; checkpointed)
+        self.state: dict[str, torch.Tensor] = {}
+        self.state = dict(family.initial_state(self.args()))
 
     @property
     def method(self) -> str:
@@ -257,7 +274,8 @@ class MaskTrainer:
             n=self.config.n, param=self.param, settings=self.config.settings,
             target=self.target, chunk=self.chunk, generator=self.generator,
             dtype=self.r.dtype, device=self.device, weights=weights, shard=self.shard,
-            stream=self.stream, control=self.control, control_opts=tuple(self.control_opts))
+            stream=self.stream, control=self.control, control_opts=tuple(self.control_opts),
+            state=dict(self.state))
 
     # ------------------------------------------------------------------ capabilities
 
@@ -304,6 +322,8 @@ class MaskTrainer:
                 f"{', '.join(names('prune-joint', logits=True))}"
             )
         out = self.family.gradient(f, self.r, self.args(weights))
+        if out.state is not None:
+            self.state = dict(out.state)
         if self.lam > 0 and "lam" in self.family.caps.uses:
             _, reg_grad = dense_regularizer(self.r, out.theta, self.lam)
             out.estimate.grad = out.estimate.grad + reg_grad
@@ -393,6 +413,7 @@ class MaskTrainer:
             "control": self.control.state_dict() if self.control is not None else None,
             "control_opts": [o.state_dict() for o in self.control_opts],
             "lam": self.lam,
+            "state": {k: v.detach().cpu() for k, v in self.state.items()},
         }
 
     def load_state_dict(self, state: dict) -> None:
@@ -416,6 +437,8 @@ class MaskTrainer:
                           stacklevel=2)
         self.step_count = int(state["step_count"])
         self.lam = float(state.get("lam", self.config.lam))  # older checkpoints: the config's
+        if "state" in state:  # older checkpoints hold none: the family's initial state stays
+            self.state = {k: v.to(self.device) for k, v in state["state"].items()}
         if self.control is not None:
             self.control.load_state_dict(state["control"])
         for o, s in zip(self.control_opts, state["control_opts"]):
