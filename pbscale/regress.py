@@ -86,7 +86,8 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--seeds", type=seed_list_at_most(MAX_RUNS), default=None,
                    help="seeds trained as one regression group, e.g. 0-9 or 0,3,5 (instead of "
                         f"--seed; at most {MAX_RUNS:,} runs: seeds x learning rates; methods "
-                        f"{listed(names(*GROUP_COMMANDS))})")
+                        f"{listed(names(*GROUP_COMMANDS))})"
+                   ).id_when_changed = True  # added after run ids existed
     p.add_argument("--data-seed", type=nonneg_int, default=0,
                    help="seed of data, target and backbone, shared by all runs (default 0)")
     p.add_argument("--epochs", type=positive_int, default=300,
