@@ -62,7 +62,7 @@ def time_modes(configs: list[MethodConfig], epochs: int, dev: torch.device,
                ) -> dict[str, tuple[float, float]]:
     """Train the runs ``configs`` for ``epochs`` epochs in each mode of ``modes`` (group:
     :func:`pbscale.regression.group.train_group`, all runs one group; serial:
-    :func:`pbscale.regress.train` one run after another; parallel: ``procs`` children
+    :func:`pbscale.regression.run.train` one run after another; parallel: ``procs`` children
     ``python -m pbscale.regress`` at once, each with ``threads`` torch threads, the paper's
     problem); each mode in its own temporary folder (under ``tmp_dir``; default the system's).
     ``problem``: the in-process modes' problem (default the paper's on ``dev``, built inside

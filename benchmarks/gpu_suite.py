@@ -27,14 +27,14 @@ TF32 flags, commit, hostname, date). The pieces, in order:
 * ``pbscale``: :mod:`benchmarks.bench_pbscale`, chunked-batched evaluation against a loop over
   samples (LOORF, n = 10, 100, 1000), with peak memory.
 * ``regress_group``: :func:`benchmarks.bench_regress_group.time_modes`, runs per hour of
-  MaskedNNRegression runs trained as one batched group (20 runs: a group of the paper's sweep;
+  MaskedNNRegression runs trained as one regression group (20 runs: a group of the paper's sweep;
   and 100 runs) against one run at a time.
 * ``prune_group``: :func:`benchmarks.bench_prune_group.measure`, runs per hour of LeNet-300-100
   supermask pruning groups (CP, ARMS n = 10; groups of 1, 8, 32, 128; MNIST from
   ``$PBNN_MNIST``, default ``../shared/data/mnist``, else synthetic images) against one run at a
   time.
 * ``regression``: a slice of the paper-scale MaskedNNRegression sweep (``sweeps/regression.toml``
-  as ``pbscale.sweep`` plans it with batched seeds: every method's runs in groups, single runs
+  as ``pbscale.sweep`` plans it with groups: every method's runs in groups, single runs
   only where a setting has one run): each kind of job
   trained for 2 epochs, and the projected wall time of the whole sweep (280 runs, 300 epochs)
   with its jobs one after another on this device.
@@ -134,8 +134,8 @@ GOALS = (
          "step (the run loop, with the suite's routes; cuda_graph: the captured step)", "<=",
          2.0),
     Goal("arms_loorf", "ARMS step / LOORF step, MaskedNNRegression, n = 100", "<=", 1.2),
-    Goal("batched_speedup", "batched MaskedNNRegression runs: runs per hour over one run at a "
-         "time", ">=", 20.0),
+    Goal("batched_speedup", "MaskedNNRegression runs in a regression group: runs per hour over "
+         "one run at a time", ">=", 20.0),
     Goal("prune_group_speedup", "LeNet-300-100 supermask pruning groups (CP, ARMS n = 10): runs "
          "per hour over one run at a time", ">=", 20.0),
     Goal("sweep_hours", "paper-scale regression sweep (280 runs x 300 epochs) on one device, "
@@ -395,19 +395,19 @@ def piece_regress_group(ctx: Context) -> Outcome:
                 gwall, _ = time_modes(group, epochs, ctx.dev, ("group",), problem=prob,
                                       tmp_dir=ctx.folder)["group"]
         except PieceTimeout:
-            print(f"  {len(group)} runs batched: budget spent", flush=True)
+            print(f"  a group of {len(group)} runs: budget spent", flush=True)
             break
         per_hour = len(group) / gwall * 3600
         rows.append({"mode": "group", "runs": len(group), "method": method, "n": n,
                      "epochs": epochs, "wall_s": gwall, "runs_per_hour": per_hour,
                      "ratio": per_hour / per_hour_serial})
         ctx.save(rows)
-        print(f"  {len(group)} runs batched: {per_hour:.0f} runs/hour, "
+        print(f"  a group of {len(group)} runs: {per_hour:.0f} runs/hour, "
               f"{per_hour / per_hour_serial:.1f}x one at a time ({per_hour_serial:.0f})",
               flush=True)
     batched = [r for r in rows if r["mode"] == "group"]
     if not batched:
-        raise RuntimeError("no batched group fitted in the budget")
+        raise RuntimeError("no regression group fitted in the budget")
     best = max(batched, key=lambda r: r["ratio"])
     detail = ", ".join(f"{r['runs']} runs {r['ratio']:.1f}x" for r in batched)
     return Outcome({"batched_speedup": best["ratio"],
@@ -555,7 +555,7 @@ def piece_routes(ctx: Context) -> Outcome:
 
 
 def _job_kinds(ctx: Context) -> list[dict]:
-    """The jobs of the paper's regression sweep planned with batched seeds
+    """The jobs of the paper's regression sweep planned in groups
     (:func:`pbscale.sweep.plan`), as kinds of equal cost: method, n, parametrization, optimizer,
     lam and runs per job (``G``); per kind the jobs and runs of the sweep and one job's
     MethodConfigs (a group's members, or the single run)."""
@@ -705,7 +705,7 @@ PIECES = {p.name: p for p in (
           "bench_pbscale_{dev}.csv", 0.10, piece_pbscale,
           ("n", "batched_chunk", "batched_ms", "loop_ms", "speedup", "batched_peak_mib",
            "one_shot_peak_mib")),
-    Piece("regress_group", "bench_regress_group: runs per hour, batched against one at a time",
+    Piece("regress_group", "bench_regress_group: runs per hour, a group against one at a time",
           "bench_regress_group.csv", 0.14, piece_regress_group,
           ("mode", "runs", "method", "n", "epochs", "wall_s", "runs_per_hour", "ratio")),
     Piece("prune_group", "bench_prune_group: pruning groups, runs per hour against one at a time",

@@ -25,7 +25,7 @@ The run is assembled in :mod:`pbscale.pruning.run` (its task, method, evaluation
 how it executes: alone, under ``torchrun`` (MC runs split their samples over the ranks, the
 others their minibatches; rank i > 0 writes its copy of the run folder under
 ``OUT/.rank<i>``), replayed from a CUDA graph, or in a pruning group); this module is its
-command line, and how a sweep groups its runs (:data:`GROUPING`).
+command line; how a sweep checks and groups its runs is :mod:`pbscale.pruning.jobs`.
 """
 
 from __future__ import annotations

@@ -91,7 +91,7 @@ def test_smoke_writes_every_piece_the_goals_and_the_environment(tmp_path: Path):
     assert goals[_goal("arms_loorf")][2] == f"{arms['ratio']:.3g}"
     sweep = io.read_csv(folder / "regression_sweep.csv")
     assert sum(r["runs"] for r in sweep) == 280  # the paper's sweep, as the sweep file says
-    assert sum(r["jobs"] for r in sweep) == 19  # every method's runs batched in groups
+    assert sum(r["jobs"] for r in sweep) == 19  # every method's runs in groups
     assert all(r["runs_per_job"] >= 10 for r in sweep)
     assert 1 <= sum(str(r["measured"]) == "True" for r in sweep) < len(sweep)
     # masks evaluated per step: n for the sampling methods, one mask for CP (the registry says

@@ -12,7 +12,7 @@ bit, at the scale users meet it.
   history of ``python -m pbscale.regress --seed 1``, every value but the seconds equal.
 
 The evaluation settings are small (2 evaluation masks scored on 1 batch) and MC methods draw
-n = 2 samples, so the whole file fits the test budget (timed in docs/scaling.md)."""
+n = 2 samples, so the whole file fits the test budget (timed in docs/groups.md)."""
 
 from __future__ import annotations
 

@@ -169,21 +169,23 @@ def test_results_skip_wrong_values_and_a_damaged_record_defers_to_the_folder(tmp
     it with one warning naming the value (as analysis.pareto does) and ``status`` does not
     count it; a truncated record of a run whose folder holds a readable summary shows it
     finished, not pending."""
-    path = _write(tmp_path, HEAD + "[[grid]]\nseed = [0, 1, 2]\n")
+    path = _write(tmp_path, HEAD + "[[grid]]\nseed = [0, 1, 2, 3]\n")
     s = sweep.load(path)
     good = _fake_finished_run(s, s.runs[0], "good")
     _fake_finished_run(s, s.runs[1], "letters", {"final_val_loss": 0.5, "final_test_acc": "x"})
     _fake_finished_run(s, s.runs[2], "negative", {"final_val_loss": 0.5,
                                                   "final_remaining": -3})
+    _fake_finished_run(s, s.runs[3], "empty", {})  # as the run refuses it: not finished
     code, out, err = _main(capsys, "results", str(path))
     assert code == 0, err
     assert [line.split()[-1] for line in out.splitlines()[1:]] == ["good"]
     skipped = [line for line in err.splitlines() if line.startswith("warning: skipped")]
-    assert len(skipped) == 2, err
+    assert len(skipped) == 3, err
+    assert any("empty JSON object" in line for line in skipped), skipped
     assert any("final_test_acc is 'x', not a number" in line for line in skipped), skipped
     assert any("final_remaining is -3, not a fraction" in line for line in skipped), skipped
     code, out, _ = _main(capsys, "status", str(path))
-    assert code == 0 and "finished 1," in out and "pending 2" in out, out
+    assert code == 0 and "finished 1," in out and "pending 3" in out, out
     record = s.record_dir / f"{s.runs[0].id}.json"
     record.parent.mkdir(parents=True, exist_ok=True)
     io.write_json(record, {"id": s.runs[0].id, "state": "finished", "returncode": 0})

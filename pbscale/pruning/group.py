@@ -4,7 +4,7 @@ rates of one setting) trained in one process through the one run loop, :func:`pb
 
 Design (the loop stays single-run; a group is one run of it, as in :mod:`pbscale.regression.group`):
 
-* each member is the separate run, built whole by :func:`pbscale.prune.build` (its
+* each member is the separate run, built whole by :func:`pbscale.pruning.run.assemble` (its
   :class:`pbscale.pruning.task.PruneTask` with its own network, batches and evaluation, its method
   from the family's ``make`` with its own generator, its weights' optimizer) and named by the
   same configuration hash (:class:`Member`);

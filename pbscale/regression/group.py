@@ -136,7 +136,7 @@ class MaskTrainerGroup(MemberBook):
             values = sorted({str(getattr(c, field)) for c in configs})
             if len(values) != 1:
                 raise PBInputError(f"the runs of a group share {field}; got {field} in "
-                                   f"{', '.join(values)}: batch each {field} separately")
+                                   f"{', '.join(values)}: group each {field} separately")
 
     @property
     def method(self) -> str:
@@ -169,7 +169,7 @@ class MaskTrainerGroup(MemberBook):
                 raise PBInputError(
                     f"the mask logits of the run with lr={c.lr}, seed={c.seed} became NaN or inf "
                     f"in {where}: the learning rate is too large for {flags['optimizer']} "
-                    f"{c.optimizer}; lower it in {flags['masks']} or leave it out of the batch")
+                    f"{c.optimizer}; lower it in {flags['masks']} or leave it out of the group")
 
     def mode_mask(self) -> torch.Tensor:
         """(G, d)."""

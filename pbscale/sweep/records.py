@@ -360,8 +360,8 @@ def readable_summary(folder: Path) -> dict | None:
         summary = io.read_json(path)
     except (OSError, ValueError):  # PBInputError is a ValueError
         return None
-    if not isinstance(summary, dict) or io.summary_problem(summary):
-        return None
+    if not isinstance(summary, dict) or not summary or io.summary_problem(summary):
+        return None  # an empty object is no finished run's (as the run itself refuses it)
     return summary
 
 
@@ -380,6 +380,8 @@ def summary_damage(folder: Path) -> str | None:
         return str(exc).split(";")[0]
     if not isinstance(summary, dict):
         return f"{path} holds a {type(summary).__name__}, not a JSON object"
+    if not summary:
+        return f"{path} is an empty JSON object"
     return io.summary_problem(summary)
 
 
