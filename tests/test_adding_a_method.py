@@ -426,10 +426,12 @@ class OldConcrete(LogitsFamily):
 
 
 def test_a_plugin_that_fails_to_import_is_one_line(tmp_path):
-    """The old hook fails where it is defined, in one line naming what to write; under a
-    command, a $PBSCALE_METHODS module that fails is ``error:`` in one line and exit code 2."""
-    with pytest.raises(TypeError, match=r"write gradient\(self, f, r, at\).*from "
-                                        r"pbscale.methods import Gradient, StepArgs"):
+    """A hook with other arguments than the contract's (here the old gradient(trainer, f,
+    record)) fails where it is defined, in one line naming what to write; under a command, a
+    $PBSCALE_METHODS module that fails is ``error:`` in one line and exit code 2."""
+    with pytest.raises(TypeError, match=r"gradient\(self, trainer, f, record\) does not take "
+                                        r"the contract.s arguments; write gradient\(self, f, r, "
+                                        r"at\) \(from pbscale.methods import Gradient"):
         exec(OLD_HOOK, {})  # noqa: S102 - a plugin's code, run as it would be
     assert "old-concrete" not in REGISTRY
     (tmp_path / "old_concrete.py").write_text(OLD_HOOK)

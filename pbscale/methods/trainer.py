@@ -11,7 +11,7 @@ import math
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
@@ -105,15 +105,27 @@ class LogitsFamily(Family):
 
     caps = Capabilities(uses=("lr", "optimizer", "lam"))
 
+    #: The arguments of each hook a family may write, as it must take them.
+    HOOKS: ClassVar[dict[str, tuple[str, ...]]] = {
+        "gradient": ("self", "f", "r", "at"), "initial_state": ("self", "at"),
+        "theta": ("self", "r", "at"), "eval_mask": ("self", "r", "at"),
+        "sample_masks": ("self", "r", "k", "at"), "temperature": ("self", "at")}
+
     def __init_subclass__(cls, **kwargs: Any) -> None:
+        """Refuse, where the family is defined, a hook that does not take the contract's
+        arguments (:data:`HOOKS`), in one line naming what to write."""
         super().__init_subclass__(**kwargs)
-        hook = vars(cls).get("gradient")
-        if hook is not None and "record" in inspect.signature(hook).parameters:
-            raise TypeError(
-                f"{cls.__name__}.gradient(trainer, f, record) is the hook before the narrow "
-                "method contract; write gradient(self, f, r, at) returning Gradient(estimate, "
-                "theta, weight_loss), reading at.n, at.settings, at.uniforms(n) (from "
-                "pbscale.methods import Gradient, StepArgs; docs/adding_a_method.md)")
+        for name, wanted in cls.HOOKS.items():
+            hook = vars(cls).get(name)
+            if hook is None:
+                continue
+            got = tuple(inspect.signature(hook).parameters)
+            if got != wanted:
+                raise TypeError(
+                    f"{cls.__name__}.{name}({', '.join(got)}) does not take the contract's "
+                    f"arguments; write {name}({', '.join(wanted)}) (from pbscale.methods import "
+                    "Gradient, StepArgs; at.n, at.settings, at.state, at.uniforms(n); "
+                    "docs/adding_a_method.md)")
 
     def make(self, config: MethodConfig, layout: Any, plan: Plan) -> MaskTrainer:
         return MaskTrainer(config, layout.d, plan.mask_steps, layout.device,
