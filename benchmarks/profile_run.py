@@ -39,11 +39,11 @@ PHASES = (
     ("build task and method", 0, "pbscale.pruning.run", "build"),
     ("make the mask optimizer", 1, "torch.optim", "RMSprop.__init__"),
     ("make the mask optimizer", 1, "pbscale.methods.optimizers", "RMSprop.__init__"),
-    ("loop set-up with the first evaluation", 0, "pbscale.runs.loop", "_Training.__init__"),
-    ("epoch (steps, evaluation, checkpoint)", 0, "pbscale.runs.loop", "_Training.epoch"),
+    ("loop set-up with the first evaluation", 0, "pbscale.runs.loop", "Training.__init__"),
+    ("epoch (steps, evaluation, checkpoint)", 0, "pbscale.runs.loop", "Training.epoch"),
     ("evaluation", 1, "pbscale.pruning.task", "PruneTask.evaluate"),
     ("evaluation", 1, "pbscale.regression.problem", "RegressionTask.evaluate"),
-    ("checkpoint", 1, "pbscale.runs.loop", "_Training.save"),
+    ("checkpoint", 1, "pbscale.runs.loop", "Training.save"),
     ("masks.pt and pruned.pt", 1, "pbscale.pruning.outputs", "export"),
 )
 

@@ -112,7 +112,7 @@ from pbscale.runs.records import (
 )
 
 __all__ = ["LOOP_COLUMNS", "LR_FLAGS", "PROVENANCE", "BatchedLoss", "EvalContext", "LoopConfig",
-           "Method", "RunHooks", "StepHook", "Task", "check_finite", "check_metrics",
+           "Method", "RunHooks", "StepHook", "Task", "Training", "check_finite", "check_metrics",
            "check_provenance", "config_hash", "env_info", "flush_denormals", "full_config",
            "read_state", "run", "run_folder", "run_record", "train_step", "write_summary"]
 
@@ -270,7 +270,7 @@ def _train(task: Task, method: Method, loop: LoopConfig, folder: Path, record: d
                            "weights; pass weight_optimizer=None")
     io.write_json(folder / "config.json", record)
     hooks = [*hooks, *([StepHook(step_hook)] if step_hook is not None else [])]
-    training = _Training(task, method, loop, weight_optimizer, dev, hooks, folder,
+    training = Training(task, method, loop, weight_optimizer, dev, hooks, folder,
                          {**LR_FLAGS, **(lr_flags or {})}, progress)
     bar = tqdm(range(training.start, loop.epochs), initial=training.start, total=loop.epochs,
                disable=not progress, desc=task.name, unit="epoch", file=sys.stderr)
@@ -300,9 +300,11 @@ def _train(task: Task, method: Method, loop: LoopConfig, folder: Path, record: d
     return folder
 
 
-class _Training:
+class Training:
     """One run's training state (history, fixed mask, position of an epoch cut by a signal)
-    restored from its checkpoint, and the epochs :func:`run` drives."""
+    restored from its checkpoint, and the epochs :func:`run` drives. Public so that a profiler
+    can time its phases (``__init__``: set-up with the first evaluation, ``epoch``, ``save``:
+    the checkpoint; ``benchmarks/profile_run.py``)."""
 
     def __init__(self, task: Task, method: Method, loop: LoopConfig,
                  weight_optimizer: torch.optim.Optimizer | None, dev: torch.device,
