@@ -12,6 +12,27 @@ import torch
 from torch import nn
 
 
+class BasicBlock(nn.Module):
+    """A ResNet basic block with a 1x1 projection shortcut when the shape changes (a part of the
+    test networks of tests/test_pbscale_batched.py and tests/test_channel_groups.py, not a zoo
+    entry)."""
+
+    def __init__(self, cin: int, cout: int, stride: int) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(cout)
+        self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(cout)
+        self.short = nn.Sequential()
+        if stride != 1 or cin != cout:
+            self.short = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False),
+                                       nn.BatchNorm2d(cout))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = torch.relu(self.bn1(self.conv1(x)))
+        return torch.relu(self.bn2(self.conv2(out)) + self.short(x))
+
+
 class MLP(nn.Module):
     """Flat images through two Linear layers, its own forward (the vmap path)."""
 

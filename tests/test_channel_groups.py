@@ -53,30 +53,13 @@ class Mixed(nn.Module):
         return self.head(F.relu(self.bn_gc(self.gc(h))).mean((2, 3)))
 
 
-class Block(nn.Module):
-    def __init__(self, cin: int, cout: int, stride: int) -> None:
-        super().__init__()
-        self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
-        self.bn1 = nn.BatchNorm2d(cout)
-        self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
-        self.bn2 = nn.BatchNorm2d(cout)
-        self.short = nn.Sequential()
-        if stride != 1 or cin != cout:
-            self.short = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False),
-                                       nn.BatchNorm2d(cout))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = F.relu(self.bn1(self.conv1(x)))
-        return F.relu(self.bn2(self.conv2(h)) + self.short(x))
-
-
 class ResNetish(nn.Module):
     def __init__(self) -> None:
         super().__init__()
         self.conv = nn.Conv2d(3, 6, 3, padding=1, bias=False)
         self.bn = nn.BatchNorm2d(6)
-        self.layer1 = Block(6, 6, 1)
-        self.layer2 = Block(6, 10, 2)
+        self.layer1 = _zoo.BasicBlock(6, 6, 1)
+        self.layer2 = _zoo.BasicBlock(6, 10, 2)
         self.fc = nn.Linear(10, 7)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

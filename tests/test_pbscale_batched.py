@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 from _masked_reference import forward_masked_loop, masked_loss
+from _zoo import BasicBlock
 from torch import nn
 from torch.nn import functional as F
 
@@ -17,26 +18,6 @@ from pbscale.forward.masks import MaskedModule
 from pbscale.forward.rescale import rescaled_weight
 from pbscale.methods import FixedSampler, mc_gradient
 from pbscale.nets.models import INPUT_SHAPES, MODELS, build_model
-
-
-class Block(nn.Module):
-    """A ResNet basic block with a 1x1 projection shortcut when the shape changes."""
-
-    def __init__(self, cin: int, cout: int, stride: int) -> None:
-        super().__init__()
-        self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
-        self.bn1 = nn.BatchNorm2d(cout)
-        self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
-        self.bn2 = nn.BatchNorm2d(cout)
-        self.short = nn.Sequential()
-        if stride != 1 or cin != cout:
-            self.short = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False),
-                                       nn.BatchNorm2d(cout))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        out = F.relu(self.bn1(self.conv1(x)))
-        out = self.bn2(self.conv2(out))
-        return F.relu(out + self.short(x))
 
 
 class TinyResNet(nn.Module):
@@ -50,7 +31,7 @@ class TinyResNet(nn.Module):
         layers, cin = [], w
         for i, cout in enumerate((w, 2 * w, 4 * w)):
             for j in range(blocks):
-                layers.append(Block(cin, cout, 2 if (i and not j) else 1))
+                layers.append(BasicBlock(cin, cout, 2 if (i and not j) else 1))
                 cin = cout
         self.layers = nn.Sequential(*layers)
         self.fc = nn.Linear(cin, classes)

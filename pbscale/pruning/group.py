@@ -50,11 +50,12 @@ import torch
 from pbexact.errors import PBInputError, format_bytes
 from pbscale.execution.group import MemberBook, MemberLosses
 from pbscale.methods.samplers import free_memory
+from pbscale.pruning.assembly import Assembly
 from pbscale.pruning.lam_control import LamController
 from pbscale.pruning.outputs import export
 from pbscale.pruning.task import PruneTask
 from pbscale.runs import io as runio
-from pbscale.runs.contracts import EvalContext, LoopConfig, RunHooks
+from pbscale.runs.contracts import EvalContext, LoopConfig, Method, RunHooks
 from pbscale.runs.loop import LR_FLAGS, check_metrics, run, run_folder, write_summary
 from pbscale.runs.loop import check_finite as check_member
 from pbscale.runs.records import (
@@ -78,20 +79,36 @@ def member_key(full: dict) -> str:
 
 @dataclass
 class Member:
-    """One run of a group, built as the separate run builds it: task, method, loop settings,
-    weights' optimizer (None: supermask), its run folder, the config.json record a separate
-    run writes, whether its weights are rescaled on export, and data.json's content."""
+    """One run of a group, assembled as the separate run is (``assembly``: task, method, loop
+    settings, weights' optimizer (None: supermask), its ``--lam-target`` controller (None: lam
+    fixed; the group names its column)), its run folder, the config.json record a separate run
+    writes, whether its weights are rescaled on export, and data.json's content."""
 
-    task: PruneTask
-    method: object
-    loop: LoopConfig
-    weight_opt: torch.optim.Optimizer | None
+    assembly: Assembly
     folder: Path
     record: dict
     rescale: bool
     data_info: dict
-    #: its ``--lam-target`` controller (None: lam fixed); the group names its column
-    controller: LamController | None = None
+
+    @property
+    def task(self) -> PruneTask:
+        return self.assembly.task
+
+    @property
+    def method(self) -> Method:
+        return self.assembly.method
+
+    @property
+    def loop(self) -> LoopConfig:
+        return self.assembly.loop
+
+    @property
+    def weight_opt(self) -> torch.optim.Optimizer | None:
+        return self.assembly.weight_opt
+
+    @property
+    def controller(self) -> LamController | None:
+        return self.assembly.controller
 
     @property
     def finished(self) -> bool:

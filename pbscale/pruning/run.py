@@ -28,6 +28,7 @@ from pbscale.methods import Plan
 from pbscale.nets import data as datamod
 from pbscale.nets.network import NetworkSource, layer_counts, source_digest
 from pbscale.pruning import setup
+from pbscale.pruning.assembly import Assembly
 from pbscale.pruning.config import (
     FREEZE_AT,
     WEIGHT_DECAY,
@@ -41,7 +42,7 @@ from pbscale.pruning.lam_control import LamController, target_line
 from pbscale.pruning.outputs import Export
 from pbscale.pruning.task import PruneTask
 from pbscale.runs import io as runio
-from pbscale.runs.contracts import LoopConfig, Method, RunHooks
+from pbscale.runs.contracts import LoopConfig, RunHooks
 from pbscale.runs.loop import env_info, full_config, run_folder, run_record
 from pbscale.runs.loop import run as loop_run
 from pbscale.runs.runtime import resolve_device
@@ -101,24 +102,6 @@ def build(cfg: PruneConfig, data: datamod.Data, dev: torch.device,
                 world=world)
     method = family.make(cfg.method_config(), task.layout, plan)
     return task, method, loop, weight_opt
-
-
-@dataclasses.dataclass
-class Assembly:
-    """One pruning run's pieces, built once by :func:`assemble` for a run alone (:func:`run`)
-    and a group member (:func:`member`): task, method, loop, the weights' optimizer (None:
-    supermask), its configuration (``config``: what its folder is named by,
-    :func:`pbscale.runs.loop.full_config`), what config.json records unhashed (``info``,
-    ``method_info``) and its lam controller (``--lam-target``; else None)."""
-
-    task: PruneTask
-    method: Method
-    loop: LoopConfig
-    weight_opt: torch.optim.Optimizer | None
-    config: dict
-    info: dict
-    method_info: dict
-    controller: LamController | None
 
 
 def assemble(cfg: PruneConfig, data: datamod.Data, dev: torch.device, *,
@@ -316,8 +299,8 @@ def member(cfg: PruneConfig, data: datamod.Data, dev: torch.device, out: str | P
     key = member_key({"seed": cfg.seed, "lam": cfg.lam, "mask_lr": cfg.mask_lr})
     if key in sweep_ids:  # launched by a sweep: the run's own id, as a separate run records
         record["info"]["sweep_id"] = sweep_ids[key]
-    return Member(a.task, a.method, a.loop, a.weight_opt, run_folder(out, a.task.name, a.config),
-                  record, cfg.family.caps.rescale, data.transform(), a.controller)
+    return Member(a, run_folder(out, a.task.name, a.config), record, cfg.family.caps.rescale,
+                  data.transform())
 
 
 def group_configs(cfg: PruneConfig, seeds: list[int], lams: list[float],
