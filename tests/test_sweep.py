@@ -249,7 +249,7 @@ def test_ray_missing_refused_before_anything_and_not_when_all_finished(tmp_path,
         d = s.out / r.id
         d.mkdir(parents=True)
         (d / "config.json").write_text(json.dumps({"info": {"sweep_id": r.id}}))
-        (d / "summary.json").write_text("{}")
+        (d / "summary.json").write_text(json.dumps({"final_val_loss": 0.5}))
         (s.record_dir / f"{r.id}.json").write_text(json.dumps({"state": "finished"}))
     assert sweep.main(["run", str(path), "--engine", "ray"]) == 0
     err = capsys.readouterr().err

@@ -367,7 +367,8 @@ def test_child_killed_after_its_summary_counts_as_finished(tmp_path, monkeypatch
     script = ("import json, os, signal, sys, pathlib; info = json.loads(os.environ"
               "['PBSCALE_RUN_INFO']); d = pathlib.Path(sys.argv[1]) / info['sweep_id']; "
               "d.mkdir(parents=True); (d / 'config.json').write_text(json.dumps({'info': info}));"
-              " (d / 'summary.json').write_text('{}') if sys.argv[2] == '1' else None; "
+              " (d / 'summary.json').write_text('{\"final_val_loss\": 0.5}') if sys.argv[2] == '1'"
+              " else None; "
               "os.kill(os.getpid(), signal.SIGTERM)")
     lines = {s.runs[0].id: "1", s.runs[1].id: "0"}
     monkeypatch.setattr(sweep.Sweep, "command_line",
