@@ -26,6 +26,7 @@ from pbscale.execution.captured import CapturedSteps
 from pbscale.forward import routes as gpu_routes
 from pbscale.methods import Plan
 from pbscale.nets import data as datamod
+from pbscale.nets.channel_layout import weight_layers
 from pbscale.nets.network import NetworkSource, layer_counts, source_digest
 from pbscale.pruning import setup
 from pbscale.pruning.config import (
@@ -98,7 +99,7 @@ def build(cfg: PruneConfig, data: datamod.Data, dev: torch.device,
     world = shard.world if shard is not None and family.caps.split_samples else 1
     plan = Plan(epochs=E, steps_per_epoch=S, mask_steps=max(loop.mask_epochs() * S, 1),
                 layers=tuple(task.layout.sizes), run=cfg, weight_optimizer=weight_opt,
-                world=world)
+                world=world, l0_weights=task.l0_weights())
     method = family.make(cfg.method_config(), task.layout, plan)
     return task, method, loop, weight_opt
 
@@ -174,12 +175,13 @@ def run(cfg: PruneConfig, out: str | Path, device: str = "cpu", *, quiet: bool =
         hooks.append(CapturedSteps(task, method))
     folder = run_folder(out, task.name, a.config)
     finished_before = (folder / "summary.json").exists()
-    hooks.append(Export(folder, task.evaluation, cfg.family.caps.rescale))
+    hooks.append(Export(folder, task.evaluation, task.rescales))
     if shard is not None:  # every rank resumes from rank 0's checkpoint
         distributed.sync_resume_files(folder, shard, dev)
     if not quiet:
         print(f"{folder.name}: {cfg.model} on {cfg.data or cfg.dataset}, {cfg.mode} "
-              f"{cfg.method}; {task.d:,} masked weights of {task.num_all:,} parameters; "
+              f"{cfg.method}; {task.d:,} {'channel variables' if task.groups else 'masked weights'}"
+              f" of {task.num_all:,} parameters; "
               f"device {dev}", file=sys.stderr)
     folder = loop_run(task, method, loop, out, weight_optimizer=weight_opt, device=dev,
                       progress=not quiet, info=a.info, step_hook=step_hook, hooks=hooks,
@@ -188,7 +190,7 @@ def run(cfg: PruneConfig, out: str | Path, device: str = "cpu", *, quiet: bool =
     summary = runio.read_summary(folder / "summary.json", task.summary_keys)
     runio.write_json(folder / "data.json", data.transform())
     summary.update({"folder": str(folder), "masked": task.d, "parameters": task.num_all,
-                    "already_finished": finished_before})
+                    "already_finished": finished_before, "granularity": cfg.granularity})
     if not quiet:
         report(summary, task)
     if cfg.lam_target:
@@ -245,14 +247,16 @@ def extremes_line(summary: dict, cfg: PruneConfig) -> str | None:
     d, rem = summary.get("masked"), summary["final_remaining"]
     lam = summary.get("final_lam", cfg.lam)
     of = f" of {d:,}" if isinstance(d, int) else ""
+    unit, steer = "masked weight", " or give --lam-target F to steer it to a fraction"
+    if cfg.granularity == "channel":
+        rem = summary.get("final_remaining_channels", rem)
+        unit, steer = "channel variable", ""
     if rem == 0:
-        return (f"warning: every masked weight is off (0{of} remain) at lam {lam:g}: the L0 "
-                f"term outweighs the loss; lower --lam (e.g. {lam / 10:g}) or give "
-                "--lam-target F to steer it to a fraction")
+        return (f"warning: every {unit} is off (0{of} remain) at lam {lam:g}: the L0 "
+                f"term outweighs the loss; lower --lam (e.g. {lam / 10:g}){steer}")
     if rem == 1 and lam > 0:
-        return (f"warning: no masked weight was pruned (all{of} remain) at lam {lam:g}: raise "
-                "--lam, train longer (--epochs), or give --lam-target F to steer it to a "
-                "fraction")
+        return (f"warning: no {unit} was pruned (all{of} remain) at lam {lam:g}: raise "
+                f"--lam, train longer (--epochs){',' if steer else ' or'}{steer}")
     return None
 
 
@@ -299,6 +303,7 @@ def captures_steps(cfg: PruneConfig, dev: torch.device, routes: gpu_routes.Route
     weights fixed) and a method whose step is captured (the MC estimators)."""
     return (routes.cuda_graph and dev.type == "cuda" and cfg.mode == "supermask"
             and not cfg.lam_target  # the controller changes lam between the steps
+            and cfg.granularity == "weight"
             and cfg.family.caps.captures_step and not cfg.family.caps.dense_weights)
 
 
@@ -317,7 +322,7 @@ def member(cfg: PruneConfig, data: datamod.Data, dev: torch.device, out: str | P
     if key in sweep_ids:  # launched by a sweep: the run's own id, as a separate run records
         record["info"]["sweep_id"] = sweep_ids[key]
     return Member(a.task, a.method, a.loop, a.weight_opt, run_folder(out, a.task.name, a.config),
-                  record, cfg.family.caps.rescale, data.transform(), a.controller)
+                  record, a.task.rescales, data.transform(), a.controller)
 
 
 def group_configs(cfg: PruneConfig, seeds: list[int], lams: list[float],
@@ -414,6 +419,11 @@ def result_line(summary: dict) -> str:
     rem, rem_all = summary["final_remaining"], summary["final_remaining_all"]
     score = (f"test_acc {summary['final_test_acc']:.4f}" if "final_test_acc" in summary
              else f"test_loss {summary['final_test_loss']:.4g}")
+    if "final_remaining_channels" in summary:  # --granularity channel
+        rc, macs = summary["final_remaining_channels"], summary["final_remaining_macs"]
+        return (f"{score}  remaining {round(rc * d):,} of {d:,} channel variables "
+                f"({rc:.2%}), {round(rem_all * n_all):,} of {n_all:,} parameters "
+                f"({rem_all:.4%}), MACs {macs:.2%} (prunable part: {rem:.2%})")
     return (f"{score}  remaining {round(rem * d):,} of {d:,} "
             f"masked weights ({rem:.4%}), {round(rem_all * n_all):,} of {n_all:,} parameters "
             f"({rem_all:.4%})")
@@ -423,6 +433,8 @@ def report(summary: dict, task: PruneTask) -> None:
     """Both weight counts of a finished run, overall (:func:`result_line`) and per layer."""
     print(result_line(summary))
     sizes = layer_counts(task.model, task.names)
+    if task.groups is not None:  # channel granularity: the weights removal shrinks
+        sizes = weight_layers(task.groups)
     for k, size in sizes.items():
         layer = k.removesuffix(".weight")
         frac = summary[f"final_remaining_{layer}"]
