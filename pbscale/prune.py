@@ -77,6 +77,7 @@ from pbscale.pruning.run import (
     result_line,
     run,
     run_group,
+    structured_line,
 )
 from pbscale.runs.allocator import keep_freed_memory
 from pbscale.runs.jobs import listed_values
@@ -295,6 +296,8 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"{Path(summary['folder']).name}: already finished (its summary.json "
                           "is there); its result:", file=sys.stderr)
                 print(result_line(summary))
+                if structured_line(summary) is not None:
+                    print(structured_line(summary))
                 print_extremes(summary, cfg.resolved())
         finally:
             distributed.shutdown()

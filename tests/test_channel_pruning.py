@@ -23,8 +23,10 @@ from pbscale import prune as P
 from pbscale.methods import dense_regularizer
 from pbscale.nets import user_data
 from pbscale.nets.channel_costs import count, count_params
+from pbscale.nets.channel_layout import ChannelLayout, structured_network
 from pbscale.nets.channel_ops import remove_channels
 from pbscale.nets.channels import channel_groups
+from pbscale.nets.models import LeNet300100
 from pbscale.pruning import run as prun
 from pbscale.pruning import setup
 from pbscale.pruning.api import prune_model
@@ -92,6 +94,7 @@ def test_lenet_channel_run_removes_channels_and_keeps_its_accuracy(tmp_path, met
     assert P.main(args) == 0
     line = capsys.readouterr().out
     assert "channel variables" in line and "parameters" in line
+    assert "structured.pt: params" in line and "CPU latency batch 1" in line
     (folder,) = [p for p in tmp_path.iterdir() if p.is_dir()]
     cfg = PruneConfig(model="lenet", synthetic=48, val_size=16)
     _check_folder(folder, cfg)
@@ -252,3 +255,72 @@ def test_a_channel_group_writes_each_members_structured_network(tmp_path, capsys
     assert len(folders) == 2
     for folder in folders:
         _check_folder(folder, PruneConfig(model="lenet", synthetic=48, val_size=16))
+
+
+def _depthwise_bn() -> nn.Module:
+    """An nn.Sequential (the folded path) with grouped convolutions and BatchNorm."""
+    return _zoo.depthwise()
+
+
+@pytest.mark.parametrize("factory,shape", [(LeNet300100, (5, 784)),
+                                           (_depthwise_bn, (5, 3, 8, 8))])
+def test_channel_layout_backends_agree(factory, shape):
+    """The folded, loop and vmap backends compute the same outputs and gradients to soft
+    channel masks; the MLP paths (one mask entry per weight) are never taken."""
+    torch.manual_seed(0)
+    net = factory().train()
+    x = torch.randn(*shape)
+    groups = channel_groups(net, x[:1])
+    z = torch.rand(3, groups.d, dtype=torch.float32)
+    outs, grads = {}, {}
+    for backend in ("folded", "loop", "vmap"):
+        layout = ChannelLayout(net, groups, backend=backend)
+        assert layout.path_for("cpu") == backend and layout.choice.plan is None
+        zz = z.clone().requires_grad_(True)
+        out = layout.forward(zz, x)
+        out.square().sum().backward()
+        outs[backend], grads[backend] = out.detach(), zz.grad
+    assert ChannelLayout(net, groups).path_for("cpu") != "mlp_fast"
+    for b in ("loop", "vmap"):
+        assert torch.allclose(outs[b], outs["folded"], rtol=1e-4, atol=1e-5)
+        assert torch.allclose(grads[b], grads["folded"], rtol=1e-4, atol=1e-5)
+
+
+def test_a_coupled_group_with_every_channel_off_keeps_one_zeroed_channel():
+    """A mask that switches off every variable of a coupled group: removal keeps one channel
+    of it, zeroed, so the smaller network computes what the masked one computes."""
+    net = _zoo.ResCNN().eval()
+    x = torch.randn(4, 1, 8, 8)
+    groups = channel_groups(net, x[:1])
+    c = next(c for c in groups.coupled if c.root == "conv_a")
+    z = torch.ones(groups.d)
+    z[list(c.variables)] = 0
+    layout = ChannelLayout(net, groups)
+    masked = {k: w[0] for k, w in layout.masked_weights(z[None]).items()}
+    pruned, keep = structured_network(net, groups, z, masked)
+    assert int(keep.sum()) == int(z.sum()) + 1
+    with torch.no_grad():
+        expect = layout.forward_single(masked, x)
+        assert torch.allclose(pruned.eval()(x), expect, rtol=1e-4, atol=1e-5)
+    assert count_params(pruned) < count_params(net)
+
+
+def test_sweep_keys_granularity_and_cost(tmp_path, capsys):
+    """granularity and cost are sweep keys: at their defaults run ids stay as they were, set
+    they name another run; a sweep of a method without channels is refused before it runs."""
+    from pbscale import sweep
+
+    head = '[sweep]\ncommand = "prune"\nout = "o"\n[[grid]]\nseed = [0]\nsynthetic = 48\n'
+    ids = []
+    for i, extra in enumerate(("", 'granularity = "weight"\ncost = "params"\n',
+                               'granularity = "channel"\n',
+                               'granularity = "channel"\ncost = "macs"\n')):
+        path = tmp_path / f"{i}.toml"
+        path.write_text(head + extra)
+        ids.append(sweep.load(path).runs[0].id)
+    assert ids[0] == ids[1] and len(set(ids[1:])) == 3
+    path = tmp_path / "bad.toml"
+    path.write_text(head + 'granularity = "channel"\nmethod = "gmp"\nmode = "joint"\n')
+    assert sweep.main(["status", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "--granularity channel runs with" in err

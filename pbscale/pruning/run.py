@@ -395,6 +395,9 @@ def member_report(m: Member, cfg: PruneConfig, varying: Sequence[str] = ()) -> N
                "masked": m.task.d, "parameters": m.task.num_all}
     which = ", ".join(f"{k.replace('_', '-')} {getattr(cfg, k):g}" for k in varying)
     print(f"{m.folder}{f' ({which})' if which else ''}: {result_line(summary)}")
+    line = structured_line(summary)
+    if line is not None:
+        print(f"  {line}")
     if cfg.lam_target:
         print_target_line(cfg.lam_target, m.folder, m.loop, name=m.folder.name)
     print_extremes(summary, cfg, name=m.folder.name)
@@ -429,9 +432,31 @@ def result_line(summary: dict) -> str:
             f"({rem_all:.4%})")
 
 
+def structured_line(summary: dict) -> str | None:
+    """A channel run's physically pruned network against the dense one (summary.json's
+    entries): parameters, MACs per example and CPU latency at batch 1 and 128; None for a
+    weight run."""
+    if "pruned_params" not in summary:
+        return None
+
+    def pair(key: str, fmt: str) -> str:
+        return f"{format(summary[f'dense_{key}'], fmt)} -> {format(summary[f'pruned_{key}'], fmt)}"
+
+    def ms(b: int) -> str:
+        d, p = summary[f"dense_latency_b{b}"] * 1e3, summary[f"pruned_latency_b{b}"] * 1e3
+        return f"batch {b} {d:.3g} -> {p:.3g} ms"
+
+    return (f"structured.pt: params {pair('params', ',')}, MACs {pair('macs', ',')}, CPU "
+            f"latency {ms(1)}, {ms(128)}")
+
+
 def report(summary: dict, task: PruneTask) -> None:
-    """Both weight counts of a finished run, overall (:func:`result_line`) and per layer."""
+    """Both weight counts of a finished run, overall (:func:`result_line`) and per layer (and
+    a channel run's :func:`structured_line`)."""
     print(result_line(summary))
+    line = structured_line(summary)
+    if line is not None:
+        print(line)
     sizes = layer_counts(task.model, task.names)
     if task.groups is not None:  # channel granularity: the weights removal shrinks
         sizes = weight_layers(task.groups)
