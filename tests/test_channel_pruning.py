@@ -324,3 +324,15 @@ def test_sweep_keys_granularity_and_cost(tmp_path, capsys):
     assert sweep.main(["status", str(path)]) == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "--granularity channel runs with" in err
+
+
+def test_extreme_channel_masks_warn_with_the_fix():
+    cfg = PruneConfig(granularity="channel", lam=1e-3)
+    base = {"masked": 400, "final_remaining": 0.2, "final_remaining_channels": 0.3}
+    assert prun.extremes_line(base, cfg) is None
+    line = prun.extremes_line({**base, "zeroed_groups": ["fc2"]}, cfg)
+    assert "every channel of layer 'fc2' is off" in line and "lower --lam" in line
+    line = prun.extremes_line({**base, "final_remaining_channels": 0.0}, cfg)
+    assert "every channel variable is off (0 of 400 remain)" in line
+    line = prun.extremes_line({**base, "final_remaining_channels": 1}, cfg)
+    assert "no channel variable was pruned" in line and "\n" not in line

@@ -241,7 +241,8 @@ def budget_note(cfg: PruneConfig, loop: LoopConfig, steps: int) -> str | None:
 def extremes_line(summary: dict, cfg: PruneConfig) -> str | None:
     """One ``warning:`` line for a finished run of a method with an L0 strength whose mask
     ended at an extreme: every masked weight off, or none off although lam > 0 (a lam far too
-    strong, or too weak for the run's length), with the fix; None otherwise."""
+    strong, or too weak for the run's length), or (channel granularity) a layer with every
+    channel off, with the fix; None otherwise."""
     if "lam" in cfg.unused() or "final_remaining" not in summary:
         return None
     d, rem = summary.get("masked"), summary["final_remaining"]
@@ -251,6 +252,12 @@ def extremes_line(summary: dict, cfg: PruneConfig) -> str | None:
     if cfg.granularity == "channel":
         rem = summary.get("final_remaining_channels", rem)
         unit, steer = "channel variable", ""
+        zeroed = summary.get("zeroed_groups") or []
+        if zeroed and 0 < rem:
+            return (f"warning: every channel of layer{'s' if len(zeroed) > 1 else ''} "
+                    f"{', '.join(repr(z) for z in zeroed)} is off at lam {lam:g} (structured.pt "
+                    "keeps one zeroed channel there): no signal passes it; lower --lam (e.g. "
+                    f"{lam / 10:g})")
     if rem == 0:
         return (f"warning: every {unit} is off (0{of} remain) at lam {lam:g}: the L0 "
                 f"term outweighs the loss; lower --lam (e.g. {lam / 10:g}){steer}")
