@@ -336,3 +336,42 @@ def test_extreme_channel_masks_warn_with_the_fix():
     assert "every channel variable is off (0 of 400 remain)" in line
     line = prun.extremes_line({**base, "final_remaining_channels": 1}, cfg)
     assert "no channel variable was pruned" in line and "\n" not in line
+
+
+def test_an_interrupted_channel_run_resumes_to_the_same_numbers(tmp_path):
+    import os
+    import signal
+
+    from pbexact.errors import RunInterrupted
+
+    cfg = PruneConfig(model="lenet", synthetic=48, val_size=16, epochs=3, max_batches=2,
+                      batch_size=8, method="arms", mode="joint", n=4, eval_masks=3,
+                      eval_batches=2, lam=0.1, granularity="channel", cost="macs")
+    whole = prun.run(cfg, tmp_path / "whole", quiet=True)
+
+    def hook(epoch: int, i: int) -> None:
+        if (epoch, i) == (1, 1):
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    with pytest.raises(RunInterrupted):
+        prun.run(cfg, tmp_path / "cut", quiet=True, step_hook=hook)
+    resumed = prun.run(cfg, tmp_path / "cut", quiet=True)
+    for k, v in whole.items():
+        if k.startswith("final_") and not k.endswith("_seconds"):
+            assert resumed[k] == v, k
+    a, b = (torch.load(Path(s["folder"]) / "structured.pt", weights_only=True)
+            for s in (whole, resumed))
+    assert torch.equal(a["keep"], b["keep"])
+    assert all(torch.equal(a["state_dict"][k], b["state_dict"][k]) for k in a["state_dict"])
+
+
+def test_pareto_draws_channel_runs_as_their_own_series(tmp_path):
+    """analysis.pareto labels a channel run apart from the weight runs of its method (its
+    remaining fraction is of a cost, not of weights)."""
+    from analysis import pareto
+    from analysis.scale.run_files import read_prune
+
+    args = ["--model", "lenet", "--method", "cp", "--out", str(tmp_path), *TINY]
+    assert P.main(args) == 0 and P.main([*args, "--granularity", "channel"]) == 0
+    labels = sorted(pareto.label(read_prune(f)) for f in pareto.find_runs([tmp_path]))
+    assert labels == ["cp", "cp-channel-params"]

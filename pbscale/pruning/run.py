@@ -289,12 +289,14 @@ def print_target_line(target: float, folder: Path, loop: LoopConfig, *, quiet: b
 def run_info(cfg: PruneConfig, data: datamod.Data, task: PruneTask) -> dict:
     """What config.json's unhashed "info" records of a run's data and network: the data folder
     (or the user's data file) and fingerprint, the settings it does not read, and for a user's
-    network or data the masked parameters with their sizes, the loss, the network's source and
-    the examples in each split; for a network named by an import path, the digest of its
-    module's file (``network_source``, :func:`pbscale.nets.network.source_digest`: a sweep
-    compares it with the file as it is now, without importing it)."""
+    network or data (or a channel run) the masked parameters (channels: the weights removal
+    shrinks) with their sizes, the loss, the network's source and the examples in each split;
+    for a network named by an import path, the digest of its module's file
+    (``network_source``, :func:`pbscale.nets.network.source_digest`: a sweep compares it with
+    the file as it is now, without importing it)."""
     info = {"data_dir": cfg.data_dir, "data": data.fingerprint, "unused": cfg.unused()}
-    if cfg.data or not task.source.builtin or cfg.masked or cfg.loss:
+    if (cfg.data or not task.source.builtin or cfg.masked or cfg.loss
+            or cfg.granularity == "channel"):  # channels: the layers removal shrinks
         info.update({"data_file": cfg.data, "masked_sizes": layer_counts(task.model, task.names),
                      "loss": task.objective.name, "network": task.source.spec,
                      "examples": {s: len(getattr(data, s)) for s in ("train", "val", "test")}})
