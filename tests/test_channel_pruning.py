@@ -375,3 +375,13 @@ def test_pareto_draws_channel_runs_as_their_own_series(tmp_path):
     assert P.main(args) == 0 and P.main([*args, "--granularity", "channel"]) == 0
     labels = sorted(pareto.label(read_prune(f)) for f in pareto.find_runs([tmp_path]))
     assert labels == ["cp", "cp-channel-params"]
+
+
+@pytest.mark.parametrize("method", ["loorf", "reinforce", "disarm"])
+def test_the_other_mc_estimators_prune_channels(tmp_path, method):
+    args = ["--model", "lenet", "--method", method, "--granularity", "channel", "--lam", "1e-1",
+            "--n", "4", "--eval-masks", "3", "--eval-batches", "2", "--out", str(tmp_path),
+            *TINY]
+    assert P.main(args) == 0
+    (folder,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    _check_folder(folder, PruneConfig(model="lenet", synthetic=48, val_size=16))
