@@ -99,7 +99,8 @@ def build(cfg: PruneConfig, data: datamod.Data, dev: torch.device,
     world = shard.world if shard is not None and family.caps.split_samples else 1
     plan = Plan(epochs=E, steps_per_epoch=S, mask_steps=max(loop.mask_epochs() * S, 1),
                 layers=tuple(task.layout.sizes), run=cfg, weight_optimizer=weight_opt,
-                world=world, l0_weights=task.l0_weights())
+                world=world, l0_weights=task.l0_weights(),
+                bytes_per_sample=task.bytes_per_sample())
     method = family.make(cfg.method_config(), task.layout, plan)
     return task, method, loop, weight_opt
 

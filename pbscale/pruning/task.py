@@ -181,6 +181,16 @@ class PruneTask:
         granularity (every weight 1)."""
         return None if self.groups is None else l0_weights(self.groups, self.cfg.cost)
 
+    def bytes_per_sample(self) -> int | None:
+        """The memory of one sampled mask in a chunk for the method's memory check: channel
+        granularity 16 bytes per element of the masked tensors (the masked weights of a
+        sample are materialized, not its d channel entries); None for weight granularity
+        (the method's 16 d)."""
+        if self.groups is None:
+            return None
+        params = dict(self.model.named_parameters())
+        return 16 * sum(params[k].numel() for k in self.layout.names)
+
     # ------------------------------------------------------------------ Task protocol
 
     @property
