@@ -115,13 +115,16 @@ STYLES = [("o", "-"), ("s", "--"), ("^", ":"), ("v", "-."), ("D", "--")]
 
 def label(run: PruneRun, name: str | None = None) -> str:
     """A run's series: ``name`` (default: its method's name) with ``-<param>-n<n>`` for a
-    method that samples, ``-target5%`` for a ``--lam-target`` run and ``-<init>`` for weights
-    not initialized by DEFAULT_INIT."""
+    method that samples, ``-target5%`` for a ``--lam-target`` run, ``-channel-<cost>`` for a
+    structured run (``--granularity channel``) and ``-<init>`` for weights not initialized by
+    DEFAULT_INIT."""
     task = run.task
     m = name or run.method
     base = f"{m}-{task.get('param')}-n{task.get('n')}" if run.info.samples else m
     if task.get("lam_target"):  # lam steered to a target: a series of its own
         base += f"-{lam_text(task).replace(' ', '')}"
+    if task.get("granularity", "weight") != "weight":  # channels: remaining is of a cost
+        base += f"-{task['granularity']}-{task.get('cost', 'params')}"
     init = task.get("init", DEFAULT_INIT)
     return base if init == DEFAULT_INIT else f"{base}-{init}"
 

@@ -58,7 +58,9 @@ from pbscale.nets.models import MODELS
 from pbscale.nets.network import NETWORK_INITS
 from pbscale.nets.network import argument as model_argument
 from pbscale.pruning.config import (
+    COSTS,
     DEFAULT_PARAM,
+    GRANULARITIES,
     MASK_OPTIMIZERS,
     MODES,
     PRUNE_COMMANDS,
@@ -75,6 +77,7 @@ from pbscale.pruning.run import (
     result_line,
     run,
     run_group,
+    structured_line,
 )
 from pbscale.runs.allocator import keep_freed_memory
 from pbscale.runs.jobs import listed_values
@@ -226,6 +229,20 @@ def build_parser() -> ArgumentParser:
                         "the last line says what was reached, and warns with the fix on a "
                         "miss; groups too, each run its own (0: off, --lam fixed; "
                         "docs/pruning.md)").id_when_changed = True
+    channel_methods = listed(f.text for f in families(PRUNE_COMMANDS) if f.caps.channels)
+    p.add_argument("--granularity", default=d.granularity, choices=GRANULARITIES,
+                   help=f"weight: one mask entry a weight (default); channel: one a channel of "
+                        f"Torch-Pruning's coupled groups (structured pruning, {channel_methods}, "
+                        "supermask or joint; the head is never pruned, no dynamic weight "
+                        "rescaling; --masked names the layers that may change, the others are "
+                        "left out). The run writes groups.json and structured.pt (the network "
+                        "with its pruned channels removed) and reports params, MACs and CPU "
+                        "latency (docs/pruning.md)").id_when_changed = True
+    p.add_argument("--cost", default=d.cost, choices=COSTS,
+                   help="--granularity channel: the L0 term is lam * sum_i c_i theta_i, c_i the "
+                        "parameters (params) or MACs per example (macs) removing channel "
+                        "variable i alone saves, normalised to mean 1; the remaining fraction "
+                        "reported is of that cost (default params)").id_when_changed = True
     p.add_argument("--drop-checkpoint", action="store_true",
                    help="delete checkpoint.pt once the run has finished (a finished run is "
                         "read from summary.json, masks.pt and pruned.pt)"
@@ -279,6 +296,8 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"{Path(summary['folder']).name}: already finished (its summary.json "
                           "is there); its result:", file=sys.stderr)
                 print(result_line(summary))
+                if structured_line(summary) is not None:
+                    print(structured_line(summary))
                 print_extremes(summary, cfg.resolved())
         finally:
             distributed.shutdown()

@@ -334,8 +334,12 @@ def read_prune(folder: Path) -> PruneRun:
         if not ok:
             raise DamagedRun(f"{name} is {summ[name]!r}, out of its range")
         metrics[key] = x
+    # a channel run (--granularity channel) also reports its channels and MACs kept
+    not_layers = {"all"} | ({"channels", "macs"} if task.get("granularity") == "channel"
+                            else set())
     layers = {k[len("final_remaining_"):]: number(v, k, low=0, high=1) for k, v in summ.items()
-              if k.startswith("final_remaining_") and k != "final_remaining_all"}
+              if k.startswith("final_remaining_")
+              and k[len("final_remaining_"):] not in not_layers}
     recorded = cfg.get("info", {}).get("masked_sizes") if isinstance(cfg.get("info"),
                                                                        dict) else None
     try:

@@ -17,7 +17,9 @@ class MaskLayout(Protocol):
     network, the masked parameter names with their shapes and sizes (d = sum of sizes), the
     parameters as the forward uses them (``base``: detached unless ``train_weights``), the buffers,
     the weight hook (None: w * z), autocast dtype and channels-last flag, and the split of flat
-    masks (..., d) into per-tensor masks."""
+    masks (..., d) into per-tensor masks. ``per_weight``: whether mask entry i is one weight of
+    the tensors in order (the MLP paths need it; False for channel masks, which
+    :meth:`split` expands)."""
 
     module: nn.Module
     names: list[str]
@@ -29,6 +31,7 @@ class MaskLayout(Protocol):
     train_weights: bool
     amp: torch.dtype | None
     channels_last: bool
+    per_weight: bool
 
     @property
     def dtype(self) -> torch.dtype: ...

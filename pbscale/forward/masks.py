@@ -80,6 +80,10 @@ class MaskedModule:
     ``PBNN_ROUTES``), taken where they apply.
     """
 
+    #: mask entry i is one weight of the tensors in order (a subclass over other variables,
+    #: e.g. channels, sets False: the MLP paths are then not taken)
+    per_weight = True
+
     def __init__(self, module: nn.Module, names: Sequence[str] | None = None,
                  train_weights: bool = False, weight_hook: WeightHook | None = None,
                  backend: str = "auto", amp: torch.dtype | None = None,

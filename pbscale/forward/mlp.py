@@ -57,8 +57,11 @@ def mlp_plan(layout: MaskLayout) -> list[PlanStep] | None:
     Qualifies: an ``nn.Sequential`` (or a subclass keeping its forward, e.g. LeNet300100) of
     ``nn.Linear`` (masked weight or unmasked; bias unmasked), ``nn.BatchNorm1d`` without running
     statistics (BN parameters unmasked) and :data:`ELEMENTWISE` activations, starting with a
-    Linear, every masked name a Linear weight, no layer used twice."""
+    Linear, every masked name a Linear weight, no layer used twice; and a layout whose mask
+    entries are weights (``per_weight``)."""
     seq = layout.module
+    if not getattr(layout, "per_weight", True):
+        return None  # masks over channels, not one entry per weight
     if (not isinstance(seq, nn.Sequential) or type(seq).forward is not nn.Sequential.forward
             or len(list(seq.named_children())) != len(seq)):
         return None

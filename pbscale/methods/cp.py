@@ -100,7 +100,7 @@ class CPFamily(LogitsFamily):
     caps = Capabilities(commands=("regress", "regress-group", "prune-supermask", "prune-joint",
                                   "microworld"),
                         uses=("lr", "optimizer", "lam"), deterministic=True,
-                        mask_schedule=(CP_MILESTONES, CP_GAMMA))
+                        mask_schedule=(CP_MILESTONES, CP_GAMMA), channels=True)
     Settings = CPSettings
 
     def initial_logits(self, param: Parametrization, d: int,

@@ -44,13 +44,18 @@ def surrogate_loss(g: torch.Tensor, r: torch.Tensor, value: torch.Tensor | float
 
 
 def dense_regularizer(r: torch.Tensor, theta_fn: Callable[[torch.Tensor], torch.Tensor],
-                      lam: float) -> tuple[float, torch.Tensor]:
-    """lambda * sum_i theta_i(r) in closed form and its exact gradient over r, shape (P,).
+                      lam: float, weights: torch.Tensor | None = None
+                      ) -> tuple[float, torch.Tensor]:
+    """lambda * sum_i theta_i(r) in closed form and its exact gradient over r, shape (P,);
+    with ``weights`` c (shape (P,)), lambda * sum_i c_i theta_i(r) (structured pruning: each
+    channel variable weighted by its cost, normalised to mean 1). Without weights the
+    computation is the unweighted sum's, bit for bit.
 
     For MC methods theta_fn is the parametrization's theta (E[sum z] = sum theta); for CP it is
     r -> sigmoid(r / tau). Used by pruning (`sec:app_pruning_setup`); lambda = 0 here.
     """
     rr = r.detach().requires_grad_(True)
-    value = lam * theta_fn(rr).sum()
+    theta = theta_fn(rr)
+    value = lam * (theta.sum() if weights is None else (weights.to(theta) * theta).sum())
     (grad,) = torch.autograd.grad(value, rr)
     return float(value.detach()), grad

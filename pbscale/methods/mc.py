@@ -164,7 +164,7 @@ class MCFamily(LogitsFamily):
             uses=("n", "param", "lr", "optimizer", "chunk", "lam"), samples=True,
             min_samples=spec.min_samples, split_samples=True, captures_step=True,
             eval_sampled=True, rescale=True, mask_schedule=(MC_MILESTONES, MC_GAMMA),
-            joint_warmup=MC_START)
+            joint_warmup=MC_START, channels=True)
 
     def check(self, config: Any) -> None:
         self.spec.check_n(config.n)

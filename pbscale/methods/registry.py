@@ -149,7 +149,9 @@ class Plan:
     (``run``: e.g. :class:`pbscale.pruning.config.PruneConfig`, read by the names of
     :data:`PRUNE_SETTINGS` a family uses), the weights' optimizer of a joint run and the memory
     of one mask in a chunk (None: 16 d bytes) and the number of torchrun ranks that split the
-    samples (``world``: 1 in one process; a joint step holds only a rank's share of them)."""
+    samples (``world``: 1 in one process; a joint step holds only a rank's share of them).
+    ``l0_weights``: per-variable weights c (d,) of the L0 term, lam * sum_i c_i theta_i
+    (structured pruning: the variables' costs normalised to mean 1; None: every variable 1)."""
 
     epochs: int = 1
     steps_per_epoch: int = 1
@@ -159,6 +161,7 @@ class Plan:
     weight_optimizer: torch.optim.Optimizer | None = None
     bytes_per_sample: int | None = None
     world: int = 1
+    l0_weights: torch.Tensor | None = None
 
     def setting(self, name: str, default: Any) -> Any:
         """The tool's setting ``name`` (``default`` when the tool has none)."""
@@ -194,7 +197,9 @@ class Capabilities:
     logits' step decay), ``joint_warmup`` (fraction of a joint run's epochs trained dense
     first), ``dense_weights`` (trains the weights in supermask mode too), ``prune_param``
     (its parametrization when ``--param`` is left out) and ``prune_n`` (the n of every pruning
-    run, ``--n`` then unused; None: ``--n``, where ``uses`` names n)."""
+    run, ``--n`` then unused; None: ``--n``, where ``uses`` names n), ``channels`` (pruning may
+    take its variables as channels, ``--granularity channel``: its step reads nothing of the
+    flat mask's layout but d, so a variable may stand for a channel of a coupled group)."""
 
     commands: tuple[str, ...] = ()
     uses: tuple[str, ...] = ()
@@ -211,6 +216,7 @@ class Capabilities:
     dense_weights: bool = False
     prune_param: str | None = None
     prune_n: int | None = None
+    channels: bool = False
 
     def __post_init__(self) -> None:
         unknown = set(self.commands) - set(COMMANDS)

@@ -131,7 +131,8 @@ class LogitsFamily(Family):
         return MaskTrainer(config, layout.d, plan.mask_steps, layout.device,
                            bytes_per_sample=plan.bytes_per_sample, layers=plan.layers,
                            target=plan.setting("target", 1.0),
-                           joint=plan.weight_optimizer is not None, world=plan.world)
+                           joint=plan.weight_optimizer is not None, world=plan.world,
+                           l0_weights=plan.l0_weights)
 
     # ------------------------------------------------------------------ the method
 
@@ -222,13 +223,16 @@ class MaskTrainer:
     network weights will train on its steps' loss (a joint run), so a step keeps all its n
     samples' masks and activations until the backward (:func:`check_sample_memory`); under
     torchrun (``world`` ranks splitting the samples) each rank keeps only its share.
+    ``l0_weights``: per-variable weights c (d,) of the L0 term, lam * sum_i c_i theta_i (None:
+    lam * sum_i theta_i, computed as it always was).
     """
 
     def __init__(self, config: MethodConfig, d: int, total_steps: int,
                  device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32,
                  bytes_per_sample: int | None = None, *,
                  layers: tuple[int, ...] | None = None, target: float = 1.0,
-                 joint: bool = False, world: int = 1) -> None:
+                 joint: bool = False, world: int = 1,
+                 l0_weights: torch.Tensor | None = None) -> None:
         family = config.family
         if not isinstance(family, LogitsFamily):
             raise PBInputError(f"{family.text} trains no mask logits; use one of "
@@ -240,6 +244,12 @@ class MaskTrainer:
         self.device = torch.device(device)
         self.layers: tuple[int, ...] = tuple(layers) if layers is not None else (d,)
         self.target = float(target)
+        if l0_weights is not None and tuple(l0_weights.shape) != (d,):
+            raise PBInputError(f"l0_weights must have shape ({d},), one weight a variable, got "
+                               f"{tuple(l0_weights.shape)}")
+        #: the L0 term's per-variable weights (d,) on the device, or None (all 1)
+        self.l0_weights = (None if l0_weights is None
+                           else l0_weights.to(device=device, dtype=torch.float64))
         self.param = get_parametrization(config.param)
         r0 = family.initial_logits(self.param, d, torch.Generator().manual_seed(config.seed))
         self.r = nn.Parameter(r0.to(device=self.device, dtype=dtype))
@@ -337,7 +347,7 @@ class MaskTrainer:
         if out.state is not None:
             self.state = dict(out.state)
         if self.lam > 0 and "lam" in self.family.caps.uses:
-            _, reg_grad = dense_regularizer(self.r, out.theta, self.lam)
+            _, reg_grad = dense_regularizer(self.r, out.theta, self.lam, self.l0_weights)
             out.estimate.grad = out.estimate.grad + reg_grad
         return out
 

@@ -32,7 +32,7 @@ from pbscale.nets import user_data
 from pbscale.nets.network import NetworkSource, source_for
 from pbscale.pruning import run as P
 from pbscale.pruning.config import PruneConfig
-from pbscale.pruning.outputs import load_pruned
+from pbscale.pruning.outputs import load_pruned, load_structured
 from pbscale.runs import io as runio
 from pbscale.runs.allocator import keep_freed_memory
 from pbscale.runs.jobs import listed_values
@@ -73,6 +73,15 @@ class PruneResult:
         on the CPU, in eval mode (:func:`pbscale.pruning.outputs.load_pruned`)."""
         return load_pruned(self.source, self.folder / "pruned.pt")
 
+    def structured(self) -> nn.Module:
+        """A ``granularity="channel"`` run's network with its pruned channels removed (the
+        tensors shrink), from ``structured.pt``, on the CPU, in eval mode
+        (:func:`pbscale.pruning.outputs.load_structured`)."""
+        if not (self.folder / "structured.pt").exists():
+            raise PBInputError(f"{self.folder} has no structured.pt: only a run with "
+                               "granularity='channel' removes channels; use pruned()")
+        return load_structured(self.source, self.folder / "structured.pt")
+
 
 def _listed(value: Any) -> list:
     return list(value) if isinstance(value, (list, tuple)) else [value]
@@ -93,6 +102,7 @@ def prune_model(model: nn.Module | Callable[[], nn.Module] | str, train: Split |
                 mask_lr: float | Sequence[float] = PruneConfig.mask_lr,
                 seed: int | Sequence[int] = 0, epochs: int = PruneConfig.epochs,
                 masked: str | Sequence[str] | None = None, loss: str = "",
+                granularity: str = PruneConfig.granularity, cost: str = PruneConfig.cost,
                 out: str | Path = "runs/prune", device: str = "cpu",
                 threads: int | None = None, progress: bool = True,
                 **settings: Any) -> PruneResult | list[PruneResult]:
@@ -112,7 +122,12 @@ def prune_model(model: nn.Module | Callable[[], nn.Module] | str, train: Split |
     ``val``, a tenth of ``train`` (at most 5,000 examples) validates. Leave ``train`` and
     ``test`` out to use ``data_dir=`` (MNIST, CIFAR-10) or ``data=`` (an .npz file).
     ``masked``: patterns of the parameters to mask (default: every Linear and convolution
-    weight but the classifier). ``settings``: any other field of
+    weight but the classifier; ``granularity="channel"``: the layers that may change, the
+    others left out). ``granularity``: "weight" (one variable a weight) or "channel" (one a
+    channel of Torch-Pruning's coupled groups, CP and the MC estimators: the run also writes
+    groups.json and structured.pt, :meth:`PruneResult.structured`, and reports parameters, MACs
+    and CPU latency of the dense and pruned network in its summary); ``cost``: what the L0 term
+    weighs a channel by, "params" or "macs" (normalised to mean 1). ``settings``: any other field of
     :class:`pbscale.pruning.config.PruneConfig` (``n``, ``mask_opt``, ``target``, ``batch_size``,
     ``init`` ...), as ``python -m pbscale.prune`` takes them. ``progress``: progress bars and
     the per-layer counts on the console.
@@ -129,7 +144,8 @@ def prune_model(model: nn.Module | Callable[[], nn.Module] | str, train: Split |
     source = source_for(model)
     base = _config({**settings, "model": source.spec, "method": method, "mode": mode,
                     "epochs": epochs,
-                    "masked": pattern, "loss": loss, "lam": _listed(lam)[0],
+                    "masked": pattern, "loss": loss, "granularity": granularity,
+                    "cost": cost, "lam": _listed(lam)[0],
                     "mask_lr": _listed(mask_lr)[0], "seed": _listed(seed)[0],
                     **({"data": IN_MEMORY} if train is not None else {})})
     keep_freed_memory()  # glibc: no page faults on a step's freed vectors, as the command

@@ -7,6 +7,7 @@ schedules of `tab:app_supermask_hypers` and `tab:app_pruning_broad`, the evaluat
 from __future__ import annotations
 
 import copy
+import importlib.util
 import math
 from collections.abc import Collection
 from dataclasses import asdict, dataclass, field, fields
@@ -60,6 +61,12 @@ METHOD_DEPENDENT = ("n", "param", "lam", "lam_target", "mask_opt", "mask_lr", "t
 SHARED_FIELDS = {"lam": "lam", "mask_opt": "optimizer", "mask_lr": "lr", "chunk": "chunk"}
 #: Why a flag a run does not read may have been given, and what to use instead.
 IGNORED_HINTS = {"target": "for a target fraction with an L0 method use --lam-target"}
+#: What a PB variable is (``--granularity``): one weight, or one channel of a coupled group
+#: (structured pruning, :mod:`pbscale.nets.channels`).
+GRANULARITIES = ("weight", "channel")
+#: What the L0 term weighs each channel variable by (``--cost``): the parameters or the MACs
+#: per example removing it alone saves (normalised to mean 1).
+COSTS = ("params", "macs")
 #: Entries of a finished run's summary.json that :func:`run` and :func:`report` read.
 SUMMARY_KEYS = ("final_test_acc", "final_remaining", "final_remaining_all")
 
@@ -148,6 +155,10 @@ class PruneConfig:
     #: the method's own settings, {field: value} (``--<method>-<field>``,
     #: :mod:`pbscale.methods.options`); hashed only those that differ from their defaults
     settings: dict = field(default_factory=dict, metadata=CHANGED_ONLY)
+    #: ``--granularity``: "weight" (one variable a weight) or "channel" (one a channel)
+    granularity: str = field(default="weight", metadata=CHANGED_ONLY)
+    #: ``--cost``: the channel variables' L0 weights, "params" or "macs"
+    cost: str = field(default="params", metadata=CHANGED_ONLY)
 
     def resolved(self) -> PruneConfig:
         """Defaults that depend on other fields filled in (data set, batch size)."""
@@ -249,7 +260,30 @@ class PruneConfig:
                                "and edge-popup)")
         if c.lam_target and not c.lam > 0:
             raise PBInputError("--lam-target starts from --lam and scales it; give --lam > 0")
+        c.check_granularity()
         return c
+
+    def check_granularity(self) -> None:
+        """Refuse (one line) an unknown ``--granularity`` or ``--cost``, and channel
+        granularity with a method, setting or installation that does not take it."""
+        c = self
+        if c.granularity not in GRANULARITIES:
+            raise PBInputError(f"unknown --granularity {c.granularity!r}; choose one of "
+                               f"{', '.join(GRANULARITIES)}")
+        if c.cost not in COSTS:
+            raise PBInputError(f"unknown --cost {c.cost!r}; choose one of {', '.join(COSTS)}")
+        if c.granularity != "channel":
+            return
+        if not c.family.caps.channels:
+            able = ", ".join(n for n in prune_methods() if REGISTRY[n].caps.channels)
+            raise PBInputError(f"--granularity channel runs with {able}; use --granularity "
+                               f"weight for {c.family.text}")
+        if c.lam_target:
+            raise PBInputError("--lam-target steers weight pruning only; give --lam with "
+                               "--granularity channel")
+        if importlib.util.find_spec("torch_pruning") is None:
+            raise PBInputError("--granularity channel needs Torch-Pruning, which is not "
+                               "installed; pip install 'pbnn[structured]' (or torch-pruning)")
 
     @property
     def family(self) -> Family:
@@ -327,4 +361,8 @@ class PruneConfig:
             out.append("mask_shortcuts")
         if self.masked:
             out.append("mask_head")
+        if self.granularity == "channel":  # the head is never pruned, shortcuts are coupled
+            out += [k for k in ("mask_head", "mask_shortcuts") if k not in out]
+        elif self.cost != COSTS[0]:  # read by channel granularity only (hashed when set)
+            out.append("cost")
         return out

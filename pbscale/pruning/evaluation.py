@@ -19,6 +19,7 @@ from torch import nn
 from pbscale.execution import distributed
 from pbscale.forward.masks import MaskedModule
 from pbscale.nets import data as datamod
+from pbscale.nets.channel_layout import channel_row
 from pbscale.nets.objectives import CROSS_ENTROPY, Objective
 from pbscale.pruning.config import PruneConfig
 from pbscale.runs.contracts import EvalContext, MaskMethod, RunHooks
@@ -150,25 +151,39 @@ class MaskEvaluation(RunHooks):
                      self.score(ps, self.data.batches("val", 1000))[metric],
                      f"sampled_test_{name}":
                      self.score(ps, self.data.batches("test", 1000))[metric],
-                     "sampled_remaining": int(zs.count_nonzero()) / self.d}
+                     "sampled_remaining": self.counts(zs)["remaining"]}
         params = self.eval_params(self.mask)
         if self.has_bn and method.recalibrate_bn:
             self.recalibrate_bn(params, batches)
         val_loss, val_acc = self.score(params, self.data.batches("val", 1000))
         test_loss, test_acc = self.score(params, self.data.batches("test", 1000))
-        kept = int(self.mask.count_nonzero())
+        counts = self.counts(self.mask)
         # the loop's progress bar shows the first keys: accuracy (else loss) and weights
         # remaining
         row: dict[str, float]
         if acc:
-            row = {"val_acc": val_acc, "remaining": kept / self.d, "test_acc": test_acc,
-                   "train_acc": self.score(params, batches)[1],
+            row = {"val_acc": val_acc, "remaining": counts.pop("remaining"),
+                   "test_acc": test_acc, "train_acc": self.score(params, batches)[1],
                    "val_loss": val_loss, "test_loss": test_loss}
         else:
-            row = {"val_loss": val_loss, "remaining": kept / self.d, "test_loss": test_loss,
-                   "train_eval_loss": self.score(params, batches)[0]}
-        row["remaining_all"] = (self.num_all - self.d + kept) / self.num_all
-        for k, m in self.layout.split(self.mask[None]).items():
-            row[f"remaining_{k.removesuffix('.weight')}"] = int(m.count_nonzero()) / m.numel()
+            row = {"val_loss": val_loss, "remaining": counts.pop("remaining"),
+                   "test_loss": test_loss, "train_eval_loss": self.score(params, batches)[0]}
+        row.update(counts)
         row.update(extra)
+        return row
+
+    def counts(self, z: torch.Tensor) -> dict[str, float]:
+        """What mask z (d,) keeps: ``remaining`` (weight granularity: the masked weights kept;
+        channel granularity: the ``--cost`` kept of the prunable part,
+        :func:`pbscale.nets.channel_layout.channel_row`, with ``remaining_channels`` and
+        ``remaining_macs``), ``remaining_all`` (parameters kept) and ``remaining_<layer>``
+        per masked weight tensor."""
+        groups = getattr(self.layout, "groups", None)
+        if groups is not None:
+            return channel_row(groups, z, self.cfg.cost, self.num_all)
+        kept = int(z.count_nonzero())
+        row = {"remaining": kept / self.d,
+               "remaining_all": (self.num_all - self.d + kept) / self.num_all}
+        for k, m in self.layout.split(z[None]).items():
+            row[f"remaining_{k.removesuffix('.weight')}"] = int(m.count_nonzero()) / m.numel()
         return row

@@ -439,9 +439,9 @@ class GroupTask(RunHooks):
             runio.write_json(m.folder / "config.json", m.record)
             runio.write_csv(m.folder / m.loop.metrics_file, rows)
             if final:
-                export(m.folder, m.task.evaluation, m.rescale)
+                extra = export(m.folder, m.task.evaluation, m.rescale)
                 runio.write_json(m.folder / "data.json", m.data_info)
-                write_summary(m.folder, rows, self.device)
+                write_summary(m.folder, rows, self.device, **extra)
 
 
 def member_bytes(member: Member) -> int:

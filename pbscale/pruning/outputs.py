@@ -1,7 +1,8 @@
 """What a finished pruning run leaves besides its metrics: ``masks.pt`` and ``pruned.pt``
 (:func:`export`, written after the last epoch by :class:`Export`, a
 :class:`pbscale.runs.contracts.RunHooks`), and :func:`load_pruned`, which reads ``pruned.pt`` back
-with plain PyTorch."""
+with plain PyTorch; with channel granularity also ``groups.json`` and ``structured.pt``, the
+network with its pruned channels removed (:func:`export_structured`, :func:`load_structured`)."""
 
 from __future__ import annotations
 
@@ -13,19 +14,31 @@ from torch import nn
 from torch.nn.utils import prune as torch_prune
 
 from pbexact.errors import PBInputError
+from pbscale.nets.channel_layout import (
+    rebuild,
+    removable_keep,
+    structured_blob,
+    structured_network,
+    structured_report,
+)
+from pbscale.nets.channels import groups_record
 from pbscale.nets.network import NetworkSource, source_for
 from pbscale.pruning.evaluation import MaskEvaluation
 from pbscale.runs import io as runio
 from pbscale.runs.contracts import RunHooks
 
 
-def export(folder: Path, evaluation: MaskEvaluation, rescale: bool) -> None:
+def export(folder: Path, evaluation: MaskEvaluation, rescale: bool) -> dict:
     """``masks.pt``: {"mask.<param>": 0/1 mask, "weight.<name>": every parameter and buffer as
     trained} plus, for a method that rescales its weights (``rescale``: MC), "scale.<param>":
     the dynamic-rescaling factor (0-dim), and for a gate method "gate.<param>": its gate values;
     ``pruned.pt``: the network's state dict in ``torch.nn.utils.prune`` form
     (``<layer>.weight_orig`` = the weight the forward uses, rescaling and gates folded in;
-    ``<layer>.weight_mask``), for :func:`load_pruned`. The mask is the evaluation's."""
+    ``<layer>.weight_mask``), for :func:`load_pruned`. The mask is the evaluation's.
+
+    Channel granularity (the evaluation's layout has ``groups``) also writes
+    :func:`export_structured`'s files and returns its numbers (summary.json's entries); weight
+    granularity returns {}."""
     z, layout, model = evaluation.mask, evaluation.layout, evaluation.model
     values = {k: m[0].detach().cpu() for k, m in layout.split(z[None]).items()}
     # a gate method's mask holds gate values: 0/1 by its zeros, the values folded into
@@ -48,6 +61,46 @@ def export(folder: Path, evaluation: MaskEvaluation, rescale: bool) -> None:
             getattr(mods[owner], name).copy_(used[k])
             torch_prune.custom_from_mask(mods[owner], name, m)
     runio.save_checkpoint(folder / "pruned.pt", net.state_dict())
+    if getattr(layout, "groups", None) is None:
+        return {}
+    return export_structured(folder, evaluation)
+
+
+def export_structured(folder: Path, evaluation: MaskEvaluation) -> dict:
+    """Channel granularity: ``groups.json`` (:func:`pbscale.nets.channels.groups_record`, the
+    variables, their members and costs) and ``structured.pt`` = {"keep": bool (d,),
+    "state_dict": the state dict of the network with the pruned channels removed}, readable with
+    ``torch.load(weights_only=True)`` (:func:`load_structured` rebuilds the network); returns
+    the dense and pruned networks' parameters, MACs per example and CPU latency at batch 1 and
+    128 (:func:`pbscale.nets.channel_layout.structured_report`), the channels kept and the
+    coupled groups kept at one zeroed channel (every variable off: removal needs one)."""
+    layout, model, z = evaluation.layout, evaluation.model, evaluation.mask
+    groups = layout.groups
+    runio.write_json(folder / "groups.json", groups_record(groups))
+    pruned, keep = structured_network(model, groups, z, evaluation.eval_params(z))
+    data = evaluation.data
+    example = data.prepare(data.train.x[:1])
+    runio.save_checkpoint(folder / "structured.pt", structured_blob(pruned, groups, keep,
+                                                                    example))
+    dense = copy.deepcopy(model).cpu()
+    out: dict = structured_report(dense, pruned, example)
+    _, held = removable_keep(groups, z)
+    out.update({"channels": groups.d, "channels_kept": int((z != 0).sum()),
+                "zeroed_groups": held})
+    return out
+
+
+def load_structured(model: str | NetworkSource | nn.Module, path: str | Path) -> nn.Module:
+    """The physically pruned network of ``structured.pt`` (``torch.load(weights_only=True)``):
+    the run's network (a model name, import path, :class:`pbscale.nets.network.NetworkSource`
+    or the dense module itself; its weights are replaced) rebuilt by
+    :func:`pbscale.nets.channel_layout.rebuild`, its channels removed and the saved state
+    loaded; on the CPU, in eval mode."""
+    saved = torch.load(path, map_location="cpu", weights_only=True)
+    if not isinstance(model, nn.Module):
+        source = model if isinstance(model, NetworkSource) else source_for(model)
+        model = source.build(0, "model")
+    return rebuild(copy.deepcopy(model), saved)
 
 
 class Export(RunHooks):
@@ -55,10 +108,15 @@ class Export(RunHooks):
 
     def __init__(self, folder: Path, evaluation: MaskEvaluation, rescale: bool) -> None:
         self.folder, self.evaluation, self.rescale = folder, evaluation, rescale
+        self.extra: dict = {}
 
     def after_epoch(self, history: list[dict], final: bool) -> None:
         if final:
-            export(self.folder, self.evaluation, self.rescale)
+            self.extra = export(self.folder, self.evaluation, self.rescale)
+
+    def summary_extra(self) -> dict:
+        """:func:`export`'s numbers (channel granularity), for summary.json."""
+        return dict(self.extra)
 
 
 def pruned_names(state: dict) -> list[str]:

@@ -26,6 +26,7 @@ from pbscale.execution.captured import CapturedSteps
 from pbscale.forward import routes as gpu_routes
 from pbscale.methods import Plan
 from pbscale.nets import data as datamod
+from pbscale.nets.channel_layout import weight_layers
 from pbscale.nets.network import NetworkSource, layer_counts, source_digest
 from pbscale.pruning import setup
 from pbscale.pruning.assembly import Assembly
@@ -99,7 +100,8 @@ def build(cfg: PruneConfig, data: datamod.Data, dev: torch.device,
     world = shard.world if shard is not None and family.caps.split_samples else 1
     plan = Plan(epochs=E, steps_per_epoch=S, mask_steps=max(loop.mask_epochs() * S, 1),
                 layers=tuple(task.layout.sizes), run=cfg, weight_optimizer=weight_opt,
-                world=world)
+                world=world, l0_weights=task.l0_weights(),
+                bytes_per_sample=task.bytes_per_sample())
     method = family.make(cfg.method_config(), task.layout, plan)
     return task, method, loop, weight_opt
 
@@ -157,12 +159,13 @@ def run(cfg: PruneConfig, out: str | Path, device: str = "cpu", *, quiet: bool =
         hooks.append(CapturedSteps(task, method))
     folder = run_folder(out, task.name, a.config)
     finished_before = (folder / "summary.json").exists()
-    hooks.append(Export(folder, task.evaluation, cfg.family.caps.rescale))
+    hooks.append(Export(folder, task.evaluation, task.rescales))
     if shard is not None:  # every rank resumes from rank 0's checkpoint
         distributed.sync_resume_files(folder, shard, dev)
     if not quiet:
         print(f"{folder.name}: {cfg.model} on {cfg.data or cfg.dataset}, {cfg.mode} "
-              f"{cfg.method}; {task.d:,} masked weights of {task.num_all:,} parameters; "
+              f"{cfg.method}; {task.d:,} {'channel variables' if task.groups else 'masked weights'}"
+              f" of {task.num_all:,} parameters; "
               f"device {dev}", file=sys.stderr)
     folder = loop_run(task, method, loop, out, weight_optimizer=weight_opt, device=dev,
                       progress=not quiet, info=a.info, step_hook=step_hook, hooks=hooks,
@@ -171,7 +174,7 @@ def run(cfg: PruneConfig, out: str | Path, device: str = "cpu", *, quiet: bool =
     summary = runio.read_summary(folder / "summary.json", task.summary_keys)
     runio.write_json(folder / "data.json", data.transform())
     summary.update({"folder": str(folder), "masked": task.d, "parameters": task.num_all,
-                    "already_finished": finished_before})
+                    "already_finished": finished_before, "granularity": cfg.granularity})
     if not quiet:
         report(summary, task)
     if cfg.lam_target:
@@ -222,20 +225,29 @@ def budget_note(cfg: PruneConfig, loop: LoopConfig, steps: int) -> str | None:
 def extremes_line(summary: dict, cfg: PruneConfig) -> str | None:
     """One ``warning:`` line for a finished run of a method with an L0 strength whose mask
     ended at an extreme: every masked weight off, or none off although lam > 0 (a lam far too
-    strong, or too weak for the run's length), with the fix; None otherwise."""
+    strong, or too weak for the run's length), or (channel granularity) a layer with every
+    channel off, with the fix; None otherwise."""
     if "lam" in cfg.unused() or "final_remaining" not in summary:
         return None
     d, rem = summary.get("masked"), summary["final_remaining"]
     lam = summary.get("final_lam", cfg.lam)
     of = f" of {d:,}" if isinstance(d, int) else ""
+    unit, steer = "masked weight", " or give --lam-target F to steer it to a fraction"
+    if cfg.granularity == "channel":
+        rem = summary.get("final_remaining_channels", rem)
+        unit, steer = "channel variable", ""
+        zeroed = summary.get("zeroed_groups") or []
+        if zeroed and 0 < rem:
+            return (f"warning: every channel of layer{'s' if len(zeroed) > 1 else ''} "
+                    f"{', '.join(repr(z) for z in zeroed)} is off at lam {lam:g} (structured.pt "
+                    "keeps one zeroed channel there): no signal passes it; lower --lam (e.g. "
+                    f"{lam / 10:g})")
     if rem == 0:
-        return (f"warning: every masked weight is off (0{of} remain) at lam {lam:g}: the L0 "
-                f"term outweighs the loss; lower --lam (e.g. {lam / 10:g}) or give "
-                "--lam-target F to steer it to a fraction")
+        return (f"warning: every {unit} is off (0{of} remain) at lam {lam:g}: the L0 "
+                f"term outweighs the loss; lower --lam (e.g. {lam / 10:g}){steer}")
     if rem == 1 and lam > 0:
-        return (f"warning: no masked weight was pruned (all{of} remain) at lam {lam:g}: raise "
-                "--lam, train longer (--epochs), or give --lam-target F to steer it to a "
-                "fraction")
+        return (f"warning: no {unit} was pruned (all{of} remain) at lam {lam:g}: raise "
+                f"--lam, train longer (--epochs){',' if steer else ' or'}{steer}")
     return None
 
 
@@ -261,12 +273,14 @@ def print_target_line(target: float, folder: Path, loop: LoopConfig, *, quiet: b
 def run_info(cfg: PruneConfig, data: datamod.Data, task: PruneTask) -> dict:
     """What config.json's unhashed "info" records of a run's data and network: the data folder
     (or the user's data file) and fingerprint, the settings it does not read, and for a user's
-    network or data the masked parameters with their sizes, the loss, the network's source and
-    the examples in each split; for a network named by an import path, the digest of its
-    module's file (``network_source``, :func:`pbscale.nets.network.source_digest`: a sweep
-    compares it with the file as it is now, without importing it)."""
+    network or data (or a channel run) the masked parameters (channels: the weights removal
+    shrinks) with their sizes, the loss, the network's source and the examples in each split;
+    for a network named by an import path, the digest of its module's file
+    (``network_source``, :func:`pbscale.nets.network.source_digest`: a sweep compares it with
+    the file as it is now, without importing it)."""
     info = {"data_dir": cfg.data_dir, "data": data.fingerprint, "unused": cfg.unused()}
-    if cfg.data or not task.source.builtin or cfg.masked or cfg.loss:
+    if (cfg.data or not task.source.builtin or cfg.masked or cfg.loss
+            or cfg.granularity == "channel"):  # channels: the layers removal shrinks
         info.update({"data_file": cfg.data, "masked_sizes": layer_counts(task.model, task.names),
                      "loss": task.objective.name, "network": task.source.spec,
                      "examples": {s: len(getattr(data, s)) for s in ("train", "val", "test")}})
@@ -282,6 +296,7 @@ def captures_steps(cfg: PruneConfig, dev: torch.device, routes: gpu_routes.Route
     weights fixed) and a method whose step is captured (the MC estimators)."""
     return (routes.cuda_graph and dev.type == "cuda" and cfg.mode == "supermask"
             and not cfg.lam_target  # the controller changes lam between the steps
+            and cfg.granularity == "weight"
             and cfg.family.caps.captures_step and not cfg.family.caps.dense_weights)
 
 
@@ -299,7 +314,7 @@ def member(cfg: PruneConfig, data: datamod.Data, dev: torch.device, out: str | P
     key = member_key({"seed": cfg.seed, "lam": cfg.lam, "mask_lr": cfg.mask_lr})
     if key in sweep_ids:  # launched by a sweep: the run's own id, as a separate run records
         record["info"]["sweep_id"] = sweep_ids[key]
-    return Member(a, run_folder(out, a.task.name, a.config), record, cfg.family.caps.rescale,
+    return Member(a, run_folder(out, a.task.name, a.config), record, a.task.rescales,
                   data.transform())
 
 
@@ -373,6 +388,9 @@ def member_report(m: Member, cfg: PruneConfig, varying: Sequence[str] = ()) -> N
                "masked": m.task.d, "parameters": m.task.num_all}
     which = ", ".join(f"{k.replace('_', '-')} {getattr(cfg, k):g}" for k in varying)
     print(f"{m.folder}{f' ({which})' if which else ''}: {result_line(summary)}")
+    line = structured_line(summary)
+    if line is not None:
+        print(f"  {line}")
     if cfg.lam_target:
         print_target_line(cfg.lam_target, m.folder, m.loop, name=m.folder.name)
     print_extremes(summary, cfg, name=m.folder.name)
@@ -397,15 +415,44 @@ def result_line(summary: dict) -> str:
     rem, rem_all = summary["final_remaining"], summary["final_remaining_all"]
     score = (f"test_acc {summary['final_test_acc']:.4f}" if "final_test_acc" in summary
              else f"test_loss {summary['final_test_loss']:.4g}")
+    if "final_remaining_channels" in summary:  # --granularity channel
+        rc, macs = summary["final_remaining_channels"], summary["final_remaining_macs"]
+        return (f"{score}  remaining {round(rc * d):,} of {d:,} channel variables "
+                f"({rc:.2%}), {round(rem_all * n_all):,} of {n_all:,} parameters "
+                f"({rem_all:.4%}), MACs {macs:.2%} (prunable part: {rem:.2%})")
     return (f"{score}  remaining {round(rem * d):,} of {d:,} "
             f"masked weights ({rem:.4%}), {round(rem_all * n_all):,} of {n_all:,} parameters "
             f"({rem_all:.4%})")
 
 
+def structured_line(summary: dict) -> str | None:
+    """A channel run's physically pruned network against the dense one (summary.json's
+    entries): parameters, MACs per example and CPU latency at batch 1 and 128; None for a
+    weight run."""
+    if "pruned_params" not in summary:
+        return None
+
+    def pair(key: str, fmt: str) -> str:
+        return f"{format(summary[f'dense_{key}'], fmt)} -> {format(summary[f'pruned_{key}'], fmt)}"
+
+    def ms(b: int) -> str:
+        d, p = summary[f"dense_latency_b{b}"] * 1e3, summary[f"pruned_latency_b{b}"] * 1e3
+        return f"batch {b} {d:.3g} -> {p:.3g} ms"
+
+    return (f"structured.pt: params {pair('params', ',')}, MACs {pair('macs', ',')}, CPU "
+            f"latency {ms(1)}, {ms(128)}")
+
+
 def report(summary: dict, task: PruneTask) -> None:
-    """Both weight counts of a finished run, overall (:func:`result_line`) and per layer."""
+    """Both weight counts of a finished run, overall (:func:`result_line`) and per layer (and
+    a channel run's :func:`structured_line`)."""
     print(result_line(summary))
+    line = structured_line(summary)
+    if line is not None:
+        print(line)
     sizes = layer_counts(task.model, task.names)
+    if task.groups is not None:  # channel granularity: the weights removal shrinks
+        sizes = weight_layers(task.groups)
     for k, size in sizes.items():
         layer = k.removesuffix(".weight")
         frac = summary[f"final_remaining_{layer}"]

@@ -12,12 +12,17 @@ of the wrong shape is one line naming it and the fix, before any run folder is w
 
 from __future__ import annotations
 
+import fnmatch
+
 import torch
 
 from pbexact.errors import PBInputError
 from pbscale.forward.masks import MaskedModule
 from pbscale.nets import data as datamod
 from pbscale.nets import user_data
+from pbscale.nets.channel_layout import ChannelLayout
+from pbscale.nets.channel_types import ChannelGroups
+from pbscale.nets.channels import channel_groups
 from pbscale.nets.network import NetworkSource, masked_names, source_for
 from pbscale.nets.objectives import Objective, objective_for
 from pbscale.pruning.config import PruneConfig
@@ -26,6 +31,44 @@ from pbscale.pruning.config import PruneConfig
 def patterns(cfg: PruneConfig) -> list[str]:
     """The ``--masked`` patterns of ``cfg`` (comma-separated), [] for the paper's rule."""
     return [p.strip() for p in cfg.masked.split(",") if p.strip()]
+
+
+def leave_out(model: torch.nn.Module, pats: list[str]) -> tuple[str, ...]:
+    """Channel granularity: the layers ``--masked`` leaves out, each layer with parameters of
+    its own none of which a pattern (``fnmatch`` of parameter names; each must match one)
+    matches; () without patterns (every layer may change)."""
+    if not pats:
+        return ()
+    params = [k for k, _ in model.named_parameters()]
+    for pat in pats:
+        if not any(fnmatch.fnmatchcase(k, pat) for k in params):
+            shown = ", ".join(params[:8]) + (", ..." if len(params) > 8 else "")
+            raise PBInputError(f"--masked pattern {pat!r} matches no parameter; the network's "
+                               f"parameters are {shown}")
+    out = []
+    for name, m in model.named_modules():
+        own = [f"{name}.{k}" if name else k for k, _ in m.named_parameters(recurse=False)]
+        if own and not any(fnmatch.fnmatchcase(k, p) for k in own for p in pats):
+            out.append(name)
+    return tuple(out)
+
+
+def channel_groups_of(model: torch.nn.Module, cfg: PruneConfig, data: datamod.Data,
+                      device: torch.device) -> ChannelGroups:
+    """The channel variables of a run of ``cfg`` (``--granularity channel``): ``model``'s
+    coupled groups traced on one training example (MACs per example), the layers ``--masked``
+    leaves out (:func:`leave_out`) not pruned; a network or layer Torch-Pruning cannot handle
+    is one line naming it and the fix (--masked without it)."""
+    x = data.prepare(data.train.x[:1].to(device))
+    was = model.training
+    saved = {k: b.clone() for k, b in model.named_buffers()}  # the trace runs the network
+    try:
+        return channel_groups(model, x, leave_out=leave_out(model, patterns(cfg)))
+    finally:
+        model.train(was)
+        with torch.no_grad():
+            for k, b in model.named_buffers():
+                b.copy_(saved[k])
 
 
 def load_data(cfg: PruneConfig, device: torch.device, download: bool = False,
@@ -80,10 +123,13 @@ def fit(cfg: PruneConfig, data: datamod.Data, device: torch.device,
     obj = objective(cfg, data)
     with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
         net = source.build(cfg.seed, cfg.init)
-        names = masked_names(net, cfg.mask_head, cfg.mask_shortcuts, patterns(cfg))
+        channel = cfg.granularity == "channel"
+        names = [] if channel else masked_names(net, cfg.mask_head, cfg.mask_shortcuts,
+                                                 patterns(cfg))
         net = net.to(device)
         try:
-            layout = MaskedModule(net, names)
+            layout = (ChannelLayout(net, channel_groups_of(net, cfg, data, device)) if channel
+                      else MaskedModule(net, names))
         except PBInputError as e:
             raise PBInputError(f"--model {cfg.model}: {e}") from None
         x, y = data.prepare(data.train.x[:2]), data.train.y[:2]
@@ -143,4 +189,5 @@ def _check_outputs(cfg: PruneConfig, data: datamod.Data, obj: Objective, out: to
                            "returns one loss per mask, shape (k,)")
 
 
-__all__ = ["fit", "load_data", "objective", "patterns", "wants_ids"]
+__all__ = ["channel_groups_of", "fit", "leave_out", "load_data", "objective", "patterns",
+           "wants_ids"]

@@ -17,12 +17,14 @@ from pbscale.forward.folded import PerMaskLoss
 from pbscale.forward.masks import MaskedModule, plain_weight
 from pbscale.forward.rescale import rescaled_weight
 from pbscale.nets import data as datamod
+from pbscale.nets.channel_layout import ChannelLayout, l0_weights, weight_layers
+from pbscale.nets.channel_types import ChannelGroups
 from pbscale.nets.network import NetworkSource, masked_names, network_id, short_name, source_for
 from pbscale.nets.objectives import Objective
 from pbscale.nets.user_data import ARRAYS
 from pbscale.pruning.config import SUMMARY_KEYS, PruneConfig
 from pbscale.pruning.evaluation import MaskEvaluation
-from pbscale.pruning.setup import objective, patterns
+from pbscale.pruning.setup import channel_groups_of, objective, patterns
 from pbscale.runs.contracts import BatchedLoss, EvalContext
 
 
@@ -123,15 +125,28 @@ class PruneTask:
         #: the identity of the user's network as built (None for a built-in model)
         self.network_id = (None if self.source.builtin
                            else network_id(self.model, self.source.spec, cfg.init))
-        self.names = masked_names(self.model, cfg.mask_head, cfg.mask_shortcuts, patterns(cfg))
         self.objective: Objective = objective(cfg, data)
         family = cfg.family
         self.trains_weights = cfg.mode == "joint" or family.caps.dense_weights
+        #: the channel variables (``--granularity channel``), else None
+        self.groups: ChannelGroups | None = None
+        self.layout: MaskedModule
+        if cfg.granularity == "channel":
+            self.groups = channel_groups_of(self.model, cfg, data, device)
+            self.names = list(weight_layers(self.groups))
+        else:
+            self.names = masked_names(self.model, cfg.mask_head, cfg.mask_shortcuts,
+                                      patterns(cfg))
         for p in self.model.parameters():
             p.requires_grad_(self.trains_weights)
-        self.layout = MaskedModule(self.model, self.names, train_weights=self.trains_weights,
-                                   weight_hook=rescaled_weight if family.caps.rescale
-                                   else plain_weight)
+        if self.groups is not None:  # plain w * z: rescaling is defined per weight
+            self.layout = ChannelLayout(self.model, self.groups,
+                                        train_weights=self.trains_weights)
+        else:
+            self.layout = MaskedModule(self.model, self.names,
+                                       train_weights=self.trains_weights,
+                                       weight_hook=rescaled_weight if self.rescales
+                                       else plain_weight)
         self.name = f"{short_name(cfg.model)}-{cfg.mode}-{cfg.method}"
         self.d = self.layout.d
         self.num_all = sum(p.numel() for p in self.model.parameters())
@@ -153,6 +168,28 @@ class PruneTask:
         (nothing without a shard, or with nothing to average)."""
         if self.averager is not None:
             self.averager.track([*self.weights(), *params], optimizers)
+
+    @property
+    def rescales(self) -> bool:
+        """Whether the masked weights are rescaled dynamically (the family's ``rescale``, for
+        weight granularity only)."""
+        return self.cfg.family.caps.rescale and self.cfg.granularity == "weight"
+
+    def l0_weights(self) -> torch.Tensor | None:
+        """The L0 term's per-variable weights (d,): channel granularity's costs ``--cost``
+        normalised to mean 1 (:func:`pbscale.nets.channel_layout.l0_weights`); None for weight
+        granularity (every weight 1)."""
+        return None if self.groups is None else l0_weights(self.groups, self.cfg.cost)
+
+    def bytes_per_sample(self) -> int | None:
+        """The memory of one sampled mask in a chunk for the method's memory check: channel
+        granularity 16 bytes per element of the masked tensors (the masked weights of a
+        sample are materialized, not its d channel entries); None for weight granularity
+        (the method's 16 d)."""
+        if self.groups is None:
+            return None
+        params = dict(self.model.named_parameters())
+        return 16 * sum(params[k].numel() for k in self.layout.names)
 
     # ------------------------------------------------------------------ Task protocol
 

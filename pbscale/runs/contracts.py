@@ -258,6 +258,12 @@ class RunHooks:
     def after_epoch(self, history: list[dict], final: bool) -> None:
         """Called after every epoch's checkpoint (``final``: the last epoch is done)."""
 
+    def summary_extra(self) -> dict:
+        """Entries added to a finished run's summary.json, asked for after the last
+        :meth:`after_epoch` (e.g. the measured costs of a structured pruning run; default
+        none); several hooks' entries are merged in order."""
+        return {}
+
     def progress(self, row: dict) -> dict | None:
         """The progress bar's postfix after an epoch whose history row is ``row`` (None: the
         row's first metrics); the first answer that is not None is shown."""

@@ -294,7 +294,9 @@ def _train(task: Task, method: Method, loop: LoopConfig, folder: Path, record: d
     if training.start == loop.epochs:  # trained before, summary missing
         for h in hooks:
             h.after_epoch(training.history, True)
-    write_summary(folder, training.history, dev)
+    extra = {k: v for h in hooks if hasattr(h, "summary_extra")
+             for k, v in h.summary_extra().items()}
+    write_summary(folder, training.history, dev, **extra)
     if not keep_checkpoint:
         training.ckpt.unlink(missing_ok=True)
     return folder

@@ -1,0 +1,214 @@
+"""Structured (channel) pruning as a masked layout: :class:`ChannelLayout`, a
+:class:`pbscale.forward.masks.MaskedModule` whose flat mask z (..., d) holds one entry per
+channel variable of :func:`pbscale.nets.channels.channel_groups` (not one per weight), and what a
+finished run reports and leaves of it: the evaluation's counts (:func:`channel_row`), the
+physically smaller network (:func:`structured_network`) and its measured costs
+(:func:`structured_report`).
+
+A variable's entry multiplies every output slice it owns (Conv/Linear weight rows and bias,
+BatchNorm weight and bias): :meth:`ChannelLayout.split` expands z to one mask per masked
+tensor, shape (..., *param.shape), which the folded, loop and vmap backends of
+:mod:`pbscale.forward.backends` run as they run weight masks (the MLP paths, which take one mask
+entry per weight, are not taken: ``per_weight`` is False). Weights are multiplied by the mask as
+they are: dynamic weight rescaling (w z / mean z per tensor) is defined per weight and not
+applied to channel masks.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+
+import numpy as np
+import torch
+from torch import nn
+
+from pbexact.errors import PBInputError
+from pbscale.forward.folded import plain_weight
+from pbscale.forward.masks import MaskedModule
+from pbscale.forward.routes import Routes
+from pbscale.nets.channel_costs import TensorCost, count, latency
+from pbscale.nets.channel_ops import multiplier, remove_channels
+from pbscale.nets.channel_types import ChannelGroups
+
+#: Batch sizes the CPU latency of the dense and the pruned network is measured at.
+LATENCY_BATCHES = (1, 128)
+#: Timed forward passes (the median is reported) and unmeasured passes before them.
+LATENCY_REPEATS, LATENCY_WARMUP = 20, 3
+
+
+class ChannelLayout(MaskedModule):
+    """Masks over the d channel variables of ``groups`` (:class:`ChannelGroups` of ``module``):
+    z (..., d) -> one mask per masked tensor (:meth:`split`); ``train_weights``, ``backend``,
+    ``amp``, ``channels_last`` and ``routes`` as :class:`MaskedModule` takes them (no weight
+    hook: plain w * z). Refuses, in one line, a network with no channel to prune."""
+
+    per_weight = False
+
+    def __init__(self, module: nn.Module, groups: ChannelGroups, train_weights: bool = False,
+                 backend: str = "auto", amp: torch.dtype | None = None,
+                 channels_last: bool = False, routes: Routes | str | None = None) -> None:
+        if groups.d == 0:
+            why = "; ".join(groups.skipped[:3]) or "no Conv or Linear layer"
+            raise PBInputError(f"no channel can be pruned ({why}); prune single weights with "
+                               "--granularity weight")
+        names = [e.param for e in groups.expansions]
+        super().__init__(module, names, train_weights=train_weights, weight_hook=plain_weight,
+                         backend=backend, amp=amp, channels_last=channels_last, routes=routes)
+        self.groups = groups
+        self.expansions = {e.param: e for e in groups.expansions}
+        self.d = groups.d
+        self.sizes = [groups.d]
+
+    def split(self, z: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Channel masks z (..., d) -> {name: mask of shape (..., *param.shape)}: entry c along
+        the tensor's channel dimension is z[..., index[c]] (1 where no variable masks it);
+        expanded views, differentiable in z."""
+        lead = z.shape[:-1]
+        out = {}
+        for k, s in zip(self.names, self.shapes):
+            m = multiplier(z, self.expansions[k], len(s))
+            out[k] = m.expand(*lead, *s)
+        return out
+
+
+def prunable(groups: ChannelGroups, kind: str) -> int:
+    """The parameters (``kind`` "params") or MACs per example ("macs") of the tensors that
+    channel removal shrinks, dense: what a remaining fraction of the prunable part divides by."""
+    if kind not in ("params", "macs"):
+        raise PBInputError(f"cost kind must be 'params' or 'macs', got {kind!r}")
+    return int(sum((t.params if kind == "params" else t.positions) * t.dense()
+                   for t in groups.costs.tensors))
+
+
+def tensor_kept(t: TensorCost, keep: torch.Tensor) -> int:
+    """Elements of tensor ``t`` left by ``keep`` (d,) (exact: its rest times the kept slices of
+    each pruned axis)."""
+    gone = 1 - keep.detach().cpu().to(torch.int64).numpy()
+    left = t.rest
+    for a in t.axes:
+        left *= a.full - int((gone[a.variables] * a.counts).sum())
+    return int(left)
+
+
+def channel_row(groups: ChannelGroups, keep: torch.Tensor, kind: str, num_all: int
+                ) -> dict[str, float]:
+    """The evaluation's counts of a channel mask ``keep`` (d,) (nonzero: the variable stays):
+    ``remaining`` (cost ``kind`` kept over that of the prunable part, :func:`prunable`),
+    ``remaining_all`` (parameters kept over all ``num_all``), ``remaining_channels`` (variables
+    kept over d), ``remaining_macs`` (MACs per example kept over the dense network's) and, per
+    Conv/Linear weight that removal shrinks, ``remaining_<layer>`` (its elements kept)."""
+    k = (keep.detach().cpu() != 0).to(torch.float64)
+    costs = groups.costs
+    params = float(costs.kept(k, "params"))
+    macs = float(costs.kept(k, "macs"))
+    dense = costs.dense_params if kind == "params" else costs.dense_macs
+    part = prunable(groups, kind)
+    kept = params if kind == "params" else macs
+    row = {"remaining": (part - (dense - kept)) / part if part else 1.0,
+           "remaining_all": params / num_all,
+           "remaining_channels": float(k.sum()) / groups.d,
+           "remaining_macs": macs / costs.dense_macs if costs.dense_macs else 1.0}
+    for t in costs.tensors:
+        if t.positions and t.name.endswith(".weight"):
+            row[f"remaining_{t.name.removesuffix('.weight')}"] = tensor_kept(t, k) / t.dense()
+    return row
+
+
+def weight_layers(groups: ChannelGroups) -> dict[str, int]:
+    """{Conv/Linear weight that removal shrinks: its dense elements}, the per-layer counts of
+    :func:`channel_row`."""
+    return {t.name: t.dense() for t in groups.costs.tensors
+            if t.positions and t.name.endswith(".weight")}
+
+
+def removable_keep(groups: ChannelGroups, keep: torch.Tensor) -> tuple[torch.Tensor, list[str]]:
+    """``keep`` (d,) as a bool mask :func:`remove_channels` takes: a coupled group whose every
+    variable is off keeps its first variable (the layer needs one channel; its masked values
+    are zero, so the network computes the same), and the roots of those groups."""
+    k = keep.detach().cpu() != 0
+    held = []
+    for c in groups.coupled:
+        if c.variables and not c.frozen and not bool(k[list(c.variables)].any()):
+            k[c.variables[0]] = True
+            held.append(c.root)
+    return k, held
+
+
+def structured_network(model: nn.Module, groups: ChannelGroups, keep: torch.Tensor,
+                       params: Mapping[str, torch.Tensor] | None = None
+                       ) -> tuple[nn.Module, torch.Tensor]:
+    """The physically pruned network (a copy on the CPU): ``model`` with ``params`` (e.g. the
+    evaluation's masked parameters; None: its own) and its buffers, the variables off in
+    ``keep`` (d,) removed; and the bool keep mask removed by (:func:`removable_keep`)."""
+    net = copy.deepcopy(model).cpu()
+    if params is not None:
+        own = dict(net.named_parameters())
+        with torch.no_grad():
+            for k, v in params.items():
+                own[k].copy_(v.detach().cpu())
+    k, _ = removable_keep(groups, keep)
+    return remove_channels(net, groups, k), k
+
+
+def structured_blob(pruned: nn.Module, groups: ChannelGroups, keep: torch.Tensor,
+                    example: torch.Tensor) -> dict:
+    """What ``structured.pt`` holds (plain tensors, strings and lists: ``torch.load(...,
+    weights_only=True)`` reads it): "keep" (bool (d,)), "state_dict" (the pruned network's),
+    "example" (zeros of one input's shape and dtype, (1, ...)) and "leave_out" (the layers
+    left out), from which :func:`rebuild` finds the same variables again."""
+    return {"keep": keep.detach().cpu().to(torch.bool).clone(),
+            "state_dict": {k: v.detach().cpu() for k, v in pruned.state_dict().items()},
+            "example": torch.zeros_like(example[:1].detach().cpu()),
+            "leave_out": list(groups.leave_out)}
+
+
+def rebuild(model: nn.Module, saved: Mapping, groups: ChannelGroups | None = None
+            ) -> nn.Module:
+    """The pruned network of a ``structured.pt`` blob ``saved`` (:func:`structured_blob`): the
+    dense ``model`` (the run's network as built, any weights) traced again on the saved
+    example (or ``groups`` when given), :func:`remove_channels` by the saved keep mask, then
+    ``load_state_dict``; on the CPU, in eval mode."""
+    from pbscale.nets.channels import channel_groups
+
+    model = model.cpu()
+    if groups is None:
+        groups = channel_groups(model, saved["example"], leave_out=saved["leave_out"],
+                                check=False)
+    keep = torch.as_tensor(saved["keep"]).to(torch.bool)
+    net = remove_channels(model, groups, keep)
+    net.load_state_dict(saved["state_dict"])
+    return net.eval()
+
+
+def structured_report(dense: nn.Module, pruned: nn.Module, example: torch.Tensor
+                      ) -> dict[str, float]:
+    """Parameters, MACs per example (:func:`pbscale.nets.channel_costs.count`) and CPU latency
+    in seconds (:func:`pbscale.nets.channel_costs.latency`: the median of
+    :data:`LATENCY_REPEATS` forward passes, batch 1 and 128 of ``example`` (1, ...) repeated) of
+    the ``dense`` and the ``pruned`` network: {"dense_params", "pruned_params", "dense_macs",
+    "pruned_macs", "dense_latency_b1", "pruned_latency_b1", "dense_latency_b128", ...}."""
+    x = example[:1].detach().cpu()
+    out: dict[str, float] = {}
+    for name, net in (("dense", dense), ("pruned", pruned)):
+        net = net.cpu()
+        params, macs = count(net, x)
+        out[f"{name}_params"], out[f"{name}_macs"] = params, macs
+        for b in LATENCY_BATCHES:
+            xb = x.expand(b, *x.shape[1:]).contiguous()
+            out[f"{name}_latency_b{b}"] = latency(net, xb, LATENCY_REPEATS, LATENCY_WARMUP)
+    return out
+
+
+def l0_weights(groups: ChannelGroups, kind: str) -> torch.Tensor:
+    """The L0 term's per-variable weights (d,): each variable's cost ``kind`` (what removing it
+    alone saves, :meth:`ChannelGroups.cost`) over the mean cost, so that they average 1 (a
+    variable of average cost weighs as one weight does in weight pruning)."""
+    c = np.asarray(groups.cost(kind), dtype=np.float64)
+    mean = c.mean() if len(c) else 1.0
+    return torch.as_tensor(c / mean if mean > 0 else np.ones_like(c))
+
+
+__all__ = ["LATENCY_BATCHES", "ChannelLayout", "channel_row", "l0_weights", "prunable",
+           "rebuild", "removable_keep", "structured_blob", "structured_network",
+           "structured_report", "tensor_kept", "weight_layers"]

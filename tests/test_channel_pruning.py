@@ -1,0 +1,387 @@
+"""Structured (channel) pruning end to end (``--granularity channel``, issue 52): CP and ARMS in
+supermask and joint mode on LeNet-300-100 (the command) and on a small CNN with BatchNorm and a
+residual block (the Python API, tests/_zoo.py's ResCNN) finish; groups.json states the
+variables with costs that add up; structured.pt loads with ``weights_only=True`` and rebuilds a
+network with the reported (fewer) parameters and MACs whose test accuracy is the run's reported
+test accuracy (exactly: the logits agree to float32 round-off, rtol 1e-4 / atol 1e-5 of the
+largest, and no prediction flips on these examples); the L0 term weighs each channel by its cost
+(``--cost``); methods that do not take channels, and layers that cannot be removed, are one
+line."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from pbexact.errors import PBInputError
+from pbscale import prune as P
+from pbscale.methods import dense_regularizer
+from pbscale.nets import user_data
+from pbscale.nets.channel_costs import count, count_params
+from pbscale.nets.channel_layout import ChannelLayout, structured_network
+from pbscale.nets.channel_ops import remove_channels
+from pbscale.nets.channels import channel_groups
+from pbscale.nets.models import LeNet300100
+from pbscale.pruning import run as prun
+from pbscale.pruning import setup
+from pbscale.pruning.api import prune_model
+from pbscale.pruning.config import PruneConfig
+from pbscale.pruning.outputs import load_structured
+from pbscale.runs import io as runio
+
+pytest.importorskip("torch_pruning")
+
+import _zoo  # noqa: E402  (tests/ is on sys.path)
+
+TINY = ["--synthetic", "48", "--epochs", "1", "--max-batches", "2", "--batch-size", "8",
+        "--val-size", "16", "--quiet", "--threads", "1"]
+#: L0 strengths that prune channels within two steps (CP's hard mask; ARMS samples at 0.5)
+LAMS = {"cp": "1e-2", "arms": "1e-1"}
+
+
+def _accuracy(net: nn.Module, batches) -> tuple[float, list[torch.Tensor]]:
+    correct, count_, outs = 0, 0, []
+    with torch.no_grad():
+        for x, y in batches:
+            out = net(x.cpu())
+            outs.append(out)
+            correct += int((out.argmax(1) == y.cpu()).sum())
+            count_ += len(y)
+    return correct / count_, outs
+
+
+def _check_folder(folder: Path, cfg: PruneConfig) -> None:
+    """groups.json, structured.pt and the summary of a finished channel run agree."""
+    summary = runio.read_summary(folder / "summary.json")
+    record = json.loads((folder / "groups.json").read_text())
+    d = record["d"]
+    assert d == summary["channels"] == len(record["variables"]) > 0
+    for kind in ("params", "macs"):
+        assert record["totals"][kind] == sum(v[kind] for v in record["variables"])
+        assert all(v[kind] > 0 for v in record["variables"])
+    assert record["dense"]["params"] == summary["dense_params"]
+    saved = torch.load(folder / "structured.pt", map_location="cpu", weights_only=True)
+    assert saved["keep"].dtype == torch.bool and saved["keep"].shape == (d,)
+    net = load_structured(cfg.model, folder / "structured.pt")
+    data = setup.load_data(cfg.resolved(), torch.device("cpu"))
+    x1 = data.prepare(data.train.x[:1])
+    params, macs = count(net, x1)
+    assert params == summary["pruned_params"] == count_params(net)
+    assert macs == summary["pruned_macs"]
+    assert summary["final_remaining_all"] == pytest.approx(params / summary["dense_params"],
+                                                           rel=1e-12)
+    if summary["channels_kept"] < d:
+        assert params < summary["dense_params"] and macs < summary["dense_macs"]
+    for b in (1, 128):
+        assert summary[f"dense_latency_b{b}"] > 0 and summary[f"pruned_latency_b{b}"] > 0
+    acc, _ = _accuracy(net, data.batches("test", 1000))
+    assert acc == summary["final_test_acc"]
+
+
+@pytest.mark.parametrize("mode", ["supermask", "joint"])
+@pytest.mark.parametrize("method", ["cp", "arms"])
+def test_lenet_channel_run_removes_channels_and_keeps_its_accuracy(tmp_path, method, mode,
+                                                                   capsys):
+    extra = ["--n", "4", "--eval-masks", "3", "--eval-batches", "2"] if method == "arms" else []
+    epochs = ["--epochs", "2"] if mode == "joint" else []
+    args = ["--model", "lenet", "--method", method, "--mode", mode, "--granularity", "channel",
+            "--lam", LAMS[method], "--out", str(tmp_path), *TINY, *extra, *epochs]
+    assert P.main(args) == 0
+    line = capsys.readouterr().out
+    assert "channel variables" in line and "parameters" in line
+    assert "structured.pt: params" in line and "CPU latency batch 1" in line
+    (folder,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    cfg = PruneConfig(model="lenet", synthetic=48, val_size=16)
+    _check_folder(folder, cfg)
+    summary = runio.read_summary(folder / "summary.json")
+    assert summary["channels_kept"] < summary["channels"]  # these lams prune
+
+
+@pytest.mark.parametrize("mode", ["supermask", "joint"])
+@pytest.mark.parametrize("method", ["cp", "arms"])
+def test_cnn_with_batchnorm_and_residual_block_through_the_api(tmp_path, method, mode):
+    arrays = _zoo.arrays("gray", n_train=48, n_test=24)
+    settings = dict(n=4, eval_masks=3, eval_batches=2) if method == "arms" else {}
+    result = prune_model(_zoo.ResCNN, (arrays["x_train"], arrays["y_train"]),
+                         (arrays["x_test"], arrays["y_test"]), method=method, mode=mode,
+                         lam=float(LAMS[method]) * 10, epochs=2 if mode == "joint" else 1,
+                         granularity="channel", out=tmp_path, progress=False, max_batches=2,
+                         batch_size=8, val_size=16, threads=1, **settings)
+    summary = result.summary
+    record = json.loads((result.folder / "groups.json").read_text())
+    # the residual block ties conv's and conv_b's outputs into one coupled group
+    assert any({"conv", "conv_b"} <= {m["module"] for m in c["members"]}
+               for c in record["coupled"])
+    assert any("head" in s for s in record["skipped"])
+    net = result.structured()
+    assert count_params(net) == summary["pruned_params"]
+    # the run's test split as the API made it from the arrays
+    data = user_data.arrays_data(user_data.object_arrays(
+        (arrays["x_train"], arrays["y_train"]), (arrays["x_test"], arrays["y_test"])),
+        "cpu", 16, 0)
+    acc, _ = _accuracy(net, data.batches("test", 1000))
+    assert acc == summary["final_test_acc"]
+    if summary["channels_kept"] < summary["channels"]:
+        assert summary["pruned_params"] < summary["dense_params"]
+
+
+def test_variable_costs_are_what_removing_one_channel_saves():
+    """groups.json's per-variable params and MACs: the dense counts minus those of the network
+    with that variable alone removed (ResCNN, every variable)."""
+    net = _zoo.ResCNN()
+    x = torch.zeros(1, 1, 8, 8)
+    groups = channel_groups(net, x)
+    dense = count(net, x)
+    for g in groups.groups:
+        keep = torch.ones(groups.d, dtype=torch.bool)
+        keep[g.index] = False
+        p, m = count(remove_channels(net, groups, keep), x)
+        assert (dense[0] - p, dense[1] - m) == (g.params, g.macs)
+
+
+def test_cost_macs_changes_the_l0_weights(tmp_path):
+    """--cost macs weighs the channel variables by their MACs, --cost params by their
+    parameters, each normalised to mean 1; weight granularity has no weights."""
+    weights = {}
+    for cost in ("params", "macs"):
+        cfg = PruneConfig(model="_zoo:ResCNN", method="cp", granularity="channel", cost=cost,
+                          data=str(_gray(tmp_path)), epochs=1, batch_size=8, val_size=16)
+        c, dev, data = prun.prepare(cfg)
+        task, method, _, _ = prun.build(c, data, dev)
+        w = method.l0_weights
+        assert w.shape == (task.d,) and float(w.mean()) == pytest.approx(1.0)
+        c_raw = torch.as_tensor(task.groups.cost(cost), dtype=torch.float64)
+        assert torch.allclose(w.cpu(), c_raw / c_raw.mean())
+        weights[cost] = w
+    assert not torch.allclose(weights["params"], weights["macs"])
+    c, dev, data = prun.prepare(PruneConfig(model="lenet", synthetic=48, val_size=16))
+    _, method, _, _ = prun.build(c, data, dev)
+    assert method.l0_weights is None
+
+
+def _gray(tmp_path: Path) -> Path:
+    path = tmp_path / "gray.npz"
+    if not path.exists():
+        np.savez(path, **_zoo.arrays("gray", n_train=48, n_test=24))
+    return path
+
+
+def test_dense_regularizer_weights():
+    """Without weights the L0 term is the unweighted one bit for bit; weights c scale each
+    variable's gradient by c_i."""
+    r = torch.randn(7, dtype=torch.float64)
+    value, grad = dense_regularizer(r, torch.sigmoid, 0.3)
+    rr = r.clone().requires_grad_(True)
+    (expect,) = torch.autograd.grad(0.3 * torch.sigmoid(rr).sum(), rr)
+    assert torch.equal(grad, expect) and value == float(0.3 * torch.sigmoid(r).sum())
+    c = torch.arange(1.0, 8.0, dtype=torch.float64)
+    _, weighted = dense_regularizer(r, torch.sigmoid, 0.3, c)
+    assert torch.allclose(weighted, c * expect)
+
+
+def test_weight_granularity_keeps_its_run_names():
+    """granularity and cost enter the hash only when changed: weight runs keep their folders."""
+    hashed = PruneConfig().hashed()
+    assert "granularity" not in hashed and "cost" not in hashed
+    assert PruneConfig(granularity="channel").hashed()["granularity"] == "channel"
+
+
+@pytest.mark.parametrize("method,mode", [("mp", "joint"), ("gmp", "joint"),
+                                         ("st-theta", "supermask"), ("edgepopup", "supermask"),
+                                         ("hardconcrete", "joint"), ("dense", "supermask")])
+def test_a_method_without_channels_is_one_line(tmp_path, capsys, method, mode):
+    args = ["--model", "lenet", "--method", method, "--mode", mode, "--granularity", "channel",
+            "--out", str(tmp_path), *TINY]
+    assert P.main(args) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--granularity channel runs with" in err[0]
+    assert "cp" in err[0] and "arms" in err[0] and "--granularity weight" in err[0]
+    assert not list(tmp_path.iterdir())
+
+
+def test_bad_granularity_cost_and_lam_target_are_one_line(tmp_path, capsys):
+    for extra, text in ((["--granularity", "filter"], "invalid choice"),
+                        (["--cost", "flops"], "invalid choice"),
+                        (["--granularity", "channel", "--lam-target", "0.1"],
+                         "--lam-target steers weight pruning only")):
+        assert P.main(["--model", "lenet", "--out", str(tmp_path), *TINY, *extra]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and text in err[0], err
+    with pytest.raises(PBInputError, match="unknown --cost"):
+        PruneConfig(granularity="channel", cost="flops", synthetic=48).resolved().validate()
+
+
+class GroupNormNet(nn.Module):
+    """A convolution normalised over its channels by GroupNorm: masking != removing."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(1, 4, 3, padding=1)
+        self.gn = nn.GroupNorm(2, 4)
+        self.conv2 = nn.Conv2d(4, 6, 3, padding=1)
+        self.head = nn.Linear(6, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.relu(self.gn(self.conv(x)))
+        return self.head(torch.relu(self.conv2(h)).mean(dim=(2, 3)))
+
+
+def test_a_layer_that_cannot_be_removed_is_one_line_with_the_fix(tmp_path):
+    arrays = _zoo.arrays("gray", n_train=48, n_test=24)
+    train, test = (arrays["x_train"], arrays["y_train"]), (arrays["x_test"], arrays["y_test"])
+    with pytest.raises(PBInputError, match=r"layer 'gn'.*--masked") as e:
+        prune_model(GroupNormNet, train, test, granularity="channel", epochs=1, out=tmp_path,
+                    progress=False, max_batches=1, batch_size=8, val_size=16)
+    assert "\n" not in str(e.value)
+    # the fix: leave gn (and so its coupled group) out; conv2's channels are still pruned
+    result = prune_model(GroupNormNet, train, test, granularity="channel", epochs=1,
+                         out=tmp_path, progress=False, max_batches=1, batch_size=8,
+                         val_size=16, masked="conv.*,conv2.*,head.*", lam=1e-1)
+    record = json.loads((result.folder / "groups.json").read_text())
+    assert record["leave_out"] == ["gn"] and record["d"] == 6
+    assert count_params(result.structured()) == result.summary["pruned_params"]
+
+
+def test_a_channel_group_writes_each_members_structured_network(tmp_path, capsys):
+    args = ["--model", "lenet", "--method", "cp", "--granularity", "channel", "--lam",
+            "1e-2,1e-3", "--out", str(tmp_path), *TINY]
+    assert P.main(args) == 0
+    folders = [p for p in tmp_path.iterdir() if p.is_dir() and not p.name.startswith(".")]
+    assert len(folders) == 2
+    for folder in folders:
+        _check_folder(folder, PruneConfig(model="lenet", synthetic=48, val_size=16))
+
+
+def _depthwise_bn() -> nn.Module:
+    """An nn.Sequential (the folded path) with grouped convolutions and BatchNorm."""
+    return _zoo.depthwise()
+
+
+@pytest.mark.parametrize("factory,shape", [(LeNet300100, (5, 784)),
+                                           (_depthwise_bn, (5, 3, 8, 8))])
+def test_channel_layout_backends_agree(factory, shape):
+    """The folded, loop and vmap backends compute the same outputs and gradients to soft
+    channel masks; the MLP paths (one mask entry per weight) are never taken."""
+    torch.manual_seed(0)
+    net = factory().train()
+    x = torch.randn(*shape)
+    groups = channel_groups(net, x[:1])
+    z = torch.rand(3, groups.d, dtype=torch.float32)
+    outs, grads = {}, {}
+    for backend in ("folded", "loop", "vmap"):
+        layout = ChannelLayout(net, groups, backend=backend)
+        assert layout.path_for("cpu") == backend and layout.choice.plan is None
+        zz = z.clone().requires_grad_(True)
+        out = layout.forward(zz, x)
+        out.square().sum().backward()
+        outs[backend], grads[backend] = out.detach(), zz.grad
+    assert ChannelLayout(net, groups).path_for("cpu") != "mlp_fast"
+    for b in ("loop", "vmap"):
+        assert torch.allclose(outs[b], outs["folded"], rtol=1e-4, atol=1e-5)
+        assert torch.allclose(grads[b], grads["folded"], rtol=1e-4, atol=1e-5)
+
+
+def test_a_coupled_group_with_every_channel_off_keeps_one_zeroed_channel():
+    """A mask that switches off every variable of a coupled group: removal keeps one channel
+    of it, zeroed, so the smaller network computes what the masked one computes."""
+    net = _zoo.ResCNN().eval()
+    x = torch.randn(4, 1, 8, 8)
+    groups = channel_groups(net, x[:1])
+    c = next(c for c in groups.coupled if c.root == "conv_a")
+    z = torch.ones(groups.d)
+    z[list(c.variables)] = 0
+    layout = ChannelLayout(net, groups)
+    masked = {k: w[0] for k, w in layout.masked_weights(z[None]).items()}
+    pruned, keep = structured_network(net, groups, z, masked)
+    assert int(keep.sum()) == int(z.sum()) + 1
+    with torch.no_grad():
+        expect = layout.forward_single(masked, x)
+        assert torch.allclose(pruned.eval()(x), expect, rtol=1e-4, atol=1e-5)
+    assert count_params(pruned) < count_params(net)
+
+
+def test_sweep_keys_granularity_and_cost(tmp_path, capsys):
+    """granularity and cost are sweep keys: at their defaults run ids stay as they were, set
+    they name another run; a sweep of a method without channels is refused before it runs."""
+    from pbscale import sweep
+
+    head = '[sweep]\ncommand = "prune"\nout = "o"\n[[grid]]\nseed = [0]\nsynthetic = 48\n'
+    ids = []
+    for i, extra in enumerate(("", 'granularity = "weight"\ncost = "params"\n',
+                               'granularity = "channel"\n',
+                               'granularity = "channel"\ncost = "macs"\n')):
+        path = tmp_path / f"{i}.toml"
+        path.write_text(head + extra)
+        ids.append(sweep.load(path).runs[0].id)
+    assert ids[0] == ids[1] and len(set(ids[1:])) == 3
+    path = tmp_path / "bad.toml"
+    path.write_text(head + 'granularity = "channel"\nmethod = "gmp"\nmode = "joint"\n')
+    assert sweep.main(["status", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "--granularity channel runs with" in err
+
+
+def test_extreme_channel_masks_warn_with_the_fix():
+    cfg = PruneConfig(granularity="channel", lam=1e-3)
+    base = {"masked": 400, "final_remaining": 0.2, "final_remaining_channels": 0.3}
+    assert prun.extremes_line(base, cfg) is None
+    line = prun.extremes_line({**base, "zeroed_groups": ["fc2"]}, cfg)
+    assert "every channel of layer 'fc2' is off" in line and "lower --lam" in line
+    line = prun.extremes_line({**base, "final_remaining_channels": 0.0}, cfg)
+    assert "every channel variable is off (0 of 400 remain)" in line
+    line = prun.extremes_line({**base, "final_remaining_channels": 1}, cfg)
+    assert "no channel variable was pruned" in line and "\n" not in line
+
+
+def test_an_interrupted_channel_run_resumes_to_the_same_numbers(tmp_path):
+    import os
+    import signal
+
+    from pbexact.errors import RunInterrupted
+
+    cfg = PruneConfig(model="lenet", synthetic=48, val_size=16, epochs=3, max_batches=2,
+                      batch_size=8, method="arms", mode="joint", n=4, eval_masks=3,
+                      eval_batches=2, lam=0.1, granularity="channel", cost="macs")
+    whole = prun.run(cfg, tmp_path / "whole", quiet=True)
+
+    def hook(epoch: int, i: int) -> None:
+        if (epoch, i) == (1, 1):
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    with pytest.raises(RunInterrupted):
+        prun.run(cfg, tmp_path / "cut", quiet=True, step_hook=hook)
+    resumed = prun.run(cfg, tmp_path / "cut", quiet=True)
+    for k, v in whole.items():
+        if k.startswith("final_") and not k.endswith("_seconds"):
+            assert resumed[k] == v, k
+    a, b = (torch.load(Path(s["folder"]) / "structured.pt", weights_only=True)
+            for s in (whole, resumed))
+    assert torch.equal(a["keep"], b["keep"])
+    assert all(torch.equal(a["state_dict"][k], b["state_dict"][k]) for k in a["state_dict"])
+
+
+def test_pareto_draws_channel_runs_as_their_own_series(tmp_path):
+    """analysis.pareto labels a channel run apart from the weight runs of its method (its
+    remaining fraction is of a cost, not of weights)."""
+    from analysis import pareto
+    from analysis.scale.run_files import read_prune
+
+    args = ["--model", "lenet", "--method", "cp", "--out", str(tmp_path), *TINY]
+    assert P.main(args) == 0 and P.main([*args, "--granularity", "channel"]) == 0
+    labels = sorted(pareto.label(read_prune(f)) for f in pareto.find_runs([tmp_path]))
+    assert labels == ["cp", "cp-channel-params"]
+
+
+@pytest.mark.parametrize("method", ["loorf", "reinforce", "disarm"])
+def test_the_other_mc_estimators_prune_channels(tmp_path, method):
+    args = ["--model", "lenet", "--method", method, "--granularity", "channel", "--lam", "1e-1",
+            "--n", "4", "--eval-masks", "3", "--eval-batches", "2", "--out", str(tmp_path),
+            *TINY]
+    assert P.main(args) == 0
+    (folder,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    _check_folder(folder, PruneConfig(model="lenet", synthetic=48, val_size=16))
