@@ -29,6 +29,12 @@ when the file is written, once every check has passed. Formats:
   :func:`load_sparse`): each mask as bits (``numpy.packbits``, 1 bit per weight) and only the
   kept weights' values, the other parameters and buffers as they are; at 5% density the
   masked layers take about 1/16 of their dense size (docs/export.md).
+
+A ``--granularity channel`` run (its folder holds ``structured.pt``) exports, in every format,
+its smaller network: the pruned channels removed (the tensors shrink), rebuilt from
+structured.pt with ``weights_only=True``; its sparse file holds that network's state dict and
+keep mask (:data:`STRUCTURED_FORMAT`). ``--masked-network`` (``masked=True``) exports the
+dense-shaped network with the channel masks folded in instead (docs/structured.md).
 """
 
 from __future__ import annotations
@@ -51,6 +57,7 @@ from torch.nn.utils import prune as torch_prune
 from pbexact.cli import ArgumentParser, run_main
 from pbexact.errors import PBInputError
 from pbexact.io import path_problem
+from pbscale.nets.channel_layout import rebuild
 from pbscale.nets.models import MODELS
 from pbscale.nets.network import (
     IMPORT_PATH,
@@ -62,7 +69,7 @@ from pbscale.nets.network import (
 )
 from pbscale.nets.network import argument as model_argument
 from pbscale.pruning.api import PruneResult
-from pbscale.pruning.outputs import check_masks, load_pruned, pruned_names
+from pbscale.pruning.outputs import check_masks, load_pruned, load_structured, pruned_names
 from pbscale.runs import io as runio
 
 FORMATS = ("pt2", "torchscript", "onnx", "sparse")
@@ -71,6 +78,8 @@ FORMATS = ("pt2", "torchscript", "onnx", "sparse")
 INPUT_DTYPES = {"uint8": torch.uint8, "float32": torch.float32, "int64": torch.int64}
 #: The version tag of the sparse format (:func:`save_sparse`).
 SPARSE_FORMAT = "pbnn-sparse-1"
+#: The version tag of the sparse format of a channel run's smaller network (:func:`save_sparse`).
+STRUCTURED_FORMAT = "pbnn-structured-1"
 
 
 class Standardized(nn.Module):
@@ -203,10 +212,11 @@ def read_pruned(folder: Path, source: NetworkSource) -> nn.Module:
                            f"{first[:120]}); {runio.DAMAGED_FIX}") from None
 
 
-def checked_network(folder: str | Path, model: object = None) -> tuple[nn.Module, torch.Tensor]:
+def checked_network(folder: str | Path, model: object = None, masked: bool = False
+                    ) -> tuple[nn.Module, torch.Tensor]:
     """:func:`plain_network` and :func:`example_input`, refused in one line when the network
     does not take data.json's input_shape."""
-    net, x = plain_network(folder, model), example_input(folder)
+    net, x = plain_network(folder, model, masked), example_input(folder)
     try:
         with torch.no_grad():
             net(x)
@@ -287,14 +297,50 @@ def check_identity(folder: Path, task: dict, source: NetworkSource) -> None:
                            f"{detail}; export with the code the run was trained with")
 
 
-def plain_network(folder: str | Path, model: object = None) -> nn.Module:
+def is_channel_run(folder: str | Path) -> bool:
+    """Whether the run folder holds ``structured.pt`` (a ``--granularity channel`` run: its
+    pruned channels can be removed)."""
+    return (Path(folder) / "structured.pt").is_file()
+
+
+def read_structured(folder: Path, source: NetworkSource) -> nn.Module:
+    """The smaller network of a channel run's ``structured.pt`` (``weights_only=True``,
+    :func:`pbscale.pruning.outputs.load_structured`), refused in one line when the file is
+    damaged, holds NaN or inf values or is not the run's network's."""
+    path = folder / "structured.pt"
+    saved = runio.load_checkpoint(path)
+    state = saved.get("state_dict") if isinstance(saved, dict) else None
+    if (not isinstance(state, dict) or not {"keep", "example", "leave_out"} <= set(saved)
+            or not all(isinstance(k, str) and torch.is_tensor(v) for k, v in state.items())):
+        raise PBInputError(f"damaged run file {path} (not a structured.pt); "
+                           f"{runio.DAMAGED_FIX}")
+    bad = [k for k, v in state.items() if v.is_floating_point() and not bool(v.isfinite().all())]
+    if bad:
+        raise PBInputError(f"{path} holds NaN or inf values ({bad[0]}): the run diverged; "
+                           f"export a run that finished with finite weights")
+    try:
+        return load_structured(source, path)
+    except (RuntimeError, KeyError, ValueError, TypeError, AttributeError, IndexError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise PBInputError(f"damaged run file {path} (not the run's network: {first[:120]}); "
+                           f"{runio.DAMAGED_FIX}") from None
+
+
+def plain_network(folder: str | Path, model: object = None, masked: bool = False
+                  ) -> nn.Module:
     """The run's pruned network as plain modules, masks folded into the weights
     (``torch.nn.utils.prune.remove``), after its test-time transform (:class:`Standardized`);
-    in eval mode. ``model``: the user's network (:func:`network_source`), required for a run of
-    one and checked against the run's identity (:func:`check_identity`)."""
+    in eval mode. A channel run (:func:`is_channel_run`) gives its smaller network, the pruned
+    channels removed (:func:`read_structured`), unless ``masked`` (the dense-shaped network
+    with its channel masks folded in). ``model``: the user's network (:func:`network_source`),
+    required for a run of one and checked against the run's identity
+    (:func:`check_identity`)."""
     spec, data, task = read_recorded(folder)
     source = network_source(spec, model)
     check_identity(Path(folder), task, source)
+    if is_channel_run(folder) and not masked:
+        return Standardized(read_structured(Path(folder), source), data["mean"], data["std"],
+                            data["input_shape"], data.get("input_dtype", "uint8")).eval()
     net = read_pruned(Path(folder), source)
     mods = dict(net.named_modules())
     for name in _masked(net):
@@ -316,17 +362,25 @@ def example_input(folder: str | Path, batch: int = 2) -> torch.Tensor:
     return torch.zeros((batch, *data["input_shape"]), dtype=dtype)
 
 
-def save_sparse(folder: str | Path, path: str | Path) -> None:
+def save_sparse(folder: str | Path, path: str | Path, masked: bool = False) -> None:
     """The sparse form of the run's network: {"format", "model", "mean", "std",
     "input_shape", "input_dtype", per masked parameter "bits.<name>" (uint8,
     ``numpy.packbits`` of the flat 0/1 mask), "shape.<name>" and "values.<name>" (the kept
     weights, float32, in flat order), "param.<name>" for every other parameter and buffer};
-    read by :func:`load_sparse`."""
+    read by :func:`load_sparse`. A channel run (unless ``masked``) writes its smaller network
+    instead: {"format": :data:`STRUCTURED_FORMAT`, "model", the transform's entries as above,
+    and structured.pt's "keep" (bool (d,)), "state_dict", "example" and "leave_out"}."""
     model, data = read_run(folder)
-    state = read_pruned_state(Path(folder))
     blob: dict = {"format": SPARSE_FORMAT, "model": model, "mean": data["mean"],
                   "std": data["std"], "input_shape": data["input_shape"],
                   "input_dtype": data.get("input_dtype", "uint8")}
+    if is_channel_run(folder) and not masked:
+        saved = runio.load_checkpoint(Path(folder) / "structured.pt")
+        blob.update({k: saved[k] for k in ("keep", "state_dict", "example", "leave_out")},
+                    format=STRUCTURED_FORMAT)
+        runio.write_output(path, runio.checkpoint_bytes(blob))
+        return
+    state = read_pruned_state(Path(folder))
     masked = set(pruned_names(state))
     for name in masked:
         value, mask = state[f"{name}_orig"], state[f"{name}_mask"].flatten() != 0
@@ -340,12 +394,14 @@ def save_sparse(folder: str | Path, path: str | Path) -> None:
 
 
 def load_sparse(path: str | Path, model: object = None) -> nn.Module:
-    """The network of a :func:`save_sparse` file (``weights_only=True``), dense again, after its
+    """The network of a :func:`save_sparse` file (``weights_only=True``), dense again (a channel
+    run's: its smaller network, :data:`STRUCTURED_FORMAT`), after its
     test-time transform (:class:`Standardized`); in eval mode. A file of a user's network
     names its import path; that code runs only when the caller passes ``model`` (the path, the
     factory or a network): a file never chooses code to run."""
     blob = torch.load(path, map_location="cpu", weights_only=True)
-    if not isinstance(blob, dict) or blob.get("format") != SPARSE_FORMAT:
+    if not isinstance(blob, dict) or blob.get("format") not in (SPARSE_FORMAT,
+                                                                 STRUCTURED_FORMAT):
         raise PBInputError(f"{path} is not a {SPARSE_FORMAT} file; write one with python -m "
                            "pbscale.export RUN --format sparse")
     spec = blob.get("model")
@@ -353,6 +409,16 @@ def load_sparse(path: str | Path, model: object = None) -> nn.Module:
         raise PBInputError(f"{path} holds the network {spec!r}, your own code; pass it: "
                            f"load_sparse(path, model={spec!r}) (a file never chooses code to "
                            "run)")
+    if blob["format"] == STRUCTURED_FORMAT:
+        try:
+            net = rebuild(network_source(str(spec), model).build(0, "model"), blob)
+        except (RuntimeError, KeyError, ValueError, TypeError, IndexError) as exc:
+            first = str(exc).strip().splitlines()
+            raise PBInputError(f"{path} does not hold the network model= builds ("
+                               f"{first[-1].strip()[:120] if first else 'other parameters'}); "
+                               "pass the network the file was exported from") from None
+        return Standardized(net, blob["mean"], blob["std"], blob["input_shape"],
+                            blob.get("input_dtype", "uint8")).eval()
     state = {k.removeprefix("param."): v for k, v in blob.items() if k.startswith("param.")}
     for key in (k for k in blob if k.startswith("bits.")):
         name = key.removeprefix("bits.")
@@ -375,14 +441,16 @@ def load_sparse(path: str | Path, model: object = None) -> nn.Module:
 
 
 def export(folder: str | Path | PruneResult, fmt: str, out: str | Path,
-           model: object = None) -> Path:
+           model: object = None, masked: bool = False) -> Path:
     """Write the run's network to ``out`` in format ``fmt`` (:data:`FORMATS`); returns it.
     ``folder``: the run folder, or the :class:`pbscale.pruning.api.PruneResult` that
     ``prune_model`` returned (its folder, and its network where ``model`` is not given).
     ``model``: for a run of the user's own network, that network (its import path, factory or
     an ``nn.Module``: :func:`network_source`), which must be the run's; nothing the run folder
-    names is imported or called. A folder of ``out`` that does not exist is created when the
-    file is written, after every check."""
+    names is imported or called. A channel run (``granularity="channel"``, with structured.pt)
+    exports its smaller network, the pruned channels removed, unless ``masked`` (the
+    dense-shaped network, channel masks folded into the weights). A folder of ``out`` that does
+    not exist is created when the file is written, after every check."""
     if isinstance(folder, PruneResult):
         if model is None and not folder.source.builtin:
             model = folder.source
@@ -392,10 +460,10 @@ def export(folder: str | Path | PruneResult, fmt: str, out: str | Path,
         raise PBInputError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")
     runio.check_output_file(out)
     if fmt == "sparse":
-        checked_network(folder, model)
-        save_sparse(folder, out)
+        checked_network(folder, model, masked)
+        save_sparse(folder, out, masked)
         return out
-    net, x = checked_network(folder, model)
+    net, x = checked_network(folder, model, masked)
     buf = io.BytesIO()
     if fmt == "pt2":
         batch = torch.export.Dim("batch", min=1)
@@ -475,6 +543,10 @@ def build_parser() -> ArgumentParser:
                    help="a run of your own network: the package.module:factory it was trained "
                         "with (a run folder never chooses code to run; it must match the "
                         "run's recorded network)")
+    p.add_argument("--masked-network", action="store_true",
+                   help="a --granularity channel run: export the dense-shaped network with its "
+                        "channel masks folded in (default: the smaller network, the pruned "
+                        "channels removed, from structured.pt)")
     return p
 
 
@@ -484,7 +556,8 @@ def main(argv: list[str] | None = None) -> int:
         return args
 
     def body() -> None:
-        out = export(args.run, args.format, args.out, model=args.model)
+        out = export(args.run, args.format, args.out, model=args.model,
+                     masked=args.masked_network)
         print(f"wrote {out} ({args.format}, {out.stat().st_size:,} bytes)")
 
     return run_main(body)
@@ -494,8 +567,8 @@ if __name__ == "__main__":
     sys.exit(main())
 
 
-__all__ = ["FORMATS", "INPUT_DTYPES", "MAX_INPUT", "SPARSE_FORMAT", "Standardized", "build_parser",
-           "check_finished", "check_identity", "check_transform", "checked_network",
-           "example_input", "export", "load_sparse", "main", "model_hint", "network_source",
-           "plain_network", "read_pruned", "read_pruned_state", "read_recorded", "read_run",
-           "save_sparse"]
+__all__ = ["FORMATS", "INPUT_DTYPES", "MAX_INPUT", "SPARSE_FORMAT", "STRUCTURED_FORMAT",
+           "Standardized", "build_parser", "check_finished", "check_identity", "check_transform",
+           "checked_network", "example_input", "export", "is_channel_run", "load_sparse", "main",
+           "model_hint", "network_source", "plain_network", "read_pruned", "read_pruned_state",
+           "read_recorded", "read_run", "read_structured", "save_sparse"]
