@@ -237,7 +237,7 @@ def build_parser() -> ArgumentParser:
                         "rescaling; --masked names the layers that may change, the others are "
                         "left out). The run writes groups.json and structured.pt (the network "
                         "with its pruned channels removed) and reports params, MACs and CPU "
-                        "latency (docs/pruning.md)").id_when_changed = True
+                        "latency (docs/structured.md)").id_when_changed = True
     p.add_argument("--cost", default=d.cost, choices=COSTS,
                    help="--granularity channel: the L0 term is lam * sum_i c_i theta_i, c_i the "
                         "parameters (params) or MACs per example (macs) removing channel "
