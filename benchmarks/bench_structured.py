@@ -79,9 +79,9 @@ TP_ARMS = ("l2", "taylor", "bn", "random")
 ARMS = PB_ARMS + TP_ARMS
 LABELS = {"cp": "CP (PB)", "arms": "ARMS (PB)", "l2": "TP L2 group norm",
           "taylor": "TP Taylor", "bn": "TP BN scale (slimming)", "random": "TP random",
-          "dense": "dense"}
+          "dense": "dense (E1 epochs)", "dense-slimming": "dense, L1 on BN scales (E1)"}
 MARKERS = {"cp": "o", "arms": "s", "l2": "^", "taylor": "v", "bn": "D", "random": "x",
-           "dense": "*"}
+           "dense": "*", "dense-slimming": "P"}
 #: lam of the PB arms, (arm, model, target) -> lam (L0 term weighted by MACs, mean cost 1);
 #: LeNet-5: calibrated on 3 + 3 epochs of a 6,000-example MNIST subset, seed 0 (CP at 3e-5:
 #: 3.86x; ARMS at 3e-5: 2.05x); ResNet-18 width: a first guess. Longer runs prune more.
@@ -176,6 +176,9 @@ def parser() -> ArgumentParser:
     ap.add_argument("--device", default="cpu", help="cpu, cuda, cuda:K or auto")
     ap.add_argument("--threads", type=thread_count, default=1, help="torch threads")
     ap.add_argument("--out", type=out_folder, default=Path("figures/structured"))
+    ap.add_argument("--summarize", action="store_true",
+                    help="no runs: write the summary, table and figures again from --out's "
+                    "runs.csv (e.g. of an interrupted benchmark)")
     ap.add_argument("--smoke", action="store_true",
                     help="tests: 256 training examples, 1 + 1 epochs, 1 seed, width 1/8, "
                     "ARMS n=2")
@@ -485,10 +488,9 @@ def figure(summary: list[dict], model: str, path: Path) -> None:
     fig, ax = plt.subplots(figsize=(5.5, 4))
     for arm in dict.fromkeys(s["arm"] for s in summary if s["model"] == model):
         pts = [s for s in summary if s["model"] == model and s["arm"] == arm]
-        base = arm.split("-")[0]
         ax.errorbar([s["macs_mean"] for s in pts], [100 * s["acc_mean"] for s in pts],
                     xerr=[s["macs_sd"] for s in pts], yerr=[100 * s["acc_sd"] for s in pts],
-                    marker=MARKERS.get(base, "."), linestyle="none", capsize=3,
+                    marker=MARKERS.get(arm, "."), linestyle="none", capsize=3,
                     label=LABELS.get(arm, arm))
     ax.set_xscale("log")
     ax.set_xlabel("MACs per example (pruned network)")
@@ -528,10 +530,17 @@ def main(argv: list[str] | None = None) -> None:
         except ImportError:
             raise PBInputError("the Torch-Pruning arms need torch-pruning; pip install "
                                "torch-pruning, or --arms cp,arms") from None
+    out = args.out
+    if args.summarize:
+        if not (out / "runs.csv").is_file():
+            raise PBInputError(f"--summarize: {out}/runs.csv does not exist; give the --out of "
+                               f"a benchmark")
+        rows = io.read_csv(out / "runs.csv")
+        report(rows, out, list(dict.fromkeys(r["model"] for r in rows)))
+        return
     dev = resolve_device(args.device)
     torch.set_num_threads(args.threads)
     data = load_data(args.data_dir, args.train_size, args.test_size)
-    out = args.out
     out.mkdir(parents=True, exist_ok=True)
     settings = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
     settings.update(command="python -m benchmarks.bench_structured " + shlex.join(
@@ -555,12 +564,17 @@ def main(argv: list[str] | None = None) -> None:
             d = data if name == "lenet5" else pad32(
                 data, float(data["train"][0].min()))
             run_model(name, args, d, dev, Path(tmp), log)
+    report(rows, out, args.models)
+
+
+def report(rows: list[dict], out: Path, models: list[str]) -> None:
+    """summary.csv, summary.md and the figures of ``rows`` (runs.csv) in ``out``."""
     summary = summarize(rows)
     io.write_csv(out / "summary.csv", summary)
     lines = verdicts(summary)
     (out / "summary.md").write_text(markdown(summary) + "\n" + "".join(
         f"* {v}\n" for v in lines))
-    for name in args.models:
+    for name in models:
         figure(summary, name, out / f"accuracy_vs_macs_{name}.png")
     print(markdown(summary))
     for v in lines:

@@ -27,6 +27,7 @@ pytest.importorskip("torch_pruning")
     (["--width", "0"], "--width 0 is out of range"),
     (["--targets", "3"], "no lam for cp on lenet5 at 3x; give --lam cp:lenet5:3=LAM"),
     (["--data-dir", "/nonexistent/mnist", "--arms", "l2"], "is not a folder"),
+    (["--summarize"], "runs.csv does not exist"),
 ])
 def test_bad_input_is_one_line_exit_2(argv, match, capsys, tmp_path):
     out = tmp_path / "out"
@@ -65,3 +66,6 @@ def test_smoke_run_writes_every_output(tmp_path, capsys):
     settings = json.loads((tmp_path / "settings.json").read_text())
     assert settings["smoke"] and settings["command"].startswith(
         "python -m benchmarks.bench_structured") and settings["date"]
+    (tmp_path / "summary.md").unlink()
+    assert run(bench_structured.main, ["--summarize", "--out", str(tmp_path)]) == 0
+    assert (tmp_path / "summary.md").read_text() == table
