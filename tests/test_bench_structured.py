@@ -1,0 +1,71 @@
+"""benchmarks.bench_structured: bad input is one line and exit 2; the smoke run (PB and
+Torch-Pruning arms on both models) writes the run table, the summary, the figures and the
+settings, and every pruned network has fewer MACs than the dense one."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from analysis.cli import run
+from benchmarks import bench_structured
+from pbscale.runs import io
+from tests._mnist import MNIST_DIR, needs_mnist
+
+pytest.importorskip("torch_pruning")
+
+
+@pytest.mark.parametrize("argv,match", [
+    (["--models", "alexnet"], "invalid model 'alexnet'"),
+    (["--arms", "cp,hc"], "invalid arm 'hc'"),
+    (["--targets", "1"], "MACs reductions > 1"),
+    (["--targets", "2,x"], "MACs reductions > 1"),
+    (["--lam", "cp:lenet5=1e-3"], "give ARM:MODEL:TARGET=LAM"),
+    (["--lam", "l2:lenet5:2=1e-3"], "ARM one of cp, arms"),
+    (["--seeds", "0"], "--seeds: must be a positive integer"),
+    (["--width", "0"], "--width 0 is out of range"),
+    (["--targets", "3"], "no lam for cp on lenet5 at 3x; give --lam cp:lenet5:3=LAM"),
+    (["--data-dir", "/nonexistent/mnist", "--arms", "l2"], "is not a folder"),
+    (["--summarize"], "runs.csv does not exist"),
+])
+def test_bad_input_is_one_line_exit_2(argv, match, capsys, tmp_path):
+    out = tmp_path / "out"
+    assert run(bench_structured.main, argv + ["--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and match in err and "\n" not in err
+    assert not out.exists()  # nothing written
+
+
+@needs_mnist
+def test_smoke_run_writes_every_output(tmp_path, capsys):
+    argv = ["--smoke", "--data-dir", str(MNIST_DIR), "--out", str(tmp_path)]
+    assert run(bench_structured.main, argv) == 0
+    rows = io.read_csv(tmp_path / "runs.csv")
+    arms = {(r["model"], r["arm"], float(r["target"])) for r in rows}
+    for model in ("lenet5", "resnet18"):
+        assert (model, "dense", 1.0) in arms
+        for arm in bench_structured.ARMS:
+            for target in (2.0, 4.0):
+                assert (model, arm, target) in arms
+    for r in rows:
+        assert 0 <= float(r["acc"]) <= 1 and float(r["latency_b1"]) > 0
+        if r["arm"] in bench_structured.ARMS:  # physically smaller than dense
+            assert int(r["macs"]) < int(r["dense_macs"])
+            assert int(r["params"]) < int(r["dense_params"])
+        if r["arm"] in bench_structured.PB_ARMS:  # the smaller network scores as the run did
+            assert float(r["acc"]) == pytest.approx(float(r["reported_acc"]), abs=1e-6)
+        if r["arm"] in bench_structured.TP_ARMS and r["model"] == "resnet18":
+            assert int(r["dense_macs"]) / int(r["macs"]) >= float(r["target"])
+    summary = io.read_csv(tmp_path / "summary.csv")
+    assert {s["arm"] for s in summary} >= set(bench_structured.ARMS)
+    table = (tmp_path / "summary.md").read_text()
+    assert "| lenet5 | 4x | TP Taylor | 1 |" in table and "best PB" in table
+    for model in ("lenet5", "resnet18"):
+        assert (tmp_path / f"accuracy_vs_macs_{model}.png").read_bytes()[:4] == b"\x89PNG"
+    settings = json.loads((tmp_path / "settings.json").read_text())
+    assert settings["smoke"] and settings["command"].startswith(
+        "python -m benchmarks.bench_structured") and settings["date"]
+    (tmp_path / "summary.md").unlink()
+    assert run(bench_structured.main, ["--summarize", "--out", str(tmp_path)]) == 0
+    assert (tmp_path / "summary.md").read_text() == table
