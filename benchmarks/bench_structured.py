@@ -460,6 +460,21 @@ def markdown(summary: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def reading(pb: dict, tp: dict) -> str:
+    """Which of two arms (summary rows) is ahead: the more accurate one only where it also
+    removed at least as many MACs (it dominates); otherwise no verdict, since the two were not
+    compared at equal MACs."""
+    acc = pb["acc_mean"] >= tp["acc_mean"]
+    red = pb["macs_reduction"] >= tp["macs_reduction"]
+    if acc and red:
+        return "PB more accurate at at least as large a MACs reduction"
+    if not acc and not red:
+        return "Torch-Pruning more accurate at at least as large a MACs reduction"
+    more = "PB" if acc else "Torch-Pruning"
+    return (f"{more} more accurate but with fewer MACs removed: no verdict at equal MACs "
+            "(set --lam so that PB lands on the target)")
+
+
 def verdicts(summary: list[dict]) -> list[str]:
     """Per model and target: the best PB and the best Torch-Pruning arm (accuracy, MACs)."""
     out = []
@@ -472,11 +487,10 @@ def verdicts(summary: list[dict]) -> list[str]:
                 continue
             b_pb = max(pb, key=lambda s: s["acc_mean"])
             b_tp = max(tp, key=lambda s: s["acc_mean"])
-            win = "PB" if b_pb["acc_mean"] >= b_tp["acc_mean"] else "Torch-Pruning"
             out.append(f"{model} {target:g}x: best PB {b_pb['arm']} "
                        f"{100 * b_pb['acc_mean']:.2f}% at {b_pb['macs_reduction']:.2f}x MACs, "
                        f"best TP {b_tp['arm']} {100 * b_tp['acc_mean']:.2f}% at "
-                       f"{b_tp['macs_reduction']:.2f}x MACs: {win} more accurate")
+                       f"{b_tp['macs_reduction']:.2f}x MACs: {reading(b_pb, b_tp)}")
     return out
 
 
