@@ -117,6 +117,8 @@ CASES = [
     ("pbscale.prune", ["--synthetic", "8", "--seeds", "0,1", "--lam", "0,0"], "listed twice",
      None),
     ("benchmarks.bench_regress_group", ["--lrs", "0.1,"], "--lrs", None),
+    ("benchmarks.bench_structured", ["--models", "alexnet"], "invalid model 'alexnet'", None),
+    ("benchmarks.bench_structured", ["--targets", "1"], "MACs reductions > 1", None),
     ("benchmarks.bench_regress_group", ["--seeds", "100000"], "lower --seeds", None),
     ("benchmarks.bench_closed_form", ["--bogus"], "unrecognized arguments", None),
     ("benchmarks.bench_distributed", ["--device", "nope"], "unknown device", None),
