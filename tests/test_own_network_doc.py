@@ -17,13 +17,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from _doc_pages import blocks, walk_page
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "own_network.md"
-
-
-def blocks(kind: str) -> list[str]:
-    return re.findall(rf"```{kind}\n(.*?)```", DOC.read_text(), re.S)
 
 
 @pytest.fixture(scope="module")
@@ -31,22 +28,7 @@ def walked(tmp_path_factory):
     """The folder where the page's files were written and its commands ran, with each
     command's output."""
     root = tmp_path_factory.mktemp("own")
-    for code in blocks("python"):
-        first, _, rest = code.partition("\n")
-        match = re.fullmatch(r"# file: (\w+\.py)", first.strip())
-        assert match, f"a python block of {DOC.name} does not start with '# file: NAME.py'"
-        (root / match.group(1)).write_text(rest)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), str(ROOT)]),
-           "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-    (bash,) = blocks("bash")
-    outputs = []
-    for line in bash.strip().splitlines():
-        cmd = line.replace("python ", f"{sys.executable} ", 1)
-        res = subprocess.run(cmd, shell=True, cwd=root, env=env, capture_output=True,
-                             text=True, timeout=600)
-        assert res.returncode == 0, (line, res.stderr[-2000:])
-        outputs.append(res.stdout)
-    return root, outputs
+    return root, walk_page(DOC, root)
 
 
 def test_the_python_blocks_and_the_commands_run(walked):
@@ -77,7 +59,7 @@ def test_the_export_reproduces_the_run(walked):
 
 def test_the_sweep_block_is_a_valid_sweep(walked):
     root, _ = walked
-    (toml,) = blocks("toml")
+    (toml,) = blocks(DOC, "toml")
     (root / "mine.toml").write_text(toml)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), str(ROOT)])}
     res = subprocess.run([sys.executable, "-m", "pbscale.sweep", "run", "mine.toml",

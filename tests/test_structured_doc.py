@@ -8,15 +8,13 @@ networks) give the runs' test accuracies with the pruned parameter counts."""
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from _doc_pages import walk_page
 
 pytest.importorskip("torch_pruning")
 
@@ -24,31 +22,12 @@ ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "structured.md"
 
 
-def blocks(kind: str) -> list[str]:
-    return re.findall(rf"```{kind}\n(.*?)```", DOC.read_text(), re.S)
-
-
 @pytest.fixture(scope="module")
 def walked(tmp_path_factory):
     """The folder where the page's files were written and its commands ran, with each
     command's output."""
     root = tmp_path_factory.mktemp("structured")
-    for code in blocks("python"):
-        first, _, rest = code.partition("\n")
-        match = re.fullmatch(r"# file: (\w+\.py)", first.strip())
-        assert match, f"a python block of {DOC.name} does not start with '# file: NAME.py'"
-        (root / match.group(1)).write_text(rest)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), str(ROOT)]),
-           "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-    (bash,) = blocks("bash")
-    outputs = []
-    for line in bash.strip().splitlines():
-        cmd = line.replace("python ", f"{sys.executable} ", 1)
-        res = subprocess.run(cmd, shell=True, cwd=root, env=env, capture_output=True,
-                             text=True, timeout=600)
-        assert res.returncode == 0, (line, res.stderr[-2000:])
-        outputs.append(res.stdout)
-    return root, outputs
+    return root, walk_page(DOC, root)
 
 
 def _summary(root: Path, method: str) -> dict:
