@@ -69,7 +69,7 @@ from pbscale.nets.network import (
 )
 from pbscale.nets.network import argument as model_argument
 from pbscale.pruning.api import PruneResult
-from pbscale.pruning.outputs import check_masks, load_pruned, load_structured, pruned_names
+from pbscale.pruning.outputs import check_masks, load_pruned, pruned_names
 from pbscale.runs import io as runio
 
 FORMATS = ("pt2", "torchscript", "onnx", "sparse")
@@ -191,10 +191,7 @@ def read_pruned_state(folder: Path) -> dict:
             isinstance(k, str) and torch.is_tensor(v) for k, v in state.items()):
         raise PBInputError(f"damaged run file {path} (not a state dict of tensors); "
                            f"{runio.DAMAGED_FIX}")
-    bad = [k for k, v in state.items() if v.is_floating_point() and not bool(v.isfinite().all())]
-    if bad:
-        raise PBInputError(f"{path} holds NaN or inf values ({bad[0]}): the run diverged; "
-                           f"export a run that finished with finite weights")
+    check_finite_state(state, path)
     check_masks(state, path)
     return state
 
@@ -297,6 +294,14 @@ def check_identity(folder: Path, task: dict, source: NetworkSource) -> None:
                            f"{detail}; export with the code the run was trained with")
 
 
+def check_finite_state(state: dict[str, torch.Tensor], path: Path) -> None:
+    """Refuse (one line) a saved network's state dict holding NaN or inf values."""
+    bad = [k for k, v in state.items() if v.is_floating_point() and not bool(v.isfinite().all())]
+    if bad:
+        raise PBInputError(f"{path} holds NaN or inf values ({bad[0]}): the run diverged; "
+                           f"export a run that finished with finite weights")
+
+
 def is_channel_run(folder: str | Path) -> bool:
     """Whether the run folder holds ``structured.pt`` (a ``--granularity channel`` run: its
     pruned channels can be removed)."""
@@ -304,9 +309,10 @@ def is_channel_run(folder: str | Path) -> bool:
 
 
 def read_structured(folder: Path, source: NetworkSource) -> nn.Module:
-    """The smaller network of a channel run's ``structured.pt`` (``weights_only=True``,
-    :func:`pbscale.pruning.outputs.load_structured`), refused in one line when the file is
-    damaged, holds NaN or inf values or is not the run's network's."""
+    """The smaller network of a channel run's ``structured.pt`` (read once, ``weights_only=True``,
+    and rebuilt as :func:`pbscale.pruning.outputs.load_structured` does:
+    :func:`pbscale.nets.channel_layout.rebuild`), refused in one line when the file is damaged,
+    holds NaN or inf values or is not the run's network's."""
     path = folder / "structured.pt"
     saved = runio.load_checkpoint(path)
     state = saved.get("state_dict") if isinstance(saved, dict) else None
@@ -314,12 +320,9 @@ def read_structured(folder: Path, source: NetworkSource) -> nn.Module:
             or not all(isinstance(k, str) and torch.is_tensor(v) for k, v in state.items())):
         raise PBInputError(f"damaged run file {path} (not a structured.pt); "
                            f"{runio.DAMAGED_FIX}")
-    bad = [k for k, v in state.items() if v.is_floating_point() and not bool(v.isfinite().all())]
-    if bad:
-        raise PBInputError(f"{path} holds NaN or inf values ({bad[0]}): the run diverged; "
-                           f"export a run that finished with finite weights")
+    check_finite_state(state, path)
     try:
-        return load_structured(source, path)
+        return rebuild(source.build(0, "model"), saved)
     except (RuntimeError, KeyError, ValueError, TypeError, AttributeError, IndexError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise PBInputError(f"damaged run file {path} (not the run's network: {first[:120]}); "
