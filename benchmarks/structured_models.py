@@ -10,6 +10,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from pbscale.nets.models import BasicBlock
+
 NUM_CLASSES = 10
 
 
@@ -41,30 +43,11 @@ class LeNet5(nn.Module):
         return self.fc(x)
 
 
-class Block(nn.Module):
-    """Two 3x3 conv-BN layers with ReLU and a residual addition; a 1x1 conv-BN projection where
-    the shape changes."""
-
-    def __init__(self, c_in: int, c_out: int, stride: int) -> None:
-        super().__init__()
-        self.conv1 = nn.Conv2d(c_in, c_out, 3, stride=stride, padding=1, bias=False)
-        self.bn1 = nn.BatchNorm2d(c_out)
-        self.conv2 = nn.Conv2d(c_out, c_out, 3, padding=1, bias=False)
-        self.bn2 = nn.BatchNorm2d(c_out)
-        self.shortcut: nn.Module = nn.Sequential()
-        if stride != 1 or c_in != c_out:
-            self.shortcut = nn.Sequential(nn.Conv2d(c_in, c_out, 1, stride=stride, bias=False),
-                                          nn.BatchNorm2d(c_out))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = F.relu(self.bn1(self.conv1(x)))
-        return F.relu(self.bn2(self.conv2(h)) + self.shortcut(x))
-
-
 class ResNet18W(nn.Module):
     """ResNet-18 widths for 1x32x32 inputs: 3x3 conv 64 + BN + ReLU, four stages of two basic
     blocks (64, 128, 256, 512 channels; stride 2 at the start of stages 2-4), global average
-    pool, Linear 512-10 (the head)."""
+    pool, Linear 512-10 (the head); the blocks are ResNet-20's
+    (:class:`pbscale.nets.models.BasicBlock`)."""
 
     input_shape = (1, 32, 32)
 
@@ -77,7 +60,7 @@ class ResNet18W(nn.Module):
         c_in = widths[0]
         for stage, c in enumerate(widths):
             for b in range(2):
-                blocks.append(Block(c_in, c, 2 if (stage > 0 and b == 0) else 1))
+                blocks.append(BasicBlock(c_in, c, 2 if (stage > 0 and b == 0) else 1))
                 c_in = c
         self.blocks = nn.Sequential(*blocks)
         self.fc = nn.Linear(c_in, NUM_CLASSES)
