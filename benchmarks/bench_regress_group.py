@@ -20,7 +20,6 @@ run folders every epoch).
 
 from __future__ import annotations
 
-import argparse
 import os
 import resource
 import subprocess
@@ -35,6 +34,7 @@ import torch
 from analysis.cli import run
 from pbexact.cli import (
     ArgumentParser,
+    choice_list,
     int_in_range,
     one_or_list,
     positive_float,
@@ -108,21 +108,6 @@ def time_modes(configs: list[MethodConfig], epochs: int, dev: torch.device,
             jobs[mode]()
             res[mode] = (time.perf_counter() - t0, cpu() - c0)
     return res
-
-
-def choice_list(choices: tuple[str, ...], what: str) -> object:
-    """argparse type: a comma-separated list of ``choices`` (each once)."""
-
-    def parse(text: str) -> list[str]:
-        parts = [v.strip() for v in text.split(",")]
-        bad = [v for v in parts if v not in choices]
-        if bad or len(set(parts)) != len(parts):
-            raise argparse.ArgumentTypeError(
-                f"invalid choice: {(bad or parts)[0]!r}; give comma-separated {what}, each "
-                f"once, of {', '.join(choices)}")
-        return parts
-
-    return parse
 
 
 def main(argv: list[str] | None = None) -> None:

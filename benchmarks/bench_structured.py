@@ -61,6 +61,7 @@ from analysis.cli import run, save_figure
 from benchmarks.structured_models import MODELS
 from pbexact.cli import (
     ArgumentParser,
+    choice_list,
     nonneg_float,
     nonneg_int,
     out_folder,
@@ -101,21 +102,6 @@ TAYLOR_BATCHES = 10
 # ----------------------------------------------------------------------------- arguments
 
 
-def name_list(choices: tuple[str, ...], what: str) -> Callable[[str], list[str]]:
-    """argparse type: comma-separated names of ``choices``, each once."""
-
-    def parse(text: str) -> list[str]:
-        parts = [v.strip() for v in text.split(",")]
-        bad = [v for v in parts if v not in choices]
-        if bad or len(set(parts)) != len(parts):
-            raise argparse.ArgumentTypeError(
-                f"invalid {what} {(bad or parts)[0]!r}; give comma-separated {what}s, each "
-                f"once, of {', '.join(choices)}")
-        return parts
-
-    return parse
-
-
 def target_list(text: str) -> list[float]:
     """argparse type: comma-separated MACs reduction factors > 1, e.g. ``2,4``."""
     try:
@@ -147,11 +133,12 @@ def lam_entry(text: str) -> tuple[str, str, float, float]:
 def parser() -> ArgumentParser:
     ap = ArgumentParser(prog="python -m benchmarks.bench_structured",
                         description=__doc__.splitlines()[0])
-    ap.add_argument("--models", type=name_list(tuple(MODELS), "model"),
+    ap.add_argument("--models", type=choice_list(tuple(MODELS), "models", "invalid model"),
                     default="lenet5,resnet18", help="comma-separated models")
     ap.add_argument("--targets", type=target_list, default="2,4",
                     help="comma-separated MACs reduction factors (dense MACs / pruned MACs)")
-    ap.add_argument("--arms", type=name_list(ARMS, "arm"), default=",".join(ARMS),
+    ap.add_argument("--arms", type=choice_list(ARMS, "arms", "invalid arm"),
+                    default=",".join(ARMS),
                     help="comma-separated arms")
     ap.add_argument("--seeds", type=positive_int, default=3, help="seeds 0..K-1")
     ap.add_argument("--dense-epochs", type=positive_int, default=30,

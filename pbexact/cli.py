@@ -307,6 +307,21 @@ def out_folder(text: str) -> Path:
     return Path(text)
 
 
+def choice_list(choices: tuple[str, ...], what: str, invalid: str = "invalid choice:") -> Any:
+    """argparse type factory: comma-separated names of ``choices``, each once, as a list;
+    ``what`` names them in the message (plural, e.g. "models"), ``invalid`` opens it."""
+
+    def parse(text: str) -> list[str]:
+        parts = [v.strip() for v in text.split(",")]
+        bad = [v for v in parts if v not in choices]
+        if bad or len(set(parts)) != len(parts):
+            raise _argparse_error(f"{invalid} {(bad or parts)[0]!r}; give comma-separated "
+                                  f"{what}, each once, of {', '.join(choices)}")
+        return parts
+
+    return parse
+
+
 def positive_int_list(text: str) -> list[int]:
     """argparse type: a comma-separated list of integers >= 1, e.g. ``2,10,100``."""
     parts = [p.strip() for p in text.split(",")]
