@@ -128,7 +128,7 @@ def test_the_doc_methods_prune_and_plot(doc_methods, tmp_path, mode):
         info = record["method_info"]
         assert info["name"] == method and info["label"] == REGISTRY[method].label
         if "n" in REGISTRY[method].caps.uses:  # --n 4 honoured: the run draws 4 masks a step
-            assert record["method"]["n"] == 4 and "n" in info["settings"], method
+            assert record["task"]["n"] == 4 and "n" in info["settings"], method
             assert "n" not in record["info"]["unused"], method
         summary = io.read_json(folder / "summary.json")
         assert 0 < summary["final_remaining"] <= 1
@@ -326,11 +326,12 @@ method = {list(DEFINED.values())!r}
 
 def _taus(out: Path) -> dict[float, dict]:
     """{concrete temperature: config.json} of the concrete run folders under ``out``, the
-    temperature read from the run's hashed method section (absent: the default, 0.5)."""
+    temperature read from the run's hashed task, under its option's name (absent: the
+    default, 0.5)."""
     found = {}
     for cfg in out.glob("lenet-supermask-concrete-*/config.json"):
         record = json.loads(cfg.read_text())
-        found[record["method"].get("concrete", {}).get("tau", 0.5)] = record
+        found[record["task"].get("concrete_tau", 0.5)] = record
     return found
 
 
@@ -338,7 +339,7 @@ def test_the_concrete_setting_from_the_command_line_and_a_sweep(doc_methods, tmp
                                                                monkeypatch, capsys):
     """The page's command sets --concrete-tau (shown in --help with its default); the page's
     sweep sets concrete_tau per run; each temperature is its own run folder, recorded in the
-    hashed task and method sections; a bad temperature is one line."""
+    hashed task under its option's name; a bad temperature is one line."""
     root, _ = doc_methods
     assert prune.main(["--help"]) == 0
     shown = " ".join(capsys.readouterr().out.split())
@@ -348,8 +349,8 @@ def test_the_concrete_setting_from_the_command_line_and_a_sweep(doc_methods, tmp
     assert prune.main([*doc_command(), "--quiet"]) == 0
     runs = _taus(tmp_path / "runs" / "concrete")
     assert set(runs) == {0.3}
-    assert runs[0.3]["task"]["settings"] == {"tau": 0.3}
-    assert runs[0.3]["method"]["n"] == 4  # the page's --n 4, honoured
+    assert runs[0.3]["task"]["concrete_tau"] == 0.3 and "settings" not in runs[0.3]["task"]
+    assert runs[0.3]["task"]["n"] == 4  # the page's --n 4, honoured
     assert "tau" in runs[0.3]["method_info"]["settings"]
     assert prune.main([*doc_command(), "--concrete-tau", "0", "--quiet"]) == 2
     assert "0 < tau <= 10" in capsys.readouterr().err

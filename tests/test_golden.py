@@ -7,7 +7,9 @@ Covered: ``pbscale.regress`` with every method of the registry and, for the MC e
 parametrization; ``pbscale.prune`` with CP, ARMS, DisARM (supermask), GMP (joint), a joint ARMS
 run (dense warm-up, frozen masks) and dense on synthetic data; one batched-seeds group; microworld
 runs of the exact core and of the torch methods. Each entry holds the final metrics (float repr
-exact), the run folder's name (the configuration hash: existing runs must resume), a SHA-256 of
+exact), the run folder's name (the configuration hash: existing runs must resume; a pruning
+run's under config.json format 1, which folders made before format 2 keep, and under format 2,
+``folder_format2``), a SHA-256 of
 the final logits (regress, microworld) or mask bits (prune), and the values the comparison
 across CPUs needs: the final logits themselves (``r_values``, ``theta_values``), each mask's
 count of ones with its bits at every ``stride``-th position (``mask_bits``), and the mask
@@ -252,11 +254,23 @@ def prune_results(tmp: Path) -> dict:
         folder = Path(summary["folder"])
         blob = torch.load(folder / "masks.pt", weights_only=True)
         masks = {k: _digest(v) for k, v in sorted(blob.items()) if not k.startswith("weight.")}
-        out[name] = {"folder": folder.name, "summary": _clean(summary), "masks": masks,
+        out[name] = {"folder": _format_1_name(pconfig.PruneConfig(**base)),
+                     "folder_format2": folder.name, "summary": _clean(summary), "masks": masks,
                      "mask_bits": {k.removeprefix("mask."): _mask_bits(v)
                                    for k, v in sorted(blob.items()) if k.startswith("mask.")},
                      "margin": repr(min(margins, default=math.inf))}
     return out
+
+
+def _format_1_name(cfg) -> str:
+    """The folder name config.json format 1 gave the run of ``cfg`` (the one a folder made
+    before format 2 keeps, :func:`pbscale.pruning.run.legacy_config`)."""
+    from pbscale.pruning import run as prun
+    from pbscale.runs.records import config_hash
+
+    cfg, dev, data = prun.prepare(cfg)
+    task, method, loop, _ = prun.build(cfg, data, dev)
+    return f"{task.name}-{config_hash(prun.legacy_config(task, method, loop))}"
 
 
 def batched_results(tmp: Path) -> dict:
@@ -369,7 +383,8 @@ def rule(section: str, name: str, path: tuple, want: dict, got: dict) -> Rule:
     """The rule for the value at ``path`` of entry ``name`` of ``section`` (want: the golden
     entry, got: this run's)."""
     key = next((k for k in reversed(path) if isinstance(k, str)), name)
-    if key in ("folder", "folders", "epoch", "masked", "parameters", "numel", "stride"):
+    if key in ("folder", "folder_format2", "folders", "epoch", "masked", "parameters", "numel",
+               "stride"):
         return Rule("exact")
     if section == "microworld":
         if key == "theta":

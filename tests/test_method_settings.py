@@ -106,8 +106,9 @@ def test_a_setting_is_hashed_only_off_its_default(newcomer):
     plain = PruneConfig(method="slowstart").resolved().validate()
     same = PruneConfig(method="slowstart", settings={"warmup": 0.25}).resolved().validate()
     other = PruneConfig(method="slowstart", settings={"warmup": 0.5}).resolved().validate()
-    assert plain.hashed() == same.hashed() and "settings" not in plain.hashed()
-    assert other.hashed()["settings"] == {"warmup": 0.5}
+    assert plain.hashed() == same.hashed() and "slowstart_warmup" not in plain.hashed()
+    assert other.hashed()["slowstart_warmup"] == 0.5 and "settings" not in other.hashed()
+    assert other.legacy_hashed()["settings"] == {"warmup": 0.5}  # format 1 nested them
     with pytest.raises(ValueError, match="slow-start has no setting 'cooldown'"):
         PruneConfig(method="slowstart", settings={"cooldown": 1}).resolved().validate()
 

@@ -11,6 +11,7 @@ import json
 import math
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -526,7 +527,8 @@ def test_cifar_data_json_is_per_channel():
 
 #: Run folder names that the code before "unused", the data fingerprint and the process count
 #: were recorded gave two tiny configurations (computed with that code): existing runs must keep
-#: their folders to resume.
+#: their folders to resume. Since config.json format 2 they are the names of format 1
+#: (:func:`pbscale.pruning.run.legacy_config`).
 OLD_NAMES = {("cp", "supermask"): "lenet-supermask-cp-7c45b7f7fed1",
              ("gmp", "joint"): "lenet-joint-gmp-441f4d610e2c"}
 
@@ -536,25 +538,71 @@ OLD_NAMES = {("cp", "supermask"): "lenet-supermask-cp-7c45b7f7fed1",
     ("gmp", "joint", {"lam", "mask_lr", "n", "prune_at"}, {"target", "gmp_start", "lr"}),
     ("arms", "joint", {"target", "prune_at"}, {"n", "param", "lam", "lr"}),
     ("dense", "supermask", {"lam", "target", "mask_lr"}, {"lr"})])
-def test_config_json_marks_unused_settings_without_changing_the_hash(tmp_path, method, mode,
-                                                                     unused, used):
+def test_config_json_holds_each_setting_it_reads_once(tmp_path, method, mode, unused, used):
+    """Format 2: the task holds the settings the run reads (those it does not are listed in
+    "info", not hashed), no method section repeats them under other names, the loop does not
+    repeat the epochs and seed; the folder is named by exactly that."""
     cfg = tiny_cfg(method=method, mode=mode)
     summary = prun.run(cfg, tmp_path, quiet=True)
     folder = Path(summary["folder"])
     record = io.read_json(folder / "config.json")
     listed = set(record["info"]["unused"])
     assert unused <= listed and not used & listed
-    assert listed <= set(record["task"])
-    # the hash is over the same dict as before: task (all fields), method, loop
+    assert used <= set(record["task"]) and not listed & set(record["task"])
+    assert set(record) == {"format", "task", "loop", "info", "method_info"}
+    assert record["format"] == pconfig.CONFIG_FORMAT == 2
+    assert not {"epochs", "seed"} & set(record["loop"])
     task, meth, loop, _ = prun.build(*_prepared(cfg))
-    cfg_dict = full_config(task, meth, loop)
-    assert set(cfg_dict["task"]) == set(pconfig.PruneConfig().hashed())
-    assert folder.name == f"{task.name}-{config_hash(cfg_dict)}"
+    assert folder.name == f"{task.name}-{config_hash(prun.run_config(task, loop))}"
+    # format 1 hashed every field and the method's section
+    legacy = prun.legacy_config(task, meth, loop)
+    assert set(legacy["task"]) == set(pconfig.PruneConfig().legacy_hashed())
+    assert legacy["method"] == meth.config_dict() and legacy["loop"] == loop.to_dict()
 
 
 def _prepared(cfg):
     c, dev, d = prun.prepare(cfg)
     return c, d, dev
+
+
+@pytest.mark.parametrize("method,settings", [("cp", {"final_tau": 0.5}), ("gmp", {}),
+                                             ("arms", {})])
+def test_analysis_reads_one_configuration_alike_from_either_format(tmp_path, method, settings):
+    """The same run read from its format 2 folder and from a format 1 copy: one set of
+    settings for analysis (the unused ones of format 1 left out, a method's own under
+    "settings"), so studies mixing old and new folders group them as one configuration. Format
+    2 names a method's own setting as its option does (``cp_final_tau``)."""
+    from analysis.scale.run_files import read_prune
+
+    cfg = tiny_cfg(method=method, mode="joint" if method == "gmp" else "supermask",
+                   settings=settings)
+    new = Path(prun.run(cfg, tmp_path / "new", quiet=True)["folder"])
+    shutil.copytree(new, tmp_path / "old" / new.name)
+    old = _as_format_1(tmp_path / "old" / new.name, cfg)
+    task = io.read_json(new / "config.json")["task"]
+    assert {f"cp_{k}" for k in settings} <= set(task) and "settings" not in task
+    a, b = read_prune(new), read_prune(old)
+    assert a.task == b.task and a.metrics == b.metrics
+    assert a.task.get("settings", {}) == settings
+    assert not set(io.read_json(new / "config.json")["info"]["unused"]) & set(a.task)
+
+
+def test_a_pruning_group_finds_its_members_format_1_folders(tmp_path):
+    """A group whose members' folders are format 1 reads them back there (nothing trained, no
+    new folder); a group of one format 1 member and one missing trains the missing one only,
+    into a format 2 folder, to the numbers of that run alone."""
+    cfgs = [tiny_cfg(method="loorf", seed=s) for s in (0, 1)]
+    assert prun.run_group(cfgs, tmp_path / "g", quiet=True) == (0, 2)
+    folders = sorted(p for p in (tmp_path / "g").iterdir() if not p.name.startswith("."))
+    olds = sorted(_as_format_1(f, c) for f, c in zip(folders, cfgs, strict=True))
+    assert prun.run_group(cfgs, tmp_path / "g", quiet=True) == (2, 0)
+    assert sorted(p for p in (tmp_path / "g").iterdir() if not p.name.startswith(".")) == olds
+    alone = prun.run(cfgs[1], tmp_path / "alone", quiet=True)
+    shutil.rmtree(next(f for f in olds if io.read_json(f / "config.json")["task"]["seed"] == 1))
+    assert prun.run_group(cfgs, tmp_path / "g", quiet=True) == (1, 1)
+    again = prun.run(cfgs[1], tmp_path / "g", quiet=True)
+    assert again["already_finished"] and Path(again["folder"]).name == Path(alone["folder"]).name
+    assert again["final_test_acc"] == alone["final_test_acc"]
 
 
 def test_a_folder_written_before_the_new_records_resumes(tmp_path):
@@ -580,11 +628,53 @@ def test_a_folder_written_before_the_new_records_resumes(tmp_path):
 
 
 def test_pinned_run_folder_names_of_existing_runs(tmp_path):
+    """A folder made by format 1 code keeps its name: the legacy configuration names it as
+    the old code did, and a run whose format 1 folder is there reads back from it."""
     for (method, mode), name in OLD_NAMES.items():
         task, meth, loop, _ = prun.build(*_prepared(tiny_cfg(method=method, mode=mode)))
-        assert f"{task.name}-{config_hash(full_config(task, meth, loop))}" == name
-    summary = prun.run(tiny_cfg(method="cp", mode="supermask"), tmp_path, quiet=True)
-    assert Path(summary["folder"]).name == OLD_NAMES[("cp", "supermask")]
+        assert f"{task.name}-{config_hash(prun.legacy_config(task, meth, loop))}" == name
+        assert f"{task.name}-{config_hash(prun.run_config(task, loop))}" != name
+
+
+def _as_format_1(folder: Path, cfg) -> Path:
+    """Rename a run folder to the name format 1 gave its run and write its config.json as
+    format 1 code wrote it (the legacy configuration, the same unhashed entries)."""
+    task, meth, loop, _ = prun.build(*_prepared(cfg))
+    legacy = prun.legacy_config(task, meth, loop)
+    old = folder.parent / f"{task.name}-{config_hash(legacy)}"
+    folder.rename(old)
+    record = io.read_json(old / "config.json")
+    io.write_json(old / "config.json", {**legacy, "info": record["info"],
+                                        "method_info": record["method_info"]})
+    return old
+
+
+def test_a_format_1_folder_is_read_back_resumed_and_kept(tmp_path):
+    """A finished format 1 folder reads back where it is (no second folder); an interrupted
+    one resumes there to the numbers of an uninterrupted run, its config.json still format
+    1; a pruning group finds its members' format 1 folders too."""
+    cfg = tiny_cfg(method="arms", epochs=3)
+    whole = prun.run(cfg, tmp_path / "whole", quiet=True)
+    done = prun.run(cfg, tmp_path / "done", quiet=True)
+    old = _as_format_1(Path(done["folder"]), cfg)
+    again = prun.run(cfg, tmp_path / "done", quiet=True)
+    assert again["already_finished"] and Path(again["folder"]) == old
+    assert [p.name for p in (tmp_path / "done").iterdir()] == [old.name]
+
+    def hook(epoch, i):
+        if (epoch, i) == (1, 1):
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    with pytest.raises(RunInterrupted):
+        prun.run(cfg, tmp_path / "cut", quiet=True, step_hook=hook)
+    (cut,) = (tmp_path / "cut").iterdir()
+    old = _as_format_1(cut, cfg)
+    resumed = prun.run(cfg, tmp_path / "cut", quiet=True)
+    assert Path(resumed["folder"]) == old and not resumed["already_finished"]
+    assert resumed["final_test_acc"] == whole["final_test_acc"]
+    assert resumed["final_remaining"] == whole["final_remaining"]
+    assert "format" not in io.read_json(old / "config.json")
+    assert [p.name for p in (tmp_path / "cut").iterdir()] == [old.name]
 
 
 # ------------------------------------------------------------------------------ pinned values

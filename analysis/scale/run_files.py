@@ -314,11 +314,46 @@ def check_task(task: object) -> dict:
     return out
 
 
+@cache
+def task_fields() -> frozenset[str]:
+    """The entries of a pruning run's task that are not its method's own settings: the fields
+    of :class:`pbscale.pruning.config.PruneConfig` and the identities of the user's network and
+    data."""
+    import dataclasses
+
+    from pbscale.pruning.config import PruneConfig
+
+    return frozenset(f.name for f in dataclasses.fields(PruneConfig)) | {"network_id", "data_id"}
+
+
+def read_task(cfg: dict) -> dict:
+    """A pruning run's settings as analysis reads them (:func:`check_task`), the same from a
+    folder of either config.json format: those it read, its method's own under "settings"
+    ({setting: value}). Format 2 holds only those, its method's own under their options' names
+    (``cp_final_tau``); format 1 held every field, listing those the run did not read in
+    "info" as "unused" (left out here)."""
+    from pbscale.methods.options import option_dest
+
+    task = check_task(cfg.get("task"))
+    if "format" in cfg:
+        prefix = option_dest(task["method"], "")
+        own = {k: v for k, v in task.items() if k.startswith(prefix) and k not in task_fields()}
+        out = {k: v for k, v in task.items() if k not in own}
+        if own:
+            out["settings"] = {k.removeprefix(prefix): v for k, v in own.items()}
+        return out
+    info = cfg.get("info")
+    unused = info.get("unused") if isinstance(info, dict) else None
+    if not isinstance(unused, list):
+        return task
+    return {k: v for k, v in task.items() if k not in unused}
+
+
 def read_prune(folder: Path) -> PruneRun:
     """One finished pruning run; :class:`DamagedRun` with the reason otherwise."""
     cfg = read_object(folder / "config.json")
     summ = read_object(folder / "summary.json")
-    task = check_task(cfg.get("task"))
+    task = read_task(cfg)
     metrics = {}
     for key, name, required in PRUNE_METRICS:
         if name not in summ and not required:
@@ -445,7 +480,7 @@ def read_diverged_run(folder: Path, cfg: dict, record: dict) -> DivergedRun | No
     if not isinstance(task, dict):
         raise DamagedRun("config.json has no 'task' object")
     if "mode" in task:
-        task = check_task(task)
+        task = read_task(cfg)
         return DivergedRun(folder, task["mode"], task["method"], method_info(cfg, task["method"]),
                            {k: v for k, v in task.items() if k != "seed"}, task["seed"], record)
     if task.get("name") == "regression":

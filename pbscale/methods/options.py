@@ -43,9 +43,15 @@ class Option:
     flag: str
 
 
+def option_dest(method: str, setting: str) -> str:
+    """The argparse dest (and sweep key, and a pruning run's config.json key) of ``method``'s
+    own ``setting``: ``cp``, ``final_tau`` -> ``cp_final_tau``."""
+    return f"{method}_{setting}".replace("-", "_")
+
+
 def option(family: Family, field: dataclasses.Field) -> Option:
     """The option of one setting of ``family``."""
-    return Option(family.name, field.name, f"{family.name}_{field.name}".replace("-", "_"),
+    return Option(family.name, field.name, option_dest(family.name, field.name),
                   f"--{family.name}-{field.name}".replace("_", "-"))
 
 

@@ -20,7 +20,8 @@ class Assembly:
     """One pruning run's pieces, built once by :func:`pbscale.pruning.run.assemble` for a run
     alone and a group member (:class:`pbscale.pruning.group.Member` holds one): task, method,
     loop, the weights' optimizer (None: supermask), its configuration (``config``: what its
-    folder is named by, :func:`pbscale.runs.loop.full_config`), what config.json records
+    folder is named by, :func:`pbscale.pruning.run.run_config`; ``legacy``: what named it in
+    config.json format 1, :func:`pbscale.pruning.run.legacy_config`), what config.json records
     unhashed (``info``, ``method_info``) and its lam controller (``--lam-target``; else
     None)."""
 
@@ -29,6 +30,7 @@ class Assembly:
     loop: LoopConfig
     weight_opt: torch.optim.Optimizer | None
     config: dict
+    legacy: dict
     info: dict
     method_info: dict
     controller: LamController | None

@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pbexact.errors import PBInputError
 from pbexact.parametrizations import PARAMETRIZATIONS
 from pbscale.methods import OPTIMIZERS, REGISTRY, Family, MethodConfig, Settings
-from pbscale.methods.options import foreign
+from pbscale.methods.options import foreign, option_dest
 from pbscale.methods.registry import MC_START, PRUNE_SETTINGS
 from pbscale.nets import data as datamod
 from pbscale.nets.models import MODELS
@@ -104,6 +104,12 @@ def method_reads(family: Family) -> list[str]:
     return [k for k in METHOD_DEPENDENT if reads[k]]
 
 
+#: The form of a pruning run's hashed configuration (config.json's "format"): 2, each setting
+#: once, under its option's name, and only those the run reads (:meth:`PruneConfig.hashed`;
+#: the method and the loop derive from them). Format 1 (no "format" entry) hashed every field
+#: and the method's section besides; its folders are still found
+#: (:meth:`PruneConfig.legacy_hashed`).
+CONFIG_FORMAT = 2
 #: Marks a field hashed only when it differs from its default (settings added later, so that
 #: existing run folders keep their names).
 CHANGED_ONLY = {"hash": "changed"}
@@ -225,7 +231,7 @@ class PruneConfig:
                 raise PBInputError(f"--{name.replace('_', '-')} must be a positive number, "
                                    f"got {v}; give a finite rate > 0")
         family.check_prune(c)
-        c.own_settings().check(family.text)
+        c.settings = c.own_settings()  # built once, checked with the method's config below
         if not isinstance(c.epochs, int) or c.epochs < 1:
             raise PBInputError(f"--epochs must be a positive integer, got {c.epochs}; give 1 "
                                "or more")
@@ -247,8 +253,7 @@ class PruneConfig:
         if c.gmp_every < 1 or c.chunk < 0 or c.max_batches < 0 or c.synthetic < 0:
             raise PBInputError("--gmp-every must be >= 1 and --chunk, --max-batches, "
                                "--synthetic >= 0; give such values (0: off)")
-        if family.caps.logits:  # the method's own rules (n, parametrization), checked once
-            c.method_config()
+        c.method_config()  # the method's own rules (n, parametrization, its settings), once
         if not (isinstance(c.lam_target, (int, float)) and 0 <= c.lam_target <= 1):
             raise PBInputError(f"--lam-target is a fraction of masked weights in (0, 1] (0: "
                                f"off), got {c.lam_target}; give e.g. --lam-target 0.05 for 5% "
@@ -291,20 +296,31 @@ class PruneConfig:
         return REGISTRY[self.method]
 
     def own_settings(self) -> Settings:
-        """The method's own settings (:class:`pbscale.methods.registry.Settings`) from
-        :attr:`settings`; an unknown one is a one-line :class:`PBInputError`."""
+        """The method's own settings (:class:`pbscale.methods.registry.Settings`):
+        :attr:`settings` itself once :meth:`validate` built it, else built from the dict; an
+        unknown one is a one-line :class:`PBInputError`."""
         family = self.family
+        if isinstance(self.settings, family.Settings):
+            return self.settings
         return family.Settings.build(dict(self.settings), family.text)
 
     def method_config(self) -> MethodConfig:
         """The :class:`MethodConfig` of the run's method (its logits' optimizer, samples and
         parametrization; n as :func:`pruning_n` says, one that takes only the sigmoid gets
-        it; validated as it is made)."""
+        it; validated as it is made), made once per distinct set of the fields it reads (a
+        copy with other values makes its own)."""
         family = self.family
-        return MethodConfig(method=self.method, n=pruning_n(family, self.n),
-                            param=self.param if family.caps.any_param else "sigmoid",
-                            lr=self.mask_lr, optimizer=self.mask_opt, seed=self.seed,
-                            chunk=self.chunk or None, lam=self.lam, settings=self.settings)
+        key = (self.method, pruning_n(family, self.n),
+               self.param if family.caps.any_param else "sigmoid", self.mask_lr, self.mask_opt,
+               self.seed, self.chunk or None, self.lam, self.own_settings())
+        cached = self.__dict__.get("_method_config")
+        if cached is None or cached[0] != key:
+            method, n, param, lr, opt, seed, chunk, lam, settings = key
+            cached = (key, MethodConfig(method=method, n=n, param=param, lr=lr, optimizer=opt,
+                                        seed=seed, chunk=chunk, lam=lam,
+                                        settings=settings))
+            self.__dict__["_method_config"] = cached
+        return cached[1]
 
     def method_settings(self) -> list[str]:
         """The settings of :meth:`hashed` that depend on the method and that this run's method
@@ -312,7 +328,22 @@ class PruneConfig:
         return method_reads(self.family)
 
     def hashed(self) -> dict:
-        """The fields that define the run (not where its data lives)."""
+        """The settings that define the run and that it reads, each once under its option's
+        name (config.json's "task" of :data:`CONFIG_FORMAT` 2): :meth:`legacy_hashed` without
+        the fields of :meth:`unused`, the method's own settings that differ from their defaults
+        under their options' names (``cp_final_tau``, as ``--cp-final-tau`` and the sweep key;
+        format 1 nested them under "settings")."""
+        d = self.legacy_hashed()
+        for k in self.unused():
+            d.pop(k, None)
+        own = d.pop("settings", {})
+        d.update({option_dest(self.method, k): v for k, v in own.items()})
+        return d
+
+    def legacy_hashed(self) -> dict:
+        """The run's "task" as config.json format 1 hashed it (every field but where its data
+        lives, read or not): what a run folder made before format 2 is named by
+        (:func:`pbscale.runs.records.chosen_config` finds it)."""
         d = asdict(self)
         d.pop("data_dir")
         d.pop("data")

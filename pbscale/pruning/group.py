@@ -62,6 +62,7 @@ from pbscale.runs.records import (
     GROUPS,
     Diverged,
     groups_folder,
+    hashed_part,
     last_metrics,
     lock_folder,
     open_folder,
@@ -329,7 +330,9 @@ class GroupTask(RunHooks):
             c.key = f"run{g}.lam"
 
     def config(self) -> dict:
-        return {"runs": [m.task.config() for m in self.members]}
+        """The members' tasks as config.json format 1 hashed them (the group's folder, which
+        holds only its checkpoint, keeps the name it had before format 2)."""
+        return {"runs": [m.assembly.legacy["task"] for m in self.members]}
 
     def weights(self) -> list[torch.nn.Parameter]:
         return [p for m in self.members for p in m.task.weights()]
@@ -493,9 +496,10 @@ def check_group_memory(first: Member, runs: int, device: torch.device) -> None:
 
 def group_folder(members: list[Member], out: str | Path) -> Path:
     """The group folder of ``members`` under ``out/.groups`` (named as :func:`train_group`'s
-    run names it: the members' task and method configurations and the loop's)."""
+    run names it: the members' task (format 1, :meth:`GroupTask.config`) and method
+    configurations and the loop's)."""
     loop = dataclasses.replace(members[0].loop, seed=0)
-    config = {"task": {"runs": [m.task.config() for m in members]},
+    config = {"task": {"runs": [m.assembly.legacy["task"] for m in members]},
               "method": {"runs": [m.method.config_dict() for m in members]},
               "loop": loop.to_dict()}
     name = f"group-{members[0].task.name}-{len(members)}runs"
@@ -553,8 +557,7 @@ def _train_locked(members: list[Member], out: str | Path, device: torch.device,
     if not todo:
         return GroupResult(len(members) - len(unfinished), 0, recorded, len(members))
     for m in todo:  # the checks the separate run makes of its folder, before anything trains
-        config = {k: m.record[k] for k in ("task", "method", "loop")}
-        open_folder(out, m.task.name, config, m.record,
+        open_folder(out, m.task.name, hashed_part(m.record), m.record,
                     ("config.json", m.loop.metrics_file, "checkpoint.pt", "summary.json"))
     method = GroupMethod(todo, device, {**LR_FLAGS, **GroupTask.lr_flags})
     task = GroupTask(todo, method, device)

@@ -31,6 +31,7 @@ from pbscale.nets.network import NetworkSource, layer_counts, source_digest
 from pbscale.pruning import setup
 from pbscale.pruning.assembly import Assembly
 from pbscale.pruning.config import (
+    CONFIG_FORMAT,
     FREEZE_AT,
     WEIGHT_DECAY,
     WEIGHT_GAMMA,
@@ -43,9 +44,10 @@ from pbscale.pruning.lam_control import LamController, target_line
 from pbscale.pruning.outputs import Export
 from pbscale.pruning.task import PruneTask
 from pbscale.runs import io as runio
-from pbscale.runs.contracts import LoopConfig, RunHooks
-from pbscale.runs.loop import env_info, full_config, run_folder, run_record
+from pbscale.runs.contracts import LoopConfig, Method, RunHooks
+from pbscale.runs.loop import env_info, run_folder, run_record
 from pbscale.runs.loop import run as loop_run
+from pbscale.runs.records import chosen_config
 from pbscale.runs.runtime import resolve_device
 
 #: The options the runs of one pruning group may differ in (``--seeds``, and comma lists of
@@ -119,8 +121,30 @@ def assemble(cfg: PruneConfig, data: datamod.Data, dev: torch.device, *,
             **({"routes": str(routes)} if routes is not None and routes.on else {})}
     controller = (LamController(method, cfg.lam_target, loop, task.steps_per_epoch)
                   if cfg.lam_target else None)
-    return Assembly(task, method, loop, weight_opt, full_config(task, method, loop), info,
+    return Assembly(task, method, loop, weight_opt, run_config(task, loop),
+                    legacy_config(task, method, loop), info,
                     cfg.family.info(cfg.method_settings()), controller)
+
+
+#: The loop's entries that the task holds already (one entry per setting).
+LOOP_IN_TASK = ("epochs", "seed")
+
+
+def run_config(task: PruneTask, loop: LoopConfig) -> dict:
+    """What a pruning run's folder is named by (config.json :data:`~pbscale.pruning.config.
+    CONFIG_FORMAT` 2): the settings the run reads (:meth:`PruneTask.config`) and the loop's
+    schedule that its method's family derives from them, each entry once (the method's
+    section of format 1 repeated the task's settings under other names)."""
+    schedule = {k: v for k, v in loop.to_dict().items() if k not in LOOP_IN_TASK}
+    return {"format": CONFIG_FORMAT, "task": task.config(), "loop": schedule}
+
+
+def legacy_config(task: PruneTask, method: Method, loop: LoopConfig) -> dict:
+    """What named the same run in config.json format 1 (:func:`pbscale.runs.loop.full_config`
+    with the task's every field, :meth:`PruneTask.legacy_config`): a folder of that name, made
+    before format 2, is found, resumed and read back (:func:`pbscale.runs.records.
+    chosen_config`)."""
+    return {"task": task.legacy_config(), "method": method.config_dict(), "loop": loop.to_dict()}
 
 
 def run(cfg: PruneConfig, out: str | Path, device: str = "cpu", *, quiet: bool = False,
@@ -157,7 +181,7 @@ def run(cfg: PruneConfig, out: str | Path, device: str = "cpu", *, quiet: bool =
         quiet = quiet or shard.rank > 0
     if shard is None and captures_steps(cfg, dev, asked):
         hooks.append(CapturedSteps(task, method))
-    folder = run_folder(out, task.name, a.config)
+    folder = run_folder(out, task.name, chosen_config(out, task.name, a.config, a.legacy))
     finished_before = (folder / "summary.json").exists()
     hooks.append(Export(folder, task.evaluation, task.rescales))
     if shard is not None:  # every rank resumes from rank 0's checkpoint
@@ -170,7 +194,7 @@ def run(cfg: PruneConfig, out: str | Path, device: str = "cpu", *, quiet: bool =
     folder = loop_run(task, method, loop, out, weight_optimizer=weight_opt, device=dev,
                       progress=not quiet, info=a.info, step_hook=step_hook, hooks=hooks,
                       lr_flags=task.lr_flags, method_info=a.method_info,
-                      keep_checkpoint=keep_checkpoint)
+                      keep_checkpoint=keep_checkpoint, config=a.config, legacy=a.legacy)
     summary = runio.read_summary(folder / "summary.json", task.summary_keys)
     runio.write_json(folder / "data.json", data.transform())
     summary.update({"folder": str(folder), "masked": task.d, "parameters": task.num_all,
@@ -309,12 +333,13 @@ def member(cfg: PruneConfig, data: datamod.Data, dev: torch.device, out: str | P
     a = assemble(cfg, data, dev, source=source, ignored=ignored)
     env = env_info()
     sweep_ids = env.pop("sweep_ids", {})
-    record = run_record(a.config, dev, a.info, a.method_info, env)
+    config = chosen_config(out, a.task.name, a.config, a.legacy)
+    record = run_record(config, dev, a.info, a.method_info, env)
     record["info"]["code"] = code_provenance()
     key = member_key({"seed": cfg.seed, "lam": cfg.lam, "mask_lr": cfg.mask_lr})
     if key in sweep_ids:  # launched by a sweep: the run's own id, as a separate run records
         record["info"]["sweep_id"] = sweep_ids[key]
-    return Member(a, run_folder(out, a.task.name, a.config), record, a.task.rescales,
+    return Member(a, run_folder(out, a.task.name, config), record, a.task.rescales,
                   data.transform())
 
 

@@ -203,10 +203,19 @@ class PruneTask:
         return tuple(k.replace("test_acc", "test_loss") for k in SUMMARY_KEYS)
 
     def config(self) -> dict:
-        """The run's hashed configuration: the config's fields, and for the user's own network
-        or data their identity (:func:`pbscale.nets.network.network_id`, the data's fingerprint),
-        so that a changed network or other data is another run folder."""
-        out = self.cfg.hashed()
+        """The run's hashed task: the settings it reads (:meth:`PruneConfig.hashed`), and for
+        the user's own network or data their identity (:func:`pbscale.nets.network.network_id`,
+        the data's fingerprint), so that a changed network or other data is another run
+        folder."""
+        return self.identified(self.cfg.hashed())
+
+    def legacy_config(self) -> dict:
+        """The hashed task of config.json format 1 (:meth:`PruneConfig.legacy_hashed`, with
+        the same identities): what a run folder made before format 2 is named by."""
+        return self.identified(self.cfg.legacy_hashed())
+
+    def identified(self, out: dict) -> dict:
+        """``out`` with the identities of the user's own network and data."""
         if self.network_id is not None:
             out["network_id"] = self.network_id
         if self.cfg.dataset == ARRAYS:

@@ -28,8 +28,9 @@ from pbscale.runs import io
 from pbscale.runs.contracts import LoopConfig, Method, Task
 from pbscale.runs.io import DIVERGED, read_diverged, write_diverged
 
-__all__ = ["DIVERGED", "GROUPS", "PROVENANCE", "Diverged", "check_provenance", "config_hash",
-           "diverged_refusal", "env_info", "full_config", "groups_folder", "last_metrics",
+__all__ = ["DIVERGED", "GROUPS", "PROVENANCE", "UNHASHED", "Diverged", "check_provenance",
+           "chosen_config", "config_hash", "diverged_refusal", "env_info", "full_config",
+           "groups_folder", "hashed_part", "last_metrics",
            "lock_folder", "open_folder", "read_diverged", "read_state", "run_folder", "run_record",
            "write_diverged", "write_summary"]
 
@@ -70,6 +71,25 @@ def groups_folder(out: str | Path) -> Path:
     if folder.is_symlink() or folder.exists():
         inside(folder, out)
     return folder
+
+
+#: Entries of a config.json record that are not hashed (:func:`run_record`).
+UNHASHED = ("info", "method_info")
+
+
+def hashed_part(record: dict) -> dict:
+    """The configuration a config.json ``record`` holds: every entry but :data:`UNHASHED`."""
+    return {k: v for k, v in record.items() if k not in UNHASHED}
+
+
+def chosen_config(out: str | Path, task_name: str, config: dict, legacy: dict | None) -> dict:
+    """The configuration a run is named by under ``out``: ``config``, or ``legacy`` (the
+    same run as an older form of the configuration named it) where only ``legacy``'s folder
+    is there, so that a run folder made before the form changed is found, resumed and read
+    back where it is, under the name it has."""
+    if legacy is None or run_folder(out, task_name, config).exists():
+        return config
+    return legacy if run_folder(out, task_name, legacy).exists() else config
 
 
 def full_config(task: Task, method: Method, loop: LoopConfig) -> dict:
