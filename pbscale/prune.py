@@ -229,7 +229,7 @@ def build_parser() -> ArgumentParser:
                         "the last line says what was reached, and warns with the fix on a "
                         "miss; groups too, each run its own (0: off, --lam fixed; "
                         "docs/pruning.md)").id_when_changed = True
-    channel_methods = listed(f.text for f in families(PRUNE_COMMANDS) if f.caps.channels)
+    channel_methods = listed(f.text for f in families(PRUNE_COMMANDS) if f.caps.pruning.channels)
     p.add_argument("--granularity", default=d.granularity, choices=GRANULARITIES,
                    help=f"weight: one mask entry a weight (default); channel: one a channel of "
                         f"Torch-Pruning's coupled groups (structured pruning, {channel_methods}, "

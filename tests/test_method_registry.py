@@ -25,11 +25,15 @@ from pbscale.methods import (
     MC_METHODS,
     METHODS,
     REGISTRY,
+    Capabilities,
     CPSettings,
+    LogitsFamily,
     MagnitudeFamily,
     MaskTrainer,
     MCFamily,
     MethodConfig,
+    MicroworldHooks,
+    Pruning,
     names,
 )
 from pbscale.methods.registry import MIN_COLOR_DISTANCE, color_distance, register
@@ -71,6 +75,24 @@ def test_every_family_is_complete():
                              "settings"}
         assert info["name"] == name and info["samples"] == f.caps.samples, name
         assert set(f.Settings.names()) <= set(info["settings"]), name
+        # the optional profiles: only the families that need them
+        assert ("microworld" in f.caps.commands) == isinstance(f, MicroworldHooks), name
+        prunes = bool({"prune-supermask", "prune-joint"} & set(f.caps.commands))
+        assert prunes or f.caps.pruning == Pruning(), name
+
+
+def test_profiles_are_refused_where_a_family_does_not_need_them():
+    with pytest.raises(ValueError, match="needs a pruning tool in commands"):
+        Capabilities(commands=("regress",), pruning=Pruning(channels=True))
+
+    class NoHooks(LogitsFamily):
+        name, label, text, color = "nohooks", "no hooks", "no hooks", "olive"
+        caps = Capabilities(commands=("microworld",), uses=("lr", "optimizer"))
+
+    with pytest.raises(ValueError, match="has no microworld hooks; subclass "
+                                         "pbscale.methods.MicroworldHooks"):
+        register(NoHooks)
+    assert "nohooks" not in REGISTRY
 
 
 def test_no_two_methods_share_a_colour():

@@ -332,9 +332,9 @@ def test_defaults_and_families():
 
 
 def test_st_theta_prunes_with_one_mask_a_step_whatever_n():
-    """ST-theta's caps.prune_n = 1 (Zhou et al.): a pruning run draws one mask a step and
+    """ST-theta's caps.pruning.prune_n = 1 (Zhou et al.): a pruning run draws one mask a step and
     lists --n as unused; regression takes its n. The MC estimators take --n in pruning."""
-    from pbscale.methods import Capabilities
+    from pbscale.methods import Capabilities, Pruning
 
     cfg = pconfig.PruneConfig(method="st-theta", n=10).resolved()
     assert cfg.method_config().n == 1 and "n" in cfg.unused()
@@ -342,7 +342,9 @@ def test_st_theta_prunes_with_one_mask_a_step_whatever_n():
     arms = pconfig.PruneConfig(method="arms", n=10).resolved()
     assert arms.method_config().n == 10 and "n" not in arms.unused()
     with pytest.raises(ValueError, match="prune_n needs n in uses"):
-        Capabilities(uses=("lr",), prune_n=1)
+        Capabilities(commands=("prune-supermask",), uses=("lr",), pruning=Pruning(prune_n=1))
+    with pytest.raises(ValueError, match="needs a pruning tool in commands"):
+        Capabilities(commands=("regress",), pruning=Pruning(rescale=True))
 
 
 @pytest.mark.parametrize("args,match", [

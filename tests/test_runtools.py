@@ -39,7 +39,7 @@ from pbscale.regression import run as rrun
 from pbscale.regression.group import MAX_RUNS, GroupRun
 from pbscale.regression.problem import make_problem
 from pbscale.runs import io
-from pbscale.runs.loop import PROVENANCE, config_hash, full_config
+from pbscale.runs.loop import PROVENANCE, config_hash
 from pbscale.runs.loop import run as loop_run
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -73,6 +73,7 @@ from .registry import (
     MethodConfig,
     NoSettings,
     Plan,
+    Pruning,
     Settings,
     get_family,
     names,
@@ -91,7 +92,7 @@ from .samplers import (
     standard_gamma,
     uniform_bits24,
 )
-from .trainer import Gradient, LogitsFamily, MaskTrainer, StepArgs
+from .trainer import Gradient, LogitsFamily, MaskTrainer, MicroworldHooks, StepArgs
 
 # the families, in registration order (FAMILY_MODULES), each importing the names above;
 # their colours are checked by the tests, not with matplotlib at start-up (own_families)
@@ -162,8 +163,10 @@ __all__ = [
     "Capabilities", "CopulaSampler", "CutSchedule", "Estimate", "Family", "FixedSampler",
     "Gradient", "HYBRID_METHODS", "HybridControl", "HybridFamily", "LogitsFamily", "MCFamily",
     "MC_METHODS", "METHODS", "MagnitudeFamily", "MagnitudeMethod", "MaskFamily", "MaskTrainer",
-    "MethodConfig", "NoSettings", "OPTIMIZERS", "PerRunSampler", "PerSeedControl", "PerSeedMLP",
-    "Plan", "REGISTRY", "RELAX_HIDDEN", "RELAX_LR", "RELAX_WEIGHT_DECAY", "SAMPLERS", "Settings",
+    "MethodConfig", "MicroworldHooks", "NoSettings", "OPTIMIZERS", "PerRunSampler",
+    "PerSeedControl", "PerSeedMLP",
+    "Plan", "Pruning", "REGISTRY", "RELAX_HIDDEN", "RELAX_LR", "RELAX_WEIGHT_DECAY", "SAMPLERS",
+    "Settings",
     "StepArgs", "auto_chunk", "cp_hard_mask", "cp_relaxed_loss", "cp_step", "cp_temperature",
     "dense_regularizer", "get_family", "load_plugins", "make_control", "mc_gradient",
     "mc_surrogate", "names", "rebar_relax", "rebar_relax_step", "register", "register_estimator",

@@ -32,7 +32,7 @@ from pbexact.relaxations import HC_BETA, HC_GAMMA, HC_ZETA, get_relaxation
 from pbscale.runs.contracts import BatchedLoss
 
 from .estimate import Estimate, sample_mean
-from .registry import Capabilities, register
+from .registry import Capabilities, Pruning, register
 from .schedules import check_fraction, top_scores
 from .trainer import Gradient, LogitsFamily, StepArgs
 
@@ -97,7 +97,7 @@ class STThetaFamily(BeyondFamily):
     name, label, text, color = "st-theta", "ST-θ (Zhou)", "ST-theta", "navy"
     caps = Capabilities(commands=BEYOND_COMMANDS,
                         uses=("n", "param", "lr", "optimizer", "chunk", "lam"), min_samples=1,
-                        also_sampled=True, prune_param="sigmoid", prune_n=1)
+                        pruning=Pruning(also_sampled=True, prune_param="sigmoid", prune_n=1))
 
     def gradient(self, f: BatchedLoss, r: torch.Tensor, at: StepArgs) -> Gradient:
         est, J = st_theta(f, r, at.param, at.uniforms(at.n), keep_graph=at.weights)

@@ -16,8 +16,8 @@ from pbexact.parametrizations import Parametrization
 from pbscale.runs.contracts import BatchedLoss
 
 from .estimate import Estimate, sample_mean
-from .registry import CP_GAMMA, CP_MILESTONES, Capabilities, Settings, register, setting
-from .trainer import Gradient, LogitsFamily, StepArgs
+from .registry import CP_GAMMA, CP_MILESTONES, Capabilities, Pruning, Settings, register, setting
+from .trainer import Gradient, LogitsFamily, MicroworldHooks, StepArgs
 
 
 def cp_temperature(step: int, total_steps: int, final: float = CP_FINAL_TAU,
@@ -89,7 +89,7 @@ class CPSettings(Settings):
 
 
 @register
-class CPFamily(LogitsFamily):
+class CPFamily(LogitsFamily, MicroworldHooks):
     """CP as a method: logits start at r = 0 (sigmoid(0 / tau) = 0.5); each step differentiates
     the relaxed loss at the step's temperature (:func:`cp_temperature` of the step's position,
     its :class:`CPSettings`), reports the loss of 1[r > 0] and gives the relaxed loss to the
@@ -100,7 +100,7 @@ class CPFamily(LogitsFamily):
     caps = Capabilities(commands=("regress", "regress-group", "prune-supermask", "prune-joint",
                                   "microworld"),
                         uses=("lr", "optimizer", "lam"), deterministic=True,
-                        mask_schedule=(CP_MILESTONES, CP_GAMMA), channels=True)
+                        pruning=Pruning(mask_schedule=(CP_MILESTONES, CP_GAMMA), channels=True))
     Settings = CPSettings
 
     def initial_logits(self, param: Parametrization, d: int,

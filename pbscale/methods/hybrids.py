@@ -16,7 +16,7 @@ from pbscale.runs.contracts import BatchedLoss
 
 from .estimate import Estimate, sample_mean
 from .registry import Capabilities, register
-from .trainer import Gradient, LogitsFamily, StepArgs
+from .trainer import Gradient, LogitsFamily, MicroworldHooks, StepArgs
 
 #: Keeps log(u) and log(1 - u) finite in the logistic reparametrization of REBAR/RELAX.
 _UNIFORM_EPS = 1e-6
@@ -204,7 +204,7 @@ def rebar_relax_step(f: BatchedLoss, r: torch.Tensor, uniforms: Callable[[], tor
     return est
 
 
-class HybridFamily(LogitsFamily):
+class HybridFamily(LogitsFamily, MicroworldHooks):
     """The hybrid estimators as methods: sigmoid parametrization only, n >= 1 uniforms per step,
     the masks trained alone (no loss for network weights), dense regularizer through sigmoid.
     A member's estimate over sigmoid logits is :meth:`sigmoid_estimate`, shared by its runs and

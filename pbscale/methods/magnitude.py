@@ -8,7 +8,7 @@ training.
 from __future__ import annotations
 
 from .cuts import CutSchedule, MaskFamily
-from .registry import Capabilities, register
+from .registry import Capabilities, Pruning, register
 from .schedules import gmp_fraction
 
 
@@ -48,4 +48,5 @@ class DenseFamily(MagnitudeFamily):
     """Dense training: the mask stays all ones; the weights train in either mode."""
 
     name, label, text, color = "dense", "dense", "dense", "k"
-    caps = Capabilities(commands=("prune-supermask", "prune-joint"), dense_weights=True)
+    caps = Capabilities(commands=("prune-supermask", "prune-joint"),
+                        pruning=Pruning(dense_weights=True))

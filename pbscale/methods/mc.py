@@ -28,7 +28,7 @@ from pbscale.runs.contracts import BatchedLoss
 from .counter_stream import CounterStream
 from .estimate import Estimate, surrogate_loss
 from .fused import fused_estimate, fused_gradient
-from .registry import MC_GAMMA, MC_MILESTONES, MC_START, Capabilities, register
+from .registry import MC_GAMMA, MC_MILESTONES, MC_START, Capabilities, Pruning, register
 from .samplers import SAMPLERS, PerRunSampler
 from .trainer import Gradient, LogitsFamily, StepArgs
 
@@ -163,8 +163,9 @@ class MCFamily(LogitsFamily):
             commands=("regress", "regress-group", "prune-supermask", "prune-joint"),
             uses=("n", "param", "lr", "optimizer", "chunk", "lam"), samples=True,
             min_samples=spec.min_samples, split_samples=True, captures_step=True,
-            eval_sampled=True, rescale=True, mask_schedule=(MC_MILESTONES, MC_GAMMA),
-            joint_warmup=MC_START, channels=True)
+            pruning=Pruning(eval_sampled=True, rescale=True,
+                            mask_schedule=(MC_MILESTONES, MC_GAMMA), joint_warmup=MC_START,
+                            channels=True))
 
     def check(self, config: Any) -> None:
         self.spec.check_n(config.n)

@@ -169,6 +169,39 @@ class Plan:
 
 
 @dataclass(frozen=True)
+class Pruning:
+    """How pruning (:mod:`pbscale.prune`) treats a family: its pruning profile
+    (``Capabilities.pruning``), read by pruning alone. Each default a constant; a family that
+    does not prune keeps the defaults (:class:`Capabilities` refuses others).
+
+    Evaluation: ``eval_sampled`` (evaluated by the best of sampled masks; else its
+    deterministic mask; needs ``samples``), ``also_sampled`` (also reports the best of
+    ``--eval-masks`` sampled masks, ``sampled_*`` metrics). Training: ``rescale`` (its
+    weights rescaled dynamically, :func:`pbscale.forward.rescale.rescaled_weight`),
+    ``mask_schedule`` ((milestones, gamma) of its logits' step decay), ``joint_warmup``
+    (fraction of a joint run's epochs trained dense first), ``dense_weights`` (trains the
+    weights in supermask mode too). Settings: ``prune_param`` (its parametrization when
+    ``--param`` is left out), ``prune_n`` (the n of every pruning run, ``--n`` then unused;
+    None: ``--n``, where ``uses`` names n). ``channels``: its variables may be channels
+    (``--granularity channel``: its step reads nothing of the flat mask's layout but d, so a
+    variable may stand for a channel of a coupled group)."""
+
+    eval_sampled: bool = False
+    also_sampled: bool = False
+    rescale: bool = False
+    mask_schedule: tuple[tuple[float, ...], float] = ((), 1.0)
+    joint_warmup: float = 0.0
+    dense_weights: bool = False
+    prune_param: str | None = None
+    prune_n: int | None = None
+    channels: bool = False
+
+
+#: The tools of :data:`COMMANDS` that prune (they read :attr:`Capabilities.pruning`).
+PRUNE_COMMANDS = ("prune-supermask", "prune-joint")
+
+
+@dataclass(frozen=True)
 class Capabilities:
     """What a method is and reads, stated once (the family's ``caps``; in the spirit of
     scikit-learn's estimator tags): each field's default is a constant, none is derived from
@@ -178,7 +211,7 @@ class Capabilities:
     of :data:`SHARED` and :data:`PRUNE_SETTINGS` it reads; those it does not are listed as
     unused in a run's config.json, and the trainer adds no L0 term without ``lam``.
     A family that names ``n`` in ``uses`` draws n masks per step and takes ``--n`` in every
-    tool (pruning too, unless ``prune_n`` fixes it); one that does not runs with n = 1.
+    tool (pruning too, unless ``pruning.prune_n`` fixes it); one that does not runs with n = 1.
     ``samples``: one of pbexact's MC estimators (:class:`pbscale.methods.mc.MCFamily`, one per
     estimator of `pbexact.estimators.REGISTRY` without a J table): its runs are described by n
     and the parametrization, and analysis selects the MC runs by it (config.json's
@@ -190,16 +223,8 @@ class Capabilities:
     replayed from a CUDA graph: the step reads back one value, the sum of its n sampled losses,
     and its Python state is the step count alone).
 
-    Evaluation and pruning: ``eval_sampled`` (evaluated by the best of sampled masks; else its
-    deterministic mask), ``also_sampled`` (also reports the best of ``--eval-masks`` sampled
-    masks, ``sampled_*`` metrics), ``rescale`` (pruning rescales its weights dynamically,
-    :func:`pbscale.forward.rescale.rescaled_weight`), ``mask_schedule`` ((milestones, gamma) of its
-    logits' step decay), ``joint_warmup`` (fraction of a joint run's epochs trained dense
-    first), ``dense_weights`` (trains the weights in supermask mode too), ``prune_param``
-    (its parametrization when ``--param`` is left out) and ``prune_n`` (the n of every pruning
-    run, ``--n`` then unused; None: ``--n``, where ``uses`` names n), ``channels`` (pruning may
-    take its variables as channels, ``--granularity channel``: its step reads nothing of the
-    flat mask's layout but d, so a variable may stand for a channel of a coupled group)."""
+    ``pruning``: its pruning profile (:class:`Pruning`), other than the defaults only for a
+    family whose ``commands`` prune."""
 
     commands: tuple[str, ...] = ()
     uses: tuple[str, ...] = ()
@@ -208,15 +233,7 @@ class Capabilities:
     min_samples: int | None = None
     split_samples: bool = False
     captures_step: bool = False
-    eval_sampled: bool = False
-    also_sampled: bool = False
-    rescale: bool = False
-    mask_schedule: tuple[tuple[float, ...], float] = ((), 1.0)
-    joint_warmup: float = 0.0
-    dense_weights: bool = False
-    prune_param: str | None = None
-    prune_n: int | None = None
-    channels: bool = False
+    pruning: Pruning = Pruning()
 
     def __post_init__(self) -> None:
         unknown = set(self.commands) - set(COMMANDS)
@@ -226,15 +243,22 @@ class Capabilities:
         if unknown:
             raise ValueError(f"unknown settings in uses {sorted(unknown)}; choose from "
                              f"{SHARED + PRUNE_SETTINGS}")
+        if not isinstance(self.pruning, Pruning):
+            raise ValueError(f"pruning must be a Pruning, got {self.pruning!r}")
+        if self.pruning != Pruning() and not set(self.commands) & set(PRUNE_COMMANDS):
+            raise ValueError("a pruning profile other than the defaults needs a pruning tool "
+                             f"in commands ({', '.join(PRUNE_COMMANDS)})")
         if ("n" in self.uses) != (self.min_samples is not None):
             raise ValueError("min_samples is given exactly when uses names n")
-        if self.prune_n is not None and ("n" not in self.uses
-                                         or self.prune_n < (self.min_samples or 1)):
-            raise ValueError("prune_n needs n in uses and at least min_samples")
+        prune_n = self.pruning.prune_n
+        if prune_n is not None and ("n" not in self.uses or prune_n < (self.min_samples or 1)):
+            raise ValueError("pruning.prune_n needs n in uses and at least min_samples")
         if self.samples and self.deterministic:
             raise ValueError("a method that samples is not deterministic")
-        if (self.split_samples or self.captures_step or self.eval_sampled) and not self.samples:
-            raise ValueError("split_samples, captures_step and eval_sampled need samples")
+        if (self.split_samples or self.captures_step or self.pruning.eval_sampled) \
+                and not self.samples:
+            raise ValueError("split_samples, captures_step and pruning.eval_sampled need "
+                             "samples")
 
     @property
     def logits(self) -> bool:
@@ -257,16 +281,22 @@ class Capabilities:
         return "prune-joint" in self.commands
 
     def get(self, flag: str) -> Any:
-        """A field or property by name (what :func:`names` filters on)."""
+        """A field, property or field of the pruning profile by name (what :func:`names`
+        filters on)."""
         if flag not in CAPABILITY_FLAGS:
             raise AttributeError(f"no capability {flag!r}; choose from "
                                  f"{', '.join(CAPABILITY_FLAGS)}")
+        if flag in PRUNING_FLAGS:
+            return getattr(self.pruning, flag)
         return getattr(self, flag)
 
 
+#: The fields of the pruning profile, as flags of :func:`names`.
+PRUNING_FLAGS = tuple(f.name for f in dataclasses.fields(Pruning))
 #: The names :func:`names` filters on: the fields of :class:`Capabilities` and its properties.
-CAPABILITY_FLAGS = (*(f.name for f in dataclasses.fields(Capabilities)), "logits", "any_param",
-                    "prune_settings", "trains_weights")
+CAPABILITY_FLAGS = (*(f.name for f in dataclasses.fields(Capabilities) if f.name != "pruning"),
+                    "logits", "any_param", "prune_settings", "trains_weights",
+                    *PRUNING_FLAGS)
 
 
 class Family:
@@ -384,6 +414,9 @@ def register(family: Family | type[Family]) -> Any:
         raise ValueError(f"method name {obj.name!r} is empty, registered twice or a setting's")
     if not isinstance(obj.caps, Capabilities):
         raise ValueError(f"{obj.name}: caps must be a Capabilities, got {obj.caps!r}")
+    if "microworld" in obj.caps.commands and not callable(getattr(obj, "vector_gradient", None)):
+        raise ValueError(f"{obj.name}: runs in the microworld but has no microworld hooks; "
+                         "subclass pbscale.methods.MicroworldHooks too")
     if _colors_checked[0]:
         check_color(obj)
     REGISTRY[obj.name] = obj

@@ -98,9 +98,9 @@ class LogitsFamily(Family):
     :attr:`StepArgs.state`, the next returned in :attr:`Gradient.state`, checkpointed with the
     run), one step's estimate (:meth:`gradient`, returning a :class:`Gradient`), the
     probabilities and masks it is evaluated with (:meth:`theta`, :meth:`eval_mask`,
-    :meth:`sample_masks`), its temperature, a learned control
-    (:meth:`make_control`), and for the microworld's vectorized runs :meth:`vector_gradient`
-    and :meth:`run_theta`. Its capabilities name ``lr`` and ``optimizer`` (mask logits), and
+    :meth:`sample_masks`), its temperature and a learned control (:meth:`make_control`);
+    the microworld's vectorized runs take a family that also implements
+    :class:`MicroworldHooks`. Its capabilities name ``lr`` and ``optimizer`` (mask logits), and
     ``lam`` when it has an L0 term."""
 
     caps = Capabilities(uses=("lr", "optimizer", "lam"))
@@ -178,7 +178,14 @@ class LogitsFamily(Family):
         """k masks (k, d) from the distribution at logits r (drawn from ``at.generator``)."""
         return BernoulliSampler(self.theta(r, at), at.generator).next(k)
 
-    # ------------------------------------------------------------------ microworld hooks
+
+
+class MicroworldHooks:
+    """The microworld profile of a family over mask logits: the hooks of the vectorized torch
+    runs of :mod:`analysis.microworld.hybrid` (every seed's logits at once, sigmoid logits
+    only). Only the families whose ``caps.commands`` name ``microworld`` implement it (CP, ST,
+    REBAR, RELAX: ``class CPFamily(LogitsFamily, MicroworldHooks)``); the MC estimators run
+    in the microworld on pbexact's exact core instead."""
 
     def vector_gradient(self, f: BatchedLoss, r: torch.Tensor,
                         uniforms: Callable[[], torch.Tensor], control: Any,
@@ -304,12 +311,12 @@ class MaskTrainer:
     @property
     def eval_sampled(self) -> bool:
         """Evaluated by the best of sampled masks (else by :meth:`mode_mask`)."""
-        return self.family.caps.eval_sampled
+        return self.family.caps.pruning.eval_sampled
 
     @property
     def also_sampled(self) -> bool:
         """Pruning also reports the best of its sampled masks."""
-        return self.family.caps.also_sampled
+        return self.family.caps.pruning.also_sampled
 
     #: its evaluation mask differs from the masks training saw: pruning recomputes BatchNorm
     #: statistics for it

@@ -16,16 +16,15 @@ from pbexact.errors import PBInputError
 from pbexact.parametrizations import PARAMETRIZATIONS
 from pbscale.methods import OPTIMIZERS, REGISTRY, Family, MethodConfig, Settings
 from pbscale.methods.options import foreign, option_dest
-from pbscale.methods.registry import MC_START, PRUNE_SETTINGS
+from pbscale.methods.registry import MC_START, PRUNE_COMMANDS, PRUNE_SETTINGS
 from pbscale.nets import data as datamod
 from pbscale.nets.models import MODELS
 from pbscale.nets.network import NETWORK_INITS, check_spec, is_import_path
 from pbscale.nets.objectives import LOSSES
 from pbscale.nets.user_data import ARRAYS
 
-MODES = ("supermask", "joint")
-#: The registry's commands of pruning, one per mode.
-PRUNE_COMMANDS = tuple(f"prune-{m}" for m in MODES)
+#: The modes of a pruning run (``--mode``), one per pruning command of the registry.
+MODES = tuple(c.removeprefix("prune-") for c in PRUNE_COMMANDS)
 
 
 def prune_methods() -> tuple[str, ...]:
@@ -79,14 +78,14 @@ def steers_lam(family: Family) -> bool:
 
 def reads_n(family: Family) -> bool:
     """Whether a pruning run of ``family`` takes ``--n``: its ``caps.uses`` names n and its
-    ``caps.prune_n`` does not fix it."""
-    return "n" in family.caps.uses and family.caps.prune_n is None
+    ``caps.pruning.prune_n`` does not fix it."""
+    return "n" in family.caps.uses and family.caps.pruning.prune_n is None
 
 
 def pruning_n(family: Family, n: int) -> int:
     """The n a pruning run of ``family`` draws given ``--n`` = ``n``: ``n`` where it reads it
-    (:func:`reads_n`), its ``caps.prune_n`` where that fixes it, else 1."""
-    return n if reads_n(family) else family.caps.prune_n or 1
+    (:func:`reads_n`), its ``caps.pruning.prune_n`` where that fixes it, else 1."""
+    return n if reads_n(family) else family.caps.pruning.prune_n or 1
 
 
 def method_reads(family: Family) -> list[str]:
@@ -98,7 +97,7 @@ def method_reads(family: Family) -> list[str]:
     samples masks."""
     caps = family.caps
     reads = {"n": reads_n(family), "param": caps.any_param, "lam_target": steers_lam(family),
-             "eval_masks": caps.eval_sampled or caps.also_sampled,
+             "eval_masks": caps.pruning.eval_sampled or caps.pruning.also_sampled,
              **{k: shared in caps.uses for k, shared in SHARED_FIELDS.items()},
              **{k: k in caps.uses for k in PRUNE_SETTINGS}}
     return [k for k in METHOD_DEPENDENT if reads[k]]
@@ -175,7 +174,8 @@ class PruneConfig:
             c.dataset = MODEL_DATA.get(c.model, "")
         if not c.param:  # the method's default parametrization (escort for MC)
             family = REGISTRY.get(c.method)
-            c.param = (family.caps.prune_param if family is not None else None) or DEFAULT_PARAM
+            own = family.caps.pruning.prune_param if family is not None else None
+            c.param = own or DEFAULT_PARAM
         if not c.batch_size:
             c.batch_size = 64 if (c.model == "vgg19" and c.mode == "joint") else 128
         return c
@@ -279,8 +279,8 @@ class PruneConfig:
             raise PBInputError(f"unknown --cost {c.cost!r}; choose one of {', '.join(COSTS)}")
         if c.granularity != "channel":
             return
-        if not c.family.caps.channels:
-            able = ", ".join(n for n in prune_methods() if REGISTRY[n].caps.channels)
+        if not c.family.caps.pruning.channels:
+            able = ", ".join(n for n in prune_methods() if REGISTRY[n].caps.pruning.channels)
             raise PBInputError(f"--granularity channel runs with {able}; use --granularity "
                                f"weight for {c.family.text}")
         if c.lam_target:
@@ -386,7 +386,7 @@ class PruneConfig:
         reads = method_reads(family)
         out = [k for k in METHOD_DEPENDENT if k not in reads and k != "lam_target"]
         caps = family.caps
-        if self.mode == "supermask" and not caps.dense_weights:
+        if self.mode == "supermask" and not caps.pruning.dense_weights:
             out.append("lr")
         if self.masked or getattr(MODELS.get(self.model), "shortcut_marker", None) is None:
             out.append("mask_shortcuts")

@@ -93,9 +93,9 @@ def build(cfg: PruneConfig, data: datamod.Data, dev: torch.device,
         loop = LoopConfig(epochs=E, seed=cfg.seed, weight_milestones=wm,
                           weight_gamma=WEIGHT_GAMMA)
     else:
-        warmup = family.caps.joint_warmup if cfg.mode == "joint" else 0.0
+        warmup = family.caps.pruning.joint_warmup if cfg.mode == "joint" else 0.0
         freeze = FREEZE_AT if cfg.mode == "joint" else None
-        milestones, gamma = family.caps.mask_schedule
+        milestones, gamma = family.caps.pruning.mask_schedule
         loop = LoopConfig(epochs=E, seed=cfg.seed, mask_milestones=milestones,
                           mask_gamma=gamma, weight_milestones=wm,
                           weight_gamma=WEIGHT_GAMMA, mask_warmup=warmup, freeze_masks=freeze)
@@ -321,7 +321,7 @@ def captures_steps(cfg: PruneConfig, dev: torch.device, routes: gpu_routes.Route
     return (routes.cuda_graph and dev.type == "cuda" and cfg.mode == "supermask"
             and not cfg.lam_target  # the controller changes lam between the steps
             and cfg.granularity == "weight"
-            and cfg.family.caps.captures_step and not cfg.family.caps.dense_weights)
+            and cfg.family.caps.captures_step and not cfg.family.caps.pruning.dense_weights)
 
 
 def member(cfg: PruneConfig, data: datamod.Data, dev: torch.device, out: str | Path,

@@ -127,7 +127,7 @@ class PruneTask:
                            else network_id(self.model, self.source.spec, cfg.init))
         self.objective: Objective = objective(cfg, data)
         family = cfg.family
-        self.trains_weights = cfg.mode == "joint" or family.caps.dense_weights
+        self.trains_weights = cfg.mode == "joint" or family.caps.pruning.dense_weights
         #: the channel variables (``--granularity channel``), else None
         self.groups: ChannelGroups | None = None
         self.layout: MaskedModule
@@ -173,7 +173,7 @@ class PruneTask:
     def rescales(self) -> bool:
         """Whether the masked weights are rescaled dynamically (the family's ``rescale``, for
         weight granularity only)."""
-        return self.cfg.family.caps.rescale and self.cfg.granularity == "weight"
+        return self.cfg.family.caps.pruning.rescale and self.cfg.granularity == "weight"
 
     def l0_weights(self) -> torch.Tensor | None:
         """The L0 term's per-variable weights (d,): channel granularity's costs ``--cost``
