@@ -30,7 +30,7 @@ import numpy as np  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
 from analysis.cli import atomic_write_text, run, save_figure, write_csv  # noqa: E402
-from analysis.exact.theorem_checks import check_corollary_sizes  # noqa: E402
+from analysis.exact.bad_generalization_checks import check_corollary_sizes  # noqa: E402
 from pbexact.bad_generalization import (  # noqa: E402
     corollary_fit,
     first_binding_d,

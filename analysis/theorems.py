@@ -6,8 +6,10 @@ beyond the paper, of the bias of ST, CP, REBAR and RELAX (`analysis.bias`).
     python -m analysis.theorems --instances 20 --max-d 4 --samples 4000   # quick
     python -m analysis.theorems --only thm:bStarOne cor:mc_bad_gen_2   # only these checks
 
-Each check (:mod:`analysis.exact.theorem_checks`) returns a :class:`CheckResult` (paper label, what
-was checked, sizes, the worst error or the smallest p-value, pass or fail). The exit code is 1 if
+Each check (:mod:`analysis.exact.polynomial_checks`, :mod:`analysis.exact.estimator_checks`,
+:mod:`analysis.exact.bad_generalization_checks`, :mod:`analysis.exact.bias_checks`) returns a
+:class:`analysis.exact.check_result.CheckResult` (paper label, what was checked, sizes, the worst
+error or the smallest p-value, pass or fail). The exit code is 1 if
 any check fails, 2 on bad input.
 """
 
@@ -25,24 +27,26 @@ import numpy as np
 from tqdm import tqdm
 
 from analysis.cli import atomic_write_text, run, write_json
-from analysis.exact.theorem_checks import (
-    CheckResult,
+from analysis.exact.bad_generalization_checks import (
+    check_cor_mc_bad_gen_2,
+    check_corollary_sizes,
+    check_ex_mc_bad_gen_1,
+    check_mc_bad_gen_2,
+)
+from analysis.exact.bias_checks import check_cp_relaxation, check_hybrid_unbiased, check_st_bias
+from analysis.exact.check_result import CheckResult
+from analysis.exact.estimator_checks import (
     check_arms_correlation,
     check_arms_iterative,
     check_arms_unbiased,
     check_bstar,
-    check_cor_mc_bad_gen_2,
-    check_corollary_sizes,
-    check_cp_relaxation,
+    check_multisets,
+)
+from analysis.exact.polynomial_checks import (
     check_equivalence,
     check_equivalence_mc,
-    check_ex_mc_bad_gen_1,
-    check_hybrid_unbiased,
-    check_mc_bad_gen_2,
     check_multilinear_hessian_numeric,
     check_multilinear_hessian_symbolic,
-    check_multisets,
-    check_st_bias,
 )
 from pbexact.cli import ArgumentParser, int_at_least, nonneg_int, positive_float, positive_int
 from pbexact.errors import PBInputError

@@ -368,12 +368,12 @@ def test_an_interrupted_channel_run_resumes_to_the_same_numbers(tmp_path):
 def test_pareto_draws_channel_runs_as_their_own_series(tmp_path):
     """analysis.pareto labels a channel run apart from the weight runs of its method (its
     remaining fraction is of a cost, not of weights)."""
-    from analysis import pareto
+    from analysis.scale.pareto_rows import find_runs, label
     from analysis.scale.run_files import read_prune
 
     args = ["--model", "lenet", "--method", "cp", "--out", str(tmp_path), *TINY]
     assert P.main(args) == 0 and P.main([*args, "--granularity", "channel"]) == 0
-    labels = sorted(pareto.label(read_prune(f)) for f in pareto.find_runs([tmp_path]))
+    labels = sorted(label(read_prune(f)) for f in find_runs([tmp_path]))
     assert labels == ["cp", "cp-channel-params"]
 
 

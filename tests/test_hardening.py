@@ -451,20 +451,23 @@ def test_every_bad_input_is_one_line_exit_2_before_any_work(tmp_path, capsys):
 def test_exit_codes_of_the_theorems_tool(tmp_path, monkeypatch):
     """2 for bad input, 1 for a failed check, 0 otherwise."""
     import analysis.theorems as th
+    from analysis.exact.check_result import CheckResult
 
     small = ["--instances", "5", "--max-d", "3", "--samples", "2000", "--cor-max-d", "4",
              "--runs", "5", "--no-progress"]
     assert _call("analysis.theorems", ["--max-n", "1", *small]) == 2
-    failing = th.CheckResult("eq:equivalence", "forced failure", "-", 1.0, 0.1, "error", False)
-    monkeypatch.setattr(th, "run_all", lambda *a, **k: [failing, *_cor_only(th)])
+    failing = CheckResult("eq:equivalence", "forced failure", "-", 1.0, 0.1, "error", False)
+    monkeypatch.setattr(th, "run_all", lambda *a, **k: [failing, *_cor_only()])
     assert _call("analysis.theorems", small) == 1
-    passing = th.CheckResult("eq:equivalence", "forced pass", "-", 0.0, 0.1, "error", True)
-    monkeypatch.setattr(th, "run_all", lambda *a, **k: [passing, *_cor_only(th)])
+    passing = CheckResult("eq:equivalence", "forced pass", "-", 0.0, 0.1, "error", True)
+    monkeypatch.setattr(th, "run_all", lambda *a, **k: [passing, *_cor_only()])
     assert _call("analysis.theorems", small) == 0
 
 
-def _cor_only(th):
-    return [th.check_cor_mc_bad_gen_2(4, 0.25)]
+def _cor_only():
+    from analysis.exact.bad_generalization_checks import check_cor_mc_bad_gen_2
+
+    return [check_cor_mc_bad_gen_2(4, 0.25)]
 
 
 def test_runaway_learning_rate_names_its_cause(tmp_path, capsys):

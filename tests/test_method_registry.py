@@ -13,9 +13,10 @@ import numpy as np
 import pytest
 import torch
 
-from analysis import microworld, pareto
+from analysis import microworld
 from analysis.microworld import hybrid as microworld_hybrid
 from analysis.microworld import runs as microworld_runs
+from analysis.scale import pareto_rows
 from pbexact import estimators as E
 from pbexact.errors import PBInputError
 from pbexact.vertices import vertices
@@ -259,7 +260,7 @@ def test_every_list_of_methods_is_a_registry_query():
     assert microworld_hybrid.TORCH_METHODS == names("microworld")
     assert set(microworld_runs.DETERMINISTIC) == {
         microworld_runs.TRUE, *names("microworld", deterministic=True)}
-    assert pareto.MC == mc
+    assert pareto_rows.MC == mc
     # every gradient source of the microworld has a legend and a colour
     for name in (*microworld_runs.EXACT_METHODS, *microworld_hybrid.TORCH_METHODS):
         assert name in microworld.LABELS and name in microworld.COLORS

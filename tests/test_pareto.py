@@ -12,6 +12,9 @@ from _run_folders import write_prune
 
 from analysis import pareto
 from analysis.cli import run
+from analysis.scale.pareto_overlay import parse_overlay
+from analysis.scale.pareto_plots import plot_fronts
+from analysis.scale.pareto_rows import average_seeds, find_runs, read_runs
 from analysis.scale.plots import fraction_axis
 from pbscale import prune as P
 from pbscale.pruning import config as pconfig
@@ -202,11 +205,11 @@ def test_a_method_unknown_to_the_registry_plots_with_its_recorded_label(tmp_path
         write_prune(root, "supermask", "randmask", 0, r, 0.5, sm_layers(r), method_info=info,
                     target=r, mask_head=False)
         write_prune(root, "supermask", "cp", 0, r, 0.9, sm_layers(r), lam=r, mask_head=False)
-    runs = pareto.read_runs(pareto.find_runs([root]))
+    runs = read_runs(find_runs([root]))
     rand = [p for p in runs if p["method"] == "randmask"]
     assert rand[0]["label"] == "randmask" and rand[0]["legend"] == "Random supermask"
     assert rand[0]["lam"] == "" and rand[0]["target"] != ""  # its recorded settings
-    fig = pareto.plot_fronts(pareto.average_seeds(runs), "t")
+    fig = plot_fronts(average_seeds(runs), "t")
     legend = {t.get_text(): h for t, h in zip(fig.axes[0].get_legend().get_texts(),
                                               fig.axes[0].get_legend().legend_handles)}
     assert set(legend) == {"CP", "Random supermask"}
@@ -282,8 +285,8 @@ def test_a_folder_named_twice_counts_once_and_overlay_all_twice_is_all(runs, tmp
     assert run(pareto.main, [str(runs), str(runs), "--out", str(out)]) == 0
     assert capsys.readouterr().out.startswith("5 runs (5 configurations)")
     assert all(r["seeds"] == 1 for r in read_csv(out / "runs.csv"))
-    assert pareto.parse_overlay("all,all") == [] == pareto.parse_overlay("supermask, all")
-    assert pareto.parse_overlay("joint,joint") == [("joint", None)]
+    assert parse_overlay("all,all") == [] == parse_overlay("supermask, all")
+    assert parse_overlay("joint,joint") == [("joint", None)]
     assert run(pareto.main, [str(runs), "--out", str(out), "--overlay", "all,all"]) == 0
     assert "overlays:" in capsys.readouterr().out
 
@@ -292,7 +295,7 @@ def test_fronts_are_drawn_with_their_seed_spread():
     points = [{"label": "cp", "legend": "CP", "method": "cp", "color": "C0", "remaining": r,
                "test_acc": a, "remaining_sd": 0.001, "test_acc_sd": 0.01, "seeds": 3}
               for r, a in ((0.05, 0.9), (0.1, 0.95))]
-    fig = pareto.plot_fronts(points, "t")
+    fig = plot_fronts(points, "t")
     bars = [c for c in fig.axes[0].containers if c.__class__.__name__ == "ErrorbarContainer"]
     assert len(bars) == 1 and "s.d." in fig.axes[0].get_ylabel()
 

@@ -352,7 +352,7 @@ def test_bad_input_exit_2_one_line_before_training(tmp_path, capsys, args, match
 
 
 def test_pareto_front_by_hand():
-    from analysis.pareto import pareto_front
+    from analysis.scale.fronts import pareto_front
 
     pts = [{"remaining": r, "test_acc": a} for r, a in
            [(0.1, 0.90), (0.05, 0.92), (0.2, 0.95), (0.3, 0.94), (0.01, 0.5), (0.05, 0.91)]]
@@ -363,6 +363,7 @@ def test_pareto_front_by_hand():
 
 def test_pareto_cli_writes_figures_and_csvs(tmp_path, capsys):
     from analysis import pareto
+    from analysis.cli import run as cli_run
 
     runs = tmp_path / "runs"
     for kw in (dict(method="cp", lam=1e-3), dict(method="cp", lam=1e-5),
@@ -384,4 +385,4 @@ def test_pareto_cli_writes_figures_and_csvs(tmp_path, capsys):
     assert "--mode joint --method gmp" in gmp_line and "--target 0.3" in gmp_line
     layers = read_csv(out / "layers.csv")
     assert {r["layer"] for r in layers} == {"fc1", "fc2"}
-    assert pareto.cli_run(pareto.main, [str(tmp_path / "none"), "--out", str(out)]) == 2
+    assert cli_run(pareto.main, [str(tmp_path / "none"), "--out", str(out)]) == 2

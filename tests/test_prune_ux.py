@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from analysis.pareto import find_runs
+from analysis.scale.pareto_rows import find_runs
 from pbexact.errors import RunInterrupted
 from pbexact.provenance import code_provenance, version_text
 from pbscale import prune as P
@@ -178,16 +178,17 @@ def test_inner_batch_bar_clears_itself(tmp_path, monkeypatch, capsys):
 
 
 def test_pareto_commands_name_the_data_folder(tmp_path):
-    """runs.md's commands (analysis.pareto.command) end with the --data-dir the run read."""
-    from analysis import pareto
+    """runs.md's commands (analysis.scale.pareto_rows.command) end with the --data-dir the run
+    read."""
+    from analysis.scale.pareto_rows import command, data_dir_of
 
     task = pconfig.PruneConfig(method="gmp", mode="joint", target=0.05).resolved().hashed()
-    assert pareto.command(task, "../shared/data/mnist").endswith(
+    assert command(task, "../shared/data/mnist").endswith(
         "--method gmp --target 0.05 --data-dir ../shared/data/mnist")
-    assert "--data-dir" not in pareto.command(task)
+    assert "--data-dir" not in command(task)
     (tmp_path / "config.json").write_text(json.dumps({"info": {"data_dir": "d/mnist"}}))
-    assert pareto.data_dir_of(tmp_path) == "d/mnist"
-    assert pareto.data_dir_of(tmp_path / "none") == ""
+    assert data_dir_of(tmp_path) == "d/mnist"
+    assert data_dir_of(tmp_path / "none") == ""
 
 
 def test_regress_warns_on_settings_the_method_does_not_use(tmp_path, capsys):

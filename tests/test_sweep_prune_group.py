@@ -11,7 +11,7 @@ from pathlib import Path
 from test_prune_group import same_folder
 from test_sweep import _sweep_cli, _write
 
-from analysis import pareto
+from analysis.scale.pareto_rows import find_runs, read_runs
 from analysis.scale.study import load
 from pbscale import prune, sweep
 from pbscale.pruning import config as pconfig
@@ -105,7 +105,7 @@ def test_prune_sweep_of_8_runs_is_one_group(tmp_path):
         sep = Path(prun.run(pconfig.PruneConfig(**OPTS, seed=seed, mask_lr=lr),
                              tmp_path / "sep", quiet=True)["folder"])
         same_folder(sep, out / sep.name)
-    runs = pareto.read_runs(pareto.find_runs([out]))
+    runs = read_runs(find_runs([out]))
     assert len(runs) == 8
     loaded = load(out)
     assert len(loaded) == 8 and {r.method for r, _ in loaded} == {"arms"}

@@ -10,10 +10,46 @@ import numpy as np
 import pytest
 
 from analysis import theorems
-from analysis.exact import theorem_checks as th
+from analysis.exact.bad_generalization_checks import (
+    MC_BAD_GEN_1,
+    check_cor_mc_bad_gen_2,
+    check_ex_mc_bad_gen_1,
+    check_mc_bad_gen_2,
+)
+from analysis.exact.bias_checks import (
+    ST_BIAS_FLOOR,
+    check_cp_relaxation,
+    check_hybrid_unbiased,
+    check_st_bias,
+    deceiving_squared_loss,
+    rebar_relax_estimates,
+    st_theta_moments,
+)
+from analysis.exact.check_result import CheckResult
+from analysis.exact.estimator_checks import (
+    check_arms_correlation,
+    check_arms_iterative,
+    check_arms_unbiased,
+    check_bstar,
+    check_multisets,
+)
+from analysis.exact.polynomial_checks import (
+    check_equivalence,
+    check_equivalence_mc,
+    check_multilinear_hessian_numeric,
+    check_multilinear_hessian_symbolic,
+    sympy_multilinear,
+)
+from pbexact.bad_generalization import mc_bad_gen_table
 from pbexact.copula import arms_correlation
-from pbexact.polynomial import flipped_expectation, multilinear_value
-from pbexact.vertices import permutation_counts
+from pbexact.parametrizations import get_parametrization
+from pbexact.polynomial import (
+    flipped_expectation,
+    multilinear_value,
+    true_gradient,
+    vertex_probabilities,
+)
+from pbexact.vertices import permutation_counts, vertices
 
 
 def rng(seed: int = 0) -> np.random.Generator:
@@ -21,84 +57,84 @@ def rng(seed: int = 0) -> np.random.Generator:
 
 
 def test_equivalence_passes_and_fails_on_a_perturbed_form():
-    assert th.check_equivalence(rng(), 30, 5).passed
+    assert check_equivalence(rng(), 30, 5).passed
     bad = {"perturbed": lambda J, t: multilinear_value(J, t) + 1e-6 * np.abs(J).max()}
-    assert not th.check_equivalence(rng(), 30, 5, forms=bad).passed
+    assert not check_equivalence(rng(), 30, 5, forms=bad).passed
 
 
 def test_equivalence_mc_passes_and_fails_on_a_biased_polynomial():
-    assert th.check_equivalence_mc(rng(), 5, 4, 4000).passed
+    assert check_equivalence_mc(rng(), 5, 4, 4000).passed
     biased = lambda J, t: multilinear_value(J, t) + 0.2 * np.abs(J).max()  # noqa: E731
-    assert not th.check_equivalence_mc(rng(), 5, 4, 4000, polynomial=biased).passed
+    assert not check_equivalence_mc(rng(), 5, 4, 4000, polynomial=biased).passed
 
 
 def test_hessian_symbolic_passes_and_fails_on_a_squared_variable():
-    assert th.check_multilinear_hessian_symbolic(rng(), 6, 3).passed
+    assert check_multilinear_hessian_symbolic(rng(), 6, 3).passed
 
     def squared(J, xs):
-        return th.sympy_multilinear(J, xs) + xs[0] ** 2  # not multilinear
+        return sympy_multilinear(J, xs) + xs[0] ** 2  # not multilinear
 
-    res = th.check_multilinear_hessian_symbolic(rng(), 6, 3, builder=squared)
+    res = check_multilinear_hessian_symbolic(rng(), 6, 3, builder=squared)
     assert not res.passed and res.detail["failures"]["multilinear"] == 6
 
 
 def test_hessian_numeric_passes_and_fails_on_a_squared_variable():
-    assert th.check_multilinear_hessian_numeric(rng(), 20, 5).passed
+    assert check_multilinear_hessian_numeric(rng(), 20, 5).passed
 
     def squared(J, x):
         return multilinear_value(J, x) + 0.01 * np.abs(J).max() * x[..., 0] ** 2
 
-    assert not th.check_multilinear_hessian_numeric(rng(), 20, 5, function=squared).passed
+    assert not check_multilinear_hessian_numeric(rng(), 20, 5, function=squared).passed
 
 
 def test_bstar_passes_and_fails_on_perturbed_formulas():
-    one, two = th.check_bstar(rng(), 4, 3, 3)
+    one, two = check_bstar(rng(), 4, 3, 3)
     assert one.passed and two.passed
     shifted = lambda J, t: flipped_expectation(J, t) + 1e-3 * np.abs(J).max()  # noqa: E731
-    one, two = th.check_bstar(rng(), 4, 3, 3, closed_form=shifted)
+    one, two = check_bstar(rng(), 4, 3, 3, closed_form=shifted)
     assert one.passed and not two.passed
 
     def unsquared(theta, i):  # p * score instead of p * score^2: not the Fisher integrand
-        score = th.get_parametrization("direct").score(th.vertices(theta.size), theta)[:, i]
-        q = th.vertex_probabilities(theta) * np.abs(score)
+        score = get_parametrization("direct").score(vertices(theta.size), theta)[:, i]
+        q = vertex_probabilities(theta) * np.abs(score)
         return q / q.sum()
 
-    one, _ = th.check_bstar(rng(), 4, 3, 3, q_builder=unsquared)
+    one, _ = check_bstar(rng(), 4, 3, 3, q_builder=unsquared)
     assert not one.passed
 
 
 def test_mc_bad_gen_2_passes_and_fails_on_a_wrong_threshold():
-    res = th.check_mc_bad_gen_2(rng(), 15, 4)
+    res = check_mc_bad_gen_2(rng(), 15, 4)
     assert res.passed and res.detail["near_equality"] > 0 and res.detail["exact_equalities"] > 0
 
     def all_coordinates(d, p_star, M0, dM):  # prod over every j, including i
         return np.full(d, M0 - dM / (d * np.prod(p_star)))
 
-    assert not th.check_mc_bad_gen_2(rng(), 15, 4, threshold=all_coordinates).passed
+    assert not check_mc_bad_gen_2(rng(), 15, 4, threshold=all_coordinates).passed
 
 
 def test_cor_mc_bad_gen_2_passes_and_fails_on_a_wrong_table():
-    res = th.check_cor_mc_bad_gen_2(10, 0.25)
+    res = check_cor_mc_bad_gen_2(10, 0.25)
     assert res.passed
     assert res.detail["c_fit"] == pytest.approx(4 / 3, rel=1e-9)
     assert res.detail["binding_from_d"] == 9
 
     def undivided(d, z_star, m, M0, dM):  # steps of dM instead of dM / d
-        return th.mc_bad_gen_table(d, z_star, m, M0, dM * d)
+        return mc_bad_gen_table(d, z_star, m, M0, dM * d)
 
-    assert not th.check_cor_mc_bad_gen_2(10, 0.25, table=undivided).passed
+    assert not check_cor_mc_bad_gen_2(10, 0.25, table=undivided).passed
 
 
 def test_ex_mc_bad_gen_1_passes_and_fails_off_the_saddle():
-    res = th.check_ex_mc_bad_gen_1(rng(), 40, steps=300)
+    res = check_ex_mc_bad_gen_1(rng(), 40, steps=300)
     assert res.passed
     assert res.detail["escaped_fraction"]["reinforce_shifted"] == 0.0
-    tilted = th.MC_BAD_GEN_1 + np.array([0.0, 0.0, 0.0, 0.3])
-    assert not th.check_ex_mc_bad_gen_1(rng(), 40, steps=300, J=tilted).passed
+    tilted = MC_BAD_GEN_1 + np.array([0.0, 0.0, 0.0, 0.3])
+    assert not check_ex_mc_bad_gen_1(rng(), 40, steps=300, J=tilted).passed
 
 
 def test_arms_iterative_passes_and_fails_on_a_wrong_exponent():
-    assert th.check_arms_iterative(rng(), 4000, ns=(2, 4)).passed
+    assert check_arms_iterative(rng(), 4000, ns=(2, 4)).passed
 
     def fixed_exponent(total, u, n):  # U^(1/(n-1)) at every step, not U^(1/(n-s))
         remaining, rows = total * 1.0, []
@@ -108,67 +144,67 @@ def test_arms_iterative_passes_and_fails_on_a_wrong_exponent():
             rows.append(1 - (1 - e / total) ** (n - 1))
         return np.stack(rows)
 
-    assert not th.check_arms_iterative(rng(), 4000, ns=(2, 4), sampler=fixed_exponent).passed
+    assert not check_arms_iterative(rng(), 4000, ns=(2, 4), sampler=fixed_exponent).passed
 
 
 def test_arms_correlation_and_unbiasedness_fail_on_a_wrong_rho():
-    assert th.check_arms_correlation(rng(), 10, 6).passed
-    assert th.check_arms_unbiased(rng(), 6, 3, 3).passed
+    assert check_arms_correlation(rng(), 10, 6).passed
+    assert check_arms_unbiased(rng(), 6, 3, 3).passed
     wrong = lambda theta, n: arms_correlation(theta, n) * 0.99  # noqa: E731
-    assert not th.check_arms_correlation(rng(), 10, 6, rho=wrong).passed
-    assert not th.check_arms_unbiased(rng(), 6, 3, 3, rho=wrong).passed
+    assert not check_arms_correlation(rng(), 10, 6, rho=wrong).passed
+    assert not check_arms_unbiased(rng(), 6, 3, 3, rho=wrong).passed
 
 
 def test_multisets_pass_and_fail_on_wrong_counts():
-    assert th.check_multisets(rng(), 2, 3).passed
-    assert not th.check_multisets(rng(), 2, 3, count=lambda k, n: math.comb(k + n, n)).passed
+    assert check_multisets(rng(), 2, 3).passed
+    assert not check_multisets(rng(), 2, 3, count=lambda k, n: math.comb(k + n, n)).passed
     plus_one = lambda ms: permutation_counts(ms) + 1  # noqa: E731
-    assert not th.check_multisets(rng(), 2, 3, orderings=plus_one).passed
+    assert not check_multisets(rng(), 2, 3, orderings=plus_one).passed
 
 
 def test_st_bias_checks_pass_and_fail_on_wrong_formulas():
-    unbiased, nnloss, quadratic = th.check_st_bias(rng(), 8, 4)
+    unbiased, nnloss, quadratic = check_st_bias(rng(), 8, 4)
     assert unbiased.passed and nnloss.passed and quadratic.passed
-    assert min(nnloss.detail["ratios"]) > th.ST_BIAS_FLOOR
+    assert min(nnloss.detail["ratios"]) > ST_BIAS_FLOOR
 
     def half(A, theta):  # A_kk (theta_k - 1/2): the factor 2 dropped
         return np.diag(A) * (theta - 0.5)
 
-    assert not th.check_st_bias(rng(), 8, 4, nets=0, closed_form=half)[2].passed
+    assert not check_st_bias(rng(), 8, 4, nets=0, closed_form=half)[2].passed
 
     def without_chain(f, J, r, param):  # the microworld's ST: dJ/dz taken as dJ/dr
         from analysis.exact.bias import BIASED, Setting, estimator_moments
         from pbexact.bias import Moments
 
-        sigmoid = th.get_parametrization("sigmoid")
+        sigmoid = get_parametrization("sigmoid")
         m = estimator_moments(BIASED["st"], f, J, sigmoid.logits(param.theta(r)), sigmoid,
                               Setting())
         return Moments(param.expand(m.mean), param.expand(m.variance))
 
-    assert not th.check_st_bias(rng(), 8, 4, nets=0, moments=without_chain)[0].passed
+    assert not check_st_bias(rng(), 8, 4, nets=0, moments=without_chain)[0].passed
 
     def multilinear_nets(f, J, r, param):  # the net's table through P_J: no bias left
         from pbexact.bias import MultilinearExtension
 
-        return th.st_theta_moments(MultilinearExtension(J), J, r, param)
+        return st_theta_moments(MultilinearExtension(J), J, r, param)
 
-    assert not th.check_st_bias(rng(), 2, 3, nets=2, moments=multilinear_nets)[1].passed
+    assert not check_st_bias(rng(), 2, 3, nets=2, moments=multilinear_nets)[1].passed
 
 
 def test_cp_relaxation_checks_pass_and_fail_on_wrong_formulas():
-    exact, counter = th.check_cp_relaxation(rng(), 6, 4)
+    exact, counter = check_cp_relaxation(rng(), 6, 4)
     assert exact.passed and counter.passed and counter.detail["cosines"] == [-1.0] * 8
 
     def sigmoid_gradient(J, r, tau):  # "CP's gradient is the true gradient at sigmoid(r)"
         s = 1 / (1 + np.exp(-r))
-        return th.true_gradient(J, s) * s * (1 - s)
+        return true_gradient(J, s) * s * (1 - s)
 
-    assert not th.check_cp_relaxation(rng(), 6, 4, reference=sigmoid_gradient)[0].passed
+    assert not check_cp_relaxation(rng(), 6, 4, reference=sigmoid_gradient)[0].passed
     from pbexact.bias import MultilinearExtension
 
-    table = th.deceiving_squared_loss(th_torch_vertices()).numpy()
+    table = deceiving_squared_loss(th_torch_vertices()).numpy()
     ml = MultilinearExtension(table)  # P_J of the same two values: no counter-example left
-    assert not th.check_cp_relaxation(rng(), 2, 2, counter_example=ml)[1].passed
+    assert not check_cp_relaxation(rng(), 2, 2, counter_example=ml)[1].passed
 
 
 def th_torch_vertices():
@@ -178,12 +214,12 @@ def th_torch_vertices():
 
 
 def test_hybrid_unbiasedness_passes_and_fails_on_a_wrong_conditional_sample():
-    assert th.check_hybrid_unbiased(rng(), 3, 3, 3000).passed
+    assert check_hybrid_unbiased(rng(), 3, 3, 3000).passed
 
     def same_uniforms(kind, f, r, u, v, log_tau, eta):  # z~ from u itself, not a fresh v
-        return th.rebar_relax_estimates(kind, f, r, u, u, log_tau, eta)
+        return rebar_relax_estimates(kind, f, r, u, u, log_tau, eta)
 
-    assert not th.check_hybrid_unbiased(rng(), 3, 3, 3000, estimates=same_uniforms).passed
+    assert not check_hybrid_unbiased(rng(), 3, 3, 3000, estimates=same_uniforms).passed
 
 
 def test_cli_writes_tables_and_exits_zero(tmp_path, capsys):
@@ -210,9 +246,9 @@ def test_only_runs_the_named_checks_with_the_full_runs_generators(tmp_path, caps
     assert [r["label"] for r in rows] == ["thm:bStarTwo", "eq:n_multisets"]
     # the same numbers as in the full run: the k-th check gets the k-th spawned generator
     gens = [np.random.default_rng(x) for x in np.random.SeedSequence(0).spawn(12)]
-    want = th.check_bstar(gens[4], 4, 3, 3)[1]
+    want = check_bstar(gens[4], 4, 3, 3)[1]
     assert rows[0]["worst"] == want.worst and rows[0]["sizes"] == want.sizes
-    assert rows[1]["worst"] == th.check_multisets(gens[11], 3, 3).worst
+    assert rows[1]["worst"] == check_multisets(gens[11], 3, 3).worst
     assert "cor:mc_bad_gen_2" not in capsys.readouterr().out  # its fit table only when it ran
     assert theorems.run(theorems.main, ["--only", "thm:nope"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
@@ -245,8 +281,8 @@ def test_bad_generalization_module_threshold_two_ways():
 def test_console_table_fits_the_terminal_and_cuts_nothing():
     """Issue 42: the table was about 200 columns wide. At any width from 72 it fits, and every
     word of each check's description is still there (wrapped, not cut)."""
-    long = th.CheckResult("eq:label", "a check whose description runs on " * 6, "d <= 6, "
-                          "instances 300, samples 20000, n <= 4", 1e-12, 1e-9, "error", True)
+    long = CheckResult("eq:label", "a check whose description runs on " * 6, "d <= 6, "
+                       "instances 300, samples 20000, n <= 4", 1e-12, 1e-9, "error", True)
     for width in (72, 100, 140):
         text = theorems.format_table([long], width=width)
         assert max(len(line) for line in text.splitlines()) <= width

@@ -3,8 +3,10 @@
 their readings (:mod:`.runs`), fronts as curves (:mod:`.curves`), the gap test
 (:mod:`.gap_test`), the comparison of Pareto fronts (:mod:`.fronts`), the claims of the pruning
 and regression rows (:mod:`.claims`, :mod:`.regression`), each verdict under other readings
-(:mod:`.robust`), ``--compare`` (:mod:`.compare`), the report's tables (:mod:`.tables`), a
-study's run folders read and copied (:mod:`.study`), its points and figures (:mod:`.plots`) and
-the report itself (:mod:`.study_report`).
+(:mod:`.robust`), ``--compare`` of the report and of ``analysis.pareto`` (:mod:`.compare`), the
+report's tables (:mod:`.tables`), a study's run folders read and copied (:mod:`.study`), its
+points and figures (:mod:`.plots`) and the report itself (:mod:`.study_report`); pruning runs as
+``analysis.pareto``'s rows (:mod:`.pareto_rows`), its ``--overlay`` selection
+(:mod:`.pareto_overlay`) and its figures (:mod:`.pareto_plots`).
 The commands over them: ``python -m analysis.scale_report``, ``analysis.gap_calibration``,
 ``analysis.pareto``, ``analysis.regression`` (and ``analysis.report``'s scale rows)."""

@@ -7,6 +7,11 @@ A and B are a method (``cp``), a group as ``points_*.csv`` names it (``cp rmspro
 escort n=2 rmsprop``), a method's recorded label, or a family (:data:`FAMILIES`: ``mc``, every
 MC estimator). The answer says what each name covers, the budgets it compared, and the runs it
 left out and why.
+
+``python -m analysis.pareto --compare A B`` asks the same of two of its series (labels as its
+``runs.csv`` names them), per model and mode, with the front comparison alone
+(:func:`compare_series`, on the rows of :mod:`analysis.scale.pareto_rows`; ``compare.csv``'s
+columns :data:`COMPARE_COLUMNS`).
 """
 
 from __future__ import annotations
@@ -14,7 +19,10 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 
+import numpy as np
+
 from analysis.scale.claims import ScaleClaim
+from analysis.scale.front_verdict import compare_fronts
 from analysis.scale.fronts import better_front, front
 from analysis.scale.robust import judge_claim
 from analysis.scale.run_files import budget_text
@@ -223,3 +231,50 @@ def compare(records: Sequence[RunRecord], a: str, b: str,
         raise PBInputError(f"{a} and {b} have no finished pruning runs in one experiment; choose "
                            f"from {', '.join(have)}")
     return lines
+
+
+#: The columns of compare.csv.
+COMPARE_COLUMNS = ("model", "mode", "a", "b", "verdict", "gap", "ci_low", "ci_high", "allowance",
+                   "detectable", "budget_lo", "budget_hi", "seeds", "reason")
+
+
+def runs_table(runs: Sequence[dict]) -> tuple[np.ndarray, np.ndarray]:
+    """One series' runs as (seeds, settings) arrays of remaining and test accuracy, NaN where a
+    setting was not run with a seed or diverged (rows: the seeds in order)."""
+    keys = sorted({r["key"] for r in runs})
+    seeds = sorted({r["seed"] for r in runs})
+    rem = np.full((len(seeds), len(keys)), np.nan)
+    acc = np.full((len(seeds), len(keys)), np.nan)
+    for r in runs:
+        if r["diverged"] is None:
+            i, j = seeds.index(r["seed"]), keys.index(r["key"])
+            rem[i, j], acc[i, j] = r["remaining"], r["test_acc"]
+    return rem, acc
+
+
+def compare_series(runs: Sequence[dict], a: str, b: str) -> list[dict]:
+    """``--compare A B``: per (model, mode) where both series have runs, the verdict of
+    :func:`analysis.scale.front_verdict.compare_fronts` (seeds paired when both series were run
+    with the same seeds)."""
+    out = []
+    labels = {r["label"] for r in runs}
+    for name in (a, b):
+        if name not in labels:
+            raise PBInputError(f"--compare: no series {name!r} among the runs; choose from "
+                               f"{', '.join(sorted(labels))}")
+    for model, mode in sorted({(r["model"], r["mode"]) for r in runs}):
+        mine = [r for r in runs if (r["model"], r["mode"]) == (model, mode)]
+        ra, rb = ([r for r in mine if r["label"] == x] for x in (a, b))
+        if not ra or not rb:
+            continue
+        same = sorted({r["seed"] for r in ra}) == sorted({r["seed"] for r in rb})
+        c = compare_fronts(*runs_table(ra), *runs_table(rb), paired=same)
+        out.append({"model": model, "mode": mode, "a": a, "b": b, "verdict": c.verdict,
+                    "gap": c.gap, "ci_low": c.ci[0], "ci_high": c.ci[1],
+                    "allowance": c.allowance, "detectable": c.detectable,
+                    "budget_lo": c.budgets[0], "budget_hi": c.budgets[1],
+                    "seeds": c.test.how if c.test is not None else "", "reason": c.reason})
+    if not out:
+        raise PBInputError(f"--compare: {a} and {b} have no runs of one model and mode; choose "
+                           "two series of the same model and mode")
+    return out

@@ -3,7 +3,8 @@ setting's seed means and whether it is on its group's front (:func:`write_points
 ``points_<experiment>.csv``), the Pareto fronts (:func:`plot_pareto`), the supermask settings
 run at several n (:func:`plot_hyper`) and the remaining weights per layer over training of
 matched joint runs (:func:`chosen_runs`, :func:`plot_layers`); and the log axis of remaining
-fractions they share with ``analysis.pareto`` (:func:`fraction_axis`).
+fractions they share with ``analysis.pareto``'s figures (:func:`fraction_axis`, drawn by
+:mod:`analysis.scale.pareto_plots` too).
 """
 
 from __future__ import annotations
