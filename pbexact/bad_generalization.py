@@ -8,8 +8,8 @@ in coordinate i, i.e. the alignment (-grad E[J])_i (grad p_theta(z*))_i of `eq:m
 (:func:`mc_bad_gen_threshold`). `cor:mc_bad_gen_2`: with every p_theta_i(z*_i) = 1 - epsilon the
 largest aligned m (:func:`largest_aligned_m`) is M0 - dM / (d (1 - epsilon)^(d-1)), so the gap
 M0 - m* shrinks like c^(d-1) / d with c = 1 / (1 - epsilon) (:func:`corollary_fit`,
-:func:`first_binding_d`). The checks live in `analysis.exact.theorem_checks`, the command lines in
-`analysis.theorems` and `analysis.counterexamples`.
+:func:`first_binding_d`). The checks live in `analysis.exact.bad_generalization_checks`, the
+command lines in `analysis.theorems` and `analysis.counterexamples`.
 """
 
 from __future__ import annotations

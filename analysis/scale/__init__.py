@@ -1,7 +1,10 @@
 """The claims at scale, read from finished pbscale run folders: the one reader of run folders
 (:mod:`.run_files`), the report's paths and atomic outputs (:mod:`.outputs`), the runs and
-their readings (:mod:`.runs`), fronts as curves (:mod:`.curves`), the gap test
-(:mod:`.gap_test`), the comparison of Pareto fronts (:mod:`.fronts`), the claims of the pruning
+their readings (:mod:`.runs`), the gap test (:mod:`.gap_test`), the one front comparison every
+verdict comes from (:mod:`.front_verdict`), its calibration against designs it did not choose
+(:mod:`.calibration`) and the error control over a report (:mod:`.family`), the comparison of
+Pareto fronts (:mod:`.fronts`), the transfer of settings across n (:mod:`.hyper`), the claims of
+the pruning
 and regression rows (:mod:`.claims`, :mod:`.regression`), each verdict under other readings
 (:mod:`.robust`), ``--compare`` of the report and of ``analysis.pareto`` (:mod:`.compare`), the
 report's tables (:mod:`.tables`), a study's run folders read and copied (:mod:`.study`), its
