@@ -31,6 +31,7 @@ from pbscale.pruning import run as prun
 from pbscale.pruning import setup
 from pbscale.pruning.api import prune_model
 from pbscale.pruning.config import PruneConfig
+from pbscale.pruning.lam_control import target_line
 from pbscale.pruning.outputs import load_structured
 from pbscale.runs import io as runio
 
@@ -207,13 +208,41 @@ def test_a_method_without_channels_is_one_line(tmp_path, capsys, method, mode):
 def test_bad_granularity_cost_and_lam_target_are_one_line(tmp_path, capsys):
     for extra, text in ((["--granularity", "filter"], "invalid choice"),
                         (["--cost", "flops"], "invalid choice"),
-                        (["--granularity", "channel", "--lam-target", "0.1"],
-                         "--lam-target steers weight pruning only")):
+                        (["--granularity", "channel", "--lam-target", "1.5"],
+                         "--lam-target is a fraction of masked weights (channels: of the "
+                         "--cost) in (0, 1]")):
         assert P.main(["--model", "lenet", "--out", str(tmp_path), *TINY, *extra]) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and text in err[0], err
     with pytest.raises(PBInputError, match="unknown --cost"):
         PruneConfig(granularity="channel", cost="flops", synthetic=48).resolved().validate()
+
+
+@pytest.mark.parametrize("cost", ["params", "macs"])
+def test_lam_target_steers_a_channel_run_by_its_cost(tmp_path, capsys, cost):
+    """--lam-target in channel mode: the controller measures a mask as the run's metrics do
+    (the --cost kept of the prunable part, exact: not the channels kept, not a sum of the L0
+    weights), raises lambda while more is kept than the target, and the run ends with its
+    target line."""
+    cfg = PruneConfig(model="lenet", synthetic=48, val_size=16, epochs=4, max_batches=4,
+                      batch_size=8, method="cp", granularity="channel", cost=cost, lam=1e-4,
+                      lam_target=0.2)
+    c, dev, data = prun.prepare(cfg)
+    a = prun.assemble(c, data, dev)
+    z = (torch.rand(a.task.d, generator=torch.Generator().manual_seed(0)) < 0.5).double()
+    got = a.controller.measure(z)
+    assert got == a.task.evaluation.counts(z)["remaining"]
+    assert got != float(z.count_nonzero()) / a.task.d  # the cost, not the variables
+    summary = prun.run(cfg, tmp_path, quiet=True)
+    said = capsys.readouterr()
+    rows = runio.read_csv(Path(summary["folder"]) / "metrics.csv")
+    lams = [float(r["lam"]) for r in rows]
+    assert lams[0] == 1e-4 and lams[-1] != 1e-4
+    first = next(i for i, r in enumerate(rows[1:], 1) if float(r["remaining"]) > 0.2)
+    assert lams[first] > lams[first - 1]  # more kept than the target: lambda rises
+    line = target_line(0.2, rows, a.loop)  # a miss warns on stderr, with the fix
+    assert line.endswith(said.err.strip().splitlines()[-1]) if line.startswith("warning") \
+        else "lam-target 20.00%: reached" in line
 
 
 class GroupNormNet(nn.Module):

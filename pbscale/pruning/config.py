@@ -255,9 +255,9 @@ class PruneConfig:
                                "--synthetic >= 0; give such values (0: off)")
         c.method_config()  # the method's own rules (n, parametrization, its settings), once
         if not (isinstance(c.lam_target, (int, float)) and 0 <= c.lam_target <= 1):
-            raise PBInputError(f"--lam-target is a fraction of masked weights in (0, 1] (0: "
-                               f"off), got {c.lam_target}; give e.g. --lam-target 0.05 for 5% "
-                               f"of the masked weights")
+            raise PBInputError(f"--lam-target is a fraction of masked weights (channels: of "
+                               f"the --cost) in (0, 1] (0: off), got {c.lam_target}; give e.g. "
+                               f"--lam-target 0.05 for 5% of the masked weights")
         if c.lam_target and not steers_lam(family):
             raise PBInputError(f"--lam-target steers the L0 strength of "
                                f"{', '.join(n for n, f in REGISTRY.items() if steers_lam(f))}; "
@@ -283,9 +283,6 @@ class PruneConfig:
             able = ", ".join(n for n in prune_methods() if REGISTRY[n].caps.pruning.channels)
             raise PBInputError(f"--granularity channel runs with {able}; use --granularity "
                                f"weight for {c.family.text}")
-        if c.lam_target:
-            raise PBInputError("--lam-target steers weight pruning only; give --lam with "
-                               "--granularity channel")
         if importlib.util.find_spec("torch_pruning") is None:
             raise PBInputError("--granularity channel needs Torch-Pruning, which is not "
                                "installed; pip install 'pbnn[structured]' (or torch-pruning)")

@@ -1,7 +1,8 @@
 """A target fraction of weights for the methods with an L0 penalty (``pbscale.prune
 --lam-target``): :class:`LamController` steers the L0 strength lambda of the objective
 J(z) + lambda sum_i z_i (`sec:app_pruning_setup`) while masks train, so that the fraction of
-masked weights kept ("remaining") reaches the target, then holds it.
+masked weights kept ("remaining"; a channel run's: the ``--cost`` kept of the prunable part,
+the measure its metrics report) reaches the target, then holds it.
 
 When it acts: :data:`CHECKS` times per mask-training epoch (every ``steps // CHECKS`` steps,
 at least every step), so that it acts while the masks can still move. A method's mask
@@ -24,6 +25,10 @@ band) is the last line the run prints (:func:`target_line`), with the fix when i
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
 
 from pbscale.runs.contracts import LoopConfig, RunHooks
 
@@ -50,11 +55,15 @@ class LamController(RunHooks):
     ``target`` remaining every ``steps // CHECKS`` steps of the mask-training epochs of
     ``loop`` (:func:`next_lam` of the :func:`foreseen` fraction), and records each epoch's
     lambda in the history (column ``prefix + "lam"``; a pruning group's member g:
-    ``prefix="run<g>."``). The fraction at the last check is its checkpointed state."""
+    ``prefix="run<g>."``). ``measure``: the remaining fraction of a mask (d,), as the run's
+    metrics report it (None: its nonzero entries over d). The fraction at the last check is
+    its checkpointed state."""
 
     def __init__(self, method: object, target: float, loop: LoopConfig, steps: int,
-                 prefix: str = "") -> None:
+                 prefix: str = "", measure: Callable[[torch.Tensor], float] | None = None
+                 ) -> None:
         self.method, self.target, self.loop = method, float(target), loop
+        self.measure = measure
         self.every = max(int(steps) // CHECKS, 1)
         self.start, self.key = float(method.lam), f"{prefix}lam"
         self.last: float | None = None
@@ -62,7 +71,9 @@ class LamController(RunHooks):
     def after_step(self, epoch: int, i: int) -> None:
         if (i + 1) % self.every or self.loop.phase(epoch) != "train":
             return
-        remaining = float(self.method.mode_mask().count_nonzero()) / self.method.d
+        mask = self.method.mode_mask()
+        remaining = (float(mask.count_nonzero()) / self.method.d if self.measure is None
+                     else float(self.measure(mask)))
         ahead = foreseen(remaining, self.last)
         self.method.lam = next_lam(self.method.lam, ahead, self.target)
         self.last = remaining
