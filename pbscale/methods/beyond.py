@@ -97,7 +97,8 @@ class STThetaFamily(BeyondFamily):
     name, label, text, color = "st-theta", "ST-θ (Zhou)", "ST-theta", "navy"
     caps = Capabilities(commands=BEYOND_COMMANDS,
                         uses=("n", "param", "lr", "optimizer", "chunk", "lam"), min_samples=1,
-                        pruning=Pruning(also_sampled=True, prune_param="sigmoid", prune_n=1))
+                        pruning=Pruning(also_sampled=True, prune_param="sigmoid", prune_n=1,
+                                        channels=True))
 
     def gradient(self, f: BatchedLoss, r: torch.Tensor, at: StepArgs) -> Gradient:
         est, J = st_theta(f, r, at.param, at.uniforms(at.n), keep_graph=at.weights)
@@ -112,7 +113,8 @@ class HardConcreteFamily(BeyondFamily):
     gate (:func:`hc_test_gate`), whose non-zero entries count as remaining."""
 
     name, label, text, color = "hardconcrete", "Hard concrete L0", "hard-concrete", "goldenrod"
-    caps = Capabilities(commands=BEYOND_COMMANDS, uses=("lr", "optimizer", "lam"))
+    caps = Capabilities(commands=BEYOND_COMMANDS, uses=("lr", "optimizer", "lam"),
+                        pruning=Pruning(channels=True))
 
     def initial_logits(self, param: Parametrization, d: int,
                        generator: torch.Generator) -> torch.Tensor:
