@@ -56,7 +56,7 @@ def test_smoke_run_writes_every_output(tmp_path, capsys):
             assert int(r["params"]) < int(r["dense_params"])
         if r["arm"] in bench_structured.PB_ARMS:  # the smaller network scores as the run did
             assert float(r["acc"]) == pytest.approx(float(r["reported_acc"]), abs=1e-6)
-            assert 0 < float(r["lam_target"]) < 1  # steered to the target
+            assert r["lam_target"] == ""  # lam fixed unless --steer
         if r["arm"] in bench_structured.TP_ARMS and r["model"] == "resnet18":
             assert int(r["dense_macs"]) / int(r["macs"]) >= float(r["target"])
     summary = io.read_csv(tmp_path / "summary.csv")
@@ -102,3 +102,20 @@ def test_the_steered_fraction_drops_the_whole_networks_macs_by_the_target(model,
     monkeypatch.setattr(channel_layout, "prunable", lambda gs, kind: gs.costs.dense_macs // 10)
     with pytest.raises(PBInputError, match="needs more than the prunable part"):
         bench_structured.steer_fraction(net, example, 2.0)
+
+
+@needs_mnist
+def test_steer_gives_each_pb_run_its_fraction(tmp_path):
+    """--steer: each PB run starts from --lam and is steered (--lam-target) to the fraction of
+    the prunable part's MACs that drops the whole network's by its target."""
+    argv = ["--smoke", "--models", "lenet5", "--arms", "cp", "--steer",
+            "--data-dir", str(MNIST_DIR), "--out", str(tmp_path)]
+    assert run(bench_structured.main, argv) == 0
+    rows = [r for r in io.read_csv(tmp_path / "runs.csv") if r["arm"] == "cp"]
+    net = bench_structured.MODELS["lenet5"](bench_structured.SMOKE["width"])
+    import torch
+
+    example = torch.zeros(1, *bench_structured.MODELS["lenet5"].input_shape)
+    assert {float(r["target"]): float(r["lam_target"]) for r in rows} == {
+        t: pytest.approx(bench_structured.steer_fraction(net, example, t), abs=1e-12)
+        for t in (2.0, 4.0)}
