@@ -26,7 +26,10 @@ training subset, at most 5,000, validates) and initial weights for every arm of 
   last 20%), the L0 term weighted by MACs, ``lam`` from ``--lam`` (defaults per model and
   target in :data:`DEFAULT_LAMS`, calibrated beforehand). The MACs a PB run reaches are what its
   lam gives, not the target: the table reports them, and accuracies are compared at the MACs
-  reached.
+  reached. ``--steer`` starts from ``--lam`` and steers lambda to the target instead
+  (``--lam-target``: scaled while the masks train until the MACs kept of the prunable part are
+  the fraction that drops the whole network's MACs by the target, :func:`steer_fraction`);
+  within 3 + 3 epochs it does not land (docs/measurements.md).
 
 Every run reports the test accuracy of the physically smaller network (Torch-Pruning's pruned
 model; :meth:`pbscale.PruneResult.structured` for PB), its parameters and MACs
@@ -154,7 +157,11 @@ def parser() -> ArgumentParser:
                     help="multiplier of every hidden width (smoke: 1/8)")
     ap.add_argument("--n", type=positive_int, default=10, help="ARMS samples per step")
     ap.add_argument("--lam", type=lam_entry, action="append", default=[],
-                    help="ARM:MODEL:TARGET=LAM, PB lam (repeatable; default DEFAULT_LAMS)")
+                    help="ARM:MODEL:TARGET=LAM, PB lam where the run starts (repeatable; "
+                    "default DEFAULT_LAMS)")
+    ap.add_argument("--steer", action="store_true",
+                    help="PB arms steer lambda from --lam to the target MACs (--lam-target) "
+                    "instead of keeping it")
     ap.add_argument("--slimming-l1", type=nonneg_float, default=1e-4,
                     help="L1 strength on BN scales in the bn arm's dense training")
     ap.add_argument("--latency-repeats", type=positive_int, default=20)
@@ -328,6 +335,23 @@ def measure(model: nn.Module, example: torch.Tensor, batch_example: torch.Tensor
             "latency_b128": channel_costs.latency(model, batch_example, repeats, 3)}
 
 
+def steer_fraction(model: nn.Module, example: torch.Tensor, target: float) -> float:
+    """The fraction of the prunable part's MACs (``pbscale.prune --cost macs``'s
+    ``remaining``, :func:`pbscale.nets.channel_layout.prunable`) a channel run keeps when the
+    whole network's MACs drop by ``target``: 1 - dense (1 - 1 / target) / prunable; a target
+    the prunable part cannot reach is a one-line :class:`PBInputError`."""
+    from pbscale.nets.channel_layout import prunable
+    from pbscale.nets.channels import channel_groups
+
+    groups = channel_groups(copy.deepcopy(model).cpu(), example)
+    part, dense = prunable(groups, "macs"), groups.costs.dense_macs
+    fraction = 1 - dense * (1 - 1 / target) / part
+    if not 0 < fraction <= 1:
+        raise PBInputError(f"a {target:g}x MACs reduction needs more than the prunable part "
+                           f"({part:,} of {dense:,} MACs); give a smaller --targets")
+    return fraction
+
+
 def lam_for(arm: str, model: str, target: float, given: list[tuple[str, str, float, float]]
             ) -> float:
     for a, m, t, lam in reversed(given):
@@ -357,6 +381,8 @@ def run_model(name: str, args: argparse.Namespace, data: dict, dev: torch.device
     ratios = {t: tp_ratio(ref, t, example) for t in args.targets
               if set(args.arms) & set(TP_ARMS)}
     tp_arms = [a for a in args.arms if a in TP_ARMS]
+    fractions = {t: steer_fraction(ref, example, t) for t in args.targets
+                 if args.steer and set(args.arms) & set(PB_ARMS)}
     for seed in range(args.seeds):
         init = init_weights(cls(args.width), "kaiming_normal",
                             torch.Generator().manual_seed(seed))
@@ -385,11 +411,13 @@ def run_model(name: str, args: argparse.Namespace, data: dict, dev: torch.device
                     tp_prune(net, arm, ratios[target][0], example.to(dev), grads)
                     train(net, data["train"], args.finetune_epochs, FT_LR, args.batch_size,
                           seed, dev)
-                    lam, ratio, reported = "", ratios[target][0], ""
+                    lam, ratio, reported, steer = "", ratios[target][0], "", {}
                 else:
                     lam = lam_for(arm, name, target, args.lam)
+                    steer = {"lam_target": fractions[target]} if args.steer else {}
                     res = prune_model(copy.deepcopy(init), data["train"], data["test"],
                                       val=data["val"], method=arm, mode="joint", lam=lam,
+                                      **steer,
                                       epochs=total, seed=seed, granularity="channel",
                                       cost="macs", init="model", n=args.n,
                                       batch_size=args.batch_size,
@@ -400,6 +428,7 @@ def run_model(name: str, args: argparse.Namespace, data: dict, dev: torch.device
                 acc = accuracy(net, *data["test"], dev)
                 cost = measure(net, example, batch_example, args.latency_repeats)
                 log({**base, "target": target, "arm": arm, "lam": lam, "ratio": ratio,
+                     "lam_target": steer.get("lam_target", ""),
                      "epochs": total, "acc": acc, **cost, "reported_acc": reported,
                      "seconds": time.perf_counter() - t0})
 
@@ -459,7 +488,7 @@ def reading(pb: dict, tp: dict) -> str:
         return "Torch-Pruning more accurate at at least as large a MACs reduction"
     more = "PB" if acc else "Torch-Pruning"
     return (f"{more} more accurate but with fewer MACs removed: no verdict at equal MACs "
-            "(set --lam so that PB lands on the target)")
+            "(set --lam, or --steer with enough epochs, so that PB lands on the target)")
 
 
 def verdicts(summary: list[dict]) -> list[str]:
@@ -558,7 +587,8 @@ def main(argv: list[str] | None = None) -> None:
               f"acc {100 * row['acc']:.2f}%  MACs {row['dense_macs'] / row['macs']:.2f}x "
               f"fewer  b128 latency {row['dense_latency_b128'] / row['latency_b128']:.2f}x "
               f"faster  ({row['seconds']:.0f} s)", flush=True)
-        io.write_csv(out / "runs.csv", [{**{"reported_acc": ""}, **r} for r in rows])
+        io.write_csv(out / "runs.csv", [{**{"reported_acc": "", "lam_target": ""}, **r}
+                                          for r in rows])
 
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.models:

@@ -10,6 +10,7 @@ import pytest
 
 from analysis.cli import run
 from benchmarks import bench_structured
+from pbexact.errors import PBInputError
 from pbscale.runs import io
 from tests._mnist import MNIST_DIR, needs_mnist
 
@@ -55,6 +56,7 @@ def test_smoke_run_writes_every_output(tmp_path, capsys):
             assert int(r["params"]) < int(r["dense_params"])
         if r["arm"] in bench_structured.PB_ARMS:  # the smaller network scores as the run did
             assert float(r["acc"]) == pytest.approx(float(r["reported_acc"]), abs=1e-6)
+            assert r["lam_target"] == ""  # lam fixed unless --steer
         if r["arm"] in bench_structured.TP_ARMS and r["model"] == "resnet18":
             assert int(r["dense_macs"]) / int(r["macs"]) >= float(r["target"])
     summary = io.read_csv(tmp_path / "summary.csv")
@@ -69,3 +71,51 @@ def test_smoke_run_writes_every_output(tmp_path, capsys):
     (tmp_path / "summary.md").unlink()
     assert run(bench_structured.main, ["--summarize", "--out", str(tmp_path)]) == 0
     assert (tmp_path / "summary.md").read_text() == table
+
+
+@pytest.mark.parametrize("model", ["lenet5", "resnet18"])
+def test_the_steered_fraction_drops_the_whole_networks_macs_by_the_target(model, monkeypatch):
+    """steer_fraction against the run's own counts (channel_row on masks of the groups the run
+    builds): every mask's whole-network MACs fraction is an affine function of its
+    prunable-part fraction, and at steer_fraction(t) that function gives 1 / t."""
+    import torch
+
+    from pbscale.nets.channel_layout import channel_row
+    from pbscale.nets.channels import channel_groups
+
+    cls = bench_structured.MODELS[model]
+    net, example = cls(0.25), torch.zeros(1, *cls.input_shape)
+    groups = channel_groups(net, example)
+    g = torch.Generator().manual_seed(0)
+    rows = [channel_row(groups, (torch.rand(groups.d, generator=g) < p).double(), "macs", 1)
+            for p in (0.2, 0.5, 0.8, 1.0)]
+    (r0, m0), (r1, m1) = [(r["remaining"], r["remaining_macs"]) for r in rows[:2]]
+    slope = (m1 - m0) / (r1 - r0)
+    for r in rows:
+        assert r["remaining_macs"] == pytest.approx(m0 + slope * (r["remaining"] - r0), abs=1e-12)
+    for target in (2.0, 4.0):
+        f = bench_structured.steer_fraction(net, example, target)
+        assert m0 + slope * (f - r0) == pytest.approx(1 / target, abs=1e-12)
+    # a network whose prunable part is a tenth of its MACs cannot drop them 2x
+    from pbscale.nets import channel_layout
+
+    monkeypatch.setattr(channel_layout, "prunable", lambda gs, kind: gs.costs.dense_macs // 10)
+    with pytest.raises(PBInputError, match="needs more than the prunable part"):
+        bench_structured.steer_fraction(net, example, 2.0)
+
+
+@needs_mnist
+def test_steer_gives_each_pb_run_its_fraction(tmp_path):
+    """--steer: each PB run starts from --lam and is steered (--lam-target) to the fraction of
+    the prunable part's MACs that drops the whole network's by its target."""
+    argv = ["--smoke", "--models", "lenet5", "--arms", "cp", "--steer",
+            "--data-dir", str(MNIST_DIR), "--out", str(tmp_path)]
+    assert run(bench_structured.main, argv) == 0
+    rows = [r for r in io.read_csv(tmp_path / "runs.csv") if r["arm"] == "cp"]
+    net = bench_structured.MODELS["lenet5"](bench_structured.SMOKE["width"])
+    import torch
+
+    example = torch.zeros(1, *bench_structured.MODELS["lenet5"].input_shape)
+    assert {float(r["target"]): float(r["lam_target"]) for r in rows} == {
+        t: pytest.approx(bench_structured.steer_fraction(net, example, t), abs=1e-12)
+        for t in (2.0, 4.0)}
