@@ -144,7 +144,8 @@ def build_parser() -> ArgumentParser:
                         "group each)")
     p.add_argument("--target", type=positive_float, default=d.target,
                    help=f"fraction of the masked weights kept, in (0, 1], by the methods that "
-                        f"cut to it ({read_by('target')}; L0 methods: --lam-target)")
+                        f"cut to it ({read_by('target')}; L0 methods: --lam-target); with "
+                        "--granularity channel, of the prunable part's --cost")
     p.add_argument("--epochs", type=positive_int, default=d.epochs,
                    help=f"training epochs (default {d.epochs})")
     p.add_argument("--batch-size", type=nonneg_int, default=0,
@@ -241,8 +242,10 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--cost", default=d.cost, choices=COSTS,
                    help="--granularity channel: the L0 term is lam * sum_i c_i theta_i, c_i the "
                         "parameters (params) or MACs per example (macs) removing channel "
-                        "variable i alone saves, normalised to mean 1; the remaining fraction "
-                        "reported is of that cost (default params)").id_when_changed = True
+                        "variable i alone saves, normalised to mean 1; MP and GMP score channel "
+                        "i by its squared group norm over c_i and keep --target of that cost; "
+                        "the remaining fraction reported is of that cost (default "
+                        "params)").id_when_changed = True
     p.add_argument("--drop-checkpoint", action="store_true",
                    help="delete checkpoint.pt once the run has finished (a finished run is "
                         "read from summary.json, masks.pt and pruned.pt)"

@@ -1,8 +1,24 @@
-"""Methods without mask logits: one binary mask over the masked weights, set at the start and
-cut by magnitude on a schedule while the weights train (:class:`MaskFamily`, whose hooks take
-the run's explicit :class:`CutSchedule`; :class:`MagnitudeMethod`, the run loop's method of
-every such family). MP, GMP and dense training (:mod:`pbscale.methods.magnitude`) are such
-families; the cuts themselves are in :mod:`pbscale.methods.schedules`.
+"""Methods without mask logits: one binary mask over the masked weights (or, with
+``--granularity channel``, over the channel variables), set at the start and cut by magnitude
+on a schedule while the weights train (:class:`MaskFamily`, whose hooks take the run's explicit
+:class:`CutSchedule`; :class:`MagnitudeMethod`, the run loop's method of every such family). MP,
+GMP and dense training (:mod:`pbscale.methods.magnitude`) are such families; the cuts
+themselves are in :mod:`pbscale.methods.schedules`.
+
+The magnitude of a channel variable i (:meth:`MagnitudeMethod.channel_scores`) is that of the
+parameters removing it removes, per unit of its cost: s_i = ||W_i||_2^2 / c_i, with
+||W_i||_2^2 the sum of squares over every parameter slice of its coupled group (its Conv/Linear
+weight rows and bias, BatchNorm weight and bias, the consumers' input slices:
+:func:`pbscale.nets.channel_layout.squared_norms`) and c_i its ``--cost`` (the parameters or
+MACs per example removing it alone saves) normalised to mean 1, the L0 term's weight
+(:func:`pbscale.nets.channel_layout.l0_weights`). ``--target`` is then a budget of that cost:
+a cut keeps the variables of largest s_i, in that order, as long as the exact cost they keep
+(:func:`pbscale.nets.channel_layout.remaining_cost`, the evaluation's ``remaining``) stays
+within the fraction of the prunable part's cost (:func:`pbscale.methods.schedules.
+keep_within`), the greedy rule of a knapsack: the most magnitude per unit of parameters
+(``--cost params``) or of MACs (``--cost macs``). With ``--cost params``, s_i is up to the
+mean cost the mean square of the parameters variable i removes, so channels of wide and narrow
+layers compare as single weights do in weight pruning.
 """
 
 from __future__ import annotations
@@ -21,10 +37,13 @@ from .schedules import check_fraction
 
 @dataclass(frozen=True)
 class CutSchedule:
-    """Everything a method without logits reads of its run, explicit: the d masked weights, the
-    kept fraction it cuts to (``target``), MP's one cut at step ``cut``, GMP's cuts every
-    ``every`` steps from ``start`` to ``end`` (step indices, each at most the last step), and
-    the family's own settings (``settings``)."""
+    """Everything a method without logits reads of its run, explicit: the d variables (masked
+    weights, or channel variables), the kept fraction it cuts to (``target``: of the weights,
+    or of the channels' cost), MP's one cut at step ``cut``, GMP's cuts every ``every`` steps
+    from ``start`` to ``end`` (step indices, each at most the last step), the family's own
+    settings (``settings``) and, for channel variables, their costs normalised to mean 1
+    (``costs``, float64 (d,), the plan's ``l0_weights``; None for weights) and the kind of cost
+    that ``target`` budgets (``cost``: "params" or "macs", ``--cost``)."""
 
     d: int
     target: float
@@ -33,6 +52,8 @@ class CutSchedule:
     end: int
     every: int
     settings: Settings
+    costs: torch.Tensor | None = None
+    cost: str = "params"
 
 
 class MaskFamily(Family):
@@ -51,7 +72,8 @@ class MaskFamily(Family):
         cuts = CutSchedule(d=layout.d, target=plan.setting("target", 1.0), cut=cut,
                            start=min(round(plan.setting("gmp_start", 0.0) * total), end),
                            end=end, every=plan.setting("gmp_every", 1),
-                           settings=config.settings)
+                           settings=config.settings, costs=plan.l0_weights,
+                           cost=plan.setting("cost", "params"))
         return MagnitudeMethod(self, layout, cuts, seed=config.seed,
                                weight_optimizer=plan.weight_optimizer)
 
@@ -65,16 +87,20 @@ class MaskFamily(Family):
         return torch.ones(cuts.d, dtype=torch.float64)
 
     def fraction_at(self, step: int, cuts: CutSchedule) -> float | None:
-        """The fraction of weights kept after a cut at ``step``, or None (no cut)."""
+        """The fraction kept after a cut at ``step`` (of the d weights; of the cost, for
+        channel variables), or None (no cut)."""
         return None
 
 
 class MagnitudeMethod:
     """MP, GMP or dense training as a :class:`pbscale.runs.contracts.Method`: one binary mask (d,)
-    over the masked weights of ``layout`` (all ones for dense), no logits. ``apply`` (called by
-    the loop after the backward pass and before the weight step) makes the cuts: at step ``cut``
-    for MP, every ``every`` steps from ``start`` to ``end`` on :func:`gmp_fraction` for GMP. A
-    cut zeroes the pruned weights, their gradients and their momentum buffers in
+    over the masked weights of ``layout`` (all ones for dense), or over its channel variables
+    (a :class:`pbscale.nets.channel_layout.ChannelLayout`, ``per_weight`` False), no logits.
+    ``apply`` (called by the loop after the backward pass and before the weight step) makes the
+    cuts: at step ``cut`` for MP, every ``every`` steps from ``start`` to ``end`` on
+    :func:`gmp_fraction` for GMP, each keeping the largest |w| (weights) or
+    :meth:`channel_scores` (channels). A cut zeroes the pruned weights (a channel's: every
+    tensor slice its mask multiplies), their gradients and their momentum buffers in
     ``weight_optimizer``, so with the mask in the forward pass (zero gradient) and weight decay
     on a zero weight they stay exactly zero. ``generator`` (seeded with ``seed``) is the run's
     stream (batch order, evaluation); the mask draws nothing."""
@@ -107,8 +133,23 @@ class MagnitudeMethod:
         return J, float(J.detach())
 
     def fraction_at(self, step: int) -> float | None:
-        """The fraction of weights kept after a cut at ``step``, or None (no cut)."""
+        """The fraction kept after a cut at ``step`` (of the d weights; of the cost, for
+        channel variables), or None (no cut)."""
         return self.family.fraction_at(step, self.cuts)
+
+    @torch.no_grad()
+    def channel_scores(self) -> torch.Tensor:
+        """The score s_i = ||W_i||_2^2 / c_i of every channel variable, float64 (d,) on the
+        layout's device (the module's docstring): the squared L2 norm of the parameters
+        removing variable i removes (:meth:`pbscale.nets.channel_layout.ChannelLayout.
+        squared_norms`) over its ``--cost`` normalised to mean 1 (``cuts.costs``; all 1 where
+        the schedule has none; every variable costs something: its root layer's weight
+        rows)."""
+        norms = self.layout.squared_norms().to(self.mask.device)
+        costs = self.cuts.costs
+        if costs is None:
+            return norms
+        return norms / costs.to(norms)
 
     @torch.no_grad()
     def apply(self) -> None:
@@ -117,10 +158,17 @@ class MagnitudeMethod:
         if frac is None:
             return
         params = dict(self.layout.module.named_parameters())
-        old = self.layout.split(self.mask[None])
-        new = schedules.global_magnitude_masks({k: params[k] for k in self.layout.names}, frac,
-                                               {k: m[0] for k, m in old.items()})
-        self.mask = torch.cat([new[k].reshape(-1) for k in self.layout.names])
+        if self.layout.per_weight:
+            old = self.layout.split(self.mask[None])
+            new = schedules.global_magnitude_masks({k: params[k] for k in self.layout.names},
+                                                   frac, {k: m[0] for k, m in old.items()})
+            self.mask = torch.cat([new[k].reshape(-1) for k in self.layout.names])
+        else:  # channel variables: the top of their scores within the cost budget
+            kind = self.cuts.cost
+            keep = schedules.keep_within(self.channel_scores(), frac,
+                                         lambda k: self.layout.remaining(k, kind), self.mask != 0)
+            self.mask = keep.to(self.mask.dtype)
+            new = {k: m[0] for k, m in self.layout.split(self.mask[None]).items()}
         for k, m in new.items():
             p = params[k]
             p.mul_(m)

@@ -3,6 +3,13 @@
 (:class:`pbscale.methods.cuts.MaskFamily`): MP (Han et al., global one-shot), GMP (Zhu and
 Gupta's cubic schedule, :func:`pbscale.methods.schedules.gmp_fraction`, global) and dense
 training.
+
+MP and GMP also prune channels (``--granularity channel``, beyond the paper): the same
+schedules over the d channel variables, each scored by the squared L2 norm of the parameters
+it removes per unit of its ``--cost`` (:meth:`pbscale.methods.cuts.MagnitudeMethod.
+channel_scores`), ``--target`` the fraction of the prunable part's cost kept (a budget the
+best-scored channels fill, :func:`pbscale.methods.schedules.keep_within`). Dense training
+stays weight-only.
 """
 
 from __future__ import annotations
@@ -18,10 +25,12 @@ class MagnitudeFamily(MaskFamily):
 
 @register
 class MPFamily(MagnitudeFamily):
-    """MP: one global cut to ``target`` at step ``cut``."""
+    """MP: one global cut to ``target`` at step ``cut`` (of weights, or of channel
+    variables)."""
 
     name, label, text, color = "mp", "MP", "MP", "C7"
-    caps = Capabilities(commands=("prune-joint",), uses=("target", "prune_at"))
+    caps = Capabilities(commands=("prune-joint",), uses=("target", "prune_at"),
+                        pruning=Pruning(channels=True))
 
     def fraction_at(self, step: int, cuts: CutSchedule) -> float | None:
         return cuts.target if step == cuts.cut else None
@@ -30,11 +39,12 @@ class MPFamily(MagnitudeFamily):
 @register
 class GMPFamily(MagnitudeFamily):
     """GMP: a cut every ``every`` steps from ``start`` to ``end`` (and at ``end``) on the cubic
-    schedule :func:`gmp_fraction`."""
+    schedule :func:`gmp_fraction` (of weights, or of channel variables)."""
 
     name, label, text, color = "gmp", "GMP", "GMP", "C3"
     caps = Capabilities(commands=("prune-joint",),
-                        uses=("target", "gmp_start", "gmp_end", "gmp_every"))
+                        uses=("target", "gmp_start", "gmp_end", "gmp_every"),
+                        pruning=Pruning(channels=True))
 
     def fraction_at(self, step: int, cuts: CutSchedule) -> float | None:
         c = cuts

@@ -1,7 +1,9 @@
 """The mask schedules and top-k rules every mask method shares, one definition each: the kept
-fraction and its count (:func:`check_fraction`, :func:`keep_count`), the global magnitude cut
-of MP and GMP (:func:`global_magnitude_masks`; `sec:app_joint_pruning_setup`), GMP's cubic
-schedule (:func:`gmp_fraction`, Zhu and Gupta), the per-layer top-k of edge-popup
+fraction and its count (:func:`check_fraction`, :func:`keep_count`), the global top-k of MP and
+GMP (:func:`ranking`; :func:`keep_top`, a count: of weight magnitudes in
+:func:`global_magnitude_masks`, `sec:app_joint_pruning_setup`; :func:`keep_within`, a budget:
+of channel scores, :class:`pbscale.methods.cuts.MagnitudeMethod`), GMP's cubic schedule
+(:func:`gmp_fraction`, Zhu and Gupta), the per-layer top-k of edge-popup
 (:func:`kept_per_layer`, :func:`top_scores`), and the bookkeeping of binary masks over weights
 (:func:`apply_masks_`, :func:`remaining`).
 
@@ -15,7 +17,7 @@ optimizer step.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import torch
 
@@ -36,22 +38,67 @@ def keep_count(fraction: float, d: int) -> int:
     return max(1, min(d, int(round(check_fraction(fraction) * d))))
 
 
+def ranking(scores: torch.Tensor, alive: torch.Tensor | None = None) -> torch.Tensor:
+    """The order MP and GMP keep entries in: the positions of the nonnegative ``scores`` (d,)
+    from the largest down, those off in ``alive`` (bool (d,); None: all on) after every one on,
+    ties towards the lower position (a stable sort); int64 (d,)."""
+    if alive is not None:
+        scores = torch.where(alive, scores, torch.full_like(scores, -1.0))
+    return torch.sort(scores, descending=True, stable=True).indices
+
+
+def _prefix(order: torch.Tensor, k: int) -> torch.Tensor:
+    keep = torch.zeros(order.numel(), dtype=torch.bool, device=order.device)
+    keep[order[:k]] = True
+    return keep
+
+
+def keep_top(scores: torch.Tensor, fraction: float, alive: torch.Tensor | None = None
+             ) -> torch.Tensor:
+    """The global top-k of MP and GMP: a bool mask (d,) keeping the first
+    ``keep_count(fraction, d)`` of :func:`ranking` (the largest |w| where ``scores`` are weight
+    magnitudes), so the count is exact; entries off in ``alive`` come last, so a mask cut
+    again only shrinks as long as the fraction does."""
+    return _prefix(ranking(scores, alive), keep_count(fraction, scores.numel()))
+
+
+#: Round-off allowed when a kept fraction is compared with its budget (:func:`keep_within`).
+FRACTION_ROUNDOFF = 1e-12
+
+
+def keep_within(scores: torch.Tensor, fraction: float,
+                kept_fraction: Callable[[torch.Tensor], float],
+                alive: torch.Tensor | None = None) -> torch.Tensor:
+    """The budgeted top of MP and GMP over channel variables: a bool mask (d,) keeping the first
+    k of :func:`ranking` for the largest k whose ``kept_fraction(keep)`` (the fraction of a cost
+    that a bool keep mask (d,) keeps, nondecreasing as entries are added) is at most
+    ``fraction``, found by bisection (about log2 d calls); at least one entry is kept, and
+    never one off in ``alive`` (so a mask cut again only shrinks)."""
+    check_fraction(fraction)
+    order = ranking(scores, alive)
+    lo, hi = 1, max(1, scores.numel() if alive is None else int(alive.sum()))
+    while lo < hi:  # the answer lies in [lo, hi]; lo always qualifies (one entry at least)
+        mid = (lo + hi + 1) // 2
+        if kept_fraction(_prefix(order, mid)) <= fraction + FRACTION_ROUNDOFF:
+            lo = mid
+        else:
+            hi = mid - 1
+    return _prefix(order, lo)
+
+
 def global_magnitude_masks(weights: Mapping[str, torch.Tensor], fraction: float,
                            masks: Mapping[str, torch.Tensor] | None = None,
                            ) -> dict[str, torch.Tensor]:
     """Global magnitude masks keeping the ``keep_count(fraction, d)`` largest |w| over all
-    tensors (d = total size); weights pruned in ``masks`` rank below every unpruned weight, so
-    masks only shrink as long as the fraction does. Ties are broken towards the lower flat
-    position (a stable sort), so the count is exact."""
+    tensors (d = total size; :func:`keep_top` of the flat |w| in float32); weights pruned in
+    ``masks`` rank below every unpruned weight, so masks only shrink as long as the fraction
+    does. Ties are broken towards the lower flat position (a stable sort), so the count is
+    exact."""
     names = list(weights)
     flat = torch.cat([weights[k].detach().reshape(-1).abs().float() for k in names])
-    if masks is not None:
-        alive = torch.cat([masks[k].reshape(-1).bool() for k in names])
-        flat = torch.where(alive, flat, torch.full_like(flat, -1.0))
-    k = keep_count(fraction, flat.numel())
-    order = torch.sort(flat, descending=True, stable=True).indices
-    keep = torch.zeros(flat.numel(), dtype=torch.bool, device=flat.device)
-    keep[order[:k]] = True
+    alive = (None if masks is None
+             else torch.cat([masks[k].reshape(-1).bool() for k in names]))
+    keep = keep_top(flat, fraction, alive)
     out, pos = {}, 0
     for name in names:
         n = weights[name].numel()

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -29,12 +30,83 @@ from pbscale.forward.masks import MaskedModule
 from pbscale.forward.routes import Routes
 from pbscale.nets.channel_costs import TensorCost, count, latency
 from pbscale.nets.channel_ops import multiplier, remove_channels
-from pbscale.nets.channel_types import ChannelGroups
+from pbscale.nets.channel_types import ChannelGroups, Slice
 
 #: Batch sizes the CPU latency of the dense and the pruned network is measured at.
 LATENCY_BATCHES = (1, 128)
 #: Timed forward passes (the median is reported) and unmeasured passes before them.
 LATENCY_REPEATS, LATENCY_WARMUP = 20, 3
+
+
+@dataclass(frozen=True, eq=False)
+class SliceTable:
+    """The parameter slices of the d variables (:attr:`ChannelGroup.slices
+    <pbscale.nets.channel_types.ChannelGroup.slices>`, the running statistics left out),
+    arranged for :func:`squared_norms`: ``whole`` (param, dim, positions (m,), variables (m,),
+    int64): slice ``param[(:,)*dim, positions[k]]`` belongs to variable ``variables[k]``;
+    ``parts`` (variable, slice): the slices that span only some rows (a grouped convolution's
+    input channels); ``crossings`` (variable, slice on dim 0, slice on dim 1): two slices of one
+    tensor owned by one variable (a layer whose inputs and outputs are tied, e.g. ``h +
+    conv(h)``), whose shared elements the slices count twice."""
+
+    d: int
+    whole: tuple[tuple[str, int, torch.Tensor, torch.Tensor], ...]
+    parts: tuple[tuple[int, Slice], ...]
+    crossings: tuple[tuple[int, Slice, Slice], ...]
+
+
+def slice_table(groups: ChannelGroups) -> SliceTable:
+    """The :class:`SliceTable` of ``groups``: every parameter slice of every variable (out:
+    Conv/Linear weight rows, bias, BatchNorm weight and bias; in: the consumers' input slices),
+    read from the variables' own :attr:`slices`."""
+    whole: dict[tuple[str, int], tuple[list[int], list[int]]] = {}
+    parts, crossings = [], []
+    for g in groups.groups:
+        own = [s for s in g.slices if s.role != "buffer"]
+        for s in own:
+            if s.rows is None:
+                pos, var = whole.setdefault((s.param, s.dim), ([], []))
+                pos.append(s.index)
+                var.append(g.index)
+            else:
+                parts.append((g.index, s))
+        crossings += [(g.index, a, b) for a in own for b in own
+                      if a.param == b.param and a.dim == 0 and b.dim == 1]
+    return SliceTable(groups.d, tuple((p, dim, torch.tensor(pos), torch.tensor(var))
+                                      for (p, dim), (pos, var) in whole.items()),
+                      tuple(parts), tuple(crossings))
+
+
+def _slice_of(p: torch.Tensor, s: Slice) -> torch.Tensor:
+    """The elements of slice ``s`` of tensor ``p``."""
+    t = p.select(s.dim, s.index)
+    return t if s.rows is None else t[s.rows[0]:s.rows[1]]
+
+
+def squared_norms(table: SliceTable, params: Mapping[str, torch.Tensor]) -> torch.Tensor:
+    """||W_i||_2^2 of every variable i, float64 of shape (d,) on the parameters' device: the
+    sum of squares of the parameter elements that removing variable i alone removes (every
+    slice of :func:`slice_table`, its Conv/Linear weight rows and bias, BatchNorm weight and
+    bias, and the consumers' input slices; an element two of its slices share counted once;
+    running statistics are buffers, not counted) of ``params`` {name: tensor}. MP and GMP rank
+    channel variables by it (:class:`pbscale.methods.cuts.MagnitudeMethod`); Torch-Pruning's
+    "group norm" is its square root."""
+    device = next(iter(params.values())).device if params else torch.device("cpu")
+    out = torch.zeros(table.d, dtype=torch.float64, device=device)
+
+    def energy(t: torch.Tensor) -> torch.Tensor:  # sum of squares, in float64
+        return t.detach().to(torch.float64).square().sum()
+
+    for name, dim, pos, var in table.whole:
+        t = params[name].detach().to(torch.float64).square()
+        per = t.movedim(dim, 0).reshape(t.shape[dim], -1).sum(1)  # (size of dim,)
+        out.index_add_(0, var.to(device), per[pos.to(device)])
+    for v, s in table.parts:
+        out[v] += energy(_slice_of(params[s.param], s))
+    for v, a, b in table.crossings:  # a on dim 0, b on dim 1: element [a.index, b.index, ...]
+        if b.rows is None or b.rows[0] <= a.index < b.rows[1]:
+            out[v] -= energy(params[a.param][a.index, b.index])
+    return out
 
 
 class ChannelLayout(MaskedModule):
@@ -59,6 +131,17 @@ class ChannelLayout(MaskedModule):
         self.expansions = {e.param: e for e in groups.expansions}
         self.d = groups.d
         self.sizes = [groups.d]
+        self.slices = slice_table(groups)
+
+    def squared_norms(self) -> torch.Tensor:
+        """||W_i||_2^2 (d,) of the network's parameters now (:func:`squared_norms`): what MP
+        and GMP rank the channel variables by."""
+        return squared_norms(self.slices, dict(self.module.named_parameters()))
+
+    def remaining(self, keep: torch.Tensor, kind: str) -> float:
+        """The fraction of the prunable part's cost ``kind`` left by ``keep`` (d,)
+        (:func:`remaining_cost`): what MP's and GMP's channel cuts budget."""
+        return remaining_cost(self.groups, keep, kind)
 
     def split(self, z: torch.Tensor) -> dict[str, torch.Tensor]:
         """Channel masks z (..., d) -> {name: mask of shape (..., *param.shape)}: entry c along
@@ -91,6 +174,18 @@ def tensor_kept(t: TensorCost, keep: torch.Tensor) -> int:
     return int(left)
 
 
+def remaining_cost(groups: ChannelGroups, keep: torch.Tensor, kind: str) -> float:
+    """The fraction of the prunable part's cost ``kind`` ("params" or "macs",
+    :func:`prunable`) left by ``keep`` (d,) (nonzero: the variable stays), exact
+    (:meth:`pbscale.nets.channel_costs.CostTable.kept`): the evaluation's ``remaining``
+    (:func:`channel_row`) and the budget of MP's and GMP's channel cuts."""
+    k = (keep.detach().cpu() != 0).to(torch.float64)
+    costs = groups.costs
+    dense = costs.dense_params if kind == "params" else costs.dense_macs
+    part = prunable(groups, kind)
+    return (part - (dense - float(costs.kept(k, kind)))) / part if part else 1.0
+
+
 def channel_row(groups: ChannelGroups, keep: torch.Tensor, kind: str, num_all: int
                 ) -> dict[str, float]:
     """The evaluation's counts of a channel mask ``keep`` (d,) (nonzero: the variable stays):
@@ -102,10 +197,7 @@ def channel_row(groups: ChannelGroups, keep: torch.Tensor, kind: str, num_all: i
     costs = groups.costs
     params = float(costs.kept(k, "params"))
     macs = float(costs.kept(k, "macs"))
-    dense = costs.dense_params if kind == "params" else costs.dense_macs
-    part = prunable(groups, kind)
-    kept = params if kind == "params" else macs
-    row = {"remaining": (part - (dense - kept)) / part if part else 1.0,
+    row = {"remaining": remaining_cost(groups, k, kind),
            "remaining_all": params / num_all,
            "remaining_channels": float(k.sum()) / groups.d,
            "remaining_macs": macs / costs.dense_macs if costs.dense_macs else 1.0}
@@ -209,6 +301,7 @@ def l0_weights(groups: ChannelGroups, kind: str) -> torch.Tensor:
     return torch.as_tensor(c / mean if mean > 0 else np.ones_like(c))
 
 
-__all__ = ["LATENCY_BATCHES", "ChannelLayout", "channel_row", "l0_weights", "prunable",
-           "rebuild", "removable_keep", "structured_blob", "structured_network",
-           "structured_report", "tensor_kept", "weight_layers"]
+__all__ = ["LATENCY_BATCHES", "ChannelLayout", "SliceTable", "channel_row", "l0_weights",
+           "prunable", "rebuild", "remaining_cost", "removable_keep", "slice_table",
+           "squared_norms", "structured_blob", "structured_network", "structured_report",
+           "tensor_kept", "weight_layers"]

@@ -251,7 +251,14 @@ def extremes_line(summary: dict, cfg: PruneConfig) -> str | None:
     """One ``warning:`` line for a finished run of a method with an L0 strength whose mask
     ended at an extreme: every masked weight off, or none off although lam > 0 (a lam far too
     strong, or too weak for the run's length), or (channel granularity) a layer with every
-    channel off, with the fix; None otherwise."""
+    channel off, with the fix; for a channel run of a method that cuts to ``--target`` (MP,
+    GMP: a global cut may take every channel of a layer) that last one; None otherwise."""
+    zeroed = summary.get("zeroed_groups") or []
+    if cfg.granularity == "channel" and zeroed and "target" not in cfg.unused():
+        return (f"warning: every channel of layer{'s' if len(zeroed) > 1 else ''} "
+                f"{', '.join(repr(z) for z in zeroed)} is off at --target {cfg.target:g} "
+                "(structured.pt keeps one zeroed channel there): no signal passes it; raise "
+                f"--target (e.g. {min(1.0, 2 * cfg.target):g})")
     if "lam" in cfg.unused() or "final_remaining" not in summary:
         return None
     d, rem = summary.get("masked"), summary["final_remaining"]
@@ -261,7 +268,6 @@ def extremes_line(summary: dict, cfg: PruneConfig) -> str | None:
     if cfg.granularity == "channel":
         rem = summary.get("final_remaining_channels", rem)
         unit, steer = "channel variable", ""
-        zeroed = summary.get("zeroed_groups") or []
         if zeroed and 0 < rem:
             return (f"warning: every channel of layer{'s' if len(zeroed) > 1 else ''} "
                     f"{', '.join(repr(z) for z in zeroed)} is off at lam {lam:g} (structured.pt "
