@@ -65,6 +65,25 @@ class ResCNN(nn.Module):
         return self.head(h.mean(dim=(2, 3)))
 
 
+class TwoConv(nn.Module):
+    """LeNet-5's shape in miniature: two convolutions with BatchNorm, each followed by 2x2 max
+    pooling, flattened into a Linear head (images (B, 1, 8, 8)); not a zoo entry
+    (tests/test_channel_pruning.py scores its channels by hand)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(1, 4, 3, padding=1)
+        self.bn1 = nn.BatchNorm2d(4)
+        self.conv2 = nn.Conv2d(4, 6, 3, padding=1, bias=False)
+        self.bn2 = nn.BatchNorm2d(6)
+        self.fc = nn.Linear(6 * 2 * 2, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = nn.functional.max_pool2d(torch.relu(self.bn1(self.conv1(x))), 2)  # (B, 4, 4, 4)
+        h = nn.functional.max_pool2d(torch.relu(self.bn2(self.conv2(h))), 2)  # (B, 6, 2, 2)
+        return self.fc(h.flatten(1))
+
+
 def depthwise() -> nn.Module:
     """Depthwise, grouped and pointwise convolutions with pooling, an nn.Sequential (the folded
     path); RGB images (B, 3, 8, 8)."""

@@ -214,8 +214,8 @@ def test_weight_granularity_keeps_its_run_names():
     assert PruneConfig(granularity="channel").hashed()["granularity"] == "channel"
 
 
-@pytest.mark.parametrize("method,mode", [("mp", "joint"), ("gmp", "joint"),
-                                         ("edgepopup", "supermask"), ("dense", "supermask")])
+@pytest.mark.parametrize("method,mode", [("edgepopup", "supermask"), ("dense", "supermask"),
+                                         ("dense", "joint")])
 def test_a_method_without_channels_is_one_line(tmp_path, capsys, method, mode):
     args = ["--model", "lenet", "--method", method, "--mode", mode, "--granularity", "channel",
             "--out", str(tmp_path), *TINY]
@@ -223,6 +223,7 @@ def test_a_method_without_channels_is_one_line(tmp_path, capsys, method, mode):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--granularity channel runs with" in err[0]
     assert "cp" in err[0] and "arms" in err[0] and "--granularity weight" in err[0]
+    assert "mp, gmp" in err[0]
     assert not list(tmp_path.iterdir())
 
 
@@ -370,7 +371,7 @@ def test_sweep_keys_granularity_and_cost(tmp_path, capsys):
         ids.append(sweep.load(path).runs[0].id)
     assert ids[0] == ids[1] and len(set(ids[1:])) == 3
     path = tmp_path / "bad.toml"
-    path.write_text(head + 'granularity = "channel"\nmethod = "gmp"\nmode = "joint"\n')
+    path.write_text(head + 'granularity = "channel"\nmethod = "dense"\nmode = "joint"\n')
     assert sweep.main(["status", str(path)]) == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "--granularity channel runs with" in err
@@ -386,6 +387,12 @@ def test_extreme_channel_masks_warn_with_the_fix():
     assert "every channel variable is off (0 of 400 remain)" in line
     line = prun.extremes_line({**base, "final_remaining_channels": 1}, cfg)
     assert "no channel variable was pruned" in line and "\n" not in line
+    for method in ("mp", "gmp"):  # a global cut to --target may empty a layer
+        cut = PruneConfig(granularity="channel", method=method, mode="joint", target=0.05)
+        assert prun.extremes_line(base, cut) is None
+        line = prun.extremes_line({**base, "zeroed_groups": ["fc1"]}, cut)
+        assert "every channel of layer 'fc1' is off at --target 0.05" in line
+        assert "raise --target (e.g. 0.1)" in line and "\n" not in line
 
 
 def test_an_interrupted_channel_run_resumes_to_the_same_numbers(tmp_path):
@@ -435,3 +442,240 @@ def test_the_other_mc_estimators_prune_channels(tmp_path, method):
     assert P.main(args) == 0
     (folder,) = [p for p in tmp_path.iterdir() if p.is_dir()]
     _check_folder(folder, PruneConfig(model="lenet", synthetic=48, val_size=16))
+
+
+# -- MP and GMP over channels: group norms per unit of cost, --target a budget of the cost ------
+
+
+class SelfTied(nn.Module):
+    """A grouped convolution whose output is added to its own input (h + conv(h)): a variable
+    owns an input and an output slice of one weight, which cross."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = nn.Conv2d(1, 4, 3, padding=1)
+        self.conv = nn.Conv2d(4, 4, 3, padding=1, groups=2)
+        self.head = nn.Linear(4, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.relu(self.stem(x))
+        return self.head(torch.relu(h + self.conv(h)).mean(dim=(2, 3)))
+
+
+@pytest.mark.parametrize("factory,shape", [(_zoo.ResCNN, (1, 1, 8, 8)),
+                                           (_zoo.depthwise, (1, 3, 8, 8)),
+                                           (SelfTied, (1, 1, 8, 8))])
+def test_squared_norms_are_what_removing_one_channel_removes(factory, shape):
+    """ChannelLayout.squared_norms, read from the variables' slices, against Torch-Pruning's
+    removal: the sum of squares of the dense network's parameters minus that of the network
+    with variable i alone removed, for every i (BatchNorm's affine parameters randomised; a
+    grouped convolution's partial input slices and a variable's crossing slices included)."""
+    torch.manual_seed(0)
+    net = factory()
+    with torch.no_grad():
+        for m in net.modules():
+            if isinstance(m, nn.modules.batchnorm._BatchNorm):
+                m.weight.normal_()
+                m.bias.normal_()
+    groups = channel_groups(net, torch.rand(*shape))
+
+    def energy(model: nn.Module) -> float:
+        return sum(float(p.detach().double().square().sum()) for p in model.parameters())
+
+    dense = energy(net)
+    removed = []
+    for g in groups.groups:
+        keep = torch.ones(groups.d, dtype=torch.bool)
+        keep[g.index] = False
+        removed.append(dense - energy(remove_channels(net, groups, keep)))
+    norms = ChannelLayout(net, groups).squared_norms()
+    assert torch.allclose(norms, torch.tensor(removed, dtype=torch.float64), rtol=1e-10,
+                          atol=1e-12)
+
+
+def _two_conv(tmp_path: Path, cost: str, target: float = 0.5):
+    cfg = PruneConfig(model="_zoo:TwoConv", method="mp", mode="joint", granularity="channel",
+                      cost=cost, target=target, data=str(_gray(tmp_path)), epochs=2,
+                      batch_size=8, val_size=16)
+    c, dev, data = prun.prepare(cfg)
+    task, method, _, _ = prun.build(c, data, dev)
+    return task, method
+
+
+@pytest.mark.parametrize("cost", ["params", "macs"])
+def test_mp_channel_scores_and_cut_by_hand(tmp_path, cost):
+    """TwoConv (conv1 4 channels, conv2 6, max pooling, a flatten into fc), scored with plain
+    torch: channel i's squared L2 norm over every parameter slice it removes, over its cost
+    (parameters or MACs, counted from the shapes) normalised to mean 1; the cut keeps the
+    best-scored channels, in order, while the parameters (MACs) they keep stay within the
+    target, zeroes the slices of the others and never brings one back."""
+    task, method = _two_conv(tmp_path, cost)
+    net = task.model
+    gen = torch.Generator().manual_seed(1)
+    with torch.no_grad():  # BatchNorm's weight and bias away from 1 and 0
+        for p in net.parameters():
+            p.copy_(torch.randn(p.shape, generator=gen))
+    w = {k: p.detach().double() for k, p in net.named_parameters()}
+
+    def sq(t: torch.Tensor) -> float:
+        return float(t.square().sum())
+
+    hand, unit = {}, {}
+    for j in range(4):  # conv1[j]: its row and bias, bn1's entries, conv2's input slice
+        hand[f"conv1[{j}]"] = (sq(w["conv1.weight"][j]) + sq(w["conv1.bias"][j])
+                               + sq(w["bn1.weight"][j]) + sq(w["bn1.bias"][j])
+                               + sq(w["conv2.weight"][:, j]))
+        # 8x8 positions for conv1, 4x4 for conv2 (after pooling)
+        unit[f"conv1[{j}]"] = {"params": 9 + 1 + 2 + 6 * 9, "macs": 9 * 64 + 6 * 9 * 16}[cost]
+    for k in range(6):  # conv2[k]: its row, bn2's entries, fc's four flattened inputs
+        hand[f"conv2[{k}]"] = (sq(w["conv2.weight"][k]) + sq(w["bn2.weight"][k])
+                               + sq(w["bn2.bias"][k]) + sq(w["fc.weight"][:, 4 * k:4 * k + 4]))
+        unit[f"conv2[{k}]"] = {"params": 4 * 9 + 2 + 10 * 4, "macs": 4 * 9 * 16 + 10 * 4}[cost]
+    names = [g.name for g in task.groups.groups]
+    assert sorted(names) == sorted(hand)
+    c = torch.tensor([unit[n] for n in names], dtype=torch.float64)
+    expect = torch.tensor([hand[n] for n in names], dtype=torch.float64) / (c / c.mean())
+    scores = method.channel_scores().cpu()
+    assert torch.allclose(scores, expect, rtol=1e-12, atol=0)
+
+    def kept(a1: int, a2: int) -> int:  # parameters or MACs of the prunable part left
+        if cost == "params":
+            return a1 * (9 + 1 + 2) + a1 * a2 * 9 + a2 * 2 + a2 * 10 * 4
+        return a1 * 9 * 64 + a1 * a2 * 9 * 16 + a2 * 10 * 4
+
+    order = sorted(range(len(names)), key=lambda i: -float(expect[i]))
+    k = 1
+    while k < len(names):
+        top = [names[i] for i in order[:k + 1]]
+        if kept(sum(n.startswith("conv1") for n in top),
+                sum(n.startswith("conv2") for n in top)) > 0.5 * kept(4, 6):
+            break
+        k += 1
+    want = torch.zeros(len(names), dtype=torch.bool)
+    want[order[:k]] = True
+    assert 0 < k < len(names)
+    method.step_count = method.cuts.cut
+    method.apply()
+    assert torch.equal(method.mask.cpu() != 0, want)
+    for i, n in enumerate(names):
+        layer, ch = n[:5], int(n[6])
+        rows = [net.get_parameter(f"{layer}.weight")[ch],
+                net.get_parameter(f"bn{layer[-1]}.weight")[ch]]
+        assert all(bool((r == 0).all()) != bool(want[i]) for r in rows), n
+    from pbscale.methods import schedules
+    again = schedules.keep_within(method.channel_scores(), 1.0,
+                                  lambda z: task.layout.remaining(z, cost), method.mask != 0)
+    assert torch.equal(again.cpu(), want)  # a pruned channel never comes back
+
+
+def _lenet_kept(a1: int, a2: int) -> int:
+    """LeNet-300-100's prunable parameters left with a1 channels of fc1 and a2 of fc2: fc1's
+    rows and bias, fc2's rows (a1 inputs each) and bias, fc3's inputs."""
+    return a1 * (784 + 1) + a2 * (a1 + 1) + 10 * a2
+
+
+def test_mp_channel_run_keeps_the_expected_channels(tmp_path, capsys, monkeypatch):
+    """An MP run over LeNet's channels (--target 0.3 of the parameters) keeps the channels of
+    the best scores at its cut while their parameters fit (counted from the layers' shapes);
+    structured.pt holds exactly those, its network has the widths and parameters that follow
+    and computes what the masked network (pruned.pt) computes, at the run's accuracy."""
+    from pbscale.methods import schedules
+    from pbscale.nets.channel_ops import same_outputs
+    from pbscale.pruning.outputs import load_pruned
+
+    real, seen = schedules.keep_within, []
+
+    def spy(scores, fraction, kept_fraction, alive=None):
+        keep = real(scores, fraction, kept_fraction, alive)
+        seen.append((scores.cpu().clone(), fraction, keep.cpu().clone()))
+        return keep
+
+    monkeypatch.setattr(schedules, "keep_within", spy)
+    args = ["--model", "lenet", "--method", "mp", "--mode", "joint", "--granularity", "channel",
+            "--target", "0.3", "--out", str(tmp_path), *TINY, "--epochs", "2", "--prune-at",
+            "0.5"]
+    assert P.main(args) == 0
+    line = capsys.readouterr().out
+    assert "channel variables" in line and "structured.pt: params" in line
+    (scores, fraction, keep), = seen  # MP cuts once
+    assert fraction == 0.3
+    (folder,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    names = [v["name"] for v in json.loads((folder / "groups.json").read_text())["variables"]]
+    order = np.argsort(-scores.numpy(), kind="stable")
+    k, a = 0, {"fc1": 0, "fc2": 0}
+    for i in order:
+        layer = names[i][:3]
+        a[layer] += 1
+        if _lenet_kept(a["fc1"], a["fc2"]) > 0.3 * _lenet_kept(300, 100):
+            a[layer] -= 1
+            break
+        k += 1
+    want = torch.zeros(len(names), dtype=torch.bool)
+    want[torch.as_tensor(order[:k].copy())] = True
+    assert torch.equal(keep, want)
+    summary = runio.read_summary(folder / "summary.json")
+    assert summary["channels_kept"] == k == a["fc1"] + a["fc2"] and summary["zeroed_groups"] == []
+    assert summary["final_remaining"] == pytest.approx(
+        _lenet_kept(a["fc1"], a["fc2"]) / _lenet_kept(300, 100), rel=1e-12)
+    assert summary["final_remaining"] <= 0.3
+    saved = torch.load(folder / "structured.pt", map_location="cpu", weights_only=True)
+    assert torch.equal(saved["keep"], want)
+    cfg = PruneConfig(model="lenet", synthetic=48, val_size=16)
+    _check_folder(folder, cfg)
+    small = load_structured("lenet", folder / "structured.pt")
+    shapes = [tuple(small.get_parameter(f"fc{i}.weight").shape) for i in (1, 2, 3)]
+    assert shapes == [(a["fc1"], 784), (a["fc2"], a["fc1"]), (10, a["fc2"])]
+    masked = load_pruned("lenet", folder / "pruned.pt")
+    data = setup.load_data(cfg.resolved(), torch.device("cpu"))
+    x = data.prepare(data.test.x)
+    with torch.no_grad():
+        assert same_outputs(small(x), masked(x))
+
+
+def test_gmp_channel_run_follows_its_schedule(tmp_path):
+    """GMP over LeNet's channels: after each epoch the parameters kept (metrics.csv's
+    remaining) lie at most one channel below the cubic schedule at its last cut, never above
+    it, and the channels only go."""
+    cfg = PruneConfig(model="lenet", synthetic=48, val_size=16, epochs=5, max_batches=3,
+                      batch_size=8, method="gmp", mode="joint", target=0.2,
+                      granularity="channel", gmp_start=0.1, gmp_end=0.8, gmp_every=2)
+    summary = prun.run(cfg, tmp_path, quiet=True)
+    rows = runio.read_csv(Path(summary["folder"]) / "metrics.csv")
+    S, total = 3, 15
+    start, end = round(0.1 * total), round(0.8 * total)  # steps 2 and 12, a cut every 2
+    cuts = [t for t in range(start, end + 1) if (t - start) % 2 == 0 or t == end]
+
+    def fraction(t: int) -> float:  # Zhu and Gupta's cubic, by hand
+        return 0.2 + 0.8 * (1 - (t - start) / (end - start)) ** 3
+
+    one = (784 + 1 + 100) / _lenet_kept(300, 100)  # the costliest channel: an fc1 row
+    assert [r["epoch"] for r in rows] == list(range(6))
+    before = 1.0
+    for r in rows:
+        done = [t for t in cuts if t <= r["epoch"] * S - 1]
+        f = fraction(done[-1]) if done else 1.0
+        assert f - one < r["remaining"] <= f + 1e-12, (r["epoch"], f, r["remaining"])
+        assert r["remaining_channels"] <= before
+        before = r["remaining_channels"]
+    assert rows[1]["remaining"] == 1 and rows[2]["remaining_channels"] < 1  # cuts from step 4
+    assert rows[-1]["remaining"] <= 0.2
+
+
+def test_gmp_channel_run_on_a_residual_cnn_by_macs(tmp_path):
+    """GMP over ResCNN's channels (BatchNorm, a residual addition) with --cost macs: the MACs
+    kept stay within the target, and the smaller network computes what the masked one does."""
+    from pbscale.nets.channel_ops import same_outputs
+
+    arrays = _zoo.arrays("gray", n_train=48, n_test=24)
+    result = prune_model(_zoo.ResCNN, (arrays["x_train"], arrays["y_train"]),
+                         (arrays["x_test"], arrays["y_test"]), method="gmp", mode="joint",
+                         target=0.4, cost="macs", granularity="channel", epochs=3,
+                         out=tmp_path, progress=False, max_batches=2, batch_size=8,
+                         val_size=16, threads=1, gmp_every=1)
+    s = result.summary
+    assert s["final_remaining"] <= 0.4 and s["channels_kept"] < s["channels"]
+    assert s["pruned_macs"] < s["dense_macs"]
+    x = torch.as_tensor(arrays["x_test"]).float()
+    x = (x - x.mean()) / x.std()  # any inputs: the two networks compute the same function
+    with torch.no_grad():
+        assert same_outputs(result.structured()(x), result.pruned()(x))
