@@ -183,8 +183,10 @@ class Pruning:
     weights in supermask mode too). Settings: ``prune_param`` (its parametrization when
     ``--param`` is left out), ``prune_n`` (the n of every pruning run, ``--n`` then unused;
     None: ``--n``, where ``uses`` names n). ``channels``: its variables may be channels
-    (``--granularity channel``: its step reads nothing of the flat mask's layout but d, so a
-    variable may stand for a channel of a coupled group)."""
+    (``--granularity channel``): its step reads nothing of the flat mask's layout but d, so a
+    variable may stand for a channel of a coupled group, or (MP, GMP) it reads what the
+    channel layout gives it for each variable (the squared norm of the slices it removes, its
+    cost)."""
 
     eval_sampled: bool = False
     also_sampled: bool = False
