@@ -115,24 +115,25 @@ def used_settings(run: PruneRun) -> frozenset[str]:
     return frozenset(s for s in SETTINGS if run.info.uses(s))
 
 
-def data_dir_of(folder: Path) -> str:
-    """The data folder a run read (config.json's unhashed "info"), "" where none is recorded."""
+def info_text(folder: Path, key: str) -> str:
+    """The text entry ``key`` of a run's config.json's unhashed "info", "" where none is
+    recorded (or the file cannot be read)."""
     try:
         info = json.loads((folder / "config.json").read_text()).get("info", {})
     except (OSError, ValueError, AttributeError):
         return ""
-    value = info.get("data_dir", "") if isinstance(info, dict) else ""
+    value = info.get(key, "") if isinstance(info, dict) else ""
     return value if isinstance(value, str) else ""
+
+
+def data_dir_of(folder: Path) -> str:
+    """The data folder a run read (config.json's "info" ``data_dir``), "" where none."""
+    return info_text(folder, "data_dir")
 
 
 def data_file_of(folder: Path) -> str:
     """The user's data file a run read (config.json's "info" ``data_file``), "" where none."""
-    try:
-        info = json.loads((folder / "config.json").read_text()).get("info", {})
-    except (OSError, ValueError, AttributeError):
-        return ""
-    value = info.get("data_file", "") if isinstance(info, dict) else ""
-    return value if isinstance(value, str) else ""
+    return info_text(folder, "data_file")
 
 
 def read_run(folder: Path) -> dict:
