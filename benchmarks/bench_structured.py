@@ -3,7 +3,7 @@
 slimming's L1 training, random groups), at given MACs reductions, same epochs for every arm.
 
     python -m benchmarks.bench_structured [--models lenet5,resnet18] [--targets 2,4]
-        [--arms cp,arms,l2,taylor,bn,random] [--seeds 3] [--dense-epochs 30]
+        [--arms cp,arms,mp,gmp,l2,taylor,bn,random] [--seeds 3] [--dense-epochs 30]
         [--finetune-epochs 30] [--train-size 0] [--data-dir DIR] [--device cpu]
         [--threads 1] [--out figures/structured] [--smoke]
 
@@ -30,6 +30,13 @@ training subset, at most 5,000, validates) and initial weights for every arm of 
   (``--lam-target``: scaled while the masks train until the MACs kept of the prunable part are
   the fraction that drops the whole network's MACs by the target, :func:`steer_fraction`);
   within 3 + 3 epochs it does not land (docs/measurements.md).
+* Magnitude arms over channels (``mp``, ``gmp``): :func:`pbscale.prune_model` with
+  ``method="mp"`` or ``"gmp"``, joint mode, the same epochs, each channel scored by the squared
+  norm of what it removes over its MACs, cut globally (MP once at 40% of the epochs, GMP on its
+  cubic schedule) to the MACs of the Torch-Pruning arms at that target (``--target`` as
+  :func:`steer_fraction` of their reduction). The run counts them exactly; the physical network
+  keeps more where a cut empties a coupled group (it keeps one zeroed channel), so the table's
+  MACs, not the target, say whether the comparison is at equal MACs.
 
 Every run reports the test accuracy of the physically smaller network (Torch-Pruning's pruned
 model; :meth:`pbscale.PruneResult.structured` for PB), its parameters and MACs
@@ -79,13 +86,16 @@ from pbscale.runs import io
 from pbscale.runs.runtime import resolve_device
 
 PB_ARMS = ("cp", "arms")
+#: pbscale's own magnitude pruning over channels (global score ||W_i||^2 / cost, one cut)
+MAG_ARMS = ("mp", "gmp")
 TP_ARMS = ("l2", "taylor", "bn", "random")
-ARMS = PB_ARMS + TP_ARMS
-LABELS = {"cp": "CP (PB)", "arms": "ARMS (PB)", "l2": "TP L2 group norm",
+ARMS = PB_ARMS + MAG_ARMS + TP_ARMS
+LABELS = {"cp": "CP (PB)", "arms": "ARMS (PB)", "mp": "MP over channels (pbscale)",
+          "gmp": "GMP over channels (pbscale)", "l2": "TP L2 group norm",
           "taylor": "TP Taylor", "bn": "TP BN scale (slimming)", "random": "TP random",
           "dense": "dense (E1 epochs)", "dense-slimming": "dense, L1 on BN scales (E1)"}
-MARKERS = {"cp": "o", "arms": "s", "l2": "^", "taylor": "v", "bn": "D", "random": "x",
-           "dense": "*", "dense-slimming": "P"}
+MARKERS = {"cp": "o", "arms": "s", "mp": "<", "gmp": ">", "l2": "^", "taylor": "v", "bn": "D",
+           "random": "x", "dense": "*", "dense-slimming": "P"}
 #: lam of the PB arms, (arm, model, target) -> lam (L0 term weighted by MACs, mean cost 1);
 #: LeNet-5: calibrated on 3 + 3 epochs of a 6,000-example MNIST subset, seed 0 (CP at 3e-5:
 #: 3.86x; ARMS at 3e-5: 2.05x); ResNet-18 width: a first guess. Longer runs prune more.
@@ -379,7 +389,9 @@ def run_model(name: str, args: argparse.Namespace, data: dict, dev: torch.device
     ref = cls(args.width)
     dense_cost = measure(copy.deepcopy(ref), example, batch_example, args.latency_repeats)
     ratios = {t: tp_ratio(ref, t, example) for t in args.targets
-              if set(args.arms) & set(TP_ARMS)}
+              if set(args.arms) & set(TP_ARMS + MAG_ARMS)}
+    matched = {t: steer_fraction(ref, example, dense_cost["macs"] / ratios[t][1])
+               for t in ratios if set(args.arms) & set(MAG_ARMS)}
     tp_arms = [a for a in args.arms if a in TP_ARMS]
     fractions = {t: steer_fraction(ref, example, t) for t in args.targets
                  if args.steer and set(args.arms) & set(PB_ARMS)}
@@ -412,6 +424,17 @@ def run_model(name: str, args: argparse.Namespace, data: dict, dev: torch.device
                     train(net, data["train"], args.finetune_epochs, FT_LR, args.batch_size,
                           seed, dev)
                     lam, ratio, reported, steer = "", ratios[target][0], "", {}
+                elif arm in MAG_ARMS:
+                    res = prune_model(copy.deepcopy(init), data["train"], data["test"],
+                                      val=data["val"], method=arm, mode="joint",
+                                      target=matched[target], epochs=total, seed=seed,
+                                      granularity="channel", cost="macs", init="model",
+                                      batch_size=args.batch_size,
+                                      out=tmp / f"{name}-{arm}-{target:g}-{seed}",
+                                      device=str(dev), threads=args.threads, progress=False)
+                    net = res.structured().to(dev)
+                    lam, ratio, steer = "", "", {}
+                    reported = res.summary.get("final_test_acc", "")
                 else:
                     lam = lam_for(arm, name, target, args.lam)
                     steer = {"lam_target": fractions[target]} if args.steer else {}
@@ -476,37 +499,42 @@ def markdown(summary: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def reading(pb: dict, tp: dict) -> str:
-    """Which of two arms (summary rows) is ahead: the more accurate one only where it also
-    removed at least as many MACs (it dominates); otherwise no verdict, since the two were not
-    compared at equal MACs."""
+def reading(pb: dict, tp: dict, kind: str = "PB") -> str:
+    """Which of two arms (summary rows: ours, of ``kind``, and Torch-Pruning's) is ahead: the
+    more accurate one only where it also removed at least as many MACs (it dominates);
+    otherwise no verdict, since the two were not compared at equal MACs."""
     acc = pb["acc_mean"] >= tp["acc_mean"]
     red = pb["macs_reduction"] >= tp["macs_reduction"]
     if acc and red:
-        return "PB more accurate at at least as large a MACs reduction"
+        return f"{kind} more accurate at at least as large a MACs reduction"
     if not acc and not red:
         return "Torch-Pruning more accurate at at least as large a MACs reduction"
-    more = "PB" if acc else "Torch-Pruning"
+    more = kind if acc else "Torch-Pruning"
     return (f"{more} more accurate but with fewer MACs removed: no verdict at equal MACs "
             "(set --lam, or --steer with enough epochs, so that PB lands on the target)")
 
 
 def verdicts(summary: list[dict]) -> list[str]:
-    """Per model and target: the best PB and the best Torch-Pruning arm (accuracy, MACs)."""
+    """Per model and target: the best PB and the best Torch-Pruning arm (accuracy, MACs), and
+    the best magnitude arm over channels against the best Torch-Pruning arm (the magnitude arms
+    are cut to the Torch-Pruning arms' MACs)."""
     out = []
     for model in dict.fromkeys(s["model"] for s in summary):
         for target in sorted({s["target"] for s in summary if s["model"] == model} - {1.0}):
             here = [s for s in summary if s["model"] == model and s["target"] == target]
-            pb = [s for s in here if s["arm"] in PB_ARMS]
             tp = [s for s in here if s["arm"] in TP_ARMS]
-            if not (pb and tp):
+            if not tp:
                 continue
-            b_pb = max(pb, key=lambda s: s["acc_mean"])
             b_tp = max(tp, key=lambda s: s["acc_mean"])
-            out.append(f"{model} {target:g}x: best PB {b_pb['arm']} "
-                       f"{100 * b_pb['acc_mean']:.2f}% at {b_pb['macs_reduction']:.2f}x MACs, "
-                       f"best TP {b_tp['arm']} {100 * b_tp['acc_mean']:.2f}% at "
-                       f"{b_tp['macs_reduction']:.2f}x MACs: {reading(b_pb, b_tp)}")
+            for kind, arms in (("PB", PB_ARMS), ("magnitude", MAG_ARMS)):
+                ours = [s for s in here if s["arm"] in arms]
+                if not ours:
+                    continue
+                b = max(ours, key=lambda s: s["acc_mean"])
+                out.append(f"{model} {target:g}x: best {kind} {b['arm']} "
+                           f"{100 * b['acc_mean']:.2f}% at {b['macs_reduction']:.2f}x MACs, "
+                           f"best TP {b_tp['arm']} {100 * b_tp['acc_mean']:.2f}% at "
+                           f"{b_tp['macs_reduction']:.2f}x MACs: {reading(b, b_tp, kind)}")
     return out
 
 
@@ -554,12 +582,12 @@ def main(argv: list[str] | None = None) -> None:
             for model in args.models:
                 for target in args.targets:
                     lam_for(arm, model, target, args.lam)
-    if set(args.arms) & set(TP_ARMS):
+    if set(args.arms) & set(TP_ARMS + MAG_ARMS):
         try:
             import torch_pruning  # noqa: F401
         except ImportError:
-            raise PBInputError("the Torch-Pruning arms need torch-pruning; pip install "
-                               "torch-pruning, or --arms cp,arms") from None
+            raise PBInputError("the Torch-Pruning and magnitude arms need torch-pruning; pip "
+                               "install torch-pruning, or --arms cp,arms") from None
     out = args.out
     if args.summarize:
         if not (out / "runs.csv").is_file():

@@ -57,12 +57,15 @@ def test_smoke_run_writes_every_output(tmp_path, capsys):
         if r["arm"] in bench_structured.PB_ARMS:  # the smaller network scores as the run did
             assert float(r["acc"]) == pytest.approx(float(r["reported_acc"]), abs=1e-6)
             assert r["lam_target"] == ""  # lam fixed unless --steer
+        if r["arm"] in bench_structured.MAG_ARMS:  # the smaller network scores as the run did
+            assert float(r["acc"]) == pytest.approx(float(r["reported_acc"]), abs=1e-6)
         if r["arm"] in bench_structured.TP_ARMS and r["model"] == "resnet18":
             assert int(r["dense_macs"]) / int(r["macs"]) >= float(r["target"])
     summary = io.read_csv(tmp_path / "summary.csv")
     assert {s["arm"] for s in summary} >= set(bench_structured.ARMS)
     table = (tmp_path / "summary.md").read_text()
     assert "| lenet5 | 4x | TP Taylor | 1 |" in table and "best PB" in table
+    assert "best magnitude" in table
     for model in ("lenet5", "resnet18"):
         assert (tmp_path / f"accuracy_vs_macs_{model}.png").read_bytes()[:4] == b"\x89PNG"
     settings = json.loads((tmp_path / "settings.json").read_text())
