@@ -119,7 +119,7 @@ def assemble(cfg: PruneConfig, data: datamod.Data, dev: torch.device, *,
     info = {**run_info(cfg, data, task), "world_size": 1 if shard is None else shard.world,
             **({"ignored": list(ignored)} if ignored else {}),
             **({"routes": str(routes)} if routes is not None and routes.on else {})}
-    measure = (lambda z: task.evaluation.counts(z)["remaining"]) if task.groups else None
+    measure = (lambda z: task.layout.remaining(z, cfg.cost)) if task.groups else None
     controller = (LamController(method, cfg.lam_target, loop, task.steps_per_epoch,
                                 measure=measure) if cfg.lam_target else None)
     return Assembly(task, method, loop, weight_opt, run_config(task, loop),
