@@ -423,35 +423,27 @@ def run_model(name: str, args: argparse.Namespace, data: dict, dev: torch.device
                     tp_prune(net, arm, ratios[target][0], example.to(dev), grads)
                     train(net, data["train"], args.finetune_epochs, FT_LR, args.batch_size,
                           seed, dev)
-                    lam, ratio, reported, steer = "", ratios[target][0], "", {}
-                elif arm in MAG_ARMS:
+                    lam, ratio, reported, own = "", ratios[target][0], "", {}
+                else:  # pbscale's arms: one joint channel run, the L0 term or cut by MACs
+                    if arm in MAG_ARMS:  # cut to the Torch-Pruning arms' MACs
+                        lam, own = "", {"target": matched[target]}
+                    else:
+                        lam = lam_for(arm, name, target, args.lam)
+                        own = {"lam": lam, "n": args.n,
+                               **({"lam_target": fractions[target]} if args.steer else {})}
                     res = prune_model(copy.deepcopy(init), data["train"], data["test"],
                                       val=data["val"], method=arm, mode="joint",
-                                      target=matched[target], epochs=total, seed=seed,
-                                      granularity="channel", cost="macs", init="model",
-                                      batch_size=args.batch_size,
-                                      out=tmp / f"{name}-{arm}-{target:g}-{seed}",
-                                      device=str(dev), threads=args.threads, progress=False)
-                    net = res.structured().to(dev)
-                    lam, ratio, steer = "", "", {}
-                    reported = res.summary.get("final_test_acc", "")
-                else:
-                    lam = lam_for(arm, name, target, args.lam)
-                    steer = {"lam_target": fractions[target]} if args.steer else {}
-                    res = prune_model(copy.deepcopy(init), data["train"], data["test"],
-                                      val=data["val"], method=arm, mode="joint", lam=lam,
-                                      **steer,
                                       epochs=total, seed=seed, granularity="channel",
-                                      cost="macs", init="model", n=args.n,
-                                      batch_size=args.batch_size,
+                                      cost="macs", init="model", batch_size=args.batch_size,
                                       out=tmp / f"{name}-{arm}-{target:g}-{seed}",
-                                      device=str(dev), threads=args.threads, progress=False)
+                                      device=str(dev), threads=args.threads, progress=False,
+                                      **own)
                     net = res.structured().to(dev)
                     ratio, reported = "", res.summary.get("final_test_acc", "")
                 acc = accuracy(net, *data["test"], dev)
                 cost = measure(net, example, batch_example, args.latency_repeats)
                 log({**base, "target": target, "arm": arm, "lam": lam, "ratio": ratio,
-                     "lam_target": steer.get("lam_target", ""),
+                     "lam_target": own.get("lam_target", ""),
                      "epochs": total, "acc": acc, **cost, "reported_acc": reported,
                      "seconds": time.perf_counter() - t0})
 
