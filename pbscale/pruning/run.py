@@ -182,7 +182,8 @@ def run(cfg: PruneConfig, out: str | Path, device: str = "cpu", *, quiet: bool =
         quiet = quiet or shard.rank > 0
     if shard is None and captures_steps(cfg, dev, asked):
         hooks.append(CapturedSteps(task, method))
-    folder = run_folder(out, task.name, chosen_config(out, task.name, a.config, a.legacy))
+    config = chosen_config(out, task.name, a.config, a.legacy)  # a format 1 folder kept
+    folder = run_folder(out, task.name, config)
     finished_before = (folder / "summary.json").exists()
     hooks.append(Export(folder, task.evaluation, task.rescales))
     if shard is not None:  # every rank resumes from rank 0's checkpoint
@@ -195,7 +196,7 @@ def run(cfg: PruneConfig, out: str | Path, device: str = "cpu", *, quiet: bool =
     folder = loop_run(task, method, loop, out, weight_optimizer=weight_opt, device=dev,
                       progress=not quiet, info=a.info, step_hook=step_hook, hooks=hooks,
                       lr_flags=task.lr_flags, method_info=a.method_info,
-                      keep_checkpoint=keep_checkpoint, config=a.config, legacy=a.legacy)
+                      keep_checkpoint=keep_checkpoint, config=config)
     summary = runio.read_summary(folder / "summary.json", task.summary_keys)
     runio.write_json(folder / "data.json", data.transform())
     summary.update({"folder": str(folder), "masked": task.d, "parameters": task.num_all,

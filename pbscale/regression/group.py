@@ -56,7 +56,7 @@ from pbscale.regression.run import run_folder as regress_folder
 from pbscale.runs import io
 from pbscale.runs.contracts import LoopConfig, RunHooks
 from pbscale.runs.loop import env_info, full_config, run, run_folder, write_summary
-from pbscale.runs.records import GROUPS, groups_folder, lock_folder, open_folder
+from pbscale.runs.records import GROUPS, groups_folder, hashed_part, lock_folder, open_folder
 
 #: Most runs (seeds x learning rates) in one group: each member keeps its logits, gradient and
 #: optimizer state (about 4 d floats, 130 kB at d = 8,050) and writes its run folder every
@@ -249,8 +249,7 @@ def train_group(configs: list[MethodConfig], epochs: int, problem: RegressionPro
         record["info"]["group"] = f"{GROUPS}/{group_folder.name}"
     with ExitStack() as locks:  # the separate run's checks and lock of each member's folder
         for folder, t, record in zip(task.folders, task.members, task.records):
-            config = {k: record[k] for k in ("task", "method", "loop")}
-            open_folder(out, t.name, config, record, RUN_FILES)
+            open_folder(out, t.name, hashed_part(record), record, RUN_FILES)
             locks.enter_context(lock_folder(folder))
         run(task, group, loop, groups, device=dev, progress=progress,
             info={"chunk": group.chunk, "torch_threads": torch.get_num_threads()},

@@ -96,7 +96,6 @@ from pbscale.runs.records import (
     PROVENANCE,
     Diverged,
     check_provenance,
-    chosen_config,
     config_hash,
     diverged_refusal,
     env_info,
@@ -219,7 +218,7 @@ def run(task: Task, method: Method, loop: LoopConfig, out: str | Path,
         step_hook: Callable[[int, int], None] | None = None,
         hooks: Sequence[RunHooks] = (), lr_flags: dict[str, str] | None = None,
         method_info: dict | None = None, keep_checkpoint: bool = True,
-        config: dict | None = None, legacy: dict | None = None) -> Path:
+        config: dict | None = None) -> Path:
     """Train (or resume, or return at once if finished) one run; returns its folder.
 
     ``weight_optimizer`` over ``task.weights()`` (None: supermask, weights fixed). ``info``:
@@ -236,14 +235,12 @@ def run(task: Task, method: Method, loop: LoopConfig, out: str | Path,
     ``summary.json`` is written (a finished run needs only its summary to read as finished).
     config.json's "info" also records which code ran ("code": :func:`pbexact.provenance.
     code_provenance`, not hashed). ``config``: what the run folder is named by
-    (:func:`full_config` unless given); ``legacy``: the same run as an older form of the
-    configuration named it, whose folder is used where only it is there
-    (:func:`pbscale.runs.records.chosen_config`).
+    (:func:`full_config` unless given; a pruning run gives the form its folder has,
+    :func:`pbscale.runs.records.chosen_config`).
     """
     loop.validate()
     dev = torch.device(device)
-    config = chosen_config(out, task.name, full_config(task, method, loop) if config is None
-                           else config, legacy)
+    config = full_config(task, method, loop) if config is None else config
     record = run_record(config, dev, info or {}, method_info)
     files = ("config.json", loop.metrics_file, "checkpoint.pt", "summary.json")
     folder = open_folder(out, task.name, config, record, files)
