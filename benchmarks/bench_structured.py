@@ -5,7 +5,7 @@ slimming's L1 training, random groups), at given MACs reductions, same epochs fo
     python -m benchmarks.bench_structured [--models lenet5,resnet18] [--targets 2,4]
         [--arms cp,arms,mp,gmp,l2,taylor,bn,random] [--seeds 3] [--dense-epochs 30]
         [--finetune-epochs 30] [--train-size 0] [--data-dir DIR] [--device cpu]
-        [--threads 1] [--out figures/structured] [--smoke]
+        [--threads 1] [--out figures/structured] [--no-budget] [--smoke]
 
 The defaults are the paper-like setting, for a GPU (full MNIST, 30 + 30 epochs, 3 seeds, full
 widths; ResNet-18 width on MNIST padded to 32x32). Models: ``lenet5`` (Caffe's LeNet-5
@@ -24,9 +24,12 @@ training subset, at most 5,000, validates) and initial weights for every arm of 
 * PB arms (``cp``, ``arms``): :func:`pbscale.prune_model` in joint mode for ``--dense-epochs`` +
   ``--finetune-epochs`` epochs (its own schedule: same weight optimizer, masks frozen for the
   last 20%), the L0 term weighted by MACs, ``lam`` from ``--lam`` (defaults per model and
-  target in :data:`DEFAULT_LAMS`, calibrated beforehand). The MACs a PB run reaches are what its
-  lam gives, not the target: the table reports them, and accuracies are compared at the MACs
-  reached. ``--steer`` starts from ``--lam`` and steers lambda to the target instead
+  target in :data:`DEFAULT_LAMS`, calibrated beforehand). The mask each run freezes for its
+  last 20% is kept within the Torch-Pruning arms' MACs at that target (``budget``: the
+  evaluated mask filled or cut by the mask probabilities, :func:`pbscale.methods.schedules.
+  keep_budget`), so every pruned arm is compared at the same MACs (at most). ``--no-budget``
+  leaves the frozen mask as the lam gave it (the MACs a PB run reaches are then what its lam
+  gives). ``--steer`` starts from ``--lam`` and steers lambda to the target besides
   (``--lam-target``: scaled while the masks train until the MACs kept of the prunable part are
   the fraction that drops the whole network's MACs by the target, :func:`steer_fraction`);
   within 3 + 3 epochs it does not land (docs/measurements.md).
@@ -105,7 +108,7 @@ DEFAULT_LAMS: dict[tuple[str, str, float], float] = {
     ("cp", "resnet18", 2.0): 1e-5, ("cp", "resnet18", 4.0): 3e-5,
     ("arms", "resnet18", 2.0): 3e-5, ("arms", "resnet18", 4.0): 1e-4,
 }
-SMOKE = {"models": ["lenet5", "resnet18"], "seeds": 1, "dense_epochs": 1, "finetune_epochs": 1,
+SMOKE = {"models": ["lenet5", "resnet18"], "seeds": 1, "dense_epochs": 1, "finetune_epochs": 2,
          "train_size": 256, "test_size": 256, "width": 0.125, "n": 2, "latency_repeats": 3,
          "batch_size": 64}
 LR, FT_LR, MOMENTUM, WD = 0.1, 0.01, 0.9, 1e-4
@@ -169,6 +172,9 @@ def parser() -> ArgumentParser:
     ap.add_argument("--lam", type=lam_entry, action="append", default=[],
                     help="ARM:MODEL:TARGET=LAM, PB lam where the run starts (repeatable; "
                     "default DEFAULT_LAMS)")
+    ap.add_argument("--no-budget", action="store_true",
+                    help="PB arms freeze the mask their lam gives instead of one within the "
+                    "Torch-Pruning arms' MACs (--budget)")
     ap.add_argument("--steer", action="store_true",
                     help="PB arms steer lambda from --lam to the target MACs (--lam-target) "
                     "instead of keeping it")
@@ -184,7 +190,7 @@ def parser() -> ArgumentParser:
                     help="no runs: write the summary, table and figures again from --out's "
                     "runs.csv (e.g. of an interrupted benchmark)")
     ap.add_argument("--smoke", action="store_true",
-                    help="tests: 256 training examples, 1 + 1 epochs, 1 seed, width 1/8, "
+                    help="tests: 256 training examples, 1 + 2 epochs, 1 seed, width 1/8, "
                     "ARMS n=2")
     return ap
 
@@ -362,6 +368,20 @@ def steer_fraction(model: nn.Module, example: torch.Tensor, target: float) -> fl
     return fraction
 
 
+def check_budget_epochs(arm: str, epochs: int) -> None:
+    """A one-line :class:`PBInputError` where a PB run of ``arm`` for ``epochs`` would freeze
+    no mask, so that no budget would apply (:func:`pbscale.pruning.run.loop_config`)."""
+    from pbscale.pruning.config import PruneConfig
+    from pbscale.pruning.run import loop_config
+
+    try:
+        loop_config(PruneConfig(method=arm, mode="joint", epochs=epochs, budget=0.5))
+    except PBInputError as e:
+        raise PBInputError(f"the {arm} arm freezes a mask within the criteria's MACs in its "
+                           f"last epochs, and {epochs} epochs leave none frozen ({e}); give "
+                           "more --dense-epochs or --finetune-epochs, or --no-budget") from None
+
+
 def lam_for(arm: str, model: str, target: float, given: list[tuple[str, str, float, float]]
             ) -> float:
     for a, m, t, lam in reversed(given):
@@ -388,10 +408,11 @@ def run_model(name: str, args: argparse.Namespace, data: dict, dev: torch.device
     total = args.dense_epochs + args.finetune_epochs
     ref = cls(args.width)
     dense_cost = measure(copy.deepcopy(ref), example, batch_example, args.latency_repeats)
+    budgeted = set(MAG_ARMS) | (set() if args.no_budget else set(PB_ARMS))
     ratios = {t: tp_ratio(ref, t, example) for t in args.targets
-              if set(args.arms) & set(TP_ARMS + MAG_ARMS)}
+              if set(args.arms) & (set(TP_ARMS) | budgeted)}
     matched = {t: steer_fraction(ref, example, dense_cost["macs"] / ratios[t][1])
-               for t in ratios if set(args.arms) & set(MAG_ARMS)}
+               for t in ratios if set(args.arms) & budgeted}
     tp_arms = [a for a in args.arms if a in TP_ARMS]
     fractions = {t: steer_fraction(ref, example, t) for t in args.targets
                  if args.steer and set(args.arms) & set(PB_ARMS)}
@@ -430,7 +451,8 @@ def run_model(name: str, args: argparse.Namespace, data: dict, dev: torch.device
                     else:
                         lam = lam_for(arm, name, target, args.lam)
                         own = {"lam": lam, "n": args.n,
-                               **({"lam_target": fractions[target]} if args.steer else {})}
+                               **({"lam_target": fractions[target]} if args.steer else {}),
+                               **({} if args.no_budget else {"budget": matched[target]})}
                     res = prune_model(copy.deepcopy(init), data["train"], data["test"],
                                       val=data["val"], method=arm, mode="joint",
                                       epochs=total, seed=seed, granularity="channel",
@@ -444,6 +466,7 @@ def run_model(name: str, args: argparse.Namespace, data: dict, dev: torch.device
                 cost = measure(net, example, batch_example, args.latency_repeats)
                 log({**base, "target": target, "arm": arm, "lam": lam, "ratio": ratio,
                      "lam_target": own.get("lam_target", ""),
+                     "budget": own.get("budget", own.get("target", "")),
                      "epochs": total, "acc": acc, **cost, "reported_acc": reported,
                      "seconds": time.perf_counter() - t0})
 
@@ -503,7 +526,7 @@ def reading(pb: dict, tp: dict, kind: str = "PB") -> str:
         return "Torch-Pruning more accurate at at least as large a MACs reduction"
     more = kind if acc else "Torch-Pruning"
     return (f"{more} more accurate but with fewer MACs removed: no verdict at equal MACs "
-            "(set --lam, or --steer with enough epochs, so that PB lands on the target)")
+            "(without --no-budget the PB arms are cut to the Torch-Pruning arms' MACs)")
 
 
 def verdicts(summary: list[dict]) -> list[str]:
@@ -569,17 +592,18 @@ def main(argv: list[str] | None = None) -> None:
     if not (0 < args.width <= 4):
         raise PBInputError(f"--width {args.width:g} is out of range; give a multiplier in "
                            f"(0, 4], e.g. 0.5")
-    for arm in args.arms:  # every PB lam before any work
+    for arm in args.arms:  # every PB lam, and epochs that freeze a budgeted mask, first
         if arm in PB_ARMS:
             for model in args.models:
                 for target in args.targets:
                     lam_for(arm, model, target, args.lam)
-    if set(args.arms) & set(TP_ARMS + MAG_ARMS):
-        try:
-            import torch_pruning  # noqa: F401
-        except ImportError:
-            raise PBInputError("the Torch-Pruning and magnitude arms need torch-pruning; pip "
-                               "install torch-pruning, or --arms cp,arms") from None
+            if not args.no_budget:
+                check_budget_epochs(arm, args.dense_epochs + args.finetune_epochs)
+    try:
+        import torch_pruning  # noqa: F401
+    except ImportError:
+        raise PBInputError("the benchmark prunes channels with torch-pruning; pip install "
+                           "'pbnn[structured]' (or torch-pruning)") from None
     out = args.out
     if args.summarize:
         if not (out / "runs.csv").is_file():
@@ -607,8 +631,8 @@ def main(argv: list[str] | None = None) -> None:
               f"acc {100 * row['acc']:.2f}%  MACs {row['dense_macs'] / row['macs']:.2f}x "
               f"fewer  b128 latency {row['dense_latency_b128'] / row['latency_b128']:.2f}x "
               f"faster  ({row['seconds']:.0f} s)", flush=True)
-        io.write_csv(out / "runs.csv", [{**{"reported_acc": "", "lam_target": ""}, **r}
-                                          for r in rows])
+        io.write_csv(out / "runs.csv", [{**{"reported_acc": "", "lam_target": "",
+                                             "budget": ""}, **r} for r in rows])
 
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.models:

@@ -230,6 +230,13 @@ def build_parser() -> ArgumentParser:
                         "the last line says what was reached, and warns with the fix on a "
                         "miss; groups too, each run its own (0: off, --lam fixed; "
                         "docs/pruning.md)").id_when_changed = True
+    p.add_argument("--budget", type=nonneg_float, default=0.0,
+                   help=f"joint runs of the L0 methods ({steered}): the mask frozen for the "
+                        "last 20%% of the epochs keeps at most this fraction of the masked "
+                        "weights (channels: of the --cost), taken from the evaluated mask and "
+                        "filled or cut by the mask probabilities, so that runs compare at one "
+                        "size (0: off; pair it with --lam-target near it; docs/pruning.md)"
+                   ).id_when_changed = True
     channel_methods = listed(f.text for f in families(PRUNE_COMMANDS) if f.caps.pruning.channels)
     p.add_argument("--granularity", default=d.granularity, choices=GRANULARITIES,
                    help=f"weight: one mask entry a weight (default); channel: one a channel of "

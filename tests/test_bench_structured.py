@@ -1,6 +1,7 @@
 """benchmarks.bench_structured: bad input is one line and exit 2; the smoke run (PB and
 Torch-Pruning arms on both models) writes the run table, the summary, the figures and the
-settings, and every pruned network has fewer MACs than the dense one."""
+settings, every pruned network has fewer MACs than the dense one, and the PB arms freeze masks
+within the budget the magnitude arms are cut to."""
 
 from __future__ import annotations
 
@@ -29,6 +30,8 @@ pytest.importorskip("torch_pruning")
     (["--targets", "3"], "no lam for cp on lenet5 at 3x; give --lam cp:lenet5:3=LAM"),
     (["--data-dir", "/nonexistent/mnist", "--arms", "l2"], "is not a folder"),
     (["--summarize"], "runs.csv does not exist"),
+    (["--arms", "arms", "--dense-epochs", "1", "--finetune-epochs", "1"],
+     "2 epochs leave none frozen"),
 ])
 def test_bad_input_is_one_line_exit_2(argv, match, capsys, tmp_path):
     out = tmp_path / "out"
@@ -61,6 +64,10 @@ def test_smoke_run_writes_every_output(tmp_path, capsys):
             assert float(r["acc"]) == pytest.approx(float(r["reported_acc"]), abs=1e-6)
         if r["arm"] in bench_structured.TP_ARMS and r["model"] == "resnet18":
             assert int(r["dense_macs"]) / int(r["macs"]) >= float(r["target"])
+    budgets = {(r["model"], r["target"], r["arm"]): r["budget"] for r in rows}
+    for (model, target, arm), budget in budgets.items():  # PB cut to MP's fraction of MACs
+        if arm in bench_structured.PB_ARMS:
+            assert budget == budgets[model, target, "mp"] and 0 < float(budget) < 1
     summary = io.read_csv(tmp_path / "summary.csv")
     assert {s["arm"] for s in summary} >= set(bench_structured.ARMS)
     table = (tmp_path / "summary.md").read_text()

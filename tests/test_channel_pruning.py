@@ -544,16 +544,18 @@ def test_mp_channel_scores_and_cut_by_hand(tmp_path, cost):
         return a1 * 9 * 64 + a1 * a2 * 9 * 16 + a2 * 10 * 4
 
     order = sorted(range(len(names)), key=lambda i: -float(expect[i]))
-    k = 1
-    while k < len(names):
-        top = [names[i] for i in order[:k + 1]]
-        if kept(sum(n.startswith("conv1") for n in top),
-                sum(n.startswith("conv2") for n in top)) > 0.5 * kept(4, 6):
-            break
-        k += 1
+    a, taken, skipped = [0, 0], [], []
+    for i in order:  # in order, each channel that still fits (the first always)
+        layer = 0 if names[i].startswith("conv1") else 1
+        a[layer] += 1
+        if kept(*a) <= 0.5 * kept(4, 6) or not taken:
+            taken.append(i)
+        else:
+            a[layer] -= 1
+            skipped.append(i)
     want = torch.zeros(len(names), dtype=torch.bool)
-    want[order[:k]] = True
-    assert 0 < k < len(names)
+    want[taken] = True
+    assert 0 < len(taken) < len(names) and skipped
     method.step_count = method.cuts.cut
     method.apply()
     assert torch.equal(method.mask.cpu() != 0, want)
@@ -564,7 +566,7 @@ def test_mp_channel_scores_and_cut_by_hand(tmp_path, cost):
         assert all(bool((r == 0).all()) != bool(want[i]) for r in rows), n
     from pbscale.methods import schedules
     again = schedules.keep_within(method.channel_scores(), 1.0,
-                                  lambda z: task.layout.remaining(z, cost), method.mask != 0)
+                                  lambda z: task.layout.kept_fractions(z, cost), method.mask != 0)
     assert torch.equal(again.cpu(), want)  # a pruned channel never comes back
 
 
@@ -602,16 +604,17 @@ def test_mp_channel_run_keeps_the_expected_channels(tmp_path, capsys, monkeypatc
     (folder,) = [p for p in tmp_path.iterdir() if p.is_dir()]
     names = [v["name"] for v in json.loads((folder / "groups.json").read_text())["variables"]]
     order = np.argsort(-scores.numpy(), kind="stable")
-    k, a = 0, {"fc1": 0, "fc2": 0}
-    for i in order:
+    taken, a = [], {"fc1": 0, "fc2": 0}
+    for i in order:  # in order, each channel that still fits
         layer = names[i][:3]
         a[layer] += 1
         if _lenet_kept(a["fc1"], a["fc2"]) > 0.3 * _lenet_kept(300, 100):
             a[layer] -= 1
-            break
-        k += 1
+        else:
+            taken.append(int(i))
+    k = len(taken)
     want = torch.zeros(len(names), dtype=torch.bool)
-    want[torch.as_tensor(order[:k].copy())] = True
+    want[taken] = True
     assert torch.equal(keep, want)
     summary = runio.read_summary(folder / "summary.json")
     assert summary["channels_kept"] == k == a["fc1"] + a["fc2"] and summary["zeroed_groups"] == []

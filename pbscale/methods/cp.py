@@ -110,6 +110,10 @@ class CPFamily(LogitsFamily, MicroworldHooks):
     def theta(self, r: torch.Tensor, at: StepArgs) -> torch.Tensor:
         return cp_hard_mask(r)
 
+    def keep_score(self, r: torch.Tensor, at: StepArgs) -> torch.Tensor:
+        """The logits r: CP keeps 1[r > 0] (its theta is that hard mask)."""
+        return r.detach()
+
     def temperature(self, at: StepArgs) -> float:
         s = at.settings
         return cp_temperature(at.index, at.total, s.final_tau, s.every)

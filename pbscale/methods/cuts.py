@@ -166,7 +166,8 @@ class MagnitudeMethod:
         else:  # channel variables: the top of their scores within the cost budget
             kind = self.cuts.cost
             keep = schedules.keep_within(self.channel_scores(), frac,
-                                         lambda k: self.layout.remaining(k, kind), self.mask != 0)
+                                         lambda k: self.layout.kept_fractions(k, kind),
+                                         self.mask != 0)
             self.mask = keep.to(self.mask.dtype)
             new = {k: m[0] for k, m in self.layout.split(self.mask[None]).items()}
         for k, m in new.items():

@@ -2,7 +2,8 @@
 fraction and its count (:func:`check_fraction`, :func:`keep_count`), the global top-k of MP and
 GMP (:func:`ranking`; :func:`keep_top`, a count: of weight magnitudes in
 :func:`global_magnitude_masks`, `sec:app_joint_pruning_setup`; :func:`keep_within`, a budget:
-of channel scores, :class:`pbscale.methods.cuts.MagnitudeMethod`), GMP's cubic schedule
+of channel scores, :class:`pbscale.methods.cuts.MagnitudeMethod`; :func:`keep_budget`, the mask
+a joint L0 run freezes under ``--budget``), GMP's cubic schedule
 (:func:`gmp_fraction`, Zhu and Gupta), the per-layer top-k of edge-popup
 (:func:`kept_per_layer`, :func:`top_scores`), and the bookkeeping of binary masks over weights
 (:func:`apply_masks_`, :func:`remaining`).
@@ -62,28 +63,86 @@ def keep_top(scores: torch.Tensor, fraction: float, alive: torch.Tensor | None =
     return _prefix(ranking(scores, alive), keep_count(fraction, scores.numel()))
 
 
-#: Round-off allowed when a kept fraction is compared with its budget (:func:`keep_within`).
+#: Round-off allowed when a kept fraction is compared with its budget (:func:`fill_within`).
 FRACTION_ROUNDOFF = 1e-12
+#: Entries of the keep masks :func:`fill_within` tries at once (chunk x d).
+FILL_CELLS = 1 << 20
 
 
 def keep_within(scores: torch.Tensor, fraction: float,
-                kept_fraction: Callable[[torch.Tensor], float],
+                kept_fraction: Callable[[torch.Tensor], torch.Tensor],
                 alive: torch.Tensor | None = None) -> torch.Tensor:
-    """The budgeted top of MP and GMP over channel variables: a bool mask (d,) keeping the first
-    k of :func:`ranking` for the largest k whose ``kept_fraction(keep)`` (the fraction of a cost
-    that a bool keep mask (d,) keeps, nondecreasing as entries are added) is at most
-    ``fraction``, found by bisection (about log2 d calls); at least one entry is kept, and
-    never one off in ``alive`` (so a mask cut again only shrinks)."""
-    check_fraction(fraction)
+    """The budgeted top of MP and GMP over channel variables: a bool mask (d,) filled along
+    :func:`ranking` of ``scores`` within ``fraction`` of a cost (:func:`fill_within`), never
+    keeping one off in ``alive`` (so a mask cut again only shrinks)."""
     order = ranking(scores, alive)
-    lo, hi = 1, max(1, scores.numel() if alive is None else int(alive.sum()))
-    while lo < hi:  # the answer lies in [lo, hi]; lo always qualifies (one entry at least)
+    return fill_within(order, order.numel() if alive is None else int(alive.sum()), fraction,
+                       kept_fraction)
+
+
+def fill_within(order: torch.Tensor, candidates: int, fraction: float,
+                kept_fraction: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
+    """The greedy rule of a knapsack: a bool mask (d,) that takes the first ``candidates``
+    positions of ``order`` (int64 (d,)) in that order, each one whose addition keeps
+    ``kept_fraction`` at most ``fraction``, and skips the others; at least the first is kept.
+    ``kept_fraction`` maps bool keep masks (n, d) to the fraction (n,) of a cost each keeps,
+    nondecreasing as entries are added: so an entry that does not fit never fits later, and one
+    pass decides. The longest prefix that fits is found by bisection (about log2 d calls), the
+    rest in chunks of masks (one call per chunk and per entry taken; memory
+    O(:data:`FILL_CELLS`))."""
+    check_fraction(fraction)
+    budget = fraction + FRACTION_ROUNDOFF
+
+    def fits(keep: torch.Tensor) -> bool:
+        return bool(kept_fraction(keep[None])[0] <= budget)
+
+    lo, hi = 1, max(1, candidates)
+    while lo < hi:  # the longest fitting prefix lies in [lo, hi]; lo always qualifies
         mid = (lo + hi + 1) // 2
-        if kept_fraction(_prefix(order, mid)) <= fraction + FRACTION_ROUNDOFF:
+        if fits(_prefix(order, mid)):
             lo = mid
         else:
             hi = mid - 1
-    return _prefix(order, lo)
+    keep = _prefix(order, lo)
+    rest = order[lo + 1:candidates]  # order[lo] did not fit (or there is none)
+    chunk = max(1, FILL_CELLS // max(1, order.numel()))
+    while rest.numel():
+        part = rest[:chunk]
+        trial = keep.expand(part.numel(), -1).clone()
+        trial[torch.arange(part.numel(), device=trial.device), part] = True
+        ok = (kept_fraction(trial) <= budget).nonzero()
+        if ok.numel():  # the first that fits is taken; those before it never fit again
+            j = int(ok[0, 0])
+            keep[part[j]] = True
+            rest = rest[j + 1:]
+        else:
+            rest = rest[part.numel():]
+    return keep
+
+
+def budget_order(mask: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+    """The order ``--budget`` keeps variables in: the positions on in ``mask`` (d,) by
+    ``scores`` (d,) from the largest down, then those off, by ``scores`` too; ties towards the
+    lower position. int64 (d,)."""
+    by_score = torch.sort(scores, descending=True, stable=True).indices
+    on_first = torch.sort((mask[by_score] != 0).to(torch.int8), descending=True,
+                          stable=True).indices
+    return by_score[on_first]
+
+
+def keep_budget(mask: torch.Tensor, scores: torch.Tensor, fraction: float,
+                kept_fraction: Callable[[torch.Tensor], torch.Tensor] | None = None
+                ) -> torch.Tensor:
+    """The mask (d,) that ``--budget`` freezes, bool: ``mask``'s variables and then the others,
+    each group by ``scores`` (:func:`budget_order`), taken while they fit within ``fraction``
+    (:func:`fill_within` of ``kept_fraction``, the channels' cost) or, without
+    ``kept_fraction`` (weights, one cost each), the first :func:`keep_count` of them. So a
+    mask within the budget keeps its variables and gains the best-scored others that fit, one
+    over it loses its worst-scored."""
+    order = budget_order(mask, scores)
+    if kept_fraction is None:
+        return _prefix(order, keep_count(fraction, order.numel()))
+    return fill_within(order, order.numel(), fraction, kept_fraction)
 
 
 def global_magnitude_masks(weights: Mapping[str, torch.Tensor], fraction: float,

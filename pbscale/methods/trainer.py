@@ -165,6 +165,11 @@ class LogitsFamily(Family):
         """The mask probabilities (d,) at logits r."""
         return at.param.theta(r)
 
+    def keep_score(self, r: torch.Tensor, at: StepArgs) -> torch.Tensor:
+        """How strongly the method keeps each variable at logits r (d,), larger first: what
+        ``--budget`` fills and cuts the evaluated mask by (default the probabilities theta)."""
+        return self.theta(r, at)
+
     def eval_mask(self, r: torch.Tensor, at: StepArgs) -> torch.Tensor:
         """The deterministic evaluation mask (d,) at logits r (default 1[theta > 1/2]; a gate
         method's values in [0, 1], its zeros pruned)."""
@@ -332,6 +337,11 @@ class MaskTrainer:
         """Mask probabilities, shape (d,) (CP: its hard mask)."""
         with torch.no_grad():
             return self.family.theta(self.r, self.args())
+
+    def keep_scores(self) -> torch.Tensor:
+        """The family's :meth:`LogitsFamily.keep_score` (d,) now."""
+        with torch.no_grad():
+            return self.family.keep_score(self.r, self.args())
 
     def temperature(self) -> float:
         """The method's relaxation temperature now (CP: its schedule; NaN for the others)."""

@@ -140,8 +140,14 @@ class ChannelLayout(MaskedModule):
 
     def remaining(self, keep: torch.Tensor, kind: str) -> float:
         """The fraction of the prunable part's cost ``kind`` left by ``keep`` (d,)
-        (:func:`remaining_cost`): what MP's and GMP's channel cuts budget."""
+        (:func:`remaining_cost`): what the ``--lam-target`` controller measures."""
         return remaining_cost(self.groups, keep, kind)
+
+    def kept_fractions(self, keeps: torch.Tensor, kind: str) -> torch.Tensor:
+        """:meth:`remaining` of each mask of ``keeps`` (n, d), float64 (n,): what MP's and
+        GMP's channel cuts and ``--budget`` fill (:func:`pbscale.methods.schedules.
+        fill_within`)."""
+        return remaining_costs(self.groups, keeps, kind)
 
     def split(self, z: torch.Tensor) -> dict[str, torch.Tensor]:
         """Channel masks z (..., d) -> {name: mask of shape (..., *param.shape)}: entry c along
@@ -179,11 +185,18 @@ def remaining_cost(groups: ChannelGroups, keep: torch.Tensor, kind: str) -> floa
     :func:`prunable`) left by ``keep`` (d,) (nonzero: the variable stays), exact
     (:meth:`pbscale.nets.channel_costs.CostTable.kept`): the evaluation's ``remaining``
     (:func:`channel_row`) and the budget of MP's and GMP's channel cuts."""
+    return float(remaining_costs(groups, keep, kind))
+
+
+def remaining_costs(groups: ChannelGroups, keep: torch.Tensor, kind: str) -> torch.Tensor:
+    """:func:`remaining_cost` of each mask of ``keep`` (..., d): float64 (...)."""
     k = (keep.detach().cpu() != 0).to(torch.float64)
     costs = groups.costs
     dense = costs.dense_params if kind == "params" else costs.dense_macs
     part = prunable(groups, kind)
-    return (part - (dense - float(costs.kept(k, kind)))) / part if part else 1.0
+    if not part:
+        return torch.ones(k.shape[:-1], dtype=torch.float64)
+    return (part - (dense - costs.kept(k, kind))) / part
 
 
 def channel_row(groups: ChannelGroups, keep: torch.Tensor, kind: str, num_all: int

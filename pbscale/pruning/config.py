@@ -53,13 +53,18 @@ FREEZE_AT = 0.8
 EVAL_MASKS, EVAL_BATCHES = 10, 10
 #: The fields of :class:`PruneConfig` whose use depends on the method (:meth:`PruneConfig.unused`).
 METHOD_DEPENDENT = ("n", "param", "lam", "lam_target", "mask_opt", "mask_lr", "target",
-                    "prune_at", "gmp_start", "gmp_end", "gmp_every", "chunk", "eval_masks")
+                    "prune_at", "gmp_start", "gmp_end", "gmp_every", "chunk", "eval_masks",
+                    "budget")
+#: Fields hashed only when set (:data:`CHANGED_ONLY`) that :meth:`PruneConfig.unused` does not
+#: list: a run that does not read one refuses it set.
+SET_ONLY = ("lam_target", "budget")
 #: The fields that hold a shared method setting (:data:`pbscale.methods.registry.SHARED`) other
 #: than n and the parametrization, with its name there: a run's method reads one when its
 #: family's ``caps.uses`` names it.
 SHARED_FIELDS = {"lam": "lam", "mask_opt": "optimizer", "mask_lr": "lr", "chunk": "chunk"}
 #: Why a flag a run does not read may have been given, and what to use instead.
-IGNORED_HINTS = {"target": "for a target fraction with an L0 method use --lam-target"}
+IGNORED_HINTS = {"target": "for a target fraction with an L0 method use --lam-target, or "
+                           "--budget in joint mode"}
 #: What a PB variable is (``--granularity``): one weight, or one channel of a coupled group
 #: (structured pruning, :mod:`pbscale.nets.channels`).
 GRANULARITIES = ("weight", "channel")
@@ -93,10 +98,11 @@ def method_reads(family: Family) -> list[str]:
     (config.json's "method_info" "settings"; the others are "unused"), from its capabilities:
     n where :func:`reads_n` (the others run with :func:`pruning_n`), the parametrization
     where it takes any, the shared settings and the cut schedule its ``caps.uses`` names,
-    ``lam_target`` where it can steer its L0 strength, ``eval_masks`` where its evaluation
-    samples masks."""
+    ``lam_target`` and ``budget`` where it can steer its L0 strength, ``eval_masks`` where its
+    evaluation samples masks."""
     caps = family.caps
     reads = {"n": reads_n(family), "param": caps.any_param, "lam_target": steers_lam(family),
+             "budget": steers_lam(family),
              "eval_masks": caps.pruning.eval_sampled or caps.pruning.also_sampled,
              **{k: shared in caps.uses for k, shared in SHARED_FIELDS.items()},
              **{k: k in caps.uses for k in PRUNE_SETTINGS}}
@@ -150,6 +156,10 @@ class PruneConfig:
     eval_batches: int = EVAL_BATCHES
     data_dir: str = field(default="", metadata={"hash": False})
     lam_target: float = field(default=0.0, metadata=CHANGED_ONLY)
+    #: ``--budget``: the fraction (of the masked weights; channels: of the ``--cost``) that the
+    #: mask a joint L0 run freezes keeps at most (0: off; :func:`pbscale.methods.schedules.
+    #: keep_budget`)
+    budget: float = field(default=0.0, metadata=CHANGED_ONLY)
     #: the user's data file (``--data``, not hashed: its content is, as ``data_id``)
     data: str = field(default="", metadata={"hash": False})
     #: patterns of the masked parameters (comma-separated ``fnmatch``; "": the paper's rule)
@@ -265,6 +275,16 @@ class PruneConfig:
                                "and edge-popup)")
         if c.lam_target and not c.lam > 0:
             raise PBInputError("--lam-target starts from --lam and scales it; give --lam > 0")
+        if not (isinstance(c.budget, (int, float)) and 0 <= c.budget <= 1):
+            raise PBInputError(f"--budget is a fraction of masked weights (channels: of the "
+                               f"--cost) in (0, 1] (0: off), got {c.budget}; give e.g. "
+                               f"--budget 0.25")
+        if c.budget and not (steers_lam(family) and c.mode == "joint"):
+            raise PBInputError(f"--budget cuts the mask that a joint run of an L0 method "
+                               f"({', '.join(n for n, f in REGISTRY.items() if steers_lam(f))})"
+                               f" freezes for its last epochs, not a {c.mode} run of "
+                               f"{family.text}; use --mode joint with one of them (--target "
+                               "for MP, GMP and edge-popup)")
         c.check_granularity()
         return c
 
@@ -286,6 +306,12 @@ class PruneConfig:
         if importlib.util.find_spec("torch_pruning") is None:
             raise PBInputError("--granularity channel needs Torch-Pruning, which is not "
                                "installed; pip install 'pbnn[structured]' (or torch-pruning)")
+
+    @property
+    def trains_weights(self) -> bool:
+        """Whether the run trains the network's weights: joint mode, or a family that trains
+        them in every mode (dense)."""
+        return self.mode == "joint" or self.family.caps.pruning.dense_weights
 
     @property
     def family(self) -> Family:
@@ -381,7 +407,7 @@ class PruneConfig:
         no weights."""
         family = REGISTRY[self.method]
         reads = method_reads(family)
-        out = [k for k in METHOD_DEPENDENT if k not in reads and k != "lam_target"]
+        out = [k for k in METHOD_DEPENDENT if k not in reads and k not in SET_ONLY]
         caps = family.caps
         if self.mode == "supermask" and not caps.pruning.dense_weights:
             out.append("lr")

@@ -18,6 +18,7 @@ from torch import nn
 
 from pbscale.execution import distributed
 from pbscale.forward.masks import MaskedModule
+from pbscale.methods import schedules
 from pbscale.nets import data as datamod
 from pbscale.nets.channel_layout import channel_row
 from pbscale.nets.objectives import CROSS_ENTROPY, Objective
@@ -86,8 +87,17 @@ class MaskEvaluation(RunHooks):
         return best
 
     def frozen_mask(self, method: MaskMethod, generator: torch.Generator) -> torch.Tensor:
-        """The mask frozen for the last epochs of a joint run: the evaluation rule's."""
-        return self.choose_mask(method, self.batches.selection(generator))
+        """The mask frozen for the last epochs of a joint run: the evaluation rule's, within
+        ``--budget`` where one is set (:func:`pbscale.methods.schedules.keep_budget` by the
+        method's ``keep_scores()``: channels by their ``--cost``, weights by count)."""
+        z = self.choose_mask(method, self.batches.selection(generator))
+        budget = self.cfg.budget
+        if not budget:
+            return z
+        layout, kind = self.layout, self.cfg.cost
+        fits = None if layout.per_weight else (lambda k: layout.kept_fractions(k, kind))
+        keep = schedules.keep_budget(z, method.keep_scores(), budget, fits)
+        return keep.to(z)
 
     def eval_params(self, z: torch.Tensor) -> dict[str, torch.Tensor]:
         """Parameters under one mask z (d,) through the run's weight hook (dynamic weight

@@ -74,6 +74,31 @@ def prepare(cfg: PruneConfig, device: str = "cpu", download: bool = False,
     return cfg, dev, data
 
 
+def loop_config(cfg: PruneConfig) -> LoopConfig:
+    """The loop of a run of ``cfg``: the weights' step decay where they train; for mask
+    logits their family's schedule, and in joint mode its dense warm-up and the frozen masks
+    (:data:`FREEZE_AT`). A ``--budget`` that no frozen epoch would apply is a one-line
+    :class:`PBInputError` naming the epochs it needs."""
+    E, family = cfg.epochs, cfg.family
+    wm = WEIGHT_MILESTONES if cfg.trains_weights else ()
+    if not family.caps.logits:  # one mask throughout: no mask schedule, warm-up or freezing
+        return LoopConfig(epochs=E, seed=cfg.seed, weight_milestones=wm,
+                          weight_gamma=WEIGHT_GAMMA)
+    warmup = family.caps.pruning.joint_warmup if cfg.mode == "joint" else 0.0
+    freeze = FREEZE_AT if cfg.mode == "joint" else None
+    milestones, gamma = family.caps.pruning.mask_schedule
+    loop = LoopConfig(epochs=E, seed=cfg.seed, mask_milestones=milestones,
+                      mask_gamma=gamma, weight_milestones=wm,
+                      weight_gamma=WEIGHT_GAMMA, mask_warmup=warmup, freeze_masks=freeze)
+    if cfg.budget and not loop.phase_epochs()[2]:
+        need = next(e for e in range(E + 1, E + 8)
+                    if dataclasses.replace(loop, epochs=e).phase_epochs()[2])
+        raise PBInputError(f"--budget cuts the mask frozen for the last epochs, and --epochs "
+                           f"{E} leaves none frozen for {family.text}; give --epochs {need} "
+                           "or more")
+    return loop
+
+
 def build(cfg: PruneConfig, data: datamod.Data, dev: torch.device,
           shard: distributed.Shard | None = None, source: NetworkSource | None = None):
     """(task, method, loop config, weight optimizer) of a validated, resolved config
@@ -82,23 +107,13 @@ def build(cfg: PruneConfig, data: datamod.Data, dev: torch.device,
     (:meth:`pbscale.methods.registry.Family.make`), built from the run's plan: epochs, steps,
     the steps in which masks train (the loop's phases: a joint run's dense warm-up and frozen
     epochs), the layers of the flat mask, the pruning settings and the weights' optimizer."""
+    loop = loop_config(cfg)
     task = PruneTask(cfg, data, dev, shard, source)
     S, E = task.steps_per_epoch, cfg.epochs
-    joint = task.trains_weights
     weight_opt = (torch.optim.SGD(task.weights(), lr=cfg.lr, momentum=WEIGHT_MOMENTUM,
-                                  nesterov=True, weight_decay=WEIGHT_DECAY) if joint else None)
-    wm = WEIGHT_MILESTONES if joint else ()
+                                  nesterov=True, weight_decay=WEIGHT_DECAY)
+                  if task.trains_weights else None)
     family = cfg.family
-    if not family.caps.logits:  # one mask throughout: no mask schedule, warm-up or freezing
-        loop = LoopConfig(epochs=E, seed=cfg.seed, weight_milestones=wm,
-                          weight_gamma=WEIGHT_GAMMA)
-    else:
-        warmup = family.caps.pruning.joint_warmup if cfg.mode == "joint" else 0.0
-        freeze = FREEZE_AT if cfg.mode == "joint" else None
-        milestones, gamma = family.caps.pruning.mask_schedule
-        loop = LoopConfig(epochs=E, seed=cfg.seed, mask_milestones=milestones,
-                          mask_gamma=gamma, weight_milestones=wm,
-                          weight_gamma=WEIGHT_GAMMA, mask_warmup=warmup, freeze_masks=freeze)
     world = shard.world if shard is not None and family.caps.split_samples else 1
     plan = Plan(epochs=E, steps_per_epoch=S, mask_steps=max(loop.mask_epochs() * S, 1),
                 layers=tuple(task.layout.sizes), run=cfg, weight_optimizer=weight_opt,

@@ -126,8 +126,7 @@ class PruneTask:
         self.network_id = (None if self.source.builtin
                            else network_id(self.model, self.source.spec, cfg.init))
         self.objective: Objective = objective(cfg, data)
-        family = cfg.family
-        self.trains_weights = cfg.mode == "joint" or family.caps.pruning.dense_weights
+        self.trains_weights = cfg.trains_weights
         #: the channel variables (``--granularity channel``), else None
         self.groups: ChannelGroups | None = None
         self.layout: MaskedModule
