@@ -623,8 +623,9 @@ def test_the_hooks_take_explicit_arguments_and_read_no_trainer_state():
 HOMES = {
     "pbscale.methods.schedules": ("keep_count", "check_fraction", "global_magnitude_masks",
                                   "gmp_fraction", "top_scores", "kept_per_layer", "ranking",
-                                  "keep_top", "keep_within"),
-    "pbscale.nets.channel_layout": ("squared_norms", "remaining_cost"),
+                                  "keep_top", "keep_within", "fill_within", "keep_budget",
+                                  "budget_order"),
+    "pbscale.nets.channel_layout": ("squared_norms", "remaining_cost", "remaining_costs"),
     "pbscale.forward.mlp": ("mlp_plan", "MlpBackend"),
     "pbscale.execution.group": ("MemberBook",),
     "pbscale.methods.registry": ("color_distance",),

@@ -190,3 +190,23 @@ def test_a_bad_budget_is_one_line(tmp_path, capsys, extra, text):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and text in err[0], err
     assert not any(tmp_path.iterdir())
+
+
+def test_budget_is_a_sweep_key(tmp_path, capsys):
+    """budget is a sweep key: at its default run ids stay as they were, set it names another
+    run; a sweep that sets it for a supermask run is refused before it runs."""
+    from pbscale import sweep
+
+    head = ('[sweep]\ncommand = "prune"\nout = "o"\n[[grid]]\nseed = [0]\nsynthetic = 48\n'
+            'mode = "joint"\n')
+    ids = []
+    for i, extra in enumerate(("", "budget = 0.0\n", "budget = 0.3\n")):
+        path = tmp_path / f"{i}.toml"
+        path.write_text(head + extra)
+        ids.append(sweep.load(path).runs[0].id)
+    assert ids[0] == ids[1] != ids[2]
+    path = tmp_path / "bad.toml"
+    path.write_text(head.replace('"joint"', '"supermask"') + "budget = 0.3\n")
+    assert sweep.main(["status", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "--budget cuts the mask" in err
