@@ -46,8 +46,10 @@ model; :meth:`pbscale.PruneResult.structured` for PB), its parameters and MACs
 (:func:`pbscale.nets.channel_costs.count`) and CPU latency at batch 1 and 128
 (:func:`pbscale.nets.channel_costs.latency`, ``--threads`` threads). ``--out`` gets
 ``runs.csv`` (every run), ``summary.csv`` and ``summary.md`` (mean and s.d. over seeds per model,
-target and arm), ``accuracy_vs_macs_<model>.png`` and ``settings.json`` (settings, command, date,
-commit)."""
+target and arm; per target the best PB and the best magnitude arm read against the best
+Torch-Pruning arm: a verdict only at at least as large a MACs reduction and where the seeds'
+paired 95% t interval of the accuracy gap excludes 0, :func:`verdicts`),
+``accuracy_vs_macs_<model>.png`` and ``settings.json`` (settings, command, date, commit)."""
 
 from __future__ import annotations
 
@@ -55,6 +57,7 @@ import argparse
 import copy
 import datetime
 import json
+import math
 import shlex
 import statistics
 import subprocess
@@ -71,6 +74,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from analysis.cli import run, save_figure
+from analysis.scale.gap_test import GapTest
 from benchmarks.structured_models import MODELS
 from pbexact.cli import (
     ArgumentParser,
@@ -514,25 +518,44 @@ def markdown(summary: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def reading(pb: dict, tp: dict, kind: str = "PB") -> str:
+def paired_gap(ours: list[dict], theirs: list[dict]) -> GapTest | None:
+    """The accuracy gap ours - theirs over the seeds both arms ran (runs.csv rows of one model
+    and target; a seed shares the initial weights and the split between arms, so the seeds
+    pair): mean, standard error sd / sqrt(k) and k - 1 degrees of freedom; None under two
+    seeds."""
+    a = {int(r["seed"]): float(r["acc"]) for r in ours}
+    b = {int(r["seed"]): float(r["acc"]) for r in theirs}
+    diffs = [a[k] - b[k] for k in sorted(a.keys() & b.keys())]
+    if len(diffs) < 2:
+        return None
+    return GapTest(statistics.fmean(diffs), statistics.stdev(diffs) / math.sqrt(len(diffs)),
+                   len(diffs) - 1, "paired")
+
+
+def reading(pb: dict, tp: dict, kind: str = "PB", gap: GapTest | None = None) -> str:
     """Which of two arms (summary rows: ours, of ``kind``, and Torch-Pruning's) is ahead: the
-    more accurate one only where it also removed at least as many MACs (it dominates);
-    otherwise no verdict, since the two were not compared at equal MACs."""
+    more accurate one only where it also removed at least as many MACs (it dominates) and,
+    given the seeds' paired ``gap`` (ours - theirs), its 95% interval excludes 0; otherwise
+    no verdict: not at equal MACs, or within the seeds' noise."""
     acc = pb["acc_mean"] >= tp["acc_mean"]
-    red = pb["macs_reduction"] >= tp["macs_reduction"]
-    if acc and red:
-        return f"{kind} more accurate at at least as large a MACs reduction"
-    if not acc and not red:
-        return "Torch-Pruning more accurate at at least as large a MACs reduction"
-    more = kind if acc else "Torch-Pruning"
-    return (f"{more} more accurate but with fewer MACs removed: no verdict at equal MACs "
-            "(without --no-budget the PB arms are cut to the Torch-Pruning arms' MACs)")
+    who, more, less = (kind, pb, tp) if acc else ("Torch-Pruning", tp, pb)
+    if more["macs_reduction"] < less["macs_reduction"]:
+        return (f"{who} more accurate but with fewer MACs removed: no verdict at equal MACs "
+                "(without --no-budget the PB arms are cut to the Torch-Pruning arms' MACs)")
+    if gap is None:
+        return f"{who} more accurate at at least as large a MACs reduction (one seed: no interval)"
+    interval = (f"gap {100 * gap.mean:+.2f} points, 95% paired interval "
+                f"[{100 * gap.low:+.2f}, {100 * gap.high:+.2f}] over {gap.df + 1:g} seeds")
+    if gap.low > 0 or gap.high < 0:
+        return f"{who} more accurate at at least as large a MACs reduction ({interval})"
+    return f"within the seeds' noise ({interval}): no verdict"
 
 
-def verdicts(summary: list[dict]) -> list[str]:
+def verdicts(summary: list[dict], rows: list[dict]) -> list[str]:
     """Per model and target: the best PB and the best Torch-Pruning arm (accuracy, MACs), and
-    the best magnitude arm over channels against the best Torch-Pruning arm (the magnitude arms
-    are cut to the Torch-Pruning arms' MACs)."""
+    the best magnitude arm over channels against the best Torch-Pruning arm, each read with
+    the seeds' paired gap of ``rows`` (runs.csv; all arms are cut to the Torch-Pruning arms'
+    MACs unless --no-budget)."""
     out = []
     for model in dict.fromkeys(s["model"] for s in summary):
         for target in sorted({s["target"] for s in summary if s["model"] == model} - {1.0}):
@@ -541,15 +564,21 @@ def verdicts(summary: list[dict]) -> list[str]:
             if not tp:
                 continue
             b_tp = max(tp, key=lambda s: s["acc_mean"])
+
+            def runs(arm: str, model: str = model, target: float = target) -> list[dict]:
+                return [r for r in rows if r["model"] == model and r["arm"] == arm
+                        and float(r["target"]) == target]
+
             for kind, arms in (("PB", PB_ARMS), ("magnitude", MAG_ARMS)):
                 ours = [s for s in here if s["arm"] in arms]
                 if not ours:
                     continue
                 b = max(ours, key=lambda s: s["acc_mean"])
+                gap = paired_gap(runs(b["arm"]), runs(b_tp["arm"]))
                 out.append(f"{model} {target:g}x: best {kind} {b['arm']} "
                            f"{100 * b['acc_mean']:.2f}% at {b['macs_reduction']:.2f}x MACs, "
                            f"best TP {b_tp['arm']} {100 * b_tp['acc_mean']:.2f}% at "
-                           f"{b_tp['macs_reduction']:.2f}x MACs: {reading(b, b_tp, kind)}")
+                           f"{b_tp['macs_reduction']:.2f}x MACs: {reading(b, b_tp, kind, gap)}")
     return out
 
 
@@ -646,7 +675,7 @@ def report(rows: list[dict], out: Path, models: list[str]) -> None:
     """summary.csv, summary.md and the figures of ``rows`` (runs.csv) in ``out``."""
     summary = summarize(rows)
     io.write_csv(out / "summary.csv", summary)
-    lines = verdicts(summary)
+    lines = verdicts(summary, rows)
     (out / "summary.md").write_text(markdown(summary) + "\n" + "".join(
         f"* {v}\n" for v in lines))
     for name in models:

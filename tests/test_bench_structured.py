@@ -129,3 +129,36 @@ def test_steer_gives_each_pb_run_its_fraction(tmp_path):
     assert {float(r["target"]): float(r["lam_target"]) for r in rows} == {
         t: pytest.approx(bench_structured.steer_fraction(net, example, t), abs=1e-12)
         for t in (2.0, 4.0)}
+
+
+def test_verdicts_need_equal_macs_and_a_paired_interval_clear_of_zero():
+    """The best PB arm against the best Torch-Pruning arm: a verdict only where the winner
+    removed at least as many MACs and the seeds' paired 95% t interval of the gap excludes 0
+    (by hand: diffs 0.4, 0.5, 0.6 points, mean 0.5, s.d. 0.1, t_0.975(2) = 4.303); a gap
+    within the seeds' noise, or at unequal MACs, is no verdict."""
+    from scipy import stats
+
+    def rows(arm, accs, macs=100):
+        return [{"model": "m", "target": 4.0, "arm": arm, "seed": k, "acc": a, "macs": macs,
+                 "params": 1, "dense_macs": 400, "dense_latency_b1": 1.0, "latency_b1": 1.0,
+                 "dense_latency_b128": 1.0, "latency_b128": 1.0} for k, a in enumerate(accs)]
+
+    tp = rows("bn", [0.950, 0.960, 0.955])
+    clear = rows("cp", [0.954, 0.965, 0.961])
+    gap = bench_structured.paired_gap(clear, tp)
+    assert gap.mean == pytest.approx(0.005) and gap.df == 2
+    assert gap.half_width == pytest.approx(stats.t.ppf(0.975, 2) * 0.001 / 3 ** 0.5)
+    (line,) = bench_structured.verdicts(bench_structured.summarize(clear + tp), clear + tp)
+    assert "PB more accurate at at least as large a MACs reduction (gap +0.50 points" in line
+    noisy = rows("cp", [0.960, 0.955, 0.956])  # diffs +1.0, -0.5, +0.1 points
+    (line,) = bench_structured.verdicts(bench_structured.summarize(noisy + tp), noisy + tp)
+    assert "within the seeds' noise" in line and "no verdict" in line
+    fewer = rows("cp", [0.954, 0.965, 0.961], macs=120)  # more accurate, fewer MACs removed
+    (line,) = bench_structured.verdicts(bench_structured.summarize(fewer + tp), fewer + tp)
+    assert "no verdict at equal MACs" in line
+    worse = rows("cp", [0.940, 0.950, 0.946])  # at the same MACs
+    (line,) = bench_structured.verdicts(bench_structured.summarize(worse + tp), worse + tp)
+    assert "Torch-Pruning more accurate at at least as large a MACs reduction (gap -" in line
+    worse = rows("cp", [0.940, 0.950, 0.946], macs=90)  # less accurate, more MACs removed
+    (line,) = bench_structured.verdicts(bench_structured.summarize(worse + tp), worse + tp)
+    assert "Torch-Pruning more accurate but with fewer MACs removed" in line
