@@ -9,9 +9,11 @@ slimming's L1 training, random groups), at given MACs reductions, same epochs fo
 
 The defaults are the paper-like setting, for a GPU (full MNIST, 30 + 30 epochs, 3 seeds, full
 widths; ResNet-18 width on MNIST padded to 32x32). Models: ``lenet5`` (Caffe's LeNet-5
-20-50-500 with BatchNorm) and ``resnet18`` (widths 64-128-256-512), both in
-:mod:`benchmarks.structured_models`; the head is never pruned. The same split (a tenth of the
-training subset, at most 5,000, validates) and initial weights for every arm of a seed.
+20-50-500 with BatchNorm) and ``resnet18`` (widths 64-128-256-512) on MNIST, and, where
+CIFAR-10 is at hand (``--cifar-dir``, its binary version), ``resnet20`` (the paper's ResNet-20,
+its widths) on CIFAR-10, all in :mod:`benchmarks.structured_models`; the head is never
+pruned. The same split (a tenth of the training subset, at most 5,000, validates) and initial
+weights for every arm of a seed.
 
 * Torch-Pruning arms (``l2``: ``GroupMagnitudeImportance(p=2)``, ``taylor``:
   ``GroupTaylorImportance`` on the gradients of 10 training batches, ``bn``: ``BNScaleImportance``
@@ -75,7 +77,7 @@ from torch.nn import functional as F
 
 from analysis.cli import run, save_figure
 from analysis.scale.gap_test import GapTest
-from benchmarks.structured_models import MODELS
+from benchmarks.structured_models import MODELS, make
 from pbexact.cli import (
     ArgumentParser,
     choice_list,
@@ -105,12 +107,15 @@ MARKERS = {"cp": "o", "arms": "s", "mp": "<", "gmp": ">", "l2": "^", "taylor": "
            "random": "x", "dense": "*", "dense-slimming": "P"}
 #: lam of the PB arms, (arm, model, target) -> lam (L0 term weighted by MACs, mean cost 1);
 #: LeNet-5: calibrated on 3 + 3 epochs of a 6,000-example MNIST subset, seed 0 (CP at 3e-5:
-#: 3.86x; ARMS at 3e-5: 2.05x); ResNet-18 width: a first guess. Longer runs prune more.
+#: 3.86x; ARMS at 3e-5: 2.05x); ResNet-18 width and ResNet-20: a first guess. Longer runs
+#: prune more.
 DEFAULT_LAMS: dict[tuple[str, str, float], float] = {
     ("cp", "lenet5", 2.0): 1e-5, ("cp", "lenet5", 4.0): 3e-5,
     ("arms", "lenet5", 2.0): 3e-5, ("arms", "lenet5", 4.0): 1e-4,
     ("cp", "resnet18", 2.0): 1e-5, ("cp", "resnet18", 4.0): 3e-5,
     ("arms", "resnet18", 2.0): 3e-5, ("arms", "resnet18", 4.0): 1e-4,
+    ("cp", "resnet20", 2.0): 1e-5, ("cp", "resnet20", 4.0): 3e-5,
+    ("arms", "resnet20", 2.0): 3e-5, ("arms", "resnet20", 4.0): 1e-4,
 }
 SMOKE = {"models": ["lenet5", "resnet18"], "seeds": 1, "dense_epochs": 1, "finetune_epochs": 2,
          "train_size": 256, "test_size": 256, "width": 0.125, "n": 2, "latency_repeats": 3,
@@ -166,9 +171,10 @@ def parser() -> ArgumentParser:
     ap.add_argument("--finetune-epochs", type=positive_int, default=30,
                     help="E2: fine-tuning of the Torch-Pruning arms (PB arms train E1 + E2)")
     ap.add_argument("--train-size", type=nonneg_int, default=0,
-                    help="MNIST training examples used (0: all 60,000; a tenth validates)")
+                    help="training examples used (0: all 60,000 of MNIST, 50,000 of "
+                    "CIFAR-10; a tenth validates)")
     ap.add_argument("--test-size", type=nonneg_int, default=0,
-                    help="MNIST test examples scored (0: all 10,000)")
+                    help="test examples scored (0: all 10,000)")
     ap.add_argument("--batch-size", type=positive_int, default=128)
     ap.add_argument("--width", type=float, default=1.0,
                     help="multiplier of every hidden width (smoke: 1/8)")
@@ -187,6 +193,8 @@ def parser() -> ArgumentParser:
     ap.add_argument("--latency-repeats", type=positive_int, default=20)
     ap.add_argument("--data-dir", default="../shared/data/mnist",
                     help="folder of the four MNIST IDX files")
+    ap.add_argument("--cifar-dir", default="../shared/data/cifar10",
+                    help="folder of CIFAR-10's binary version (resnet20 only)")
     ap.add_argument("--device", default="cpu", help="cpu, cuda, cuda:K or auto")
     ap.add_argument("--threads", type=thread_count, default=1, help="torch threads")
     ap.add_argument("--out", type=out_folder, default=Path("figures/structured"))
@@ -223,6 +231,42 @@ def load_data(data_dir: str, train_size: int, test_size: int, seed: int = 0
         t = torch.from_numpy(x.astype(np.float32) / 255.0)
         return ((t - mean) / std).reshape(-1, 1, 28, 28)
 
+    return splits(prep, xtr, ytr, xte, yte, n_val)
+
+
+def load_cifar(cifar_dir: str, train_size: int, test_size: int, seed: int = 0
+               ) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+    """CIFAR-10 (the binary version in ``cifar_dir`` or its ``cifar-10-batches-bin``) as float
+    (N, 3, 32, 32) standardized per channel with the training subset's means and s.d.s;
+    {"train", "val", "test"} split as :func:`load_data` splits MNIST."""
+    from pbscale.nets.data import read_cifar10
+
+    if not Path(cifar_dir).is_dir():
+        raise PBInputError(f"--cifar-dir {cifar_dir} is not a folder; give the folder of "
+                           "CIFAR-10's binary version (cifar-10-batches-bin), or leave resnet20 "
+                           "out of --models")
+    xtr, ytr, xte, yte = read_cifar10(cifar_dir, records=None)
+    g = np.random.default_rng(seed)
+    idx = g.permutation(len(xtr))[:train_size or len(xtr)]
+    xtr, ytr = xtr[idx], ytr[idx]
+    if test_size:
+        xte, yte = xte[:test_size], yte[:test_size]
+    n_val = min(5000, len(xtr) // 10)
+    xf = torch.from_numpy(xtr[n_val:].astype(np.float32) / 255.0)
+    mean = xf.mean(dim=(0, 2, 3), keepdim=True)
+    std = xf.std(dim=(0, 2, 3), keepdim=True)
+
+    def prep(x: np.ndarray) -> torch.Tensor:
+        return (torch.from_numpy(x.astype(np.float32) / 255.0) - mean) / std
+
+    return splits(prep, xtr, ytr, xte, yte, n_val)
+
+
+def splits(prep: Callable[[np.ndarray], torch.Tensor], xtr: np.ndarray, ytr: np.ndarray,
+           xte: np.ndarray, yte: np.ndarray, n_val: int
+           ) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+    """{"train", "val", "test"}: the first ``n_val`` training examples validate, the rest
+    train; images through ``prep``, labels int64."""
     x_all, y_all = prep(xtr), torch.from_numpy(ytr.astype(np.int64))
     return {"train": (x_all[n_val:], y_all[n_val:]), "val": (x_all[:n_val], y_all[:n_val]),
             "test": (prep(xte), torch.from_numpy(yte.astype(np.int64)))}
@@ -410,7 +454,7 @@ def run_model(name: str, args: argparse.Namespace, data: dict, dev: torch.device
     example = torch.zeros(1, *shape)
     batch_example = torch.zeros(128, *shape)
     total = args.dense_epochs + args.finetune_epochs
-    ref = cls(args.width)
+    ref = make(name, args.width)
     dense_cost = measure(copy.deepcopy(ref), example, batch_example, args.latency_repeats)
     budgeted = set(MAG_ARMS) | (set() if args.no_budget else set(PB_ARMS))
     ratios = {t: tp_ratio(ref, t, example) for t in args.targets
@@ -421,7 +465,7 @@ def run_model(name: str, args: argparse.Namespace, data: dict, dev: torch.device
     fractions = {t: steer_fraction(ref, example, t) for t in args.targets
                  if args.steer and set(args.arms) & set(PB_ARMS)}
     for seed in range(args.seeds):
-        init = init_weights(cls(args.width), "kaiming_normal",
+        init = init_weights(make(name, args.width), "kaiming_normal",
                             torch.Generator().manual_seed(seed))
         base = {"model": name, "seed": seed, "dense_params": dense_cost["params"],
                 "dense_macs": dense_cost["macs"], "dense_latency_b1": dense_cost["latency_b1"],
@@ -643,7 +687,10 @@ def main(argv: list[str] | None = None) -> None:
         return
     dev = resolve_device(args.device)
     torch.set_num_threads(args.threads)
-    data = load_data(args.data_dir, args.train_size, args.test_size)
+    kinds = {MODELS[m].dataset for m in args.models}
+    data = {"mnist": lambda: load_data(args.data_dir, args.train_size, args.test_size),
+            "cifar10": lambda: load_cifar(args.cifar_dir, args.train_size, args.test_size)}
+    sets = {k: data[k]() for k in sorted(kinds)}
     out.mkdir(parents=True, exist_ok=True)
     settings = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
     settings.update(command="python -m benchmarks.bench_structured " + shlex.join(
@@ -665,8 +712,9 @@ def main(argv: list[str] | None = None) -> None:
 
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.models:
-            d = data if name == "lenet5" else pad32(
-                data, float(data["train"][0].min()))
+            d = sets[MODELS[name].dataset]
+            if d["train"][0].shape[-1] < MODELS[name].input_shape[-1]:  # MNIST for 32x32
+                d = pad32(d, float(d["train"][0].min()))
             run_model(name, args, d, dev, Path(tmp), log)
     report(rows, out, args.models)
 

@@ -10,7 +10,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from pbscale.nets.models import BasicBlock
+from pbscale.nets.models import BasicBlock, ResNet20
 
 NUM_CLASSES = 10
 
@@ -24,6 +24,7 @@ class LeNet5(nn.Module):
     800-500 + BN + ReLU, Linear 500-10 (the head): x (B, 1, 28, 28) -> logits (B, 10)."""
 
     input_shape = (1, 28, 28)
+    dataset = "mnist"
 
     def __init__(self, width: float = 1.0) -> None:
         super().__init__()
@@ -50,6 +51,7 @@ class ResNet18W(nn.Module):
     (:class:`pbscale.nets.models.BasicBlock`)."""
 
     input_shape = (1, 32, 32)
+    dataset = "mnist"
 
     def __init__(self, width: float = 1.0) -> None:
         super().__init__()
@@ -70,5 +72,22 @@ class ResNet18W(nn.Module):
         return self.fc(h.mean(dim=(2, 3)))
 
 
-#: --models choices: name -> class (called with the width multiplier).
-MODELS: dict[str, type[nn.Module]] = {"lenet5": LeNet5, "resnet18": ResNet18W}
+class PaperResNet20(ResNet20):
+    """The paper's ResNet-20 (:class:`pbscale.nets.models.ResNet20`: 16-32-64 channels, three
+    basic blocks per stage) on CIFAR-10, x (B, 3, 32, 32) -> logits (B, 10), at the paper's
+    widths (``--width`` does not scale it: :func:`make`)."""
+
+    input_shape = (3, 32, 32)
+    scales_width = False
+
+
+#: --models choices: name -> class (:func:`make` builds one).
+MODELS: dict[str, type[nn.Module]] = {"lenet5": LeNet5, "resnet18": ResNet18W,
+                                      "resnet20": PaperResNet20}
+
+
+def make(name: str, width: float) -> nn.Module:
+    """Model ``name`` with every hidden width times ``width``, where its class scales widths
+    (``scales_width``; ResNet-20 keeps the paper's)."""
+    cls = MODELS[name]
+    return cls(width) if getattr(cls, "scales_width", True) else cls()

@@ -11,6 +11,7 @@ import pytest
 
 from analysis.cli import run
 from benchmarks import bench_structured
+from benchmarks.structured_models import make
 from pbexact.errors import PBInputError
 from pbscale.runs import io
 from tests._mnist import MNIST_DIR, needs_mnist
@@ -83,7 +84,7 @@ def test_smoke_run_writes_every_output(tmp_path, capsys):
     assert (tmp_path / "summary.md").read_text() == table
 
 
-@pytest.mark.parametrize("model", ["lenet5", "resnet18"])
+@pytest.mark.parametrize("model", ["lenet5", "resnet18", "resnet20"])
 def test_the_steered_fraction_drops_the_whole_networks_macs_by_the_target(model, monkeypatch):
     """steer_fraction against the run's own counts (channel_row on masks of the groups the run
     builds): every mask's whole-network MACs fraction is an affine function of its
@@ -94,7 +95,7 @@ def test_the_steered_fraction_drops_the_whole_networks_macs_by_the_target(model,
     from pbscale.nets.channels import channel_groups
 
     cls = bench_structured.MODELS[model]
-    net, example = cls(0.25), torch.zeros(1, *cls.input_shape)
+    net, example = make(model, 0.25), torch.zeros(1, *cls.input_shape)
     groups = channel_groups(net, example)
     g = torch.Generator().manual_seed(0)
     rows = [channel_row(groups, (torch.rand(groups.d, generator=g) < p).double(), "macs", 1)
@@ -122,7 +123,7 @@ def test_steer_gives_each_pb_run_its_fraction(tmp_path):
             "--data-dir", str(MNIST_DIR), "--out", str(tmp_path)]
     assert run(bench_structured.main, argv) == 0
     rows = [r for r in io.read_csv(tmp_path / "runs.csv") if r["arm"] == "cp"]
-    net = bench_structured.MODELS["lenet5"](bench_structured.SMOKE["width"])
+    net = make("lenet5", bench_structured.SMOKE["width"])
     import torch
 
     example = torch.zeros(1, *bench_structured.MODELS["lenet5"].input_shape)
@@ -162,3 +163,42 @@ def test_verdicts_need_equal_macs_and_a_paired_interval_clear_of_zero():
     worse = rows("cp", [0.940, 0.950, 0.946], macs=90)  # less accurate, more MACs removed
     (line,) = bench_structured.verdicts(bench_structured.summarize(worse + tp), worse + tp)
     assert "Torch-Pruning more accurate but with fewer MACs removed" in line
+
+
+def test_resnet20_runs_on_cifar10_files_in_the_official_binary_format(tmp_path):
+    """``--models resnet20`` reads CIFAR-10's binary version from --cifar-dir (small files in
+    the official record format, written here), standardizes each channel with the training
+    subset's statistics, and runs every arm on the paper's ResNet-20 (its widths, though the
+    smoke run narrows the others): each pruned network is smaller, the PB arms score as their
+    runs did; no MNIST is read."""
+    import torch
+    from test_prune_data import make_cifar
+
+    make_cifar(tmp_path / "cifar", n=40)
+    data = bench_structured.load_cifar(str(tmp_path / "cifar"), 0, 0)
+    x = data["train"][0]
+    assert x.shape[1:] == (3, 32, 32) and len(data["val"][0]) == 20
+    assert torch.allclose(x.mean(dim=(0, 2, 3)), torch.zeros(3), atol=1e-5)
+    assert torch.allclose(x.std(dim=(0, 2, 3)), torch.ones(3), atol=1e-4)
+    argv = ["--smoke", "--models", "resnet20", "--arms", "cp,mp,l2", "--targets", "2",
+            "--cifar-dir", str(tmp_path / "cifar"), "--data-dir", str(tmp_path / "no-mnist"),
+            "--out", str(tmp_path / "out")]
+    assert run(bench_structured.main, argv) == 0
+    rows = io.read_csv(tmp_path / "out" / "runs.csv")
+    assert {r["arm"] for r in rows} == {"dense", "cp", "mp", "l2"}
+    assert {int(r["dense_params"]) for r in rows} == {
+        sum(p.numel() for p in make("resnet20", 0.125).parameters())}  # the paper's widths
+    for r in rows:
+        if r["arm"] != "dense":
+            assert int(r["macs"]) < int(r["dense_macs"])
+        if r["arm"] == "cp":
+            assert float(r["acc"]) == pytest.approx(float(r["reported_acc"]), abs=1e-6)
+
+
+def test_a_missing_cifar_folder_is_one_line(tmp_path, capsys):
+    out = tmp_path / "out"
+    argv = ["--models", "resnet20", "--cifar-dir", str(tmp_path / "none"), "--out", str(out)]
+    assert run(bench_structured.main, argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert "--cifar-dir" in err and "leave resnet20 out" in err and "\n" not in err
+    assert not out.exists()
