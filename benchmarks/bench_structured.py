@@ -584,8 +584,10 @@ def reading(pb: dict, tp: dict, kind: str = "PB", gap: GapTest | None = None) ->
     acc = pb["acc_mean"] >= tp["acc_mean"]
     who, more, less = (kind, pb, tp) if acc else ("Torch-Pruning", tp, pb)
     if more["macs_reduction"] < less["macs_reduction"]:
+        why = ("the PB arms freeze masks within the Torch-Pruning arms' MACs unless --no-budget"
+               if kind == "PB" else "no channel left out fitted the rest of the MACs budget")
         return (f"{who} more accurate but with fewer MACs removed: no verdict at equal MACs "
-                "(without --no-budget the PB arms are cut to the Torch-Pruning arms' MACs)")
+                f"({why})")
     if gap is None:
         return f"{who} more accurate at at least as large a MACs reduction (one seed: no interval)"
     interval = (f"gap {100 * gap.mean:+.2f} points, 95% paired interval "
