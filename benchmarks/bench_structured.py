@@ -89,6 +89,7 @@ from pbexact.cli import (
 )
 from pbexact.errors import PBInputError
 from pbscale.nets import channel_costs
+from pbscale.nets.channel_types import ChannelGroups
 from pbscale.nets.data import read_mnist
 from pbscale.nets.models import init_weights
 from pbscale.runs import io
@@ -399,15 +400,18 @@ def measure(model: nn.Module, example: torch.Tensor, batch_example: torch.Tensor
             "latency_b128": channel_costs.latency(model, batch_example, repeats, 3)}
 
 
-def steer_fraction(model: nn.Module, example: torch.Tensor, target: float) -> float:
+def steer_fraction(model: nn.Module | ChannelGroups, example: torch.Tensor | None,
+                   target: float) -> float:
     """The fraction of the prunable part's MACs (``pbscale.prune --cost macs``'s
     ``remaining``, :func:`pbscale.nets.channel_layout.prunable`) a channel run keeps when the
-    whole network's MACs drop by ``target``: 1 - dense (1 - 1 / target) / prunable; a target
-    the prunable part cannot reach is a one-line :class:`PBInputError`."""
+    whole network's MACs drop by ``target``: 1 - dense (1 - 1 / target) / prunable, from the
+    model's channel groups (traced on ``example``, or given); a target the prunable part cannot
+    reach is a one-line :class:`PBInputError`."""
     from pbscale.nets.channel_layout import prunable
     from pbscale.nets.channels import channel_groups
 
-    groups = channel_groups(copy.deepcopy(model).cpu(), example)
+    groups = (model if isinstance(model, ChannelGroups)
+              else channel_groups(copy.deepcopy(model).cpu(), example))
     part, dense = prunable(groups, "macs"), groups.costs.dense_macs
     fraction = 1 - dense * (1 - 1 / target) / part
     if not 0 < fraction <= 1:
@@ -448,6 +452,7 @@ def run_model(name: str, args: argparse.Namespace, data: dict, dev: torch.device
               tmp: Path, log: Callable[[dict], None]) -> None:
     """Every seed, target and arm of model ``name``; each finished run passed to ``log``."""
     from pbscale import prune_model
+    from pbscale.nets.channels import channel_groups
 
     cls = MODELS[name]
     shape = cls.input_shape
@@ -459,10 +464,11 @@ def run_model(name: str, args: argparse.Namespace, data: dict, dev: torch.device
     budgeted = set(MAG_ARMS) | (set() if args.no_budget else set(PB_ARMS))
     ratios = {t: tp_ratio(ref, t, example) for t in args.targets
               if set(args.arms) & (set(TP_ARMS) | budgeted)}
-    matched = {t: steer_fraction(ref, example, dense_cost["macs"] / ratios[t][1])
+    groups = channel_groups(copy.deepcopy(ref), example)  # traced once for every target
+    matched = {t: steer_fraction(groups, None, dense_cost["macs"] / ratios[t][1])
                for t in ratios if set(args.arms) & budgeted}
     tp_arms = [a for a in args.arms if a in TP_ARMS]
-    fractions = {t: steer_fraction(ref, example, t) for t in args.targets
+    fractions = {t: steer_fraction(groups, None, t) for t in args.targets
                  if args.steer and set(args.arms) & set(PB_ARMS)}
     for seed in range(args.seeds):
         init = init_weights(make(name, args.width), "kaiming_normal",
