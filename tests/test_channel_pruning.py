@@ -214,8 +214,7 @@ def test_weight_granularity_keeps_its_run_names():
     assert PruneConfig(granularity="channel").hashed()["granularity"] == "channel"
 
 
-@pytest.mark.parametrize("method,mode", [("edgepopup", "supermask"), ("dense", "supermask"),
-                                         ("dense", "joint")])
+@pytest.mark.parametrize("method,mode", [("dense", "supermask"), ("dense", "joint")])
 def test_a_method_without_channels_is_one_line(tmp_path, capsys, method, mode):
     args = ["--model", "lenet", "--method", method, "--mode", mode, "--granularity", "channel",
             "--out", str(tmp_path), *TINY]
@@ -223,7 +222,7 @@ def test_a_method_without_channels_is_one_line(tmp_path, capsys, method, mode):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--granularity channel runs with" in err[0]
     assert "cp" in err[0] and "arms" in err[0] and "--granularity weight" in err[0]
-    assert "mp, gmp" in err[0]
+    assert "mp, gmp" in err[0] and "edgepopup" in err[0]
     assert not list(tmp_path.iterdir())
 
 
@@ -682,3 +681,115 @@ def test_gmp_channel_run_on_a_residual_cnn_by_macs(tmp_path):
     x = (x - x.mean()) / x.std()  # any inputs: the two networks compute the same function
     with torch.no_grad():
         assert same_outputs(result.structured()(x), result.pruned()(x))
+
+
+# ------------------------------------------------------------------ edge-popup over channels
+
+
+def test_edge_popup_keeps_the_budgeted_top_of_its_scores_over_channels():
+    """Edge-popup given a kept-fraction function (channel variables): each step's mask is the
+    budgeted top of its scores within --target of that cost (schedules.keep_within), no
+    variable left out would still fit, the straight-through gradient reaches every score;
+    a group's scores (G, d) give each row's mask; without one (weights) it is the per-layer
+    top-k as before."""
+    from pbscale.methods import MaskTrainer, MethodConfig, StepArgs
+    from pbscale.methods.registry import REGISTRY
+    from pbscale.methods.schedules import keep_within, top_scores
+
+    d, target = 12, 0.4
+    costs = torch.arange(1, d + 1, dtype=torch.float64)
+
+    def kept_fraction(keeps: torch.Tensor) -> torch.Tensor:
+        return (keeps.to(torch.float64) * costs).sum(-1) / costs.sum()
+
+    trainer = MaskTrainer(MethodConfig(method="edgepopup", n=1, seed=3, lr=0.05), d,
+                          total_steps=20, dtype=torch.float64, target=target,
+                          kept_fraction=kept_fraction)
+    want = torch.zeros(d, dtype=torch.float64)
+    want[:4] = 1.0  # the cheapest four: cost 10 of 78, within 40%
+
+    def f(z: torch.Tensor) -> torch.Tensor:
+        return ((z - want) ** 2).sum(-1)
+
+    for _ in range(30):
+        z = trainer.mode_mask()
+        r = trainer.r.detach()
+        assert torch.equal(z, keep_within(r, target, kept_fraction).to(z.dtype))
+        assert float(kept_fraction(z[None] != 0)[0]) <= target
+        for i in (z == 0).nonzero().flatten().tolist():  # no left-out variable would fit
+            more = z.clone()
+            more[i] = 1.0
+            assert float(kept_fraction(more[None] != 0)[0]) > target
+        est = trainer.gradient(f)
+        assert torch.allclose(est.grad, 2 * (z - want), atol=1e-12)  # to every score
+        trainer.step(f)
+    assert bool((trainer.mode_mask()[:4] == 1).all())  # the scores moved the mask
+    family = REGISTRY["edgepopup"]
+    at = trainer.args()
+    rows = torch.rand(3, d, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    assert torch.equal(family.theta(rows, at),
+                       torch.stack([family.theta(row, at) for row in rows]))
+    weights = StepArgs(**{**vars(at), "kept_fraction": None, "layers": (5, 7)})
+    assert torch.equal(family.theta(rows[0], weights), top_scores(rows[0], (5, 7), target))
+
+
+def _lenet_groups(cost: str):
+    """The channel variables of a tiny LeNet channel run (as the run finds them)."""
+    cfg = PruneConfig(model="lenet", synthetic=48, val_size=16, method="edgepopup",
+                      granularity="channel", cost=cost)
+    c, dev, data = prun.prepare(cfg)
+    return prun.build(c, data, dev)[0].groups
+
+
+@pytest.mark.parametrize("cost", ["params", "macs"])
+def test_edge_popup_channel_run_fills_its_target(tmp_path, capsys, cost):
+    """Edge-popup over LeNet's channels (--target 0.3 of the --cost): the run finishes, keeps
+    at most 30% of the prunable part's cost, no channel it left out would still fit in the
+    budget, and its files agree (:func:`_check_folder`: the structured network has the run's
+    accuracy)."""
+    from pbscale.nets.channel_layout import remaining_cost
+
+    args = ["--model", "lenet", "--method", "edgepopup", "--mode", "supermask",
+            "--granularity", "channel", "--target", "0.3", "--cost", cost,
+            "--out", str(tmp_path), *TINY]
+    assert P.main(args) == 0
+    line = capsys.readouterr().out
+    assert "channel variables" in line and "structured.pt: params" in line
+    (folder,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    summary = runio.read_summary(folder / "summary.json")
+    assert 0 < summary["final_remaining"] <= 0.3
+    assert summary["channels_kept"] < summary["channels"]
+    keep = torch.load(folder / "structured.pt", map_location="cpu", weights_only=True)["keep"]
+    groups = _lenet_groups(cost)
+    assert remaining_cost(groups, keep, cost) == pytest.approx(summary["final_remaining"],
+                                                               rel=1e-12)
+    for i in (~keep).nonzero().flatten().tolist():
+        more = keep.clone()
+        more[i] = True
+        assert remaining_cost(groups, more, cost) > 0.3, i
+    _check_folder(folder, PruneConfig(model="lenet", synthetic=48, val_size=16))
+
+
+def test_edge_popup_prunes_a_residual_cnn_by_macs_through_the_api(tmp_path):
+    """Edge-popup over ResCNN's channels (BatchNorm, a residual addition) with --cost macs:
+    the MACs kept stay within the target, the smaller network computes what the masked one
+    does and has the run's accuracy."""
+    from pbscale.nets.channel_ops import same_outputs
+
+    arrays = _zoo.arrays("gray", n_train=48, n_test=24)
+    train, test = (arrays["x_train"], arrays["y_train"]), (arrays["x_test"], arrays["y_test"])
+    result = prune_model(_zoo.ResCNN, train, test, method="edgepopup", mode="supermask",
+                         target=0.4, cost="macs", granularity="channel", epochs=1,
+                         out=tmp_path, progress=False, max_batches=2, batch_size=8,
+                         val_size=16, threads=1)
+    s = result.summary
+    assert 0 < s["final_remaining"] <= 0.4 and s["channels_kept"] < s["channels"]
+    assert s["pruned_macs"] < s["dense_macs"]
+    net = result.structured()
+    data = user_data.arrays_data(user_data.object_arrays(train, test), "cpu", 16, 0)
+    acc, _ = _accuracy(net, data.batches("test", 1000))
+    assert acc == s["final_test_acc"]
+    x = torch.as_tensor(arrays["x_test"]).float()
+    x = (x - x.mean()) / x.std()  # any inputs: the two networks compute the same function
+    with torch.no_grad():
+        assert same_outputs(net(x), result.pruned()(x))

@@ -15,8 +15,10 @@ registered :class:`pbscale.methods.registry.Family` over logits r of shape (d,).
   at test time g = min(1, max(0, sigmoid(log alpha)(zeta - gamma) + gamma)), whose exact zeros
   are the pruned weights.
 * ``edgepopup``: r real scores; the forward keeps, in each layer of the step's ``layers``
-  sizes, the round(target d_layer) weights of largest score; the backward passes dJ/dz to
-  every score. Its count is fixed, so it has no L0 term.
+  sizes, the round(target d_layer) weights of largest score (over channel variables, with the
+  step's ``kept_fraction``: those of largest score, in that order, that fit within the target
+  fraction of the ``--cost``, as MP's cut does); the backward passes dJ/dz to every score. Its
+  count is fixed, so it has no L0 term.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from pbscale.runs.contracts import BatchedLoss
 
 from .estimate import Estimate, sample_mean
 from .registry import Capabilities, Pruning, register
-from .schedules import check_fraction, top_scores
+from .schedules import check_fraction, keep_within, top_scores
 from .trainer import Gradient, LogitsFamily, StepArgs
 
 #: The hard-concrete gate, one definition with the exact side (`pbexact.relaxations`).
@@ -141,13 +143,17 @@ class HardConcreteFamily(BeyondFamily):
 class EdgePopupFamily(BeyondFamily):
     """Edge-popup (Ramanujan et al. 2020): real scores r, uniform on (0, 1) from the run's seed;
     the forward keeps the top ``at.target`` fraction of scores per layer of ``at.layers``
-    (:func:`pbscale.methods.schedules.top_scores`; regress: one layer, target 1);
-    straight-through gradient dJ/dz to every score. Supermask only (their method trains no
-    weights). Its count is fixed, so it has no L0 term (``lam`` is not among its uses)."""
+    (:func:`pbscale.methods.schedules.top_scores`; regress: one layer, target 1) or, over
+    channel variables (``at.kept_fraction`` set), the budgeted top of the scores within the
+    ``at.target`` fraction of the cost (:func:`pbscale.methods.schedules.keep_within`, MP's
+    channel cut); straight-through gradient dJ/dz to every score. Supermask only (their method
+    trains no weights). Its count is fixed, so it has no L0 term (``lam`` is not among its
+    uses)."""
 
     name, label, text, color = "edgepopup", "Edge-popup", "edge-popup", "teal"
     caps = Capabilities(commands=("regress", "regress-group", "prune-supermask"),
-                        uses=("lr", "optimizer", "target"), deterministic=True)
+                        uses=("lr", "optimizer", "target"), deterministic=True,
+                        pruning=Pruning(channels=True))
 
     def initial_logits(self, param: Parametrization, d: int,
                        generator: torch.Generator) -> torch.Tensor:
@@ -157,12 +163,20 @@ class EdgePopupFamily(BeyondFamily):
         try:
             check_fraction(config.target)
         except PBInputError:
-            raise PBInputError(f"edge-popup keeps the --target fraction of each layer, which "
-                               f"must be in (0, 1], got {config.target}; e.g. --target 0.5"
-                               ) from None
+            raise PBInputError(f"edge-popup keeps the --target fraction of each layer (over "
+                               f"channels: of the --cost), which must be in (0, 1], got "
+                               f"{config.target}; e.g. --target 0.5") from None
 
     def theta(self, r: torch.Tensor, at: StepArgs) -> torch.Tensor:
-        return top_scores(r.detach(), at.layers, at.target)
+        """The 0/1 mask (d,) (or (G, d) for a group's scores (G, d)) of the top scores r:
+        per layer (:func:`top_scores`), or within the cost budget where ``at.kept_fraction``
+        is set (:func:`keep_within`), in r's dtype."""
+        r = r.detach()
+        if at.kept_fraction is None:
+            return top_scores(r, at.layers, at.target)
+        if r.dim() > 1:
+            return torch.stack([self.theta(row, at) for row in r])
+        return keep_within(r, at.target, at.kept_fraction).to(r.dtype)
 
     def eval_mask(self, r: torch.Tensor, at: StepArgs) -> torch.Tensor:
         return self.theta(r, at)
@@ -172,7 +186,7 @@ class EdgePopupFamily(BeyondFamily):
 
     def gradient(self, f: BatchedLoss, r: torch.Tensor, at: StepArgs) -> Gradient:
         rr = r.detach().requires_grad_(True)
-        z = top_scores(rr.detach(), at.layers, at.target)
+        z = self.theta(rr, at)
         J = f((z + rr - rr.detach())[None])  # value z, d(.)/dr = 1
         (g,) = torch.autograd.grad(J.sum(), rr)
         return Gradient(Estimate(g, sample_mean(J)), None)

@@ -50,6 +50,8 @@ from pbexact.continuation import CP_FINAL_TAU
 from pbexact.errors import PBInputError, check_n
 from pbexact.parametrizations import PARAMETRIZATIONS
 
+from .schedules import KeptFraction
+
 #: The tools a family can run in: ``regress`` (:mod:`pbscale.regress`), ``regress-group``
 #: (regression groups, ``python -m pbscale.regress --seeds``), ``prune-supermask`` and
 #: ``prune-joint`` (:mod:`pbscale.prune` ``--mode``) and ``microworld`` (the vectorized torch
@@ -151,7 +153,11 @@ class Plan:
     of one mask in a chunk (None: 16 d bytes) and the number of torchrun ranks that split the
     samples (``world``: 1 in one process; a joint step holds only a rank's share of them).
     ``l0_weights``: per-variable weights c (d,) of the L0 term, lam * sum_i c_i theta_i
-    (structured pruning: the variables' costs normalised to mean 1; None: every variable 1)."""
+    (structured pruning: the variables' costs normalised to mean 1; None: every variable 1).
+    ``kept_fraction``: what a kept fraction of the variables is measured by, bool keep masks
+    (n, d) -> fractions (n,) of the ``--cost`` each keeps (structured pruning: the run's
+    :meth:`pbscale.nets.channel_layout.ChannelLayout.kept_fractions`; None: of the count, one
+    cost each)."""
 
     epochs: int = 1
     steps_per_epoch: int = 1
@@ -162,6 +168,7 @@ class Plan:
     bytes_per_sample: int | None = None
     world: int = 1
     l0_weights: torch.Tensor | None = None
+    kept_fraction: KeptFraction | None = None
 
     def setting(self, name: str, default: Any) -> Any:
         """The tool's setting ``name`` (``default`` when the tool has none)."""
@@ -186,7 +193,8 @@ class Pruning:
     (``--granularity channel``): its step reads nothing of the flat mask's layout but d, so a
     variable may stand for a channel of a coupled group, or (MP, GMP) it reads what the
     channel layout gives it for each variable (the squared norm of the slices it removes, its
-    cost)."""
+    cost), or (edge-popup) it keeps a fraction of the cost the plan's ``kept_fraction``
+    measures."""
 
     eval_sampled: bool = False
     also_sampled: bool = False

@@ -4,9 +4,9 @@ GMP (:func:`ranking`; :func:`keep_top`, a count: of weight magnitudes in
 :func:`global_magnitude_masks`, `sec:app_joint_pruning_setup`; :func:`keep_within`, a budget:
 of channel scores, :class:`pbscale.methods.cuts.MagnitudeMethod`; :func:`keep_budget`, the mask
 a joint L0 run freezes under ``--budget``), GMP's cubic schedule
-(:func:`gmp_fraction`, Zhu and Gupta), the per-layer top-k of edge-popup
-(:func:`kept_per_layer`, :func:`top_scores`), and the bookkeeping of binary masks over weights
-(:func:`apply_masks_`, :func:`remaining`).
+(:func:`gmp_fraction`, Zhu and Gupta), the per-layer top-k of edge-popup over weights
+(:func:`kept_per_layer`, :func:`top_scores`; over channels: :func:`keep_within`), and the
+bookkeeping of binary masks over weights (:func:`apply_masks_`, :func:`remaining`).
 
 Masks here are dicts {parameter name: 0/1 tensor of the weight's shape} or flat vectors (d,);
 "remaining" is counted over the masked tensors only. :func:`global_magnitude_masks` keeps
@@ -40,9 +40,10 @@ def keep_count(fraction: float, d: int) -> int:
 
 
 def ranking(scores: torch.Tensor, alive: torch.Tensor | None = None) -> torch.Tensor:
-    """The order MP and GMP keep entries in: the positions of the nonnegative ``scores`` (d,)
-    from the largest down, those off in ``alive`` (bool (d,); None: all on) after every one on,
-    ties towards the lower position (a stable sort); int64 (d,)."""
+    """The order MP, GMP and edge-popup keep entries in: the positions of the ``scores`` (d,)
+    (nonnegative where ``alive`` is given) from the largest down, those off in ``alive`` (bool
+    (d,); None: all on) after every one on, ties towards the lower position (a stable sort);
+    int64 (d,)."""
     if alive is not None:
         scores = torch.where(alive, scores, torch.full_like(scores, -1.0))
     return torch.sort(scores, descending=True, stable=True).indices
@@ -63,25 +64,29 @@ def keep_top(scores: torch.Tensor, fraction: float, alive: torch.Tensor | None =
     return _prefix(ranking(scores, alive), keep_count(fraction, scores.numel()))
 
 
+#: What a budget of a cost is measured by: bool keep masks (n, d) -> the fraction (n,) of the
+#: cost each keeps, float64, nondecreasing as entries are added (over channel variables
+#: :meth:`pbscale.nets.channel_layout.ChannelLayout.kept_fractions` of the run's ``--cost``).
+KeptFraction = Callable[[torch.Tensor], torch.Tensor]
 #: Round-off allowed when a kept fraction is compared with its budget (:func:`fill_within`).
 FRACTION_ROUNDOFF = 1e-12
 #: Entries of the keep masks :func:`fill_within` tries at once (chunk x d).
 FILL_CELLS = 1 << 20
 
 
-def keep_within(scores: torch.Tensor, fraction: float,
-                kept_fraction: Callable[[torch.Tensor], torch.Tensor],
+def keep_within(scores: torch.Tensor, fraction: float, kept_fraction: KeptFraction,
                 alive: torch.Tensor | None = None) -> torch.Tensor:
-    """The budgeted top of MP and GMP over channel variables: a bool mask (d,) filled along
-    :func:`ranking` of ``scores`` within ``fraction`` of a cost (:func:`fill_within`), never
-    keeping one off in ``alive`` (so a mask cut again only shrinks)."""
+    """The budgeted top of MP, GMP and edge-popup over channel variables: a bool mask (d,)
+    filled along :func:`ranking` of ``scores`` within ``fraction`` of a cost
+    (:func:`fill_within`), never keeping one off in ``alive`` (so a mask cut again only
+    shrinks)."""
     order = ranking(scores, alive)
     return fill_within(order, order.numel() if alive is None else int(alive.sum()), fraction,
                        kept_fraction)
 
 
 def fill_within(order: torch.Tensor, candidates: int, fraction: float,
-                kept_fraction: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
+                kept_fraction: KeptFraction) -> torch.Tensor:
     """The greedy rule of a knapsack: a bool mask (d,) that takes the first ``candidates``
     positions of ``order`` (int64 (d,)) in that order, each one whose addition keeps
     ``kept_fraction`` at most ``fraction``, and skips the others; at least the first is kept.
@@ -131,8 +136,7 @@ def budget_order(mask: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
 
 
 def keep_budget(mask: torch.Tensor, scores: torch.Tensor, fraction: float,
-                kept_fraction: Callable[[torch.Tensor], torch.Tensor] | None = None
-                ) -> torch.Tensor:
+                kept_fraction: KeptFraction | None = None) -> torch.Tensor:
     """The mask (d,) that ``--budget`` freezes, bool: ``mask``'s variables and then the others,
     each group by ``scores`` (:func:`budget_order`), taken while they fit within ``fraction``
     (:func:`fill_within` of ``kept_fraction``, the channels' cost) or, without

@@ -25,6 +25,7 @@ from .estimate import Estimate, dense_regularizer, surrogate_loss
 from .optimizers import mask_optimizer
 from .registry import Capabilities, Family, MethodConfig, Plan, Settings, names
 from .samplers import BernoulliSampler, auto_chunk, check_sample_memory
+from .schedules import KeptFraction
 
 
 @dataclass(frozen=True)
@@ -37,7 +38,10 @@ class StepArgs:
     temperature schedule counts them). ``layers``: the sizes of the layers the flat logits
     cover, summing to ``d``. ``n``: samples per step; ``param``: the parametrization;
     ``settings``: the family's own :class:`pbscale.methods.registry.Settings`; ``target``: the
-    kept fraction of a per-layer method (edge-popup; 1 where the tool has none); ``chunk``:
+    kept fraction of a per-layer method (edge-popup; 1 where the tool has none), of the
+    count of each layer's variables, or, with ``kept_fraction`` (channel variables), of the
+    cost that maps bool keep masks (n, d) to the fractions (n,) each keeps
+    (:data:`pbscale.methods.schedules.KeptFraction`; None: of the count); ``chunk``:
     samples evaluated at once. ``generator``: the run's random stream (``dtype`` and ``device``:
     the logits'); ``stream``: on the CPU the run's counter-based stream of MC samples
     (:class:`pbscale.methods.counter_stream.CounterStream`, seeded with the run's seed; None on a
@@ -63,6 +67,7 @@ class StepArgs:
     dtype: torch.dtype
     device: torch.device
     weights: bool = False
+    kept_fraction: KeptFraction | None = None
     shard: Any = None
     stream: CounterStream | None = None
     control: Any = None
@@ -132,7 +137,7 @@ class LogitsFamily(Family):
                            bytes_per_sample=plan.bytes_per_sample, layers=plan.layers,
                            target=plan.setting("target", 1.0),
                            joint=plan.weight_optimizer is not None, world=plan.world,
-                           l0_weights=plan.l0_weights)
+                           l0_weights=plan.l0_weights, kept_fraction=plan.kept_fraction)
 
     # ------------------------------------------------------------------ the method
 
@@ -236,7 +241,8 @@ class MaskTrainer:
     samples' masks and activations until the backward (:func:`check_sample_memory`); under
     torchrun (``world`` ranks splitting the samples) each rank keeps only its share.
     ``l0_weights``: per-variable weights c (d,) of the L0 term, lam * sum_i c_i theta_i (None:
-    lam * sum_i theta_i, computed as it always was).
+    lam * sum_i theta_i, computed as it always was). ``kept_fraction``: what ``target``
+    budgets over channel variables (:attr:`StepArgs.kept_fraction`; None: a count).
     """
 
     def __init__(self, config: MethodConfig, d: int, total_steps: int,
@@ -244,7 +250,8 @@ class MaskTrainer:
                  bytes_per_sample: int | None = None, *,
                  layers: tuple[int, ...] | None = None, target: float = 1.0,
                  joint: bool = False, world: int = 1,
-                 l0_weights: torch.Tensor | None = None) -> None:
+                 l0_weights: torch.Tensor | None = None,
+                 kept_fraction: KeptFraction | None = None) -> None:
         family = config.family
         if not isinstance(family, LogitsFamily):
             raise PBInputError(f"{family.text} trains no mask logits; use one of "
@@ -256,6 +263,8 @@ class MaskTrainer:
         self.device = torch.device(device)
         self.layers: tuple[int, ...] = tuple(layers) if layers is not None else (d,)
         self.target = float(target)
+        #: what ``target`` is a fraction of over channel variables (None: of the count)
+        self.kept_fraction = kept_fraction
         if l0_weights is not None and tuple(l0_weights.shape) != (d,):
             raise PBInputError(f"l0_weights must have shape ({d},), one weight a variable, got "
                                f"{tuple(l0_weights.shape)}")
@@ -307,7 +316,8 @@ class MaskTrainer:
             index=self.step_count, total=self.total_steps, d=self.d, layers=self.layers,
             n=self.config.n, param=self.param, settings=self.config.settings,
             target=self.target, chunk=self.chunk, generator=self.generator,
-            dtype=self.r.dtype, device=self.device, weights=weights, shard=self.shard,
+            dtype=self.r.dtype, device=self.device, weights=weights,
+            kept_fraction=self.kept_fraction, shard=self.shard,
             stream=self.stream, control=self.control, control_opts=tuple(self.control_opts),
             state=dict(self.state))
 

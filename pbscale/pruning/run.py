@@ -106,7 +106,8 @@ def build(cfg: PruneConfig, data: datamod.Data, dev: torch.device,
     else ``cfg.model``'s). The method is its family's
     (:meth:`pbscale.methods.registry.Family.make`), built from the run's plan: epochs, steps,
     the steps in which masks train (the loop's phases: a joint run's dense warm-up and frozen
-    epochs), the layers of the flat mask, the pruning settings and the weights' optimizer."""
+    epochs), the layers of the flat mask, the pruning settings, the weights' optimizer and,
+    over channels, the variables' L0 weights and what ``--target`` is a fraction of."""
     loop = loop_config(cfg)
     task = PruneTask(cfg, data, dev, shard, source)
     S, E = task.steps_per_epoch, cfg.epochs
@@ -117,7 +118,7 @@ def build(cfg: PruneConfig, data: datamod.Data, dev: torch.device,
     world = shard.world if shard is not None and family.caps.split_samples else 1
     plan = Plan(epochs=E, steps_per_epoch=S, mask_steps=max(loop.mask_epochs() * S, 1),
                 layers=tuple(task.layout.sizes), run=cfg, weight_optimizer=weight_opt,
-                world=world, l0_weights=task.l0_weights(),
+                world=world, l0_weights=task.l0_weights(), kept_fraction=task.kept_fraction(),
                 bytes_per_sample=task.bytes_per_sample())
     method = family.make(cfg.method_config(), task.layout, plan)
     return task, method, loop, weight_opt

@@ -16,6 +16,7 @@ from pbscale.execution import distributed
 from pbscale.forward.folded import PerMaskLoss
 from pbscale.forward.masks import MaskedModule, plain_weight
 from pbscale.forward.rescale import rescaled_weight
+from pbscale.methods.schedules import KeptFraction
 from pbscale.nets import data as datamod
 from pbscale.nets.channel_layout import ChannelLayout, l0_weights, weight_layers
 from pbscale.nets.channel_types import ChannelGroups
@@ -179,6 +180,16 @@ class PruneTask:
         normalised to mean 1 (:func:`pbscale.nets.channel_layout.l0_weights`); None for weight
         granularity (every weight 1)."""
         return None if self.groups is None else l0_weights(self.groups, self.cfg.cost)
+
+    def kept_fraction(self) -> KeptFraction | None:
+        """What a method's ``--target`` is a fraction of (:data:`pbscale.methods.schedules.
+        KeptFraction`): channel granularity's ``--cost`` kept of the prunable part, bool keep
+        masks (n, d) -> fractions (n,) (:meth:`ChannelLayout.kept_fractions`, the
+        evaluation's ``remaining``); None for weight granularity (a count of weights)."""
+        if self.groups is None:
+            return None
+        layout, kind = self.layout, self.cfg.cost
+        return lambda keeps: layout.kept_fractions(keeps, kind)
 
     def bytes_per_sample(self) -> int | None:
         """The memory of one sampled mask in a chunk for the method's memory check: channel
