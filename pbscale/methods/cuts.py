@@ -32,7 +32,7 @@ from pbscale.runs.contracts import BatchedLoss
 
 from . import schedules
 from .registry import Family, MethodConfig, Plan, Settings
-from .schedules import check_fraction
+from .schedules import KeptFraction, check_fraction
 
 
 @dataclass(frozen=True)
@@ -42,8 +42,8 @@ class CutSchedule:
     or of the channels' cost), MP's one cut at step ``cut``, GMP's cuts every ``every`` steps
     from ``start`` to ``end`` (step indices, each at most the last step), the family's own
     settings (``settings``) and, for channel variables, their costs normalised to mean 1
-    (``costs``, float64 (d,), the plan's ``l0_weights``; None for weights) and the kind of cost
-    that ``target`` budgets (``cost``: "params" or "macs", ``--cost``)."""
+    (``costs``, float64 (d,), the plan's ``l0_weights``; None for weights) and what ``target``
+    is a fraction of (``kept_fraction``, the plan's: the ``--cost`` kept; None for weights)."""
 
     d: int
     target: float
@@ -53,7 +53,7 @@ class CutSchedule:
     every: int
     settings: Settings
     costs: torch.Tensor | None = None
-    cost: str = "params"
+    kept_fraction: KeptFraction | None = None
 
 
 class MaskFamily(Family):
@@ -73,7 +73,7 @@ class MaskFamily(Family):
                            start=min(round(plan.setting("gmp_start", 0.0) * total), end),
                            end=end, every=plan.setting("gmp_every", 1),
                            settings=config.settings, costs=plan.l0_weights,
-                           cost=plan.setting("cost", "params"))
+                           kept_fraction=plan.kept_fraction)
         return MagnitudeMethod(self, layout, cuts, seed=config.seed,
                                weight_optimizer=plan.weight_optimizer)
 
@@ -164,9 +164,7 @@ class MagnitudeMethod:
                                                    frac, {k: m[0] for k, m in old.items()})
             self.mask = torch.cat([new[k].reshape(-1) for k in self.layout.names])
         else:  # channel variables: the top of their scores within the cost budget
-            kind = self.cuts.cost
-            keep = schedules.keep_within(self.channel_scores(), frac,
-                                         lambda k: self.layout.kept_fractions(k, kind),
+            keep = schedules.keep_within(self.channel_scores(), frac, self.cuts.kept_fraction,
                                          self.mask != 0)
             self.mask = keep.to(self.mask.dtype)
             new = {k: m[0] for k, m in self.layout.split(self.mask[None]).items()}

@@ -29,13 +29,16 @@ from pbscale.runs.contracts import EvalContext, MaskMethod, RunHooks
 class MaskEvaluation(RunHooks):
     """Metrics of a run's evaluation mask (:meth:`evaluate`), the mask itself (:attr:`mask`,
     kept with the task's state) and the mask a joint run freezes (:meth:`frozen_mask`).
-    ``batches`` has ``selection(generator)``, the training batches masks are scored on."""
+    ``batches`` has ``selection(generator)``, the training batches masks are scored on;
+    ``kept_fraction`` is what ``--budget`` is a fraction of (the task's: channels' ``--cost``;
+    None: a count of weights)."""
 
     def __init__(self, cfg: PruneConfig, data: datamod.Data, layout: MaskedModule,
                  batches: object, shard: distributed.Shard | None = None,
-                 objective: Objective = CROSS_ENTROPY) -> None:
+                 objective: Objective = CROSS_ENTROPY,
+                 kept_fraction: schedules.KeptFraction | None = None) -> None:
         self.cfg, self.data, self.layout, self.batches = cfg, data, layout, batches
-        self.shard, self.objective = shard, objective
+        self.shard, self.objective, self.kept_fraction = shard, objective, kept_fraction
         self.model = layout.module
         self.d = layout.d
         self.num_all = sum(p.numel() for p in self.model.parameters())
@@ -89,14 +92,13 @@ class MaskEvaluation(RunHooks):
     def frozen_mask(self, method: MaskMethod, generator: torch.Generator) -> torch.Tensor:
         """The mask frozen for the last epochs of a joint run: the evaluation rule's, within
         ``--budget`` where one is set (:func:`pbscale.methods.schedules.keep_budget` by the
-        method's ``keep_scores()``: channels by their ``--cost``, weights by count)."""
+        method's ``keep_scores()``: channels by the task's ``kept_fraction``, weights by
+        count)."""
         z = self.choose_mask(method, self.batches.selection(generator))
         budget = self.cfg.budget
         if not budget:
             return z
-        layout, kind = self.layout, self.cfg.cost
-        fits = None if layout.per_weight else (lambda k: layout.kept_fractions(k, kind))
-        keep = schedules.keep_budget(z, method.keep_scores(), budget, fits)
+        keep = schedules.keep_budget(z, method.keep_scores(), budget, self.kept_fraction)
         return keep.to(z)
 
     def eval_params(self, z: torch.Tensor) -> dict[str, torch.Tensor]:

@@ -159,7 +159,7 @@ class PruneTask:
         self.steps_per_epoch = self.batches.steps_per_epoch
         self.total_steps = self.steps_per_epoch * cfg.epochs
         self.evaluation = MaskEvaluation(cfg, data, self.layout, self.batches, shard,
-                                         self.objective)
+                                         self.objective, self.kept_fraction())
 
     def share_gradients(self, params: list[torch.Tensor],
                         optimizers: list[torch.optim.Optimizer]) -> None:
