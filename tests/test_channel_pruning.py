@@ -793,3 +793,20 @@ def test_edge_popup_prunes_a_residual_cnn_by_macs_through_the_api(tmp_path):
     x = (x - x.mean()) / x.std()  # any inputs: the two networks compute the same function
     with torch.no_grad():
         assert same_outputs(net(x), result.pruned()(x))
+
+
+@pytest.mark.parametrize("method", ["edgepopup", "mp"])
+def test_a_channel_group_of_budgeted_methods_equals_its_separate_runs(tmp_path, method):
+    """Edge-popup and MP over channels (each member's mask within --target of the cost) in a
+    group of two seeds: every member's folder is its separate run's."""
+    from test_prune_group import same_folder
+
+    mode = "supermask" if method == "edgepopup" else "joint"
+    cfgs = [PruneConfig(model="lenet", synthetic=48, val_size=16, epochs=2, max_batches=2,
+                        batch_size=8, method=method, mode=mode, granularity="channel",
+                        target=0.3, seed=s) for s in (0, 1)]
+    assert prun.run_group(cfgs, tmp_path / "grp", quiet=True) == (0, 2)
+    for c in cfgs:
+        sep = Path(prun.run(c, tmp_path / "sep", quiet=True)["folder"])
+        same_folder(sep, tmp_path / "grp" / sep.name)
+        assert runio.read_summary(sep / "summary.json")["final_remaining"] <= 0.3
