@@ -218,13 +218,7 @@ def load_data(data_dir: str, train_size: int, test_size: int, seed: int = 0
     if not Path(data_dir).is_dir():
         raise PBInputError(f"--data-dir {data_dir} is not a folder; give the folder of the "
                            f"four MNIST IDX files")
-    xtr, ytr, xte, yte = read_mnist(data_dir)
-    g = np.random.default_rng(seed)
-    idx = g.permutation(len(xtr))[:train_size or len(xtr)]
-    xtr, ytr = xtr[idx], ytr[idx]
-    if test_size:
-        xte, yte = xte[:test_size], yte[:test_size]
-    n_val = min(5000, len(xtr) // 10)
+    xtr, ytr, xte, yte, n_val = subsets(*read_mnist(data_dir), train_size, test_size, seed)
     xf = torch.from_numpy(xtr.astype(np.float32) / 255.0)
     mean, std = xf[n_val:].mean(), xf[n_val:].std()
 
@@ -246,13 +240,8 @@ def load_cifar(cifar_dir: str, train_size: int, test_size: int, seed: int = 0
         raise PBInputError(f"--cifar-dir {cifar_dir} is not a folder; give the folder of "
                            "CIFAR-10's binary version (cifar-10-batches-bin), or leave resnet20 "
                            "out of --models")
-    xtr, ytr, xte, yte = read_cifar10(cifar_dir, records=None)
-    g = np.random.default_rng(seed)
-    idx = g.permutation(len(xtr))[:train_size or len(xtr)]
-    xtr, ytr = xtr[idx], ytr[idx]
-    if test_size:
-        xte, yte = xte[:test_size], yte[:test_size]
-    n_val = min(5000, len(xtr) // 10)
+    xtr, ytr, xte, yte, n_val = subsets(*read_cifar10(cifar_dir, records=None), train_size,
+                                        test_size, seed)
     xf = torch.from_numpy(xtr[n_val:].astype(np.float32) / 255.0)
     mean = xf.mean(dim=(0, 2, 3), keepdim=True)
     std = xf.std(dim=(0, 2, 3), keepdim=True)
@@ -261,6 +250,19 @@ def load_cifar(cifar_dir: str, train_size: int, test_size: int, seed: int = 0
         return (torch.from_numpy(x.astype(np.float32) / 255.0) - mean) / std
 
     return splits(prep, xtr, ytr, xte, yte, n_val)
+
+
+def subsets(xtr: np.ndarray, ytr: np.ndarray, xte: np.ndarray, yte: np.ndarray,
+            train_size: int, test_size: int, seed: int
+            ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
+    """The training examples drawn (a permutation from ``seed``, the first ``train_size``; 0:
+    all), the first ``test_size`` test examples (0: all) and how many of the drawn ones
+    validate (a tenth, at most 5,000)."""
+    idx = np.random.default_rng(seed).permutation(len(xtr))[:train_size or len(xtr)]
+    xtr, ytr = xtr[idx], ytr[idx]
+    if test_size:
+        xte, yte = xte[:test_size], yte[:test_size]
+    return xtr, ytr, xte, yte, min(5000, len(xtr) // 10)
 
 
 def splits(prep: Callable[[np.ndarray], torch.Tensor], xtr: np.ndarray, ytr: np.ndarray,
