@@ -394,10 +394,14 @@ def taylor_grads(split: tuple[torch.Tensor, torch.Tensor], batch: int, dev: torc
 
 def measure(model: nn.Module, example: torch.Tensor, batch_example: torch.Tensor,
             repeats: int) -> dict[str, float]:
-    """Parameters, MACs per example and CPU latency (batch 1 and 128) of ``model`` (on the CPU)."""
+    """Parameters, MACs per example, CPU latency (batch 1 and 128) and the widths (output
+    channels or features of every Conv and Linear layer, ``name:width`` space-separated) of
+    ``model`` (on the CPU)."""
     model = model.cpu().eval()
     params, macs = channel_costs.count(model, example)
-    return {"params": params, "macs": macs,
+    widths = " ".join(f"{n}:{m.weight.shape[0]}" for n, m in model.named_modules()
+                      if isinstance(m, (nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.Linear)))
+    return {"params": params, "macs": macs, "widths": widths,
             "latency_b1": channel_costs.latency(model, example, repeats, 3),
             "latency_b128": channel_costs.latency(model, batch_example, repeats, 3)}
 
@@ -718,7 +722,7 @@ def main(argv: list[str] | None = None) -> None:
               f"fewer  b128 latency {row['dense_latency_b128'] / row['latency_b128']:.2f}x "
               f"faster  ({row['seconds']:.0f} s)", flush=True)
         io.write_csv(out / "runs.csv", [{**{"reported_acc": "", "lam_target": "",
-                                             "budget": ""}, **r} for r in rows])
+                                             "budget": "", "widths": ""}, **r} for r in rows])
 
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.models:

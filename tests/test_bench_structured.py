@@ -55,6 +55,8 @@ def test_smoke_run_writes_every_output(tmp_path, capsys):
                 assert (model, arm, target) in arms
     for r in rows:
         assert 0 <= float(r["acc"]) <= 1 and float(r["latency_b1"]) > 0
+        if r["model"] == "lenet5":  # the head keeps its 10 outputs
+            assert r["widths"].split()[-1] == "fc:10" and r["widths"].startswith("conv1:")
         if r["arm"] in bench_structured.ARMS:  # physically smaller than dense
             assert int(r["macs"]) < int(r["dense_macs"])
             assert int(r["params"]) < int(r["dense_params"])

@@ -347,8 +347,8 @@ def test_a_coupled_group_with_every_channel_off_keeps_one_zeroed_channel():
     z[list(c.variables)] = 0
     layout = ChannelLayout(net, groups)
     masked = {k: w[0] for k, w in layout.masked_weights(z[None]).items()}
-    pruned, keep = structured_network(net, groups, z, masked)
-    assert int(keep.sum()) == int(z.sum()) + 1
+    pruned, keep, held = structured_network(net, groups, z, masked)
+    assert int(keep.sum()) == int(z.sum()) + 1 and held == ["conv_a"]
     with torch.no_grad():
         expect = layout.forward_single(masked, x)
         assert torch.allclose(pruned.eval()(x), expect, rtol=1e-4, atol=1e-5)

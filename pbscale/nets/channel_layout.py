@@ -242,18 +242,19 @@ def removable_keep(groups: ChannelGroups, keep: torch.Tensor) -> tuple[torch.Ten
 
 def structured_network(model: nn.Module, groups: ChannelGroups, keep: torch.Tensor,
                        params: Mapping[str, torch.Tensor] | None = None
-                       ) -> tuple[nn.Module, torch.Tensor]:
+                       ) -> tuple[nn.Module, torch.Tensor, list[str]]:
     """The physically pruned network (a copy on the CPU): ``model`` with ``params`` (e.g. the
     evaluation's masked parameters; None: its own) and its buffers, the variables off in
-    ``keep`` (d,) removed; and the bool keep mask removed by (:func:`removable_keep`)."""
+    ``keep`` (d,) removed; the bool keep mask removed by and the roots of the coupled groups
+    held at one zeroed channel (:func:`removable_keep`)."""
     net = copy.deepcopy(model).cpu()
     if params is not None:
         own = dict(net.named_parameters())
         with torch.no_grad():
             for k, v in params.items():
                 own[k].copy_(v.detach().cpu())
-    k, _ = removable_keep(groups, keep)
-    return remove_channels(net, groups, k), k
+    k, held = removable_keep(groups, keep)
+    return remove_channels(net, groups, k), k, held
 
 
 def structured_blob(pruned: nn.Module, groups: ChannelGroups, keep: torch.Tensor,

@@ -16,7 +16,6 @@ from torch.nn.utils import prune as torch_prune
 from pbexact.errors import PBInputError
 from pbscale.nets.channel_layout import (
     rebuild,
-    removable_keep,
     structured_blob,
     structured_network,
     structured_report,
@@ -77,14 +76,13 @@ def export_structured(folder: Path, evaluation: MaskEvaluation) -> dict:
     layout, model, z = evaluation.layout, evaluation.model, evaluation.mask
     groups = layout.groups
     runio.write_json(folder / "groups.json", groups_record(groups))
-    pruned, keep = structured_network(model, groups, z, evaluation.eval_params(z))
+    pruned, keep, held = structured_network(model, groups, z, evaluation.eval_params(z))
     data = evaluation.data
     example = data.prepare(data.train.x[:1])
     runio.save_checkpoint(folder / "structured.pt", structured_blob(pruned, groups, keep,
                                                                     example))
     dense = copy.deepcopy(model).cpu()
     out: dict = structured_report(dense, pruned, example)
-    _, held = removable_keep(groups, z)
     out.update({"channels": groups.d, "channels_kept": int((z != 0).sum()),
                 "zeroed_groups": held})
     return out
