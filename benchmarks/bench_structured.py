@@ -3,7 +3,8 @@
 slimming's L1 training, random groups), at given MACs reductions, same epochs for every arm.
 
     python -m benchmarks.bench_structured [--models lenet5,resnet18] [--targets 2,4]
-        [--arms cp,arms,mp,gmp,l2,taylor,bn,random] [--seeds 3] [--dense-epochs 30]
+        [--arms cp,arms,mp,gmp,l2,taylor,bn,random] [--seeds 3] [--first-seed 0]
+        [--dense-epochs 30]
         [--finetune-epochs 30] [--train-size 0] [--data-dir DIR] [--device cpu]
         [--threads 1] [--out figures/structured] [--no-budget] [--smoke]
 
@@ -166,7 +167,10 @@ def parser() -> ArgumentParser:
     ap.add_argument("--arms", type=choice_list(ARMS, "arms", "invalid arm"),
                     default=",".join(ARMS),
                     help="comma-separated arms")
-    ap.add_argument("--seeds", type=positive_int, default=3, help="seeds 0..K-1")
+    ap.add_argument("--seeds", type=positive_int, default=3,
+                    help="K seeds: --first-seed .. --first-seed + K - 1")
+    ap.add_argument("--first-seed", type=nonneg_int, default=0,
+                    help="the first seed (e.g. fresh seeds for a comparison chosen on 0..K-1)")
     ap.add_argument("--dense-epochs", type=positive_int, default=30,
                     help="E1: dense training of the Torch-Pruning arms")
     ap.add_argument("--finetune-epochs", type=positive_int, default=30,
@@ -476,7 +480,7 @@ def run_model(name: str, args: argparse.Namespace, data: dict, dev: torch.device
     tp_arms = [a for a in args.arms if a in TP_ARMS]
     fractions = {t: steer_fraction(groups, None, t) for t in args.targets
                  if args.steer and set(args.arms) & set(PB_ARMS)}
-    for seed in range(args.seeds):
+    for seed in range(args.first_seed, args.first_seed + args.seeds):
         init = init_weights(make(name, args.width), "kaiming_normal",
                             torch.Generator().manual_seed(seed))
         base = {"model": name, "seed": seed, "dense_params": dense_cost["params"],

@@ -121,10 +121,11 @@ def test_the_steered_fraction_drops_the_whole_networks_macs_by_the_target(model,
 def test_steer_gives_each_pb_run_its_fraction(tmp_path):
     """--steer: each PB run starts from --lam and is steered (--lam-target) to the fraction of
     the prunable part's MACs that drops the whole network's by its target."""
-    argv = ["--smoke", "--models", "lenet5", "--arms", "cp", "--steer",
+    argv = ["--smoke", "--models", "lenet5", "--arms", "cp", "--steer", "--first-seed", "2",
             "--data-dir", str(MNIST_DIR), "--out", str(tmp_path)]
     assert run(bench_structured.main, argv) == 0
     rows = [r for r in io.read_csv(tmp_path / "runs.csv") if r["arm"] == "cp"]
+    assert {int(r["seed"]) for r in rows} == {2}  # --first-seed 2, one seed
     net = make("lenet5", bench_structured.SMOKE["width"])
     import torch
 
