@@ -11,7 +11,8 @@
 # checkout around the copy); PYTHON (default python3); GPU_TESTS_TIMEOUT_S (default 100: the
 # pytest run of tests/test_gpu_routes.py); GPU_BEFORE_BUDGET_S and GPU_AFTER_BUDGET_S (the
 # suites' --budget-s, default 100 and 230); GPU_BEFORE_PIECES and GPU_AFTER_PIECES (default
-# sync,prune,prune_epoch,arms_loorf and sync,prune,prune_epoch,arms_loorf,routes);
+# sync,prune,prune_epoch,arms_loorf and sync,prune,prune_epoch,arms_loorf,routes,structured;
+# structured needs torch-pruning, which the device's python lacks: carry it in .gpu_vendor/);
 # GPU_SUITE_ARGS (more arguments for both suites). Each suite is stopped (SIGTERM, then
 # SIGKILL 15 s later) at its budget + 40 s; its summary.md is rewritten after every piece, so a
 # stopped suite still leaves the pieces done. With the defaults the whole script takes at most
@@ -29,7 +30,9 @@ set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 : "${OUT:?set OUT to the folder whose files come back}"
 PY="${PYTHON:-python3}"
-export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
+# torch-pruning (the structured piece) where it was carried in .gpu_vendor/ (docs/gpu.md)
+VENDOR=""; [ -d "$PWD/.gpu_vendor" ] && VENDOR=":$PWD/.gpu_vendor"
+export PYTHONPATH="$PWD$VENDOR${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
 
 mkdir -p "$OUT" || exit 2
 LOG="$OUT/gpu_session.log"
@@ -62,7 +65,7 @@ suite routes-off off "${GPU_BEFORE_BUDGET_S:-100}" \
     "${GPU_BEFORE_PIECES:-sync,prune,prune_epoch,arms_loorf}"
 rc=$?; [ "$status" -eq 0 ] && status=$rc
 suite routes-all all "${GPU_AFTER_BUDGET_S:-230}" \
-    "${GPU_AFTER_PIECES:-sync,prune,prune_epoch,arms_loorf,routes}"
+    "${GPU_AFTER_PIECES:-sync,prune,prune_epoch,arms_loorf,routes,structured}"
 rc=$?; [ "$status" -eq 0 ] && status=$rc
 
 # 3. both results folders in one archive (the unpacked files would pass the 8-file limit)

@@ -142,6 +142,9 @@ GOALS = (
          "projected hours", "<", 1.0),
     Goal("sync_clean", "check_gpu_sync: pieces with a host sync other than the known read-backs",
          "<=", 0.0),
+    Goal("structured_latency", "channel pruning (issue 52): the physically smaller network's "
+         "batch-128 speedup over the dense one, per unit of its MACs reduction, the worst of "
+         "LeNet-5 and ResNet-18 width at 2x and 4x", ">=", 0.7),
 )
 
 
@@ -491,6 +494,48 @@ def piece_prune_epoch(ctx: Context) -> Outcome:
     return Outcome({"lenet_run_fp32": ratio, "lenet_run_fp32_detail": detail}, detail)
 
 
+def piece_structured(ctx: Context) -> Outcome:
+    """Channel pruning's networks on the device: the benchmark's models (LeNet-5, ResNet-18
+    width; :mod:`benchmarks.structured_models`) dense and with Torch-Pruning's uniform L2 cut
+    at 2x and 4x fewer MACs (:func:`benchmarks.bench_structured.tp_ratio`, ``tp_prune``; the
+    shapes matter, not the weights), latency at batch 1 and 128 (median of ``repeats``
+    passes, :func:`pbscale.nets.channel_costs.latency`, synchronized) beside the MACs ratio."""
+    from benchmarks import bench_structured as bs
+    from benchmarks.structured_models import MODELS, make
+    from pbscale.nets import channel_costs
+
+    width, repeats = (0.125, 3) if ctx.smoke else (1.0, 50)
+    rows: list[dict] = []
+    for name in ("lenet5", "resnet18"):
+        shape = MODELS[name].input_shape
+        one, batch = torch.zeros(1, *shape), torch.zeros(128, *shape)
+        dense = make(name, width).eval()
+        dense_macs = channel_costs.count(dense, one)[1]
+        d1 = channel_costs.latency(dense.to(ctx.dev), one.to(ctx.dev), repeats, 5)
+        d128 = channel_costs.latency(dense, batch.to(ctx.dev), repeats, 5)
+        for target in (2.0, 4.0):
+            with ctx.within():
+                net = make(name, width).eval()
+                bs.tp_prune(net, "l2", bs.tp_ratio(net, target, one)[0], one)
+                macs = channel_costs.count(net, one)[1]
+                p1 = channel_costs.latency(net.to(ctx.dev), one.to(ctx.dev), repeats, 5)
+                p128 = channel_costs.latency(net, batch.to(ctx.dev), repeats, 5)
+            ratio = dense_macs / macs
+            rows.append({"model": name, "width": width, "target": target, "macs_ratio": ratio,
+                         "dense_b1_ms": 1e3 * d1, "pruned_b1_ms": 1e3 * p1,
+                         "dense_b128_ms": 1e3 * d128, "pruned_b128_ms": 1e3 * p128,
+                         "speedup_b1": d1 / p1, "speedup_b128": d128 / p128,
+                         "b128_per_macs": d128 / p128 / ratio})
+            ctx.save(rows)
+            print(f"  {name} {target:g}x: MACs {ratio:.2f}x, b128 {d128 / p128:.2f}x, b1 "
+                  f"{d1 / p1:.2f}x", flush=True)
+    worst = min(rows, key=lambda r: r["b128_per_macs"])
+    detail = (f"worst {worst['model']} {worst['target']:g}x: b128 speedup "
+              f"{worst['speedup_b128']:.2f}x at {worst['macs_ratio']:.2f}x fewer MACs")
+    return Outcome({"structured_latency": worst["b128_per_macs"],
+                    "structured_latency_detail": detail}, detail)
+
+
 #: The routes piece's captured-step rows: (model, amp) -> goal key.
 CAPTURED_GOALS = {("resnet20", "none"): "resnet20_fp32_captured",
                   ("resnet20", "bf16"): "resnet20_bf16_captured",
@@ -715,6 +760,10 @@ PIECES = {p.name: p for p in (
     Piece("regression", "regression sweep slice and projection", "regression_sweep.csv", 0.24,
           piece_regression, ("method", "n", "param", "optimizer", "runs_per_job", "jobs",
                              "measured", "epoch_s", "setup_s", "projected_s")),
+    Piece("structured", "channel pruning: the smaller network's latency against the dense "
+          "one, beside the MACs ratio", "structured_{dev}.csv", 0.06, piece_structured,
+          ("model", "width", "target", "macs_ratio", "dense_b128_ms", "pruned_b128_ms",
+           "speedup_b1", "speedup_b128", "b128_per_macs")),
     Piece("routes", "bench_routes: each GPU route against its reference; op counts",
           "bench_routes_{dev}.csv", 0.30, piece_routes,
           ("model", "amp", "what", "route", "routes", "n", "ms", "ms_reference", "ratio",

@@ -96,14 +96,20 @@ def count(model: nn.Module, example_inputs: Inputs) -> tuple[int, int]:
 def latency(model: nn.Module, example_inputs: Inputs, repeats: int = 30, warmup: int = 5
             ) -> float:
     """Median seconds of ``repeats`` forward passes of ``model`` on ``example_inputs`` (its batch
-    is the batch measured) on the CPU, in eval mode under ``torch.inference_mode``, after
-    ``warmup`` unmeasured passes; timed with ``time.perf_counter``. The model's mode is
-    restored."""
+    is the batch measured) where they are (CPU, or a CUDA device: each pass then ends with
+    ``torch.cuda.synchronize``), in eval mode under ``torch.inference_mode``, after ``warmup``
+    unmeasured passes; timed with ``time.perf_counter``. The model's mode is restored."""
     if repeats < 1 or warmup < 0:
         from pbexact.errors import PBInputError
         raise PBInputError(f"latency needs repeats >= 1 and warmup >= 0, got {repeats} and "
                            f"{warmup}; give e.g. repeats=30, warmup=5")
     args = as_args(example_inputs)
+    cuda = [a.device for a in args if isinstance(a, torch.Tensor) and a.is_cuda]
+
+    def done() -> None:  # a CUDA pass is timed to its end, not to its launch
+        if cuda:
+            torch.cuda.synchronize(cuda[0])
+
     was = model.training
     times = []
     try:
@@ -111,9 +117,11 @@ def latency(model: nn.Module, example_inputs: Inputs, repeats: int = 30, warmup:
         with torch.inference_mode():
             for _ in range(warmup):
                 model(*args)
+            done()
             for _ in range(repeats):
                 t0 = time.perf_counter()
                 model(*args)
+                done()
                 times.append(time.perf_counter() - t0)
     finally:
         model.train(was)
