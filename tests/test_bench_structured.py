@@ -138,8 +138,8 @@ def test_steer_gives_each_pb_run_its_fraction(tmp_path):
 def test_verdicts_need_equal_macs_and_a_paired_interval_clear_of_zero():
     """The best PB arm against the best Torch-Pruning arm: a verdict only where the winner
     removed at least as many MACs and the seeds' paired 95% t interval of the gap excludes 0
-    (by hand: diffs 0.4, 0.5, 0.6 points, mean 0.5, s.d. 0.1, t_0.975(2) = 4.303); a gap
-    within the seeds' noise, or at unequal MACs, is no verdict."""
+    (by hand: diffs 0.4, 0.5, 0.6 points, mean 0.5, s.d. 0.1, t_0.975(2) = 4.303); MACs within
+    1% count as equal; a gap within the seeds' noise, or at unequal MACs, is no verdict."""
     from scipy import stats
 
     def rows(arm, accs, macs=100):
@@ -161,6 +161,9 @@ def test_verdicts_need_equal_macs_and_a_paired_interval_clear_of_zero():
     (line,) = bench_structured.verdicts(bench_structured.summarize(fewer + tp), fewer + tp)
     assert "no verdict at equal MACs" in line
     worse = rows("cp", [0.940, 0.950, 0.946])  # at the same MACs
+    (line,) = bench_structured.verdicts(bench_structured.summarize(worse + tp), worse + tp)
+    assert "Torch-Pruning more accurate at at least as large a MACs reduction (gap -" in line
+    worse = rows("cp", [0.940, 0.950, 0.946], macs=99.5)  # 0.5% fewer MACs: equal
     (line,) = bench_structured.verdicts(bench_structured.summarize(worse + tp), worse + tp)
     assert "Torch-Pruning more accurate at at least as large a MACs reduction (gap -" in line
     worse = rows("cp", [0.940, 0.950, 0.946], macs=90)  # less accurate, more MACs removed
