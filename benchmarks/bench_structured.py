@@ -69,7 +69,6 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
@@ -79,6 +78,7 @@ from torch.nn import functional as F
 from analysis.cli import run, save_figure
 from analysis.scale.gap_test import GapTest
 from benchmarks.structured_models import MODELS, make
+from benchmarks.tp_criteria import tp_prune, tp_ratio
 from pbexact.cli import (
     ArgumentParser,
     choice_list,
@@ -332,56 +332,6 @@ def train(model: nn.Module, split: tuple[torch.Tensor, torch.Tensor], epochs: in
 
 
 # ----------------------------------------------------------------------------- Torch-Pruning
-
-
-def importance(arm: str) -> Any:
-    import torch_pruning as tp
-    return {"l2": lambda: tp.importance.GroupMagnitudeImportance(p=2),
-            "taylor": tp.importance.GroupTaylorImportance,
-            "bn": tp.importance.BNScaleImportance,
-            "random": tp.importance.RandomImportance}[arm]()
-
-
-def tp_prune(model: nn.Module, arm: str, ratio: float, example: torch.Tensor,
-             grads: Callable[[nn.Module], None] | None = None) -> nn.Module:
-    """``model`` pruned in place by one ``MetaPruner`` step: ``ratio`` of every coupled group's
-    channels (local pruning), by ``arm``'s importance, the head (``model.fc``) left out."""
-    import torch_pruning as tp
-    pruner = tp.pruner.MetaPruner(model, example, importance=importance(arm),
-                                  pruning_ratio=ratio, ignored_layers=[model.fc],
-                                  global_pruning=False)
-    if grads is not None:
-        grads(model)
-    pruner.step()
-    model.zero_grad(set_to_none=True)
-    return model
-
-
-def tp_ratio(model: nn.Module, target: float, example: torch.Tensor) -> tuple[float, int]:
-    """The smallest pruning ratio whose local pruning reduces ``model``'s MACs by at least
-    ``target`` (channel counts do not depend on the criterion): the first of a grid of steps
-    0.05 that does, refined by bisection to 1e-3 below it; where none does (Torch-Pruning
-    leaves a group whole rather than empty it), the grid's largest reduction. Returns the ratio
-    and its MACs."""
-    _, dense = channel_costs.count(model, example)
-
-    def macs(r: float) -> int:
-        return channel_costs.count(tp_prune(copy.deepcopy(model).cpu(), "random", r, example),
-                                   example)[1]
-
-    grid = [(r, macs(r)) for r in np.arange(0.05, 1.0, 0.05).round(2).tolist()]
-    hit = next((k for k, (_, m) in enumerate(grid) if dense / m >= target), None)
-    if hit is None:
-        return min(grid, key=lambda rm: rm[1])
-    lo, (hi, best) = (grid[hit - 1][0] if hit else 0.0), grid[hit]
-    while hi - lo > 1e-3:
-        mid = (lo + hi) / 2
-        m = macs(mid)
-        if dense / m >= target:
-            hi, best = mid, m
-        else:
-            lo = mid
-    return hi, best
 
 
 def taylor_grads(split: tuple[torch.Tensor, torch.Tensor], batch: int, dev: torch.device

@@ -497,11 +497,11 @@ def piece_prune_epoch(ctx: Context) -> Outcome:
 def piece_structured(ctx: Context) -> Outcome:
     """Channel pruning's networks on the device: the benchmark's models (LeNet-5, ResNet-18
     width; :mod:`benchmarks.structured_models`) dense and with Torch-Pruning's uniform L2 cut
-    at 2x and 4x fewer MACs (:func:`benchmarks.bench_structured.tp_ratio`, ``tp_prune``; the
+    at 2x and 4x fewer MACs (:func:`benchmarks.tp_criteria.tp_ratio`, ``tp_prune``; the
     shapes matter, not the weights), latency at batch 1 and 128 (median of ``repeats``
     passes, :func:`pbscale.nets.channel_costs.latency`, synchronized) beside the MACs ratio."""
-    from benchmarks import bench_structured as bs
     from benchmarks.structured_models import MODELS, make
+    from benchmarks.tp_criteria import tp_prune, tp_ratio
     from pbscale.nets import channel_costs
 
     width, repeats = (0.125, 3) if ctx.smoke else (1.0, 50)
@@ -516,7 +516,7 @@ def piece_structured(ctx: Context) -> Outcome:
         for target in (2.0, 4.0):
             with ctx.within():
                 net = make(name, width).eval()
-                bs.tp_prune(net, "l2", bs.tp_ratio(net, target, one)[0], one)
+                tp_prune(net, "l2", tp_ratio(net, target, one)[0], one)
                 macs = channel_costs.count(net, one)[1]
                 p1 = channel_costs.latency(net.to(ctx.dev), one.to(ctx.dev), repeats, 5)
                 p128 = channel_costs.latency(net, batch.to(ctx.dev), repeats, 5)
