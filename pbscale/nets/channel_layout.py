@@ -138,15 +138,11 @@ class ChannelLayout(MaskedModule):
         and GMP rank the channel variables by."""
         return squared_norms(self.slices, dict(self.module.named_parameters()))
 
-    def remaining(self, keep: torch.Tensor, kind: str) -> float:
-        """The fraction of the prunable part's cost ``kind`` left by ``keep`` (d,)
-        (:func:`remaining_cost`): what the ``--lam-target`` controller measures."""
-        return remaining_cost(self.groups, keep, kind)
-
     def kept_fractions(self, keeps: torch.Tensor, kind: str) -> torch.Tensor:
-        """:meth:`remaining` of each mask of ``keeps`` (n, d), float64 (n,): what MP's and
-        GMP's channel cuts and ``--budget`` fill (:func:`pbscale.methods.schedules.
-        fill_within`)."""
+        """The fraction of the prunable part's cost ``kind`` left by each mask of ``keeps``
+        (n, d) (:func:`remaining_costs`), float64 (n,): what MP's and GMP's channel cuts,
+        edge-popup and ``--budget`` fill (:func:`pbscale.methods.schedules.fill_within`) and
+        the ``--lam-target`` controller measures (through ``PruneTask.kept_fraction``)."""
         return remaining_costs(self.groups, keeps, kind)
 
     def split(self, z: torch.Tensor) -> dict[str, torch.Tensor]:

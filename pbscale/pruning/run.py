@@ -135,7 +135,8 @@ def assemble(cfg: PruneConfig, data: datamod.Data, dev: torch.device, *,
     info = {**run_info(cfg, data, task), "world_size": 1 if shard is None else shard.world,
             **({"ignored": list(ignored)} if ignored else {}),
             **({"routes": str(routes)} if routes is not None and routes.on else {})}
-    measure = (lambda z: task.layout.remaining(z, cfg.cost)) if task.groups else None
+    kept = task.kept_fraction()  # channels: the --cost kept; weights: the controller's count
+    measure = None if kept is None else (lambda z: float(kept(z[None])[0]))
     controller = (LamController(method, cfg.lam_target, loop, task.steps_per_epoch,
                                 measure=measure) if cfg.lam_target else None)
     return Assembly(task, method, loop, weight_opt, run_config(task, loop),
