@@ -25,16 +25,38 @@ TINY = ["--synthetic", "48", "--max-batches", "2", "--batch-size", "8", "--val-s
         "--quiet", "--threads", "1"]
 
 
-def _scan(order: torch.Tensor, candidates: int, fraction: float, kept) -> torch.Tensor:
+def _scan(order: torch.Tensor, candidates: int, fraction: float, kept,
+          forced: int = 1) -> torch.Tensor:
     """The greedy rule written as a plain loop: each candidate in order, kept when the mask
-    with it stays within ``fraction`` (the first always)."""
+    with it stays within ``fraction`` (the first ``forced`` always)."""
     keep = torch.zeros(order.numel(), dtype=torch.bool)
-    for i in order[:candidates].tolist():
+    for j, i in enumerate(order[:candidates].tolist()):
         trial = keep.clone()
         trial[i] = True
-        if not keep.any() or float(kept(trial[None])[0]) <= fraction + 1e-12:
+        if j < forced or float(kept(trial[None])[0]) <= fraction + 1e-12:
             keep = trial
     return keep
+
+
+def _floored(scores: torch.Tensor, fraction: float, kept, alive: torch.Tensor | None,
+             rows: list[list[int]]) -> tuple[torch.Tensor, list[int]]:
+    """The floor written plainly: the scan; while it empties a group of ``rows`` that has a
+    variable on in ``alive``, that group's first variable in the ranking joins the floor, and
+    the scan is redone with the floor first (kept whatever it costs). The mask and the floor."""
+    order = schedules.ranking(scores, alive)
+    n = order.numel() if alive is None else int(alive.sum())
+    rank = {i: j for j, i in enumerate(order.tolist())}
+    floor: list[int] = []
+    keep = _scan(order, n, fraction, kept)
+    while True:
+        empty = [r for r in rows if not any(keep[i] for i in r)
+                 and any(alive is None or bool(alive[i]) for i in r)]
+        if not empty:
+            return keep, floor
+        floor += [b for b in {min(r, key=rank.get) for r in empty} if b not in floor]
+        first = [i for i in order.tolist() if i in floor]
+        rest = [i for i in order.tolist() if i not in floor]
+        keep = _scan(torch.tensor(first + rest), n, fraction, kept, forced=len(first))
 
 
 def _groups(factory, shape):
@@ -74,6 +96,82 @@ def test_fill_within_is_the_greedy_scan(factory, shape, monkeypatch):
         first_out = next((j for j, i in enumerate(order[:n].tolist()) if not got[i]), n)
         past_prefix += bool(got[order[first_out:n]].any())
     assert past_prefix > 0
+
+
+def test_the_floor_by_hand():
+    """Six variables of additive costs (a fraction of their sum 21) in two coupled groups,
+    {0, 1, 2} and {3, 4, 5}, the first group best-scored: the plain fill empties the second; the
+    floor keeps its best-scored variable first, and the fill redone around it takes less of the
+    first group. A fill that empties no group is returned unchanged; a group with no variable
+    alive is not held; a floor over the budget is kept (only the floor is over)."""
+    c = torch.tensor([1, 2, 3, 4, 5, 6], dtype=torch.float64)
+
+    def kept(k: torch.Tensor) -> torch.Tensor:
+        return (k.to(torch.float64) @ c) / c.sum()
+
+    scores = torch.tensor([0.9, 0.8, 0.7, 0.2, 0.3, 0.1], dtype=torch.float64)
+    rows = torch.tensor([[0, 1, 2], [3, 4, 5]])
+    # budget 6/21: plain takes 0, 1, 2 (cost 6): group 2 empty
+    assert schedules.keep_within(scores, 6 / 21, kept).tolist() == [1, 1, 1, 0, 0, 0]
+    # the floor: 4 (best of group 2, cost 5) first, then 0 (1) fits, 1 and 2 do not
+    got = schedules.keep_within(scores, 6 / 21, kept, None, rows)
+    assert got.tolist() == [True, False, False, False, True, False]
+    # budget 10/21: plain takes 0, 1, 2 (6) and 4 (11 > 10: no), 3 (10): no group empty
+    plain = schedules.keep_within(scores, 10 / 21, kept)
+    assert plain.tolist() == [1, 1, 1, 1, 0, 0]
+    assert torch.equal(schedules.keep_within(scores, 10 / 21, kept, None, rows), plain)
+    # group 2 all off in alive: nothing to hold
+    alive = torch.tensor([True, True, True, False, False, False])
+    got = schedules.keep_within(scores, 6 / 21, kept, alive, rows)
+    assert got.tolist() == [True, True, True, False, False, False]
+    # budget 1/21: plain keeps 0 (the first, forced); the floor keeps 0 and 4, 6/21 > 1/21
+    got = schedules.keep_within(scores, 1 / 21, kept, None, rows)
+    assert got.tolist() == [True, False, False, False, True, False]
+    # redos that empty other groups (rows padded with d = 6): plain 0, 1, 2 empties {3, 4, 5}
+    # (4 held); 4, 0 empties {2} (2 held); 4, 2 (8 > 6) empties {0, 1} (0 held)
+    rows3 = torch.tensor([[0, 1, 6], [2, 6, 6], [3, 4, 5]])
+    got = schedules.keep_within(scores, 6 / 21, kept, None, rows3)
+    want, floor = _floored(scores, 6 / 21, kept, None, [[0, 1], [2], [3, 4, 5]])
+    assert torch.equal(got, want) and floor == [4, 2, 0]
+    assert got.tolist() == [True, False, True, False, True, False]
+
+
+@pytest.mark.parametrize("factory,shape", [(LeNet300100, (784,)), (_zoo.ResCNN, (1, 8, 8))])
+def test_the_floor_is_the_plain_rule(factory, shape):
+    """On real cost tables (parameters and MACs), random scores scaled per coupled group,
+    fractions and alive masks: ``keep_within`` with the layout's coupled groups equals the
+    floor written plainly, never empties a group with a variable alive, equals the floorless
+    fill wherever that empties none, and the floor acts in some draws."""
+    from pbscale.nets.channel_layout import ChannelLayout
+
+    groups = _groups(factory, shape)
+    d = groups.d
+    rows = [sorted(c.variables) for c in groups.coupled if c.variables and not c.frozen]
+    index = ChannelLayout(factory(), groups).coupled_index()
+    assert [[i for i in r if i < d] for r in index.tolist()] == rows
+    gen = torch.Generator().manual_seed(1)
+    acted = 0
+    for trial in range(24):
+        kind = ("params", "macs")[trial % 2]
+
+        def kept(k: torch.Tensor, kind: str = kind) -> torch.Tensor:
+            return remaining_costs(groups, k, kind)
+
+        scale = torch.ones(d, dtype=torch.float64)
+        for r in rows:
+            scale[r] = 10.0 ** float(torch.randn((), generator=gen, dtype=torch.float64) * 2)
+        scores = torch.rand(d, generator=gen, dtype=torch.float64) * scale
+        fraction = float(torch.rand((), generator=gen)) * 0.3 + 0.01
+        alive = (torch.rand(d, generator=gen) < 0.7) if trial % 3 == 0 else None
+        want, floor = _floored(scores, fraction, kept, alive, rows)
+        got = schedules.keep_within(scores, fraction, kept, alive, index)
+        assert torch.equal(got, want), trial
+        for r in rows:
+            assert bool(got[r].any()) or not (alive is None or bool(alive[r].any()))
+        if not floor:
+            assert torch.equal(got, schedules.keep_within(scores, fraction, kept, alive))
+        acted += bool(floor)
+    assert acted > 0
 
 
 def test_keep_budget_by_hand():

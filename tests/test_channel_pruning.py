@@ -586,8 +586,9 @@ def test_mp_channel_run_keeps_the_expected_channels(tmp_path, capsys, monkeypatc
 
     real, seen = schedules.keep_within, []
 
-    def spy(scores, fraction, kept_fraction, alive=None):
-        keep = real(scores, fraction, kept_fraction, alive)
+    def spy(scores, fraction, kept_fraction, alive=None, groups=None):
+        keep = real(scores, fraction, kept_fraction, alive, groups)
+        assert groups is not None and groups.shape == (2, 300)  # fc1's and fc2's channels
         seen.append((scores.cpu().clone(), fraction, keep.cpu().clone()))
         return keep
 
@@ -681,6 +682,38 @@ def test_gmp_channel_run_on_a_residual_cnn_by_macs(tmp_path):
     x = (x - x.mean()) / x.std()  # any inputs: the two networks compute the same function
     with torch.no_grad():
         assert same_outputs(result.structured()(x), result.pruned()(x))
+
+
+def test_mp_channel_cut_never_empties_a_coupled_group(tmp_path, monkeypatch):
+    """MP over ResCNN's channels at 10% of the MACs: the best-scored fill alone would switch off
+    every channel of the residual branch (conv_a), which the smaller network then holds at one
+    zeroed channel outside the budget (23% of the MACs, measured). The cut's floor keeps one of
+    its channels instead, so no group is held and the smaller network's MACs are the budget the
+    run reports (within 10%)."""
+    from pbscale.methods import schedules
+
+    real, emptied = schedules.keep_within, []
+
+    def spy(scores, fraction, kept_fraction, alive=None, groups=None):
+        plain = real(scores, fraction, kept_fraction, alive)
+        emptied.append([bool(not plain[[i for i in r if i < plain.numel()]].any())
+                        for r in groups.tolist()])
+        return real(scores, fraction, kept_fraction, alive, groups)
+
+    monkeypatch.setattr(schedules, "keep_within", spy)
+    arrays = _zoo.arrays("gray", n_train=48, n_test=24)
+    result = prune_model(_zoo.ResCNN, (arrays["x_train"], arrays["y_train"]),
+                         (arrays["x_test"], arrays["y_test"]), method="mp", mode="joint",
+                         target=0.1, cost="macs", granularity="channel", epochs=3,
+                         out=tmp_path, progress=False, max_batches=2, batch_size=8,
+                         val_size=16, threads=1)
+    assert emptied == [[False, True]]  # one cut; without the floor, conv_a's group empties
+    s = result.summary
+    assert s["zeroed_groups"] == []
+    keep = torch.load(result.folder / "structured.pt", weights_only=True)["keep"]
+    assert bool(keep[:6].any()) and bool(keep[6:].any())
+    assert s["final_remaining"] <= 0.1
+    assert s["pruned_macs"] / s["dense_macs"] == pytest.approx(s["final_remaining"], rel=1e-12)
 
 
 # ------------------------------------------------------------------ edge-popup over channels

@@ -16,7 +16,11 @@ a cut keeps the variables of largest s_i, in that order, as long as the exact co
 (:func:`pbscale.nets.channel_layout.remaining_cost`, the evaluation's ``remaining``) stays
 within the fraction of the prunable part's cost (:func:`pbscale.methods.schedules.
 keep_within`), the greedy rule of a knapsack: the most magnitude per unit of parameters
-(``--cost params``) or of MACs (``--cost macs``). With ``--cost params``, s_i is up to the
+(``--cost params``) or of MACs (``--cost macs``). A cut never empties a coupled group (the
+floor of :func:`pbscale.methods.schedules.keep_within`): where the fill would switch off every
+channel of one (a layer of a chain, or a residual stream with every block reading it), the
+group's best-scored variable is kept first whatever its cost and the fill redone; only then can
+the kept cost exceed ``--target``, by those variables. With ``--cost params``, s_i is up to the
 mean cost the mean square of the parameters variable i removes, so channels of wide and narrow
 layers compare as single weights do in weight pruning.
 """
@@ -165,7 +169,7 @@ class MagnitudeMethod:
             self.mask = torch.cat([new[k].reshape(-1) for k in self.layout.names])
         else:  # channel variables: the top of their scores within the cost budget
             keep = schedules.keep_within(self.channel_scores(), frac, self.cuts.kept_fraction,
-                                         self.mask != 0)
+                                         self.mask != 0, self.layout.coupled_index())
             self.mask = keep.to(self.mask.dtype)
             new = {k: m[0] for k, m in self.layout.split(self.mask[None]).items()}
         for k, m in new.items():

@@ -8,8 +8,8 @@ MP and GMP also prune channels (``--granularity channel``, beyond the paper): th
 schedules over the d channel variables, each scored by the squared L2 norm of the parameters
 it removes per unit of its ``--cost`` (:meth:`pbscale.methods.cuts.MagnitudeMethod.
 channel_scores`), ``--target`` the fraction of the prunable part's cost kept (a budget the
-best-scored channels fill, :func:`pbscale.methods.schedules.keep_within`). Dense training
-stays weight-only.
+best-scored channels fill, :func:`pbscale.methods.schedules.keep_within`, never emptying a
+coupled group). Dense training stays weight-only.
 """
 
 from __future__ import annotations

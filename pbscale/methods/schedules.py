@@ -75,34 +75,62 @@ FILL_CELLS = 1 << 20
 
 
 def keep_within(scores: torch.Tensor, fraction: float, kept_fraction: KeptFraction,
-                alive: torch.Tensor | None = None) -> torch.Tensor:
+                alive: torch.Tensor | None = None, groups: torch.Tensor | None = None
+                ) -> torch.Tensor:
     """The budgeted top of MP, GMP and edge-popup over channel variables: a bool mask (d,)
     filled along :func:`ranking` of ``scores`` within ``fraction`` of a cost
     (:func:`fill_within`), never keeping one off in ``alive`` (so a mask cut again only
-    shrinks)."""
+    shrinks).
+
+    ``groups`` (int64 (m, L): the variables of m coupled groups, each row padded with d; see
+    :meth:`pbscale.nets.channel_layout.ChannelLayout.coupled_index`) sets a floor: the cut never
+    empties a group that has a variable on in ``alive``. Where the fill would, that group's
+    first variable in the ranking is kept whatever its cost, ahead of the fill, which is redone
+    (:func:`fill_within`'s ``forced``), until no group is emptied (at most m redos). A fill
+    that empties no group is returned as it is, so the floor changes no cut that needs none."""
     order = ranking(scores, alive)
-    return fill_within(order, order.numel() if alive is None else int(alive.sum()), fraction,
-                       kept_fraction)
+    candidates = order.numel() if alive is None else int(alive.sum())
+    keep = fill_within(order, candidates, fraction, kept_fraction)
+    if groups is None or not groups.numel():
+        return keep
+    d = order.numel()
+    pad = torch.zeros(1, dtype=torch.bool, device=keep.device)
+    on = torch.ones(d, dtype=torch.bool, device=keep.device) if alive is None else alive
+    held = torch.cat([on, pad])[groups].any(-1)  # groups the floor protects
+    rank = torch.empty(d + 1, dtype=torch.int64, device=order.device)
+    rank[order] = torch.arange(d, device=order.device)
+    rank[d] = d  # the padding ranks last
+    floor = torch.zeros(d, dtype=torch.bool, device=keep.device)
+    while True:
+        empty = held & ~torch.cat([keep, pad])[groups].any(-1)
+        if not bool(empty.any()):
+            return keep
+        rows = groups[empty]
+        floor[rows.gather(1, rank[rows].argmin(1, keepdim=True)).squeeze(1)] = True
+        first = torch.sort((~floor[order]).to(torch.int8), stable=True).indices
+        keep = fill_within(order[first], candidates, fraction, kept_fraction,
+                           forced=int(floor.sum()))
 
 
 def fill_within(order: torch.Tensor, candidates: int, fraction: float,
-                kept_fraction: KeptFraction) -> torch.Tensor:
+                kept_fraction: KeptFraction, forced: int = 1) -> torch.Tensor:
     """The greedy rule of a knapsack: a bool mask (d,) that takes the first ``candidates``
     positions of ``order`` (int64 (d,)) in that order, each one whose addition keeps
-    ``kept_fraction`` at most ``fraction``, and skips the others; at least the first is kept.
-    ``kept_fraction`` maps bool keep masks (n, d) to the fraction (n,) of a cost each keeps,
-    nondecreasing as entries are added: so an entry that does not fit never fits later, and one
-    pass decides. The longest prefix that fits is found by bisection (about log2 d calls), the
-    rest in chunks of masks (one call per chunk and per entry taken; memory
-    O(:data:`FILL_CELLS`))."""
+    ``kept_fraction`` at most ``fraction``, and skips the others; the first ``forced`` (at
+    least 1) are kept whatever they cost. ``kept_fraction`` maps bool keep masks (n, d) to the
+    fraction (n,) of a cost each keeps, nondecreasing as entries are added: so an entry that
+    does not fit never fits later, and one pass decides. The longest prefix that fits is found
+    by bisection (about log2 d calls), the rest in chunks of masks (one call per chunk and per
+    entry taken; memory O(:data:`FILL_CELLS`))."""
     check_fraction(fraction)
     budget = fraction + FRACTION_ROUNDOFF
 
     def fits(keep: torch.Tensor) -> bool:
         return bool(kept_fraction(keep[None])[0] <= budget)
 
-    lo, hi = 1, max(1, candidates)
-    while lo < hi:  # the longest fitting prefix lies in [lo, hi]; lo always qualifies
+    hi = max(1, candidates)
+    lo = min(max(1, forced), hi)
+    while lo < hi:  # the longest fitting (or forced) prefix lies in [lo, hi]; lo qualifies
         mid = (lo + hi + 1) // 2
         if fits(_prefix(order, mid)):
             lo = mid

@@ -133,6 +133,19 @@ class ChannelLayout(MaskedModule):
         self.sizes = [groups.d]
         self.slices = slice_table(groups)
 
+    def coupled_index(self) -> torch.Tensor:
+        """The variables of each coupled group that has some and no ``frozen`` channel (one
+        that always stays), int64 (m, L) on the layout's device, rows in the groups' order,
+        each the group's variables ascending and padded with d: the groups MP's and GMP's cuts
+        never empty (:func:`pbscale.methods.schedules.keep_within`'s ``groups``)."""
+        rows = [sorted(c.variables) for c in self.groups.coupled
+                if c.variables and not c.frozen]
+        width = max((len(r) for r in rows), default=0)
+        out = torch.full((len(rows), width), self.d, dtype=torch.int64)
+        for i, r in enumerate(rows):
+            out[i, :len(r)] = torch.tensor(r, dtype=torch.int64)
+        return out.to(self.device)
+
     def squared_norms(self) -> torch.Tensor:
         """||W_i||_2^2 (d,) of the network's parameters now (:func:`squared_norms`): what MP
         and GMP rank the channel variables by."""
