@@ -386,8 +386,8 @@ def test_extreme_channel_masks_warn_with_the_fix():
     assert "every channel variable is off (0 of 400 remain)" in line
     line = prun.extremes_line({**base, "final_remaining_channels": 1}, cfg)
     assert "no channel variable was pruned" in line and "\n" not in line
-    for method in ("mp", "gmp"):  # a global cut to --target may empty a layer
-        cut = PruneConfig(granularity="channel", method=method, mode="joint", target=0.05)
+    for method, mode in (("edgepopup", "supermask"), ("mp", "joint"), ("gmp", "joint")):
+        cut = PruneConfig(granularity="channel", method=method, mode=mode, target=0.05)
         assert prun.extremes_line(base, cut) is None
         line = prun.extremes_line({**base, "zeroed_groups": ["fc1"]}, cut)
         assert "every channel of layer 'fc1' is off at --target 0.05" in line

@@ -269,8 +269,9 @@ def extremes_line(summary: dict, cfg: PruneConfig) -> str | None:
     """One ``warning:`` line for a finished run of a method with an L0 strength whose mask
     ended at an extreme: every masked weight off, or none off although lam > 0 (a lam far too
     strong, or too weak for the run's length), or (channel granularity) a layer with every
-    channel off, with the fix; for a channel run of a method that cuts to ``--target`` (MP,
-    GMP: a global cut may take every channel of a layer) that last one; None otherwise."""
+    channel off, with the fix; for a channel run of a method that cuts to ``--target`` that
+    last one (edge-popup's budgeted top may take every channel of a layer; MP's and GMP's cuts
+    never do, :func:`pbscale.methods.schedules.keep_within`'s floor); None otherwise."""
     zeroed = summary.get("zeroed_groups") or []
     if cfg.granularity == "channel" and zeroed and "target" not in cfg.unused():
         return (f"warning: every channel of layer{'s' if len(zeroed) > 1 else ''} "
