@@ -146,9 +146,9 @@ class EdgePopupFamily(BeyondFamily):
     (:func:`pbscale.methods.schedules.top_scores`; regress: one layer, target 1) or, over
     channel variables (``at.kept_fraction`` set), the budgeted top of the scores within the
     ``at.target`` fraction of the cost (:func:`pbscale.methods.schedules.keep_within`, MP's
-    channel cut); straight-through gradient dJ/dz to every score. Supermask only (their method
-    trains no weights). Its count is fixed, so it has no L0 term (``lam`` is not among its
-    uses)."""
+    channel cut, with its floor: no coupled group of ``at.coupled`` emptied); straight-through
+    gradient dJ/dz to every score. Supermask only (their method trains no weights). Its count
+    is fixed, so it has no L0 term (``lam`` is not among its uses)."""
 
     name, label, text, color = "edgepopup", "Edge-popup", "edge-popup", "teal"
     caps = Capabilities(commands=("regress", "regress-group", "prune-supermask"),
@@ -170,13 +170,14 @@ class EdgePopupFamily(BeyondFamily):
     def theta(self, r: torch.Tensor, at: StepArgs) -> torch.Tensor:
         """The 0/1 mask (d,) (or (G, d) for a group's scores (G, d)) of the top scores r:
         per layer (:func:`top_scores`), or within the cost budget where ``at.kept_fraction``
-        is set (:func:`keep_within`), in r's dtype."""
+        is set (:func:`keep_within`, never emptying a group of ``at.coupled``), in r's
+        dtype."""
         r = r.detach()
         if at.kept_fraction is None:
             return top_scores(r, at.layers, at.target)
         if r.dim() > 1:
             return torch.stack([self.theta(row, at) for row in r])
-        return keep_within(r, at.target, at.kept_fraction).to(r.dtype)
+        return keep_within(r, at.target, at.kept_fraction, None, at.coupled).to(r.dtype)
 
     def eval_mask(self, r: torch.Tensor, at: StepArgs) -> torch.Tensor:
         return self.theta(r, at)

@@ -47,7 +47,8 @@ class CutSchedule:
     from ``start`` to ``end`` (step indices, each at most the last step), the family's own
     settings (``settings``) and, for channel variables, their costs normalised to mean 1
     (``costs``, float64 (d,), the plan's ``l0_weights``; None for weights) and what ``target``
-    is a fraction of (``kept_fraction``, the plan's: the ``--cost`` kept; None for weights)."""
+    is a fraction of (``kept_fraction``, the plan's: the ``--cost`` kept; None for weights)
+    and the coupled groups a cut never empties (``coupled``, the plan's; None for weights)."""
 
     d: int
     target: float
@@ -58,6 +59,7 @@ class CutSchedule:
     settings: Settings
     costs: torch.Tensor | None = None
     kept_fraction: KeptFraction | None = None
+    coupled: torch.Tensor | None = None
 
 
 class MaskFamily(Family):
@@ -77,7 +79,7 @@ class MaskFamily(Family):
                            start=min(round(plan.setting("gmp_start", 0.0) * total), end),
                            end=end, every=plan.setting("gmp_every", 1),
                            settings=config.settings, costs=plan.l0_weights,
-                           kept_fraction=plan.kept_fraction)
+                           kept_fraction=plan.kept_fraction, coupled=plan.coupled)
         return MagnitudeMethod(self, layout, cuts, seed=config.seed,
                                weight_optimizer=plan.weight_optimizer)
 
@@ -169,7 +171,7 @@ class MagnitudeMethod:
             self.mask = torch.cat([new[k].reshape(-1) for k in self.layout.names])
         else:  # channel variables: the top of their scores within the cost budget
             keep = schedules.keep_within(self.channel_scores(), frac, self.cuts.kept_fraction,
-                                         self.mask != 0, self.layout.coupled_index())
+                                         self.mask != 0, self.cuts.coupled)
             self.mask = keep.to(self.mask.dtype)
             new = {k: m[0] for k, m in self.layout.split(self.mask[None]).items()}
         for k, m in new.items():

@@ -157,7 +157,9 @@ class Plan:
     ``kept_fraction``: what a kept fraction of the variables is measured by, bool keep masks
     (n, d) -> fractions (n,) of the ``--cost`` each keeps (structured pruning: the run's
     :meth:`pbscale.nets.channel_layout.ChannelLayout.kept_fractions`; None: of the count, one
-    cost each)."""
+    cost each). ``coupled``: the variables of each coupled group, int64 (m, L) padded with d,
+    which a cut to ``--target`` never empties (structured pruning: the run's
+    :meth:`pbscale.nets.channel_layout.ChannelLayout.coupled_index`; None: no such groups)."""
 
     epochs: int = 1
     steps_per_epoch: int = 1
@@ -169,6 +171,7 @@ class Plan:
     world: int = 1
     l0_weights: torch.Tensor | None = None
     kept_fraction: KeptFraction | None = None
+    coupled: torch.Tensor | None = None
 
     def setting(self, name: str, default: Any) -> Any:
         """The tool's setting ``name`` (``default`` when the tool has none)."""

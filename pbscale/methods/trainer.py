@@ -41,7 +41,9 @@ class StepArgs:
     kept fraction of a per-layer method (edge-popup; 1 where the tool has none), of the
     count of each layer's variables, or, with ``kept_fraction`` (channel variables), of the
     cost that maps bool keep masks (n, d) to the fractions (n,) each keeps
-    (:data:`pbscale.methods.schedules.KeptFraction`; None: of the count); ``chunk``:
+    (:data:`pbscale.methods.schedules.KeptFraction`; None: of the count), and ``coupled`` the
+    coupled groups such a budgeted cut never empties (int64 (m, L) padded with d; None: none,
+    :func:`pbscale.methods.schedules.keep_within`); ``chunk``:
     samples evaluated at once. ``generator``: the run's random stream (``dtype`` and ``device``:
     the logits'); ``stream``: on the CPU the run's counter-based stream of MC samples
     (:class:`pbscale.methods.counter_stream.CounterStream`, seeded with the run's seed; None on a
@@ -68,6 +70,7 @@ class StepArgs:
     device: torch.device
     weights: bool = False
     kept_fraction: KeptFraction | None = None
+    coupled: torch.Tensor | None = None
     shard: Any = None
     stream: CounterStream | None = None
     control: Any = None
@@ -137,7 +140,8 @@ class LogitsFamily(Family):
                            bytes_per_sample=plan.bytes_per_sample, layers=plan.layers,
                            target=plan.setting("target", 1.0),
                            joint=plan.weight_optimizer is not None, world=plan.world,
-                           l0_weights=plan.l0_weights, kept_fraction=plan.kept_fraction)
+                           l0_weights=plan.l0_weights, kept_fraction=plan.kept_fraction,
+                           coupled=plan.coupled)
 
     # ------------------------------------------------------------------ the method
 
@@ -242,7 +246,8 @@ class MaskTrainer:
     torchrun (``world`` ranks splitting the samples) each rank keeps only its share.
     ``l0_weights``: per-variable weights c (d,) of the L0 term, lam * sum_i c_i theta_i (None:
     lam * sum_i theta_i, computed as it always was). ``kept_fraction``: what ``target``
-    budgets over channel variables (:attr:`StepArgs.kept_fraction`; None: a count).
+    budgets over channel variables (:attr:`StepArgs.kept_fraction`; None: a count), and
+    ``coupled`` the coupled groups that budget never empties (:attr:`StepArgs.coupled`).
     """
 
     def __init__(self, config: MethodConfig, d: int, total_steps: int,
@@ -251,7 +256,8 @@ class MaskTrainer:
                  layers: tuple[int, ...] | None = None, target: float = 1.0,
                  joint: bool = False, world: int = 1,
                  l0_weights: torch.Tensor | None = None,
-                 kept_fraction: KeptFraction | None = None) -> None:
+                 kept_fraction: KeptFraction | None = None,
+                 coupled: torch.Tensor | None = None) -> None:
         family = config.family
         if not isinstance(family, LogitsFamily):
             raise PBInputError(f"{family.text} trains no mask logits; use one of "
@@ -265,6 +271,8 @@ class MaskTrainer:
         self.target = float(target)
         #: what ``target`` is a fraction of over channel variables (None: of the count)
         self.kept_fraction = kept_fraction
+        #: the coupled groups a budgeted cut never empties (None: none)
+        self.coupled = coupled
         if l0_weights is not None and tuple(l0_weights.shape) != (d,):
             raise PBInputError(f"l0_weights must have shape ({d},), one weight a variable, got "
                                f"{tuple(l0_weights.shape)}")
@@ -317,7 +325,7 @@ class MaskTrainer:
             n=self.config.n, param=self.param, settings=self.config.settings,
             target=self.target, chunk=self.chunk, generator=self.generator,
             dtype=self.r.dtype, device=self.device, weights=weights,
-            kept_fraction=self.kept_fraction, shard=self.shard,
+            kept_fraction=self.kept_fraction, coupled=self.coupled, shard=self.shard,
             stream=self.stream, control=self.control, control_opts=tuple(self.control_opts),
             state=dict(self.state))
 

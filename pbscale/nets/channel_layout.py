@@ -136,8 +136,9 @@ class ChannelLayout(MaskedModule):
     def coupled_index(self) -> torch.Tensor:
         """The variables of each coupled group that has some and no ``frozen`` channel (one
         that always stays), int64 (m, L) on the layout's device, rows in the groups' order,
-        each the group's variables ascending and padded with d: the groups MP's and GMP's cuts
-        never empty (:func:`pbscale.methods.schedules.keep_within`'s ``groups``)."""
+        each the group's variables ascending and padded with d: the groups a cut to ``--target``
+        (MP, GMP, edge-popup) never empties (:func:`pbscale.methods.schedules.keep_within`'s
+        ``groups``; the run's ``Plan.coupled``)."""
         rows = [sorted(c.variables) for c in self.groups.coupled
                 if c.variables and not c.frozen]
         width = max((len(r) for r in rows), default=0)

@@ -119,7 +119,7 @@ def build(cfg: PruneConfig, data: datamod.Data, dev: torch.device,
     plan = Plan(epochs=E, steps_per_epoch=S, mask_steps=max(loop.mask_epochs() * S, 1),
                 layers=tuple(task.layout.sizes), run=cfg, weight_optimizer=weight_opt,
                 world=world, l0_weights=task.l0_weights(), kept_fraction=task.kept_fraction(),
-                bytes_per_sample=task.bytes_per_sample())
+                coupled=task.coupled_index(), bytes_per_sample=task.bytes_per_sample())
     method = family.make(cfg.method_config(), task.layout, plan)
     return task, method, loop, weight_opt
 
@@ -269,15 +269,9 @@ def extremes_line(summary: dict, cfg: PruneConfig) -> str | None:
     """One ``warning:`` line for a finished run of a method with an L0 strength whose mask
     ended at an extreme: every masked weight off, or none off although lam > 0 (a lam far too
     strong, or too weak for the run's length), or (channel granularity) a layer with every
-    channel off, with the fix; for a channel run of a method that cuts to ``--target`` that
-    last one (edge-popup's budgeted top may take every channel of a layer; MP's and GMP's cuts
-    never do, :func:`pbscale.methods.schedules.keep_within`'s floor); None otherwise."""
+    channel off, with the fix; None otherwise (the methods that cut to ``--target`` over
+    channels never empty a layer: :func:`pbscale.methods.schedules.keep_within`'s floor)."""
     zeroed = summary.get("zeroed_groups") or []
-    if cfg.granularity == "channel" and zeroed and "target" not in cfg.unused():
-        return (f"warning: every channel of layer{'s' if len(zeroed) > 1 else ''} "
-                f"{', '.join(repr(z) for z in zeroed)} is off at --target {cfg.target:g} "
-                "(structured.pt keeps one zeroed channel there): no signal passes it; raise "
-                f"--target (e.g. {min(1.0, 2 * cfg.target):g})")
     if "lam" in cfg.unused() or "final_remaining" not in summary:
         return None
     d, rem = summary.get("masked"), summary["final_remaining"]

@@ -191,6 +191,11 @@ class PruneTask:
         layout, kind = self.layout, self.cfg.cost
         return lambda keeps: layout.kept_fractions(keeps, kind)
 
+    def coupled_index(self) -> torch.Tensor | None:
+        """The coupled groups a cut to ``--target`` never empties (:meth:`ChannelLayout.
+        coupled_index`, int64 (m, L)); None for weight granularity."""
+        return None if self.groups is None else self.layout.coupled_index()
+
     def bytes_per_sample(self) -> int | None:
         """The memory of one sampled mask in a chunk for the method's memory check: channel
         granularity 16 bytes per element of the masked tensors (the masked weights of a
