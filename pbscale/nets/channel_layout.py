@@ -134,13 +134,13 @@ class ChannelLayout(MaskedModule):
         self.slices = slice_table(groups)
 
     def coupled_index(self) -> torch.Tensor:
-        """The variables of each coupled group that has some and no ``frozen`` channel (one
-        that always stays), int64 (m, L) on the layout's device, rows in the groups' order,
-        each the group's variables ascending and padded with d: the groups a cut to ``--target``
-        (MP, GMP, edge-popup) never empties (:func:`pbscale.methods.schedules.keep_within`'s
-        ``groups``; the run's ``Plan.coupled``)."""
-        rows = [sorted(c.variables) for c in self.groups.coupled
-                if c.variables and not c.frozen]
+        """The variables of each coupled group a mask can switch off whole
+        (:attr:`ChannelGroups.emptiable`, the groups removal holds at one channel), int64
+        (m, L) on the layout's device, rows in the groups' order, each the group's variables
+        ascending and padded with d: the groups a cut to ``--target`` (MP, GMP, edge-popup)
+        never empties (:func:`pbscale.methods.schedules.keep_within`'s ``groups``; the run's
+        ``Plan.coupled``)."""
+        rows = [sorted(c.variables) for c in self.groups.emptiable]
         width = max((len(r) for r in rows), default=0)
         out = torch.full((len(rows), width), self.d, dtype=torch.int64)
         for i, r in enumerate(rows):
@@ -243,8 +243,8 @@ def removable_keep(groups: ChannelGroups, keep: torch.Tensor) -> tuple[torch.Ten
     are zero, so the network computes the same), and the roots of those groups."""
     k = keep.detach().cpu() != 0
     held = []
-    for c in groups.coupled:
-        if c.variables and not c.frozen and not bool(k[list(c.variables)].any()):
+    for c in groups.emptiable:
+        if not bool(k[list(c.variables)].any()):
             k[c.variables[0]] = True
             held.append(c.root)
     return k, held

@@ -66,8 +66,8 @@ def remove_channels(model: nn.Module, groups: ChannelGroups,
     from torch_pruning.pruner.function import PrunerBox
 
     k = _keep(groups, keep)
-    for c in groups.coupled:
-        if c.variables and not c.frozen and not bool(k[list(c.variables)].any()):
+    for c in groups.emptiable:
+        if not bool(k[list(c.variables)].any()):
             raise PBInputError(f"the mask removes every channel of layer '{c.root}'; keep at "
                                f"least one of its variables {list(c.variables)}")
     new = copy.deepcopy(model)

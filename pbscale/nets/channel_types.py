@@ -107,6 +107,16 @@ class ChannelGroups:
     def d(self) -> int:
         return len(self.groups)
 
+    @property
+    def emptiable(self) -> tuple[Coupled, ...]:
+        """The coupled groups a mask can switch off whole: those with variables and no
+        ``frozen`` channel. Removal needs one channel of each
+        (:func:`pbscale.nets.channel_ops.remove_channels` refuses an emptied one,
+        :func:`pbscale.nets.channel_layout.removable_keep` holds it at one zeroed channel), and
+        a cut to ``--target`` never empties one
+        (:meth:`pbscale.nets.channel_layout.ChannelLayout.coupled_index`)."""
+        return tuple(c for c in self.coupled if c.variables and not c.frozen)
+
     def cost(self, kind: str = "params") -> np.ndarray:
         """Per-variable cost for the L0 penalty, int64 of shape (d,): ``kind`` "params" or
         "macs" (what removing the variable alone saves)."""
